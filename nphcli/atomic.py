@@ -1,0 +1,67 @@
+"""Atomic file writes: a reader sees either the old file or the complete new one, never a mix.
+
+Every file nph writes goes through `atomic_write`, so an interrupted command (Ctrl-C, kill -9,
+a full disk) cannot leave a half-written or destroyed file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from nphcli.errors import NphError, NphRuntimeError
+
+
+def check_writable(path: str | os.PathLike, *, force: bool) -> Path:
+    """Refuse to write `path` before any work is done: missing folder, or existing without force."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise NphError(f"cannot write {path}: folder {folder} does not exist")
+    if path.is_dir():
+        raise NphError(f"cannot write {path}: it is a directory")
+    if path.exists() and not force:
+        raise NphError(f"{path} already exists; pass --force to replace it")
+    if not os.access(folder, os.W_OK):
+        raise NphError(f"cannot write {path}: folder {folder} is not writable")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
+    """Yield a temporary path in the target's folder; on success fsync it and rename it over `path`.
+
+    The temporary file lives in the same folder so the final `os.replace` is a same-filesystem
+    rename, which POSIX makes atomic. On any exception the temporary file is removed and the
+    previous file (if any) is untouched.
+    """
+    path = check_writable(path, force=force)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        if path.exists() and not force:  # appeared while we were working
+            raise NphError(f"{path} already exists; pass --force to replace it")
+        os.replace(tmp, path)
+        _fsync_folder(path.parent)
+    except OSError as error:
+        raise NphRuntimeError(f"could not write {path}: {error.strerror or error}") from error
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (best effort: not every platform allows it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,9 @@
+"""The `nph` command line: a thin layer that parses options, calls the library and renders.
+
+Each command lives in its own module and registers itself on `app` when imported here.
+"""
+
+from nphcli.cli import models  # noqa: F401  (registers commands)
+from nphcli.cli.app import app, main
+
+__all__ = ["app", "main"]

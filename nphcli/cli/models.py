@@ -1,0 +1,47 @@
+"""`nph models`: list the model family from the registry."""
+
+from __future__ import annotations
+
+import typer
+
+from nphcli.cli.app import app
+from nphcli.cli.render import print_json, print_table
+
+
+@app.command("models")
+def models_command(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """List every retrieval model with its formula, parameters and cost."""
+    from nphcli.models import list_models
+
+    infos = list_models()
+    if as_json:
+        print_json(
+            {
+                "models": [
+                    {
+                        "name": info.name,
+                        "summary": info.summary,
+                        "formula": info.formula,
+                        "cost": info.cost,
+                        "params": [
+                            {
+                                "name": p.name,
+                                "type": p.type.__name__,
+                                "default": p.default,
+                                "help": p.help,
+                            }
+                            for p in info.params
+                        ],
+                    }
+                    for info in infos
+                ]
+            }
+        )
+        return
+    rows = []
+    for info in infos:
+        params = ", ".join(f"{p.name}={p.default}" for p in info.params)
+        rows.append((info.name, info.formula, params, info.cost))
+    print_table("Models (details: README, `nph models --json`)", ["model", "T(x)", "parameters", "cost"], rows)

@@ -1,0 +1,66 @@
+"""Rendering results for people (rich tables) and scripts (JSON, CSV). stdout only carries these."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def stdout_console() -> Console:
+    """A console for results; colour only on a terminal, and never when NO_COLOR is set."""
+    return Console(file=sys.stdout, no_color=bool(os.environ.get("NO_COLOR")), soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    return Console(file=sys.stderr, no_color=bool(os.environ.get("NO_COLOR")))
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as null rather than emitting invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def print_json(obj: Any) -> None:
+    """Exactly one JSON object on stdout, one line."""
+    sys.stdout.write(json.dumps(_json_safe(obj), allow_nan=False) + "\n")
+
+
+def print_csv(rows: Sequence[Mapping[str, Any]], *, header: bool = True) -> None:
+    """CSV with a header row (unless `header` is False, for appending to a file)."""
+    if not rows:
+        return
+    writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(format_value(v) for v in row))
+    stdout_console().print(table)
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, float):
+        if value == 0 or (1e-3 <= abs(value) < 1e5):
+            return f"{value:.4g}"
+        return f"{value:.3e}"
+    return "" if value is None else str(value)

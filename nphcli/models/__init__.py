@@ -1,0 +1,27 @@
+"""The Hopfield model family. Importing this package registers every model.
+
+Add a model: write one module with a `@register_model` class and import it below.
+"""
+
+from nphcli.models import dense  # noqa: F401  (registers the model)
+from nphcli.models.base import HopfieldModel, Retrieval, Update
+from nphcli.models.registry import (
+    ModelInfo,
+    ParamInfo,
+    create_model,
+    get_model_info,
+    list_models,
+    model_names,
+)
+
+__all__ = [
+    "HopfieldModel",
+    "ModelInfo",
+    "ParamInfo",
+    "Retrieval",
+    "Update",
+    "create_model",
+    "get_model_info",
+    "list_models",
+    "model_names",
+]

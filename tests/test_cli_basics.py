@@ -1,0 +1,48 @@
+"""The CLI's shared behaviour: version, help for every command, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_version(invoke):
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("nph ")
+
+
+def test_every_command_has_help(invoke):
+    from nphcli.cli import app
+    from typer.main import get_command
+
+    group = get_command(app)
+    assert group.commands, "no commands registered"
+    for name, command in group.commands.items():
+        assert command.help, f"command {name} has no help text"
+        result = invoke(name, "--help")
+        assert result.exit_code == 0, (name, result.stderr)
+        assert "Usage" in result.stdout
+        for param in command.params:
+            if param.param_type_name == "option" and not param.hidden:
+                assert param.help, f"option {param.opts} of {name} has no help"
+
+
+def test_unknown_option_is_one_line_exit_2(invoke):
+    result = invoke("models", "--no-such-flag")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:")
+    assert "Traceback" not in result.stderr
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from nphcli.cli import app; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_python_dash_m_runs():
+    out = subprocess.run(
+        [sys.executable, "-m", "nphcli", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.startswith("nph ")
