@@ -13,8 +13,9 @@ def test_version(invoke):
 
 
 def test_every_command_has_help(invoke):
-    from nphcli.cli import app
     from typer.main import get_command
+
+    from nphcli.cli import app
 
     group = get_command(app)
     assert group.commands, "no commands registered"

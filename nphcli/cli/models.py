@@ -44,4 +44,8 @@ def models_command(
     for info in infos:
         params = ", ".join(f"{p.name}={p.default}" for p in info.params)
         rows.append((info.name, info.formula, params, info.cost))
-    print_table("Models (details: README, `nph models --json`)", ["model", "T(x)", "parameters", "cost"], rows)
+    print_table(
+        "Models (details: README, `nph models --json`)",
+        ["model", "T(x)", "parameters", "cost"],
+        rows,
+    )
