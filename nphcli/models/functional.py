@@ -1,0 +1,102 @@
+"""Maps from scores to weights on the probability simplex: the functional core of the models.
+
+Each function turns scores `(Q, M)` row by row into weights `(Q, M)` with rows in the simplex
+Δ = {p : p ≥ 0, Σ p = 1}. All of them are invariant to adding a constant to a row, so they
+subtract the row maximum first: no exp overflows and no threshold loses precision, from β = 1e-6
+to 1e4. They compute in float32 or float64 (models receive half inputs already upcast).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """Softmax restricted to `mask` (Q, M) bool: p_i = exp(s_i) / Σ_{j∈mask} exp(s_j) for i in
+    the mask and exactly 0 outside it, i.e. argmax_{p∈Δ, supp p ⊆ mask} pᵀs − Σ p_j log p_j.
+
+    Every row must keep at least one memory; a row keeping one gives it weight 1 without NaN.
+    Masked entries are set to −inf rather than 0: a logit of 0 would still give them weight.
+    """
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def sparsemax(scores: Tensor) -> Tensor:
+    """Euclidean projection of each row onto the simplex: p = argmin_{p∈Δ} ‖p − s‖²
+    (Martins & Astudillo 2016).
+
+    Closed form p_i = [s_i − τ]_+ with the scores sorted as z_(1) ≥ … ≥ z_(M),
+    k* = max{k : 1 + k·z_(k) > Σ_{j≤k} z_(j)} and τ = (Σ_{j≤k*} z_(j) − 1) / k*.
+    Memories below τ get weight exactly 0. Differentiable by autograd (through the sort).
+    """
+    # Exactly shift-invariant, so the max carries no gradient.
+    z = scores - scores.amax(dim=-1, keepdim=True).detach()  # (Q, M), row max 0
+    num_memories = z.shape[-1]
+    sorted_z = torch.sort(z, dim=-1, descending=True).values  # (Q, M)
+    cumsum = sorted_z.cumsum(dim=-1)  # (Q, M)
+    ranks = torch.arange(1, num_memories + 1, device=z.device)  # (M,)
+    in_support = 1 + ranks.to(z.dtype) * sorted_z > cumsum  # (Q, M), a prefix in exact arithmetic
+    # The largest qualifying rank, not the count, so a rounding blip past the prefix cannot
+    # shrink k*; rank 1 always qualifies (1 + 0 > 0), so k* ≥ 1.
+    k_star = torch.where(in_support, ranks, 0).amax(dim=-1, keepdim=True)  # (Q, 1)
+    tau = (cumsum.gather(-1, k_star - 1) - 1) / k_star.to(z.dtype)  # (Q, 1)
+    return torch.clamp(z - tau, min=0)
+
+
+def entmax_bisect(scores: Tensor, alpha: float) -> Tensor:
+    """α-entmax of each row (Peters et al. 2019), for 1 ≤ α ≤ 2:
+    p = argmax_{p∈Δ} pᵀs + H_α(p), with the Tsallis entropy H_α(p) = Σ_j (p_j − p_j^α) / (α(α−1)).
+
+    The solution is p_i = [(α−1)·s_i − τ]_+^{1/(α−1)} with τ set so that Σ p = 1; τ is found by
+    bisection, in float64 for float64 scores and float32 otherwise, with one halving per
+    mantissa bit (plus margin) so it is exact to rounding, then p is renormalised.
+    α = 1 is softmax (returned directly) and α = 2 is sparsemax.
+    """
+    if alpha == 1:
+        return torch.softmax(scores, dim=-1)
+    return _EntmaxBisect.apply(scores, float(alpha))
+
+
+# One halving per mantissa bit plus margin: the bracket starts narrower than 1 and |τ| ≤ 1, so
+# this many steps pins τ to rounding.
+_BISECTION_STEPS = {torch.float32: 23 + 3, torch.float64: 52 + 3}
+
+
+class _EntmaxBisect(torch.autograd.Function):
+    """Forward by bisection; backward from the implicit function theorem, not through the loop.
+
+    With g_i = p_i^{2−α} on the support (0 off it), ∂p/∂s = diag(g) − g gᵀ / Σ g; at α = 2 this is
+    sparsemax's Jacobian and as α → 1 softmax's.
+    """
+
+    @staticmethod
+    def forward(ctx, scores: Tensor, alpha: float) -> Tensor:
+        compute = torch.float64 if scores.dtype == torch.float64 else torch.float32
+        s = scores.to(compute)
+        x = (alpha - 1) * (s - s.amax(dim=-1, keepdim=True))  # (Q, M), row max 0
+        num_memories = x.shape[-1]
+        exponent = 1 / (alpha - 1)
+        # τ = −1 gives the top memory weight 1 alone (mass ≥ 1); τ = −M^{1−α} gives every
+        # memory weight ≤ 1/M (mass ≤ 1). The bracket [lo, hi] keeps mass(lo) ≥ 1 ≥ mass(hi).
+        lo = torch.full_like(x[:, :1], -1.0)  # (Q, 1)
+        hi = torch.full_like(x[:, :1], -(num_memories ** (1 - alpha)))  # (Q, 1)
+        for _ in range(_BISECTION_STEPS[compute]):
+            mid = (lo + hi) / 2
+            mass = (x - mid).clamp(min=0).pow(exponent).sum(dim=-1, keepdim=True)  # (Q, 1)
+            low_enough = mass >= 1
+            lo = torch.where(low_enough, mid, lo)
+            hi = torch.where(low_enough, hi, mid)
+        p = (x - lo).clamp(min=0).pow(exponent)  # (Q, M); mass(lo) ≥ 1, so no 0/0 below
+        p = p / p.sum(dim=-1, keepdim=True)
+        ctx.alpha = alpha
+        ctx.save_for_backward(p)
+        return p.to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None]:
+        (p,) = ctx.saved_tensors
+        g = torch.where(p > 0, p.pow(2 - ctx.alpha), 0)  # (Q, M)
+        weighted = g * grad_output.to(p.dtype)  # (Q, M)
+        shift = weighted.sum(dim=-1, keepdim=True) / g.sum(dim=-1, keepdim=True)  # (Q, 1)
+        return (weighted - shift * g).to(grad_output.dtype), None

@@ -1,0 +1,115 @@
+"""Which memories a query may attend to: the shared helpers of the masked models.
+
+`topk`, `random` and `window` all apply softmax over a per-query subset of memories (see
+`functional.masked_softmax`). This module resolves their `--k` and builds the boolean masks
+`(Q, M)`. Masks depend only on the query's scores or on (seed, query position, memory index),
+never on how queries or memories are split into batches or blocks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from nphcli.errors import NphError
+
+K_HELP = (
+    "memories each query keeps: a whole count ≥ 1, or a fraction of M in (0, 1) "
+    "giving max(1, ⌊k·M + ½⌋)"
+)
+
+
+def check_k(k: float) -> None:
+    """Validate `--k` on its own; the comparison with M is `resolve_k`'s."""
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
+        raise NphError(
+            f"--k must be a whole count ≥ 1 or a fraction in (0, 1) of the memories, got {k!r}"
+        )
+    if k >= 1 and k != int(k):
+        raise NphError(
+            f"--k {k} is ≥ 1, so it is a count and must be whole; "
+            "use a fraction in (0, 1) for a share of the memories"
+        )
+
+
+def resolve_k(k: float, num_memories: int) -> int:
+    """The number of memories each query keeps.
+
+    k ≥ 1 is a count and must not exceed M. k in (0, 1) is a fraction of M, rounded half up and
+    kept at least 1: max(1, ⌊k·M + ½⌋), so k = 0.2 is the paper's Top-20%.
+    """
+    if k >= 1:
+        count = int(k)
+        if count > num_memories:
+            raise NphError(
+                f"--k {count} exceeds the {num_memories} stored memories; "
+                "use a count ≤ M or a fraction in (0, 1)"
+            )
+        return count
+    return max(1, math.floor(k * num_memories + 0.5))
+
+
+def topk_mask(scores: Tensor, k: int) -> Tensor:
+    """Mask (Q, M) of the k highest scores per row. Ties go to the lower memory index: a stable
+    descending sort keeps equal scores in index order, so the choice is the same on every run
+    and device, and a blockwise top-k merged by (score, −index) would agree with it."""
+    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices  # (Q, M)
+    mask = torch.zeros_like(scores, dtype=torch.bool)  # (Q, M)
+    return mask.scatter_(-1, order[:, :k], True)
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x, c: int):
+    """x·c mod 2³² for x in [0, 2³²): x is split into 16-bit halves so no product exceeds 2⁴⁸,
+    which keeps int64 tensors clear of (undefined) signed overflow on every device."""
+    low = (x & 0xFFFF) * c
+    high = (((x >> 16) * c) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _fmix32(x):
+    """MurmurHash3's 32-bit finaliser: a bijection of [0, 2³²) in which every input bit
+    affects every output bit. Works on Python ints and int64 tensors alike."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = _mul32(x, 0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+def random_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
+    """Hash h(seed, position, memory index) as int64 in [0, 2³²), shape (Q, M).
+
+    A counter-based hash: the seed's and the position's 32-bit words are folded in one at a
+    time, h ← fmix32(h ⊕ word), then the memory index. For one (seed, position) the last step
+    is a bijection of the memory index, so the memories of one query never tie.
+    """
+    state = _fmix32((seed & _MASK32) ^ 0x6A09E667)
+    state = _fmix32(state ^ ((seed >> 32) & _MASK32))
+    positions = positions.to(torch.int64)
+    state = _fmix32(state ^ (positions & _MASK32))  # (Q,)
+    state = _fmix32(state ^ ((positions >> 32) & _MASK32))  # (Q,)
+    memory_indices = memory_indices.to(device=positions.device, dtype=torch.int64)
+    return _fmix32(state[:, None] ^ (memory_indices[None, :] & _MASK32))  # (Q, M)
+
+
+def random_mask(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
+    """Mask (Q, M) keeping, per query, the k memories with the smallest hash
+    h(seed, position, index): a uniformly random k-subset that is a pure function of
+    (seed, position), whatever batch the query arrives in."""
+    memory_indices = torch.arange(num_memories, device=positions.device)  # (M,)
+    hashes = random_keys(seed, positions, memory_indices)  # (Q, M)
+    chosen = torch.topk(hashes, k, dim=-1, largest=False).indices  # (Q, k)
+    mask = torch.zeros(hashes.shape, dtype=torch.bool, device=hashes.device)  # (Q, M)
+    return mask.scatter_(-1, chosen, True)
+
+
+def window_mask(positions: Tensor, num_memories: int, window: int) -> Tensor:
+    """Mask (Q, M) of memories μ with |μ − p| ≤ window for the query at position p."""
+    memory_indices = torch.arange(num_memories, device=positions.device)  # (M,)
+    offsets = memory_indices[None, :] - positions.to(torch.int64)[:, None]  # (Q, M)
+    return offsets.abs() <= window
