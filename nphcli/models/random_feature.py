@@ -1,0 +1,105 @@
+"""Performer FAVOR+ (Choromanski et al. 2021): positive random features for the softmax kernel.
+
+With u = √β·x and φ(u) = exp(Wu − ‖u‖²/2)/√m for a projection W (m, d) whose rows are marginally
+N(0, I), E[φ(u)ᵀφ(v)] = exp(uᵀv) = exp(β xᵀk), so
+
+    T(x) = Σ_μ φ(√β x)ᵀφ(√β k_μ) v_μ / Σ_μ φ(√β x)ᵀφ(√β k_μ)
+
+estimates dense retrieval and approaches it as m = --features grows (the ratio estimator's error
+shrinks roughly like 1/√m). Like `linear`, it reads the memories into an (m, d_v) summary and an
+(m,) normaliser, so it is linear in Q and M and never forms a (Q, M) score matrix.
+
+W is block-orthogonal: each block of d rows is the orthogonal factor of a d×d Gaussian matrix, and
+each row is rescaled to the norm of an independent d-dimensional Gaussian vector (chi-distributed),
+which keeps rows marginally Gaussian while lowering the estimator's variance. W is drawn on the CPU
+from --seed alone, once per (seed, m, d), and never redrawn: retrieval is deterministic, the same
+on CPU and CUDA, and independent of how queries are batched.
+
+Stability: the 1/√m factor, and on the query side the −‖u‖²/2 term, are positive per-query or
+global factors that cancel in the ratio, so they are left out; `feature_readout` subtracts maxima
+in the exponents in a way that is exact after normalisation, so no β overflows.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nphcli.errors import NphError
+from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.linear import feature_readout
+from nphcli.models.registry import register_model
+
+
+@functools.lru_cache(maxsize=16)
+def _draw_projection(seed: int, features: int, dim: int) -> Tensor:
+    """The (m, d) block-orthogonal Gaussian projection for `seed`, in float64 on the CPU."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    blocks = []
+    for _ in range(-(-features // dim)):
+        gaussian = torch.randn(dim, dim, generator=generator, dtype=torch.float64)  # (d, d)
+        q, r = torch.linalg.qr(gaussian)
+        # Fixing the signs of R's diagonal makes Q Haar-distributed, not biased by the QR routine.
+        blocks.append((q * torch.sign(torch.diagonal(r))).T)  # (d, d), orthonormal rows
+    directions = torch.cat(blocks)[:features]  # (m, d)
+    lengths = torch.randn(features, dim, generator=generator, dtype=torch.float64)  # (m, d)
+    return directions * torch.linalg.vector_norm(lengths, dim=1, keepdim=True)  # (m, d)
+
+
+@functools.lru_cache(maxsize=16)
+def _projection_on(
+    seed: int, features: int, dim: int, device: torch.device, dtype: torch.dtype
+) -> Tensor:
+    return _draw_projection(seed, features, dim).to(device=device, dtype=dtype)
+
+
+def _is_whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@register_model(
+    "random-feature",
+    summary="Performer FAVOR+ positive random features; approaches dense as --features grows",
+    formula=(
+        "T(x) = Vᵀφ(√β K)φ(√β x) / 1ᵀφ(√β K)φ(√β x), φ(u) = exp(Wu − ‖u‖²/2)/√m, "
+        "W (m, d) block-orthogonal Gaussian"
+    ),
+    cost="time O((Q+M)·m·(d+d_v)); extra memory O((Q+M)·m + m·d_v), no Q×M scores",
+)
+@dataclass(kw_only=True)
+class RandomFeature(HopfieldModel):
+    """Softmax retrieval estimated with m positive random features; see the module docstring."""
+
+    features: int = param(
+        256, "number m of random features; the error against dense shrinks roughly like 1/√m"
+    )
+    seed: int = param(0, "seed of the random projection W; the same seed gives the same W")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not _is_whole(self.features) or self.features < 1:
+            raise NphError(f"--features must be a whole number ≥ 1, got {self.features}")
+        if not _is_whole(self.seed) or not 0 <= self.seed < 2**63:
+            raise NphError(f"--seed must be a whole number in [0, 2^63), got {self.seed}")
+
+    def projection(
+        self,
+        dim: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float64,
+    ) -> Tensor:
+        """The (m, d) projection W for pattern dimension `dim`; a function of (seed, m, d) only."""
+        return _projection_on(self.seed, self.features, dim, torch.device(device), dtype)
+
+    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
+        scale = math.sqrt(self.beta)
+        weights = self.projection(keys.shape[1], keys.device, keys.dtype)  # (m, d)
+        scaled_keys = scale * keys  # (M, d)
+        key_logits = scaled_keys @ weights.T  # (M, m)
+        key_logits = key_logits - 0.5 * (scaled_keys * scaled_keys).sum(dim=1, keepdim=True)
+        query_logits = (scale * queries) @ weights.T  # (Q, m)
+        return Update(feature_readout(query_logits, key_logits, values))
