@@ -5,9 +5,11 @@ N(0, I), E[φ(u)ᵀφ(v)] = exp(uᵀv) = exp(β xᵀk), so
 
     T(x) = Σ_μ φ(√β x)ᵀφ(√β k_μ) v_μ / Σ_μ φ(√β x)ᵀφ(√β k_μ)
 
-estimates dense retrieval and approaches it as m = --features grows (the ratio estimator's error
-shrinks roughly like 1/√m). Like `linear`, it reads the memories into an (m, d_v) summary and an
-(m,) normaliser, so it is linear in Q and M and never forms a (Q, M) score matrix.
+estimates dense retrieval and approaches it as m = --features grows. Each feature's relative
+variance is exp(β‖x + k‖²) − 1, so the error shrinks roughly like 1/√m while β‖x‖‖k‖ is moderate
+(about 1), and a large β needs far more features. Like `linear`, it reads the memories into an
+(m, d_v) summary and an (m,) normaliser, so it is linear in Q and M and never forms a (Q, M) score
+matrix.
 
 W is block-orthogonal: each block of d rows is the orthogonal factor of a d×d Gaussian matrix, and
 each row is rescaled to the norm of an independent d-dimensional Gaussian vector (chi-distributed),
@@ -17,7 +19,7 @@ on CPU and CUDA, and independent of how queries are batched.
 
 Stability: the 1/√m factor, and on the query side the −‖u‖²/2 term, are positive per-query or
 global factors that cancel in the ratio, so they are left out; `feature_readout` subtracts maxima
-in the exponents in a way that is exact after normalisation, so no β overflows.
+in the exponents in a way that is exact after normalisation, so the result is finite at any β.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class RandomFeature(HopfieldModel):
     """Softmax retrieval estimated with m positive random features; see the module docstring."""
 
     features: int = param(
-        256, "number m of random features; the error against dense shrinks roughly like 1/√m"
+        256, "number m of random features; more features bring the result closer to dense (~1/√m)"
     )
     seed: int = param(0, "seed of the random projection W; the same seed gives the same W")
 
