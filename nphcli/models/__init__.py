@@ -5,9 +5,14 @@ Add a model: write one module with a `@register_model` class and import it below
 
 from nphcli.models import (
     dense,  # noqa: F401  (registers the model)
+    entmax,  # noqa: F401  (registers the model)
     linear,  # noqa: F401  (registers the model)
     multihead,  # noqa: F401  (registers the model)
     random_feature,  # noqa: F401  (registers the model)
+    random_mask,  # noqa: F401  (registers the model)
+    sparse,  # noqa: F401  (registers the model)
+    topk,  # noqa: F401  (registers the model)
+    window,  # noqa: F401  (registers the model)
 )
 from nphcli.models.base import HopfieldModel, Retrieval, Update
 from nphcli.models.registry import (
