@@ -3,7 +3,10 @@
 Each command lives in its own module and registers itself on `app` when imported here.
 """
 
-from nphcli.cli import models  # noqa: F401  (registers commands)
+from nphcli.cli import (
+    models,  # noqa: F401  (registers commands)
+    retrieve,  # noqa: F401  (registers commands)
+)
 from nphcli.cli.app import app, main
 
 __all__ = ["app", "main"]

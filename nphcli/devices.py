@@ -1,0 +1,95 @@
+"""Which device and dtype a command computes on, checked up front, and honest device timing.
+
+`--device` is `cpu`, `cuda`, `cuda:N`, `mps` or `auto` (CUDA if present, else MPS, else CPU).
+A device that is named but not present is an error, never a silent fallback to the CPU: a
+script that asked for a GPU and got the CPU would report wrong timings without knowing it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from nphcli.errors import NphError
+
+DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
+COMPUTE_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
+_DEVICE_PATTERN = re.compile(r"^(cpu|mps|auto|cuda(?::(\d+))?)$")
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for a `--device` string; NphError if it is unknown or not present."""
+    text = name.strip().lower()
+    match = _DEVICE_PATTERN.match(text)
+    if match is None:
+        raise NphError(f"unknown device {name!r}; choose one of: {DEVICE_CHOICES}")
+    if text == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if text == "cpu":
+        return torch.device("cpu")
+    if text == "mps":
+        if not _mps_available():
+            raise NphError(
+                "--device mps: Apple's Metal (MPS) backend is not available on this machine; "
+                "use --device cpu, or --device auto to take the best device present"
+            )
+        return torch.device("mps")
+    if not torch.cuda.is_available():
+        raise NphError(
+            f"--device {name}: no CUDA device is available (torch {torch.__version__}, "
+            f"CUDA build {torch.version.cuda or 'none'}); use --device cpu, or --device auto to "
+            "take the best device present"
+        )
+    count = torch.cuda.device_count()
+    index = int(match.group(2)) if match.group(2) is not None else torch.cuda.current_device()
+    if index >= count:
+        raise NphError(
+            f"--device {name}: this machine has {count} CUDA device(s), numbered 0…{count - 1}"
+        )
+    return torch.device("cuda", index)
+
+
+def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype:
+    """The torch dtype for a `--dtype` string; NphError if unknown or unusable on `device`."""
+    try:
+        dtype = COMPUTE_DTYPES[name.strip().lower()]
+    except KeyError:
+        raise NphError(
+            f"unknown dtype {name!r}; choose one of: {', '.join(COMPUTE_DTYPES)}"
+        ) from None
+    if device is not None:
+        try:  # some backends (e.g. older MPS) lack bfloat16 or float64
+            torch.zeros(2, dtype=dtype, device=device).sum()
+        except (RuntimeError, TypeError) as error:
+            raise NphError(f"--dtype {name} is not supported on {device}: {error}") from None
+    return dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until all work queued on `device` is done, so a timer read next measures it all.
+
+    GPU kernels run asynchronously: without this, a timer stops when work is queued, not done.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())

@@ -1,0 +1,119 @@
+"""Picture of a retrieval run: corrupted queries, what came back, and what should have.
+
+The grid has three rows and one column per query (the first `count` queries): row 1 the
+corrupted query, row 2 the retrieved pattern T(x), row 3 the target (for own queries without
+targets: the stored pattern nearest to T(x)). Patterns are mapped back to pixel space with the
+memory's recorded normalisation (files without a record: each pattern stretched from its own
+minimum to maximum), clipped to [0, 1] and written as 8-bit grayscale (one channel)
+or RGB (three channels), each cell enlarged `scale` times with nearest-neighbour sampling.
+
+Size: width = scale·(n·W + (n + 1)·pad), height = scale·(3·H + 4·pad) pixels for n columns of
+H × W images, with grey `pad`-pixel gutters between cells.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nphcli import normalize
+from nphcli.atomic import atomic_write
+from nphcli.corruption import image_shape
+from nphcli.errors import NphError
+from nphcli.memory_file import Memory
+from nphcli.retrieval import RetrievalReport
+
+ROWS = ("corrupted query", "retrieved", "target")
+GUTTER = 0.5  # grey between cells, visible on black and white backgrounds
+
+
+def grid_size(columns: int, item_shape: tuple[int, ...], *, pad: int = 2, scale: int = 2):
+    """(width, height) in pixels of a grid of `columns` images of `item_shape`."""
+    _, height, width = image_shape(item_shape, math.prod(item_shape))
+    return (
+        scale * (columns * width + (columns + 1) * pad),
+        scale * (len(ROWS) * height + (len(ROWS) + 1) * pad),
+    )
+
+
+def save_retrieval_grid(
+    path: str | os.PathLike,
+    report: RetrievalReport,
+    memory: Memory,
+    *,
+    count: int = 8,
+    force: bool = False,
+    pad: int = 2,
+    scale: int = 2,
+) -> Path:
+    """Write the grid of the first `count` queries of `report` as a PNG, atomically."""
+    shape = image_shape(memory.item_shape, memory.dim)
+    if shape is None:
+        raise NphError(
+            "--save-grid needs image memories (an item_shape in the memory file); "
+            f"{memory.path or 'this memory'} holds plain vectors"
+        )
+    if report.retrieved.shape[1] != memory.dim:
+        raise NphError(
+            "--save-grid needs retrieved patterns that are images like the stored ones; this "
+            f"memory's values have dimension {report.retrieved.shape[1]}, not {memory.dim}"
+        )
+    n = min(count, report.retrieved.shape[0])
+    output_space = memory.patterns if memory.values is None else memory.values
+    third = (
+        report.targets[:n]
+        if report.targets is not None
+        else output_space[report.per_query["nearest"][:n]]
+    )
+    rows = [report.queries[:n], report.retrieved[:n], third]
+    pixels = [to_pixels(row, shape, memory.meta) for row in rows]  # each (n, C, H, W)
+    return save_grid(path, pixels, force=force, pad=pad, scale=scale)
+
+
+def to_pixels(patterns: Tensor, shape: tuple[int, int, int], meta: dict[str, Any]) -> Tensor:
+    """(N, C, H, W) float32 in [0, 1]: stored patterns (N, d) mapped back to pixel intensities
+    by inverting the memory's recorded normalisation (`normalize.to_pixels`)."""
+    pixels = normalize.to_pixels(patterns.detach().to("cpu"), meta.get("normalize"))  # (N, d)
+    return pixels.reshape(-1, *shape)  # (N, C, H, W)
+
+
+def save_grid(
+    path: str | os.PathLike,
+    rows: list[Tensor],
+    *,
+    force: bool = False,
+    pad: int = 2,
+    scale: int = 2,
+) -> Path:
+    """Tile `rows` (each (n, C, H, W) in [0, 1], C = 1 or 3) into one PNG, written atomically."""
+    from PIL import Image
+
+    columns, channels, height, width = rows[0].shape
+    if channels not in (1, 3):
+        raise NphError(f"cannot draw images with {channels} channels; 1 or 3 are supported")
+    canvas = torch.full(
+        (
+            channels,
+            len(rows) * height + (len(rows) + 1) * pad,
+            columns * width + (columns + 1) * pad,
+        ),
+        GUTTER,
+    )  # (C, grid H, grid W)
+    for r, row in enumerate(rows):
+        top = pad + r * (height + pad)
+        for c in range(columns):
+            left = pad + c * (width + pad)
+            canvas[:, top : top + height, left : left + width] = row[c]
+    canvas = canvas.repeat_interleave(scale, dim=1).repeat_interleave(scale, dim=2)
+    array = (canvas * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()  # (H, W, C)
+    image = Image.fromarray(
+        array[:, :, 0] if channels == 1 else array, "L" if channels == 1 else "RGB"
+    )
+    with atomic_write(path, force=force) as tmp:
+        image.save(tmp, format="PNG")
+    return Path(path)

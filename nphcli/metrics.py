@@ -1,0 +1,133 @@
+"""Retrieval metrics per query, and their summaries.
+
+For a retrieved pattern y = T(x) (d_v entries), its target t and the stored patterns in the
+output space s_1 … s_M (the values for a hetero-associative memory, else the patterns):
+- `sse`     = ‖y − t‖² = Σ_i (y_i − t_i)², the paper's sum-of-squares retrieval error;
+- `mse`     = sse / d_v;
+- `cosine`  = ⟨y, t⟩ / (‖y‖·‖t‖), defined as 0 when y or t is the zero vector;
+- `nearest` = argmin_μ ‖y − s_μ‖ (ties: the lowest index μ), `nearest_distance` = ‖y − s_nearest‖;
+- `success` = 1 if `nearest` is the target's index, else 0 (top-1 retrieval accuracy);
+- `support` = memories with non-zero weight at the last step (models with exact zeros only);
+- `steps`   = update steps applied.
+All of them are computed in float32 (float64 for float64 inputs), whatever the retrieval dtype,
+and the nearest-pattern search runs over blocks of memories, never forming a full (Q, M) matrix.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+# Elements of one (queries × memories) distance block: 2²⁴ float32 = 64 MiB.
+BLOCK_ELEMENTS = 1 << 24
+
+
+def metric_dtype(tensor: Tensor) -> torch.dtype:
+    """float64 for float64 inputs, float32 for everything else (including half precision)."""
+    return torch.float64 if tensor.dtype == torch.float64 else torch.float32
+
+
+def sse(retrieved: Tensor, targets: Tensor) -> Tensor:
+    """(Q,) sum of squared differences ‖y − t‖² per row of `retrieved` and `targets` (Q, d_v)."""
+    dtype = metric_dtype(retrieved)
+    diff = retrieved.to(dtype) - targets.to(device=retrieved.device, dtype=dtype)  # (Q, d_v)
+    return (diff * diff).sum(dim=1)
+
+
+def cosine(retrieved: Tensor, targets: Tensor) -> Tensor:
+    """(Q,) ⟨y, t⟩ / (‖y‖·‖t‖) per row; 0 where either vector is zero (no NaN)."""
+    dtype = metric_dtype(retrieved)
+    y = retrieved.to(dtype)  # (Q, d_v)
+    t = targets.to(device=retrieved.device, dtype=dtype)  # (Q, d_v)
+    norms = torch.linalg.vector_norm(y, dim=1) * torch.linalg.vector_norm(t, dim=1)  # (Q,)
+    dots = (y * t).sum(dim=1)  # (Q,)
+    safe = torch.where(norms > 0, norms, torch.ones_like(norms))
+    return torch.where(norms > 0, dots / safe, torch.zeros_like(dots)).clamp(-1.0, 1.0)
+
+
+def nearest(
+    points: Tensor, stored: Tensor, *, block_elements: int = BLOCK_ELEMENTS
+) -> tuple[Tensor, Tensor]:
+    """Index (Q,) int64 of the stored row nearest to each point, and that distance (Q,).
+
+    argmin_μ ‖p − s_μ‖², ties broken towards the lowest μ. Squared distances are ranked as
+    ‖s_μ‖² − 2⟨p, s_μ⟩ (‖p‖² is the same for every μ) over blocks of queries × memories holding
+    at most `block_elements` entries; the reported distance is then computed directly as
+    ‖p − s_nearest‖, so it is exact to rounding and 0 for a point equal to a stored row.
+    """
+    dtype = metric_dtype(points)
+    device = points.device
+    num_points, num_stored = points.shape[0], stored.shape[0]
+    best = torch.empty(num_points, dtype=torch.int64, device=device)
+    memory_block = max(1, min(num_stored, block_elements))
+    query_block = max(1, block_elements // memory_block)
+    for q0 in range(0, num_points, query_block):
+        p = points[q0 : q0 + query_block].to(dtype)  # (B, d_v)
+        best_score = torch.full((p.shape[0],), math.inf, dtype=dtype, device=device)  # (B,)
+        best_index = torch.zeros(p.shape[0], dtype=torch.int64, device=device)  # (B,)
+        for m0 in range(0, num_stored, memory_block):
+            s = stored[m0 : m0 + memory_block].to(device=device, dtype=dtype)  # (b, d_v)
+            scores = (s * s).sum(dim=1)[None, :] - 2.0 * (p @ s.T)  # (B, b)
+            block_score, block_index = scores.min(dim=1)  # first minimum: lowest index
+            better = block_score < best_score  # strict: an earlier block wins a tie
+            best_score = torch.where(better, block_score, best_score)
+            best_index = torch.where(better, block_index + m0, best_index)
+        best[q0 : q0 + query_block] = best_index
+    distance = torch.linalg.vector_norm(
+        points.to(dtype) - stored[best].to(device=device, dtype=dtype), dim=1
+    )  # (Q,)
+    return best, distance
+
+
+def per_query(
+    retrieved: Tensor,
+    stored: Tensor,
+    *,
+    targets: Tensor | None = None,
+    target_indices: Tensor | None = None,
+    steps: Tensor | None = None,
+    support: Tensor | None = None,
+) -> dict[str, Tensor]:
+    """Every metric of the module docstring per query, as (Q,) tensors on `retrieved`'s device.
+
+    `stored` (M, d_v) are the memories in the output space. Error metrics need `targets`
+    (Q, d_v); `success` needs the targets' stored indices: `target_indices` (Q,) if given,
+    else the stored row nearest to each target. Without targets only `nearest`,
+    `nearest_distance`, `support` and `steps` are returned.
+    """
+    out: dict[str, Tensor] = {}
+    index, distance = nearest(retrieved, stored)
+    out["nearest"] = index
+    out["nearest_distance"] = distance
+    if targets is not None:
+        errors = sse(retrieved, targets)
+        out["sse"] = errors
+        out["mse"] = errors / retrieved.shape[1]
+        out["cosine"] = cosine(retrieved, targets)
+        if target_indices is None:
+            target_indices, _ = nearest(targets.to(retrieved.device), stored)
+        out["target_index"] = target_indices.to(device=index.device, dtype=torch.int64)
+        out["success"] = (index == out["target_index"]).to(errors.dtype)
+    if support is not None:
+        out["support"] = support.to(torch.int64)
+    if steps is not None:
+        out["steps"] = steps.to(torch.int64)
+    return out
+
+
+def summarize(values: Tensor) -> dict[str, float]:
+    """mean, std (population: divides by Q, so one query has std 0) and median (the average of
+    the two middle values for an even count) of a (Q,) tensor."""
+    x = values.detach().to("cpu", torch.float64).flatten()
+    if x.numel() == 0:
+        return {"mean": math.nan, "std": math.nan, "median": math.nan}
+    ordered = x.sort().values
+    half = (x.numel() - 1) / 2
+    median = (ordered[math.floor(half)] + ordered[math.ceil(half)]) / 2
+    return {
+        "mean": float(x.mean()),
+        "std": float(x.std(correction=0)),
+        "median": float(median),
+    }

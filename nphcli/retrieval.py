@@ -1,0 +1,632 @@
+"""Evaluate retrieval: choose and corrupt queries, retrieve them with a model, measure, time.
+
+This is the library behind `nph retrieve` (and `nph sweep`, which calls `evaluate` on memory
+subsets it draws itself). Two kinds of query:
+- self-evaluation (default): all stored patterns, or `queries` of them drawn with the seed, are
+  corrupted and retrieved; the target is the uncorrupted pattern (its value row for a
+  hetero-associative memory) and its stored index is known;
+- own queries: rows given by the caller, optionally with target vectors or target indices.
+
+Positions: in self-evaluation each query is passed the index of its own stored pattern as its
+position; own queries get their row number. Only position-aware models (window) use it, and for
+`window` it means the window is centred on the query's own stored pattern, which therefore is
+always among the memories it can retrieve.
+
+Timing (seconds, `time.perf_counter`): `load` reads the files; `corrupt` builds the queries;
+`transfer` copies memories and queries to the device (with the dtype cast) and the results back;
+`warmup` is one retrieval of the first batch, run before timing so that one-off costs
+(kernel selection, allocation) stay out of `retrieve`; `retrieve` is the model
+alone over all batches, with the device synchronised before and after, measured `repeat` times
+(min and median reported; throughput uses the median); `metrics` computes the metrics;
+`total` is the wall time of everything, repeats included.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from torch import Tensor
+
+from nphcli import __version__
+from nphcli import metrics as metric_fns
+from nphcli.atomic import atomic_write, check_writable
+from nphcli.corruption import Corruption, corrupt, image_shape
+from nphcli.devices import dtype_name, resolve_device, resolve_dtype, synchronize
+from nphcli.errors import NphError
+from nphcli.memory_file import Memory, load_memory, open_safetensors
+from nphcli.models import Retrieval, create_model, get_model_info, list_models
+from nphcli.notices import notice
+
+# Elements of the (batch, M) score matrix one model call may build by default: 2²⁴ float32 =
+# 64 MiB, so the default batch size keeps memory bounded whatever Q and M are.
+SCORE_BLOCK_ELEMENTS = 1 << 24
+# β when none is given, for every model that takes one (the models' own default is 1.0).
+# Measured on the bundled MNIST digits stored in [0, 1] (mean ‖ξ‖² ≈ 88): β = 0.3 gives the
+# lowest or near-lowest SSE for dense, topk, sparse and entmax clean, at --mask 0.5 and at
+# --noise 0.5 (README, "Retrieving"). Scores are β⟨x, ξ⟩, so the right β scales as 1/‖ξ‖².
+DEFAULT_BETA = 0.3
+DEFAULT_BETA_NORM2 = 88.0  # the mean ‖ξ‖² DEFAULT_BETA was measured at
+METRICS = ("success", "sse", "mse", "cosine", "nearest_distance", "support", "steps")
+STATS = ("mean", "std", "median")
+TIMINGS = (
+    "load_s",
+    "corrupt_s",
+    "transfer_s",
+    "warmup_s",
+    "retrieve_min_s",
+    "retrieve_median_s",
+    "metrics_s",
+    "total_s",
+    "queries_per_s",
+    "us_per_query",
+)
+PER_QUERY = (
+    "query_row",
+    "target_index",
+    "nearest",
+    "nearest_distance",
+    "success",
+    "sse",
+    "mse",
+    "cosine",
+    "support",
+    "steps",
+)
+
+
+@dataclass
+class RetrieveSettings:
+    """Everything that decides a retrieval run, apart from the memory and own queries."""
+
+    model: str = "dense"  # a registered model name (`nph models`)
+    params: dict[str, Any] = field(default_factory=dict)  # model parameters; None = its default
+    corruption: Corruption = field(default_factory=Corruption)  # applied to every query
+    queries: int | None = None  # how many queries to draw with the seed; None: all of them
+    seed: int = 0  # query choice, corruption, and the model's `seed` if it takes one
+    device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto
+    dtype: str = "float32"  # dtype of memories and queries during retrieval
+    batch_size: int | None = None  # queries per model call; None: bounded by SCORE_BLOCK_ELEMENTS
+    repeat: int = 1  # how many times the timed retrieval runs (min and median are reported)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise NphError(f"--seed must be a whole number ≥ 0, got {self.seed!r}")
+        for flag, value in (
+            ("--queries", self.queries),
+            ("--batch-size", self.batch_size),
+            ("--repeat", self.repeat),
+        ):
+            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+                raise NphError(f"{flag} must be a whole number ≥ 1, got {value!r}")
+
+
+@dataclass
+class RetrievalReport:
+    """What one run measured. Tensors are on the CPU; per-query tensors have shape (Q,)."""
+
+    config: dict[str, Any]  # model, params, seed, device, dtype, memory, queries, corruption
+    metrics: dict[str, dict[str, float] | None]  # metric → {mean, std, median}, None if n/a
+    timing: dict[str, float]  # see TIMINGS and the module docstring
+    per_query: dict[str, Tensor]  # see PER_QUERY; only the metrics that apply
+    retrieved: Tensor  # (Q, d_v) T(x), in the retrieval dtype
+    queries: Tensor  # (Q, d) the corrupted queries, float32 (float64 for float64 memories)
+    targets: Tensor | None  # (Q, d_v) uncorrupted targets, when known
+    hidden: Tensor  # (Q, d) bool: entries hidden by the mask
+
+    def to_json(self, *, per_query: bool = False) -> dict[str, Any]:
+        """The JSON object `nph retrieve --json` prints."""
+        out: dict[str, Any] = {
+            "config": self.config,
+            "metrics": self.metrics,
+            "timing": self.timing,
+        }
+        if per_query:
+            out["per_query"] = {key: value.tolist() for key, value in self.per_query.items()}
+        return out
+
+    def to_row(self) -> dict[str, Any]:
+        """One flat CSV row. The columns are the same for every model (parameters a model does
+        not take are empty), so rows of different runs can be appended to one file."""
+        config = self.config
+        row: dict[str, Any] = {"model": config["model"]}
+        for name in param_columns():
+            row[name] = config["params"].get(name, "")
+        row.update(
+            {
+                "run_seed": config["seed"],
+                "device": config["device"],
+                "dtype": config["dtype"],
+                "memory": config["memory"]["file"] or "",
+                "M": config["memory"]["M"],
+                "d": config["memory"]["d"],
+                "Q": config["queries"]["Q"],
+                "queries": config["queries"]["source"],
+                **{key: config["corruption"][key] for key in ("mask", "mask_mode", "fill")},
+                "noise": config["corruption"]["noise"],
+                "batch_size": config["batch_size"],
+                "repeat": config["repeat"],
+            }
+        )
+        for metric in METRICS:
+            stats = self.metrics.get(metric) or {}
+            for stat in STATS:
+                row[f"{metric}_{stat}"] = _csv_value(stats.get(stat))
+        for key in TIMINGS:
+            row[key] = _csv_value(self.timing.get(key))
+        return row
+
+    def per_query_rows(self) -> list[dict[str, Any]]:
+        """One flat row per query (for `--per-query --csv`); empty cells where n/a."""
+        lists = {key: self.per_query[key].tolist() for key in PER_QUERY if key in self.per_query}
+        count = len(lists["query_row"])
+        return [
+            {"query": i, **{key: (lists[key][i] if key in lists else "") for key in PER_QUERY}}
+            for i in range(count)
+        ]
+
+
+def param_columns() -> list[str]:
+    """Every parameter name any registered model takes, in registry order (the CSV columns)."""
+    names: list[str] = []
+    for info in list_models():
+        for p in info.params:
+            if p.name not in names:
+                names.append(p.name)
+    return names
+
+
+def build_model(settings: RetrieveSettings):
+    """The model of `settings`, with β = DEFAULT_BETA unless given, and the run's seed passed to
+    models that take a `seed`."""
+    params = dict(settings.params)
+    takes = {p.name for p in get_model_info(settings.model).params}
+    if "beta" in takes and params.get("beta") is None:
+        params["beta"] = DEFAULT_BETA
+    if "seed" in takes and params.get("seed") is None:
+        params["seed"] = settings.seed
+    return create_model(settings.model, **params)
+
+
+def _check_default_beta(settings: RetrieveSettings, keys: Tensor) -> None:
+    """A notice when the default β meets patterns of a very different scale than it was
+    chosen for (e.g. unit-norm or z-scored memories), with the β that would match."""
+    if settings.params.get("beta") is not None:
+        return
+    if "beta" not in {p.name for p in get_model_info(settings.model).params}:
+        return
+    norm2 = float(keys.to(torch.float64).square().sum(dim=1).mean())
+    if norm2 > 0 and not 0.1 <= norm2 / DEFAULT_BETA_NORM2 <= 10:
+        suggested = DEFAULT_BETA * DEFAULT_BETA_NORM2 / norm2
+        notice(
+            f"the default β = {DEFAULT_BETA} suits patterns with mean ‖ξ‖² ≈ "
+            f"{DEFAULT_BETA_NORM2:g} (MNIST in [0, 1]); these have {norm2:.3g}, so consider "
+            f"--beta {suggested:.2g}"
+        )
+
+
+def evaluate(
+    memory: Memory,
+    settings: RetrieveSettings,
+    *,
+    queries: Tensor | None = None,
+    targets: Tensor | None = None,
+    target_indices: Tensor | None = None,
+    sources: dict[str, str] | None = None,
+) -> RetrievalReport:
+    """Corrupt, retrieve, measure and time one run on `memory` (see the module docstring).
+
+    Without `queries`, self-evaluation on the stored patterns. With `queries` (Q, d), optional
+    `targets` (Q, d_v) or `target_indices` (Q,) give error metrics. `sources` names the files
+    the memory and queries came from, for the report's config.
+    """
+    start = time.perf_counter()
+    sources = sources or {}
+    device = resolve_device(settings.device)
+    dtype = resolve_dtype(settings.dtype, device)
+    model = build_model(settings)
+    keys = memory.patterns  # (M, d)
+    values = memory.values  # (M, d_v) or None
+    output_space = keys if values is None else values  # (M, d_v)
+    num_memories, dim = keys.shape
+    model.check_memory(num_memories, dim)
+    _check_default_beta(settings, keys)
+    shape = image_shape(memory.item_shape, dim)
+    generator = torch.Generator().manual_seed(settings.seed)
+
+    chosen = _select(settings, generator, keys, output_space, queries, targets, target_indices)
+    targets, target_indices, rows = chosen.targets, chosen.target_indices, chosen.rows
+    num_queries = rows.shape[0]
+
+    t0 = time.perf_counter()
+    corrupted = corrupt(chosen.clean, settings.corruption, generator=generator, item_shape=shape)
+    corrupt_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    keys_d = keys.to(device=device, dtype=dtype)  # (M, d)
+    values_d = None if values is None else values.to(device=device, dtype=dtype)  # (M, d_v)
+    queries_d = corrupted.queries.to(device=device, dtype=dtype)  # (Q, d)
+    targets_d = None if targets is None else targets.to(device=device)  # (Q, d_v)
+    synchronize(device)
+    transfer_s = time.perf_counter() - t0
+
+    batch = settings.batch_size or max(1, SCORE_BLOCK_ELEMENTS // num_memories)
+    positions_d = rows.to(device)  # (Q,)
+    result, warmup_s, times = _timed_retrieve(
+        model, queries_d, keys_d, values_d, positions_d, batch, settings.repeat, device
+    )
+
+    t0 = time.perf_counter()
+    stored_d = keys_d if values_d is None else values_d  # (M, d_v), as retrieval saw it
+    per_query_d = metric_fns.per_query(
+        result.patterns,
+        stored_d,
+        targets=targets_d,
+        target_indices=None if target_indices is None else target_indices.to(device),
+        steps=result.steps,
+        support=result.support,
+    )
+    synchronize(device)
+    metrics_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    retrieved = result.patterns.cpu()
+    per_query = {"query_row": rows.clone(), **{k: v.cpu() for k, v in per_query_d.items()}}
+    transfer_s += time.perf_counter() - t0
+
+    median = metric_fns.summarize(torch.tensor(times, dtype=torch.float64))["median"]
+    timing = {
+        "load_s": 0.0,
+        "corrupt_s": corrupt_s,
+        "transfer_s": transfer_s,
+        "warmup_s": warmup_s,
+        "retrieve_min_s": min(times),
+        "retrieve_median_s": median,
+        "metrics_s": metrics_s,
+        "total_s": time.perf_counter() - start,
+        "queries_per_s": num_queries / median if median > 0 else math.inf,
+        "us_per_query": median / num_queries * 1e6,
+    }
+    config = {
+        "model": settings.model,
+        "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
+        "seed": settings.seed,
+        "device": str(device),
+        "dtype": dtype_name(dtype),
+        "memory": {
+            "file": sources.get("memory"),
+            "M": num_memories,
+            "d": dim,
+            "d_v": output_space.shape[1],
+            "hetero": values is not None,
+            "item_shape": list(memory.item_shape) if memory.item_shape else None,
+        },
+        "queries": {
+            "source": chosen.query_source,
+            "file": sources.get("queries"),
+            "Q": num_queries,
+            "targets": chosen.target_source,
+            "targets_file": sources.get("targets"),
+        },
+        "corruption": {**dataclasses.asdict(settings.corruption), "mask_mode": corrupted.mask_mode},
+        "batch_size": batch,
+        "repeat": settings.repeat,
+        "nph_version": __version__,
+    }
+    return RetrievalReport(
+        config=config,
+        metrics={
+            name: metric_fns.summarize(per_query[name]) if name in per_query else None
+            for name in METRICS
+        },
+        timing=timing,
+        per_query=per_query,
+        retrieved=retrieved,
+        queries=corrupted.queries,
+        targets=None if targets is None else targets.cpu(),
+        hidden=corrupted.hidden,
+    )
+
+
+@dataclass
+class _Selection:
+    clean: Tensor  # (Q, d) uncorrupted queries
+    targets: Tensor | None  # (Q, d_v)
+    target_indices: Tensor | None  # (Q,) stored rows of the targets
+    rows: Tensor  # (Q,) rows the queries came from (stored or own); also their positions
+    query_source: str  # "stored" or "file"
+    target_source: str | None  # "stored", "file", "indices" or None
+
+
+def _select(
+    settings: RetrieveSettings,
+    generator: torch.Generator,
+    keys: Tensor,
+    output_space: Tensor,
+    queries: Tensor | None,
+    targets: Tensor | None,
+    target_indices: Tensor | None,
+) -> _Selection:
+    """The queries of a run, their targets and positions (see the module docstring)."""
+    num_memories, dim = keys.shape
+    if queries is None:
+        if targets is not None or target_indices is not None:
+            raise NphError("targets go with own queries: add --queries-file")
+        rows = _choose_rows(num_memories, settings.queries, generator, "stored patterns")
+        return _Selection(
+            clean=keys[rows],
+            targets=output_space[rows],
+            target_indices=rows,
+            rows=rows,
+            query_source="stored",
+            target_source="stored",
+        )
+    queries, targets, target_indices = _check_own(
+        queries, targets, target_indices, num_memories, dim, output_space.shape[1]
+    )
+    rows = _choose_rows(queries.shape[0], settings.queries, generator, "query rows")
+    if target_indices is not None:
+        target_indices = target_indices[rows]
+        targets = output_space[target_indices]
+    elif targets is not None:
+        targets = targets[rows]
+    source = "indices" if target_indices is not None else "file" if targets is not None else None
+    return _Selection(queries[rows], targets, target_indices, rows, "file", source)
+
+
+def _timed_retrieve(
+    model,
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor | None,
+    positions: Tensor,
+    batch: int,
+    repeat: int,
+    device: torch.device,
+):
+    """Warm up on the first batch, then time `repeat` full retrievals in batches of `batch`.
+
+    Returns the last retrieval (batches concatenated), the warm-up seconds and each repeat's
+    seconds; the device is synchronised before and after every timed span.
+    """
+    t0 = time.perf_counter()
+    model.retrieve(queries[:batch], keys, values, positions=positions[:batch])
+    synchronize(device)
+    warmup_s = time.perf_counter() - t0
+    times = []
+    for _ in range(repeat):
+        synchronize(device)
+        t0 = time.perf_counter()
+        parts = [
+            model.retrieve(queries[i : i + batch], keys, values, positions=positions[i : i + batch])
+            for i in range(0, queries.shape[0], batch)
+        ]
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    supports = [part.support for part in parts]
+    result = Retrieval(
+        patterns=torch.cat([part.patterns for part in parts]),  # (Q, d_v)
+        steps=torch.cat([part.steps for part in parts]),  # (Q,)
+        support=None if any(s is None for s in supports) else torch.cat(supports),  # (Q,)
+    )
+    return result, warmup_s, times
+
+
+def evaluate_files(
+    memory_path: str | os.PathLike,
+    settings: RetrieveSettings,
+    *,
+    queries_file: str | os.PathLike | None = None,
+    targets_file: str | os.PathLike | None = None,
+    target_indices: list[int] | None = None,
+) -> RetrievalReport:
+    """`evaluate` on a memory file and optional query / target files; `load` time included."""
+    if targets_file is not None and target_indices is not None:
+        raise NphError("give targets either as a file or as indices, not both")
+    if (targets_file is not None or target_indices is not None) and queries_file is None:
+        raise NphError("targets go with own queries: add --queries-file")
+    t0 = time.perf_counter()
+    memory = load_memory(memory_path)
+    queries = None if queries_file is None else read_matrix(queries_file, "queries")
+    targets = None if targets_file is None else read_matrix(targets_file, "targets")
+    load_s = time.perf_counter() - t0
+    indices = None if target_indices is None else torch.tensor(target_indices, dtype=torch.int64)
+    sources = {
+        "memory": str(memory_path),
+        "queries": None if queries_file is None else str(queries_file),
+        "targets": None if targets_file is None else str(targets_file),
+    }
+    report = evaluate(
+        memory, settings, queries=queries, targets=targets, target_indices=indices, sources=sources
+    )
+    report.timing["load_s"] = load_s
+    report.timing["total_s"] += load_s
+    return report
+
+
+def save_results(path: str | os.PathLike, report: RetrievalReport, *, force: bool = False) -> Path:
+    """Write `retrieved` (Q, d_v), `nearest` (Q,), `queries` (Q, d), `query_row` (Q,) and, when
+    known, `target_index` (Q,) to a safetensors file, atomically; the config goes in the
+    file's metadata as JSON under "config"."""
+
+    tensors = {
+        "retrieved": report.retrieved,
+        "nearest": report.per_query["nearest"],
+        "queries": report.queries,
+        "query_row": report.per_query["query_row"],
+    }
+    if "target_index" in report.per_query:
+        tensors["target_index"] = report.per_query["target_index"]
+    tensors = {key: value.contiguous() for key, value in tensors.items()}
+    meta = {"format": "nph-retrieval", "config": json.dumps(report.config)}
+    with atomic_write(path, force=force) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+    return Path(path)
+
+
+def check_output_path(
+    path: str | os.PathLike, *, force: bool, protect: list[str | os.PathLike]
+) -> Path:
+    """Refuse before any work: an output that exists without `force`, or is one of `protect`."""
+    path = Path(path)
+    for other in protect:
+        other = Path(other)
+        if path.resolve() == other.resolve() or (
+            path.exists() and other.exists() and os.path.samefile(path, other)
+        ):
+            raise NphError(f"{path} is an input of this command; choose another output file")
+    return check_writable(path, force=force)
+
+
+def read_matrix(path: str | os.PathLike, what: str) -> Tensor:
+    """A float tensor (rows, dim) from .npy, .npz, .csv or .safetensors; one row if 1-D.
+
+    npz / safetensors: the array named `what` ("queries" or "targets") if present, else the
+    only array in the file. CSV: numeric rows; a first row that is not numeric is a header.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise NphError(f"{what} file {path} not found")
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        with open_safetensors(path) as handle:
+            tensor = handle.get_tensor(_pick_key(path, list(handle.keys()), what))
+    elif suffix in (".npy", ".npz"):
+        import numpy as np
+
+        try:
+            loaded = np.load(path, allow_pickle=False)
+            if suffix == ".npz":
+                with loaded:
+                    array = loaded[_pick_key(path, list(loaded.files), what)]
+            else:
+                array = loaded
+        except (ValueError, OSError) as error:
+            raise NphError(f"cannot read {what} file {path}: {error}") from None
+        if not np.issubdtype(array.dtype, np.number) or np.issubdtype(
+            array.dtype, np.complexfloating
+        ):
+            raise NphError(f"{what} file {path} holds {array.dtype} data, not real numbers")
+        tensor = torch.from_numpy(np.asarray(array, dtype=np.float64))
+    elif suffix == ".csv":
+        tensor = _read_csv(path, what)
+    else:
+        raise NphError(
+            f"cannot read {what} from {path}: use a .npy, .npz, .csv or .safetensors file"
+        )
+    if tensor.ndim == 1:
+        tensor = tensor[None, :]
+    if tensor.ndim != 2 or tensor.shape[0] == 0 or tensor.shape[1] == 0:
+        raise NphError(
+            f"{what} in {path} must be a non-empty 2-D (rows, dim) array, got shape "
+            f"{tuple(tensor.shape)}"
+        )
+    if not tensor.is_floating_point():
+        tensor = tensor.to(torch.float64)
+    work = torch.float64 if tensor.dtype == torch.float64 else torch.float32
+    tensor = tensor.to(work)
+    if not torch.isfinite(tensor).all():
+        raise NphError(f"{what} in {path} contain NaN or infinite values")
+    return tensor.to(torch.float32) if work == torch.float64 else tensor
+
+
+def _pick_key(path: Path, keys: list[str], what: str) -> str:
+    if what in keys:
+        return what
+    if len(keys) == 1:
+        return keys[0]
+    raise NphError(
+        f"{path} holds {len(keys)} arrays ({', '.join(keys) or 'none'}); name the one to use "
+        f"'{what}'"
+    )
+
+
+def _read_csv(path: Path, what: str) -> Tensor:
+    rows: list[list[float]] = []
+    with open(path, newline="") as handle:
+        for line_number, cells in enumerate(csv.reader(handle), start=1):
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            try:
+                rows.append([float(c) for c in cells])
+            except ValueError:
+                if line_number == 1:  # a header
+                    continue
+                raise NphError(
+                    f"{path} line {line_number}: a {what} cell is not a number"
+                ) from None
+            if len(rows[-1]) != len(rows[0]):
+                raise NphError(
+                    f"{path} line {line_number}: {len(rows[-1])} values where the first row has "
+                    f"{len(rows[0])}"
+                )
+    if not rows:
+        raise NphError(f"{what} file {path} holds no numeric rows")
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def _choose_rows(
+    available: int, wanted: int | None, generator: torch.Generator, what: str
+) -> Tensor:
+    """All row indices in order, or `wanted` of them drawn without replacement (sorted)."""
+    if wanted is None or wanted == available:
+        return torch.arange(available)
+    if wanted > available:
+        raise NphError(f"--queries {wanted} exceeds the {available} {what}")
+    return torch.randperm(available, generator=generator)[:wanted].sort().values
+
+
+def _check_own(
+    queries: Tensor,
+    targets: Tensor | None,
+    target_indices: Tensor | None,
+    num_memories: int,
+    dim: int,
+    value_dim: int,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    if queries.ndim != 2 or queries.shape[1] != dim:
+        raise NphError(
+            f"queries have shape {tuple(queries.shape)}, but the memory's patterns have "
+            f"dimension d = {dim}: give (Q, {dim}) queries"
+        )
+    if not queries.is_floating_point() or not torch.isfinite(queries).all():
+        raise NphError("queries must be finite floating-point numbers")
+    num_queries = queries.shape[0]
+    if targets is not None:
+        if targets.ndim != 2 or targets.shape[1] != value_dim:
+            raise NphError(
+                f"targets have shape {tuple(targets.shape)}, but retrieved patterns have "
+                f"dimension {value_dim}"
+            )
+        if targets.shape[0] != num_queries:
+            raise NphError(f"{targets.shape[0]} targets for {num_queries} queries; give one each")
+        if not torch.isfinite(targets).all():
+            raise NphError("targets must be finite numbers")
+    if target_indices is not None:
+        target_indices = torch.as_tensor(target_indices, dtype=torch.int64).flatten()
+        if target_indices.shape[0] != num_queries:
+            raise NphError(
+                f"{target_indices.shape[0]} target indices for {num_queries} queries; give one each"
+            )
+        bad = (target_indices < 0) | (target_indices >= num_memories)
+        if bool(bad.any()):
+            raise NphError(
+                f"target index {int(target_indices[bad][0])} is outside the memory's rows "
+                f"0…{num_memories - 1}"
+            )
+    return queries, targets, target_indices
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    return value
