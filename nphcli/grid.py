@@ -41,6 +41,22 @@ def grid_size(columns: int, item_shape: tuple[int, ...], *, pad: int = 2, scale:
     )
 
 
+def check_drawable(memory: Memory) -> tuple[int, int, int]:
+    """The (C, H, W) image shape of `memory`'s retrieved patterns; NphError if not images."""
+    shape = image_shape(memory.item_shape, memory.dim)
+    if shape is None:
+        raise NphError(
+            "--save-grid needs image memories (an item_shape in the memory file); "
+            f"{memory.path or 'this memory'} holds plain vectors"
+        )
+    if memory.values is not None and memory.values.shape[1] != memory.dim:
+        raise NphError(
+            "--save-grid needs retrieved patterns that are images like the stored ones; this "
+            f"memory's values have dimension {memory.values.shape[1]}, not {memory.dim}"
+        )
+    return shape
+
+
 def save_retrieval_grid(
     path: str | os.PathLike,
     report: RetrievalReport,
@@ -52,17 +68,7 @@ def save_retrieval_grid(
     scale: int = 2,
 ) -> Path:
     """Write the grid of the first `count` queries of `report` as a PNG, atomically."""
-    shape = image_shape(memory.item_shape, memory.dim)
-    if shape is None:
-        raise NphError(
-            "--save-grid needs image memories (an item_shape in the memory file); "
-            f"{memory.path or 'this memory'} holds plain vectors"
-        )
-    if report.retrieved.shape[1] != memory.dim:
-        raise NphError(
-            "--save-grid needs retrieved patterns that are images like the stored ones; this "
-            f"memory's values have dimension {report.retrieved.shape[1]}, not {memory.dim}"
-        )
+    shape = check_drawable(memory)
     n = min(count, report.retrieved.shape[0])
     output_space = memory.patterns if memory.values is None else memory.values
     third = (

@@ -54,26 +54,40 @@ def nearest(
 
     argmin_μ ‖p − s_μ‖², ties broken towards the lowest μ. Squared distances are ranked as
     ‖s_μ‖² − 2⟨p, s_μ⟩ (‖p‖² is the same for every μ) over blocks of queries × memories holding
-    at most `block_elements` entries; the reported distance is then computed directly as
-    ‖p − s_nearest‖, so it is exact to rounding and 0 for a point equal to a stored row.
+    at most `block_elements` entries. Matrix products round differently in different blocks,
+    so scores within rounding of the minimum (16·√d·ε·(‖p‖² + max‖s‖²), ε the dtype's machine
+    epsilon) count as ties: equal stored rows always resolve to the lowest index. The reported
+    distance is then computed directly as ‖p − s_nearest‖: exact to rounding, and 0 for a
+    point equal to a stored row.
     """
     dtype = metric_dtype(points)
     device = points.device
     num_points, num_stored = points.shape[0], stored.shape[0]
+    relative = 16 * math.sqrt(points.shape[1]) * torch.finfo(dtype).eps
+    stored_norm2 = torch.cat(
+        [
+            stored[m0 : m0 + (1 << 16)].to(device=device, dtype=dtype).square().sum(dim=1)
+            for m0 in range(0, num_stored, 1 << 16)
+        ]
+    )  # (M,)
+    largest = stored_norm2.max()
     best = torch.empty(num_points, dtype=torch.int64, device=device)
     memory_block = max(1, min(num_stored, block_elements))
     query_block = max(1, block_elements // memory_block)
     for q0 in range(0, num_points, query_block):
         p = points[q0 : q0 + query_block].to(dtype)  # (B, d_v)
+        tol = relative * (p.square().sum(dim=1) + largest)  # (B,)
         best_score = torch.full((p.shape[0],), math.inf, dtype=dtype, device=device)  # (B,)
         best_index = torch.zeros(p.shape[0], dtype=torch.int64, device=device)  # (B,)
         for m0 in range(0, num_stored, memory_block):
             s = stored[m0 : m0 + memory_block].to(device=device, dtype=dtype)  # (b, d_v)
-            scores = (s * s).sum(dim=1)[None, :] - 2.0 * (p @ s.T)  # (B, b)
-            block_score, block_index = scores.min(dim=1)  # first minimum: lowest index
-            better = block_score < best_score  # strict: an earlier block wins a tie
-            best_score = torch.where(better, block_score, best_score)
+            scores = stored_norm2[m0 : m0 + s.shape[0]][None, :] - 2.0 * (p @ s.T)  # (B, b)
+            block_score = scores.min(dim=1).values  # (B,)
+            near = scores <= (block_score + tol)[:, None]  # (B, b) ties within rounding
+            block_index = near.to(torch.uint8).argmax(dim=1)  # (B,) first, i.e. lowest index
+            better = block_score < best_score - tol  # an earlier block keeps a tie
             best_index = torch.where(better, block_index + m0, best_index)
+            best_score = torch.minimum(best_score, block_score)
         best[q0 : q0 + query_block] = best_index
     distance = torch.linalg.vector_norm(
         points.to(dtype) - stored[best].to(device=device, dtype=dtype), dim=1

@@ -221,7 +221,7 @@ def evaluate(
     queries: Tensor | None = None,
     targets: Tensor | None = None,
     target_indices: Tensor | None = None,
-    sources: dict[str, str] | None = None,
+    sources: dict[str, str | None] | None = None,
 ) -> RetrievalReport:
     """Corrupt, retrieve, measure and time one run on `memory` (see the module docstring).
 
@@ -421,15 +421,26 @@ def _timed_retrieve(
     return result, warmup_s, times
 
 
-def evaluate_files(
+@dataclass
+class Inputs:
+    """A run's inputs as read from files, and how long reading took."""
+
+    memory: Memory
+    queries: Tensor | None = None  # (Q, d) own queries
+    targets: Tensor | None = None  # (Q, d_v)
+    target_indices: Tensor | None = None  # (Q,) int64
+    sources: dict[str, str | None] = field(default_factory=dict)  # file names, for the config
+    load_s: float = 0.0
+
+
+def load_inputs(
     memory_path: str | os.PathLike,
-    settings: RetrieveSettings,
     *,
     queries_file: str | os.PathLike | None = None,
     targets_file: str | os.PathLike | None = None,
     target_indices: list[int] | None = None,
-) -> RetrievalReport:
-    """`evaluate` on a memory file and optional query / target files; `load` time included."""
+) -> Inputs:
+    """Read the memory file and optional own queries and targets, timing it."""
     if targets_file is not None and target_indices is not None:
         raise NphError("give targets either as a file or as indices, not both")
     if (targets_file is not None or target_indices is not None) and queries_file is None:
@@ -439,17 +450,34 @@ def evaluate_files(
     queries = None if queries_file is None else read_matrix(queries_file, "queries")
     targets = None if targets_file is None else read_matrix(targets_file, "targets")
     load_s = time.perf_counter() - t0
-    indices = None if target_indices is None else torch.tensor(target_indices, dtype=torch.int64)
-    sources = {
-        "memory": str(memory_path),
-        "queries": None if queries_file is None else str(queries_file),
-        "targets": None if targets_file is None else str(targets_file),
-    }
-    report = evaluate(
-        memory, settings, queries=queries, targets=targets, target_indices=indices, sources=sources
+    return Inputs(
+        memory=memory,
+        queries=queries,
+        targets=targets,
+        target_indices=None
+        if target_indices is None
+        else torch.tensor(target_indices, dtype=torch.int64),
+        sources={
+            "memory": str(memory_path),
+            "queries": None if queries_file is None else str(queries_file),
+            "targets": None if targets_file is None else str(targets_file),
+        },
+        load_s=load_s,
     )
-    report.timing["load_s"] = load_s
-    report.timing["total_s"] += load_s
+
+
+def evaluate_inputs(inputs: Inputs, settings: RetrieveSettings) -> RetrievalReport:
+    """`evaluate` on inputs read by `load_inputs`; their load time joins the report's timing."""
+    report = evaluate(
+        inputs.memory,
+        settings,
+        queries=inputs.queries,
+        targets=inputs.targets,
+        target_indices=inputs.target_indices,
+        sources=inputs.sources,
+    )
+    report.timing["load_s"] = inputs.load_s
+    report.timing["total_s"] += inputs.load_s
     return report
 
 

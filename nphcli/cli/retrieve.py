@@ -149,7 +149,13 @@ def retrieve_command(
     """
     from nphcli.corruption import Corruption
     from nphcli.errors import NphError
-    from nphcli.retrieval import RetrieveSettings, check_output_path, evaluate_files, save_results
+    from nphcli.retrieval import (
+        RetrieveSettings,
+        check_output_path,
+        evaluate_inputs,
+        load_inputs,
+        save_results,
+    )
 
     if as_json and as_csv:
         raise NphError("choose one of --json and --csv")
@@ -176,20 +182,21 @@ def retrieve_command(
         batch_size=batch_size,
         repeat=repeat,
     )
-    report = evaluate_files(
+    inputs = load_inputs(
         memory,
-        settings,
         queries_file=queries_file,
         targets_file=targets_file,
         target_indices=None if target_indices is None else _parse_indices(target_indices),
     )
+    if save_grid is not None:
+        from nphcli.grid import check_drawable, save_retrieval_grid
+
+        check_drawable(inputs.memory)
+    report = evaluate_inputs(inputs, settings)
     if out is not None:
         save_results(out, report, force=force)
     if save_grid is not None:
-        from nphcli.grid import save_retrieval_grid
-        from nphcli.memory_file import load_memory
-
-        save_retrieval_grid(save_grid, report, load_memory(memory), force=force)
+        save_retrieval_grid(save_grid, report, inputs.memory, force=force)
 
     if as_json:
         print_json(report.to_json(per_query=per_query))

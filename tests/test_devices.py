@@ -1,0 +1,69 @@
+"""Device and dtype resolution: present devices resolve, absent ones are errors, never fallbacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nphcli.devices import resolve_device, resolve_dtype, synchronize
+from nphcli.errors import NphError
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+
+
+def test_cpu_and_auto_resolve():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(" CPU ") == torch.device("cpu")
+    auto = resolve_device("auto")
+    expected = "cuda" if torch.cuda.is_available() else None
+    if expected:
+        assert auto.type == expected
+    else:
+        assert auto.type in ("cpu", "mps")
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:", "cuda:x", "cuda:-1", "tpu", ""])
+def test_unknown_device_strings_are_errors(name):
+    with pytest.raises(NphError, match="unknown device"):
+        resolve_device(name)
+
+
+@no_cuda
+@pytest.mark.parametrize("name", ["cuda", "cuda:0", "cuda:7"])
+def test_cuda_without_cuda_is_an_error(name):
+    with pytest.raises(NphError, match="no CUDA device"):
+        resolve_device(name)
+
+
+def test_cuda_index_beyond_the_devices_is_an_error():
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(NphError, match="CUDA"):
+        resolve_device(f"cuda:{count}")
+
+
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="MPS is present on this machine")
+def test_mps_without_mps_is_an_error():
+    with pytest.raises(NphError, match="MPS"):
+        resolve_device("mps")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_resolves_and_synchronizes():
+    device = resolve_device("cuda:0")
+    assert device == torch.device("cuda", 0)
+    x = torch.ones(1000, device=device).cumsum(0)
+    synchronize(device)
+    assert x[-1].item() == 1000
+
+
+def test_dtypes():
+    assert resolve_dtype("float32") is torch.float32
+    assert resolve_dtype("float16", torch.device("cpu")) is torch.float16
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    with pytest.raises(NphError, match="unknown dtype"):
+        resolve_dtype("int8")
+
+
+def test_synchronize_on_cpu_is_a_no_op():
+    synchronize(torch.device("cpu"))
