@@ -146,6 +146,12 @@ def load_memory(path: str | os.PathLike) -> Memory:
     return Memory(patterns=patterns, labels=labels, values=values, meta=meta, path=path)
 
 
+def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The decoded metadata of a safetensors file, without reading its tensors."""
+    with open_safetensors(path) as handle:
+        return _decode_meta(handle.metadata() or {})
+
+
 class open_safetensors:  # noqa: N801  (used like the function `open`)
     """Memory-map a safetensors file, turning every way it can be unreadable into an NphError.
 

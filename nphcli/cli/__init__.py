@@ -4,8 +4,10 @@ Each command lives in its own module and registers itself on `app` when imported
 """
 
 from nphcli.cli import (
+    info,  # noqa: F401  (registers commands)
     models,  # noqa: F401  (registers commands)
     retrieve,  # noqa: F401  (registers commands)
+    store,  # noqa: F401  (registers commands)
 )
 from nphcli.cli.app import app, main
 

@@ -1,0 +1,95 @@
+"""Where patterns come from, and how they become the contents of a memory file.
+
+Named sources (`mnist`, `fashion-mnist`, `cifar10`, `random`) and files (.npy, .npz,
+.safetensors, .pt, .csv, a folder of images) all register in `base.py`; `load_source` returns
+raw patterns (M, d) with labels and metadata, and `prepare_memory` adds normalisation and the
+storage dtype. Importing this package does not import torch.
+
+Add a source: one decorated loader function in a module imported below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nphcli.sources import datasets, files, synthetic  # noqa: F401  (register the sources)
+from nphcli.sources.base import (
+    IMAGE,
+    VECTOR,
+    Loaded,
+    SourceInfo,
+    SourceOptions,
+    list_sources,
+    load_source,
+    resolve_source,
+)
+from nphcli.sources.datasets import data_root
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+STORE_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass
+class Prepared:
+    """Everything `save_memory` needs, ready to write."""
+
+    patterns: Tensor  # (M, d) in the storage dtype
+    labels: Tensor | None  # (M,) int64
+    meta: dict[str, Any]
+    dtype: str
+
+
+def prepare_memory(
+    spec: str,
+    options: SourceOptions | None = None,
+    *,
+    normalize: str | None = None,
+    dtype: str = "float32",
+) -> Prepared:
+    """Load `spec`, normalise it (default: `unit` for images, `none` otherwise), cast to `dtype`.
+
+    The metadata gains `normalize` (the record `nphcli.normalize.to_pixels` reads) and
+    `value_range` ([min, max] of the stored values, after the cast).
+    """
+    import torch
+
+    from nphcli import normalize as norm
+    from nphcli.errors import NphError
+    from nphcli.memory_file import dtype_from_name
+
+    if dtype not in STORE_DTYPES:
+        raise NphError(f"--dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}")
+    torch_dtype = dtype_from_name(dtype)
+    loaded = load_source(spec, options)
+    kind = loaded.meta.get("kind", VECTOR)
+    method = normalize or norm.default_method(kind)
+    pixel_range = norm.PIXEL_RANGE if kind == IMAGE else None
+    patterns, record = norm.normalize(loaded.patterns, method, pixel_range=pixel_range)
+    stored = patterns.to(torch_dtype)  # (M, d)
+    if not torch.isfinite(stored).all():
+        raise NphError(
+            f"the {method}-normalised values do not fit in {dtype} (largest magnitude "
+            f"{float(patterns.abs().max()):.4g}); use --dtype float32 or another --normalize"
+        )
+    low, high = torch.aminmax(stored.to(torch.float32))
+    meta = {**loaded.meta, "normalize": record, "value_range": [float(low), float(high)]}
+    return Prepared(stored, loaded.labels, meta, dtype)
+
+
+__all__ = [
+    "IMAGE",
+    "STORE_DTYPES",
+    "VECTOR",
+    "Loaded",
+    "Prepared",
+    "SourceInfo",
+    "SourceOptions",
+    "data_root",
+    "list_sources",
+    "load_source",
+    "prepare_memory",
+    "resolve_source",
+]
