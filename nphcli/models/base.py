@@ -18,12 +18,16 @@ import torch
 from torch import Tensor
 
 from nphcli.errors import NphError
+from nphcli.models.blocks import MemoryBank, Plan, TensorBank, itemsize, plan_blocks
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
+# Working memory one `retrieve` call may use beyond its inputs and result, unless told otherwise.
+DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes
+
 
 def param(default: Any, help: str) -> Any:
-    """A model parameter: a dataclass field whose `help` feeds `nph models`, --help and the README."""
+    """A model parameter: a dataclass field whose `help` feeds `nph models`, --help, the README."""
     return field(default=default, metadata={"help": help})
 
 
@@ -51,9 +55,7 @@ class HopfieldModel:
     name: ClassVar[str] = "base"
 
     beta: float = param(1.0, "inverse temperature β; scores are S = β·X·Kᵀ")
-    steps: int = param(
-        1, "maximum number of updates x ← T(x) (1 = the paper's one-step retrieval)"
-    )
+    steps: int = param(1, "maximum number of updates x ← T(x) (1 = the paper's one-step retrieval)")
     tol: float = param(
         0.0, "stop iterating a query once ‖T(x) − x‖₂ ≤ tol (0: run all steps unless fixed)"
     )
@@ -67,11 +69,42 @@ class HopfieldModel:
             raise NphError(f"--tol must be a finite number ≥ 0, got {self.tol}")
 
     # -- to implement -------------------------------------------------------------------------
-    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
-        """One application of T. `positions` (Q,) are the queries' global row indices, which
-        position-aware models (window) and seeded per-query randomness (random) use, so the
-        result does not depend on how queries are split into batches."""
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        """One application of T to a batch of queries (Q, d), reading `bank` in blocks of
+        `block_rows` memories (≥ M: all at once). `positions` (Q,) are the queries' global row
+        indices, which position-aware models (window) and seeded per-query randomness (random)
+        use, so the result does not depend on how queries are split into batches. `prepared` is
+        what `prepare` returned for this bank."""
         raise NotImplementedError
+
+    def prepare(self, bank: MemoryBank, block_rows: int) -> Any:
+        """Work that depends on the memories alone, done once per `retrieve` call and reused for
+        every query batch and iteration step (e.g. the kernel models' feature summaries)."""
+        return None
+
+    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
+        """Bytes `update` needs (per query, per (query, memory) pair of a block), for planning.
+
+        Default: a query's input, output and running sums, and per pair a block of scores with
+        the temporaries of a softmax (exp, shifted scores) and one spare.
+        """
+        size = itemsize(bank.dtype)
+        return (bank.dim + 2 * bank.value_dim + 8) * size, 4 * size
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        """Query batch and memory block sizes that keep `update`'s working set within `budget`."""
+        row_bytes, cell_bytes = self.working_set(bank)
+        return plan_blocks(
+            num_queries, bank.num_memories, budget, row_bytes=row_bytes, cell_bytes=cell_bytes
+        )
 
     def check_memory(self, num_memories: int, dim: int) -> None:
         """Reject parameters that do not fit this memory (e.g. k > M). Default: nothing to check."""
@@ -80,71 +113,141 @@ class HopfieldModel:
     def retrieve(
         self,
         queries: Tensor,
-        keys: Tensor,
+        memory: Tensor | MemoryBank,
         values: Tensor | None = None,
         *,
         positions: Tensor | None = None,
+        memory_budget: int | None = None,
+        plan: Plan | None = None,
     ) -> Retrieval:
-        """Retrieve patterns for `queries` (Q, d) from memories `keys` (M, d) / `values` (M, d_v).
+        """Retrieve patterns for `queries` (Q, d) from `memory`: keys (M, d) with optional
+        `values` (M, d_v), or a `MemoryBank` (in RAM, or streamed from a file).
 
         Applies x ← T(x) up to `steps` times; a query stops once ‖T(x) − x‖₂ ≤ tol. Half-precision
-        inputs are computed in float32 and the result is cast back to the input's dtype.
+        inputs are computed in float32 and the result is cast back to the queries' dtype.
+
+        `memory_budget` (bytes, default `DEFAULT_MEMORY_BUDGET`) bounds the working memory beyond
+        the inputs and the result: queries are taken in batches and memories in blocks sized by
+        `plan`, and every model merges blocks exactly, so the budget changes speed, not results.
+        `plan` overrides the sizes (tests and benchmarks).
         """
-        values = keys if values is None else values
-        _check_inputs(queries, keys, values)
-        self.check_memory(keys.shape[0], keys.shape[1])
-        if self.steps > 1 and values.shape[1] != keys.shape[1]:
+        bank = _as_bank(memory, values)
+        _check_inputs(queries, bank)
+        self.check_memory(bank.num_memories, bank.dim)
+        if self.steps > 1 and bank.value_dim != bank.dim:
             raise NphError(
                 f"--steps {self.steps} needs values in the key space (d_v = d), but d = "
-                f"{keys.shape[1]} and d_v = {values.shape[1]}; use --steps 1 for hetero-association"
+                f"{bank.dim} and d_v = {bank.value_dim}; use --steps 1 for hetero-association"
             )
+        budget = _check_budget(memory_budget)
         num_queries = queries.shape[0]
         if positions is None:
             positions = torch.arange(num_queries, device=queries.device)
         out_dtype = queries.dtype
-        compute = torch.float32 if queries.dtype in (torch.float16, torch.bfloat16) else None
-        if compute is not None:
-            queries, keys, values = (t.to(compute) for t in (queries, keys, values))
+        if queries.dtype in (torch.float16, torch.bfloat16):
+            queries = queries.to(torch.float32)
+        if bank.dtype != queries.dtype:
+            bank = bank.to(queries.dtype)
+        plan = plan or self.plan(num_queries, bank, budget)
+        prepared = self.prepare(bank, plan.memory_rows)
 
         state = queries
         steps = torch.zeros(num_queries, dtype=torch.int64, device=queries.device)
         support = None
         active = torch.arange(num_queries, device=queries.device)  # (A,) rows still iterating
         for _ in range(self.steps):
-            step = self.update(state[active], keys, values, positions[active])
-            if step.support is not None:
+            patterns, step_support = self._update_batches(
+                state, active, bank, positions, prepared, plan
+            )
+            if step_support is not None:
                 if support is None:
                     support = torch.zeros(num_queries, dtype=torch.int64, device=queries.device)
-                support[active] = step.support.to(torch.int64)
+                support[active] = step_support.to(torch.int64)
             previous = state[active]
-            if state.shape[1] != step.patterns.shape[1]:  # one hetero-associative step
-                state = step.patterns
+            if active.numel() == num_queries:  # every row updated (always on the first step)
+                state = patterns
             else:
                 state = state.clone()
-                state[active] = step.patterns
+                state[active] = patterns
             steps[active] += 1
             if self.steps == 1:
                 break
-            change = torch.linalg.vector_norm(step.patterns - previous, dim=1)  # (A,)
+            change = torch.linalg.vector_norm(patterns - previous, dim=1)  # (A,)
             active = active[change > self.tol]
             if active.numel() == 0:
                 break
         return Retrieval(patterns=state.to(out_dtype), steps=steps, support=support)
 
+    def _update_batches(
+        self,
+        state: Tensor,
+        active: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        plan: Plan,
+    ) -> tuple[Tensor, Tensor | None]:
+        """T applied to the rows `active` of `state`, `plan.query_rows` at a time: (A, d_v) and
+        the support (A,) or None. Batches are written into one output, never concatenated, so
+        the result is held once."""
+        patterns = support = None
+        for start in range(0, active.numel(), plan.query_rows):
+            rows = active[start : start + plan.query_rows]  # (B,)
+            step = self.update(
+                state[rows], bank, positions[rows], prepared, block_rows=plan.memory_rows
+            )
+            if rows.numel() == active.numel():
+                return step.patterns, step.support
+            if patterns is None:
+                patterns = step.patterns.new_empty(active.numel(), step.patterns.shape[1])
+                if step.support is not None:
+                    support = step.support.new_empty(active.numel())
+            patterns[start : start + rows.numel()] = step.patterns
+            if support is not None:
+                support[start : start + rows.numel()] = step.support
+        return patterns, support
 
-def _check_inputs(queries: Tensor, keys: Tensor, values: Tensor) -> None:
-    for label, tensor in (("queries", queries), ("memories", keys), ("values", values)):
-        if tensor.ndim != 2:
-            raise NphError(f"{label} must be a 2-D (rows, dim) tensor, got shape {tuple(tensor.shape)}")
-        if tensor.dtype not in FLOAT_DTYPES:
-            raise NphError(f"{label} must be floating point, got {tensor.dtype}")
-    if keys.shape[0] == 0:
-        raise NphError("the memory holds no patterns (M = 0)")
-    if queries.shape[1] != keys.shape[1]:
+
+def _as_bank(memory: Tensor | MemoryBank, values: Tensor | None) -> MemoryBank:
+    if isinstance(memory, MemoryBank):
+        if values is not None:
+            raise NphError("give values inside the memory bank, not beside it")
+        return memory
+    for label, tensor in (("memories", memory), ("values", values)):
+        if tensor is not None and tensor.ndim != 2:
+            raise NphError(
+                f"{label} must be a 2-D (rows, dim) tensor, got shape {tuple(tensor.shape)}"
+            )
+    return TensorBank(memory, values)
+
+
+def _check_budget(budget: int | None) -> int:
+    if budget is None:
+        return DEFAULT_MEMORY_BUDGET
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise NphError(f"--memory-budget must be a whole number of bytes ≥ 1, got {budget!r}")
+    return budget
+
+
+def _check_inputs(queries: Tensor, bank: MemoryBank) -> None:
+    if queries.ndim != 2:
         raise NphError(
-            f"queries have dimension {queries.shape[1]} but memories have {keys.shape[1]}"
+            f"queries must be a 2-D (rows, dim) tensor, got shape {tuple(queries.shape)}"
         )
-    if values.shape[0] != keys.shape[0]:
-        raise NphError(f"{values.shape[0]} values for {keys.shape[0]} memories; counts must match")
-    if not (queries.device == keys.device == values.device):
+    for label, dtype in (("queries", queries.dtype), ("memories", bank.dtype)):
+        if dtype not in FLOAT_DTYPES:
+            raise NphError(f"{label} must be floating point, got {dtype}")
+    if isinstance(bank, TensorBank) and bank.values.dtype not in FLOAT_DTYPES:
+        raise NphError(f"values must be floating point, got {bank.values.dtype}")
+    if bank.num_memories == 0:
+        raise NphError("the memory holds no patterns (M = 0)")
+    if queries.shape[1] != bank.dim:
+        raise NphError(f"queries have dimension {queries.shape[1]} but memories have {bank.dim}")
+    if isinstance(bank, TensorBank) and bank.values.shape[0] != bank.num_memories:
+        raise NphError(
+            f"{bank.values.shape[0]} values for {bank.num_memories} memories; counts must match"
+        )
+    if queries.device != bank.device or (
+        isinstance(bank, TensorBank) and bank.values.device != bank.device
+    ):
         raise NphError("queries, memories and values must be on the same device")

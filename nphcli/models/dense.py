@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import torch
 from torch import Tensor
 
+from nphcli.models.attention import attention_plan, softmax_attention
 from nphcli.models.base import HopfieldModel, Update
+from nphcli.models.blocks import MemoryBank, Plan
 from nphcli.models.registry import register_model
 
 
@@ -15,11 +17,23 @@ from nphcli.models.registry import register_model
     "dense",
     summary="softmax over all memories (Ramsauer et al. 2021)",
     formula="T(x) = Vᵀ softmax(β K x)",
-    cost="time O(Q·M·d); scores O(Q·M)",
+    cost="time O(Q·M·d); extra memory O(Q·d_v) fused in RAM, else blocks of O(Q·B) scores",
 )
 @dataclass(kw_only=True)
 class Dense(HopfieldModel):
-    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
-        scores = self.beta * (queries @ keys.T)  # (Q, M)
-        weights = torch.softmax(scores, dim=-1)  # (Q, M)
-        return Update(weights @ values)  # (Q, d_v)
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        return Update(
+            softmax_attention(queries, bank, beta=self.beta, heads=1, block_rows=block_rows)
+        )
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        row_bytes, _ = self.working_set(bank)
+        return attention_plan(num_queries, bank, budget, heads=1, row_bytes=row_bytes)

@@ -2,18 +2,22 @@
 
 α-entmax maximises pᵀs plus a Tsallis entropy of order α over the simplex. For α > 1 it gives
 memories below a per-query threshold weight exactly 0, with a support that shrinks as α grows;
-the threshold is found by bisection (see `functional.entmax_bisect`).
+the threshold is found by bisection (see `functional.entmax_bisect`), exactly, on each query's
+largest scores collected over memory blocks (`candidates.py`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
 from nphcli.errors import NphError
 from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.blocks import MemoryBank
+from nphcli.models.candidates import candidate_update, candidate_working_set
 from nphcli.models.functional import entmax_bisect
 from nphcli.models.registry import register_model
 
@@ -22,7 +26,10 @@ from nphcli.models.registry import register_model
     "entmax",
     summary="α-entmax over all memories: softmax at α = 1, sparsemax at α = 2 (Peters et al. 2019)",
     formula="T(x) = Vᵀ α-entmax(β K x)",
-    cost="time O(Q·M·(d + b)), b = 26 (float32) or 55 (float64) bisection steps; scores O(Q·M)",
+    cost=(
+        "time O(Q·M·d + Q·c·b), b = 26 (float32) or 55 (float64) bisection steps, c ≥ support "
+        "candidates; extra memory O(Q·c + Q·B)"
+    ),
 )
 @dataclass(kw_only=True)
 class Entmax(HopfieldModel):
@@ -38,7 +45,22 @@ class Entmax(HopfieldModel):
         if not (math.isfinite(alpha) and 1 <= alpha <= 2):
             raise NphError(f"--alpha must be in [1, 2] (1: softmax, 2: sparsemax), got {alpha}")
 
-    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
-        scores = self.beta * (queries @ keys.T)  # (Q, M)
-        weights = entmax_bisect(scores, self.alpha)  # (Q, M)
-        return Update(weights @ values, support=(weights > 0).sum(dim=-1))  # (Q, d_v), (Q,)
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        return candidate_update(
+            queries,
+            bank,
+            beta=self.beta,
+            simplex_map=lambda scores: entmax_bisect(scores, self.alpha),
+            block_rows=block_rows,
+        )
+
+    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
+        return candidate_working_set(bank)

@@ -108,6 +108,50 @@ def random_mask(seed: int, positions: Tensor, num_memories: int, k: int) -> Tens
     return mask.scatter_(-1, chosen, True)
 
 
+def random_subset(
+    seed: int, positions: Tensor, num_memories: int, k: int, *, block_rows: int
+) -> Tensor:
+    """The memories `random_mask` keeps, as indices (Q, k) in ascending order, found blockwise.
+
+    Hashes are computed for `block_rows` memory indices at a time and a running k smallest is
+    kept (torch.topk over [kept, block]); no keys are read and no (Q, M) tensor is formed. A
+    query's hashes never tie, so the k smallest are one well-defined set, the same as one-shot.
+    """
+    num_queries = positions.shape[0]
+    kept_hashes = torch.empty(num_queries, 0, dtype=torch.int64, device=positions.device)
+    kept_index = torch.empty_like(kept_hashes)  # (Q, ≤k)
+    for start in range(0, num_memories, block_rows):
+        index = torch.arange(start, min(num_memories, start + block_rows), device=positions.device)
+        hashes = torch.cat([kept_hashes, random_keys(seed, positions, index)], dim=1)  # (Q, ≤k+B)
+        index = torch.cat([kept_index, index.expand(num_queries, -1)], dim=1)  # (Q, ≤k+B)
+        if hashes.shape[1] > k:
+            smallest = torch.topk(hashes, k, dim=1, largest=False).indices  # (Q, k)
+            hashes, index = hashes.gather(1, smallest), index.gather(1, smallest)
+        kept_hashes, kept_index = hashes, index
+    return torch.sort(kept_index, dim=1).values  # (Q, k)
+
+
+def block_mask(index: Tensor, start: int, rows: int) -> Tensor:
+    """Mask (Q, rows) of memories start .. start + rows − 1 that appear in index (Q, c)."""
+    inside = (index >= start) & (index < start + rows)  # (Q, c)
+    column = torch.where(inside, index - start, rows)  # (Q, c); outside → a spare column
+    mask = torch.zeros(index.shape[0], rows + 1, dtype=torch.bool, device=index.device)
+    return mask.scatter_(1, column, True)[:, :rows]  # (Q, rows)
+
+
+def window_band(positions: Tensor, num_memories: int, window: int) -> tuple[Tensor, Tensor]:
+    """The memories each query's window covers, as index (Q, c) and valid (Q, c), c =
+    min(2w + 1, M): row p holds max(0, p − w) onward, valid up to min(M − 1, p + w). Invalid
+    entries are clamped into range so they can be read, and must be given weight 0."""
+    width = min(2 * window + 1, num_memories)
+    positions = positions.to(torch.int64)
+    low = (positions - window).clamp(min=0)  # (Q,)
+    high = (positions + window).clamp(max=num_memories - 1)  # (Q,)
+    index = low[:, None] + torch.arange(width, device=positions.device)  # (Q, c)
+    valid = index <= high[:, None]  # (Q, c)
+    return index.clamp(max=num_memories - 1), valid
+
+
 def window_mask(positions: Tensor, num_memories: int, window: int) -> Tensor:
     """Mask (Q, M) of memories μ with |μ − p| ≤ window for the query at position p."""
     memory_indices = torch.arange(num_memories, device=positions.device)  # (M,)

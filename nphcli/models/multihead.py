@@ -6,19 +6,22 @@ its own memory from its slice alone, so a query can combine parts of different m
 `dense`. β is shared and not rescaled per head: a head's scores sum over d/H coordinates only, so
 they are about H times smaller than dense's, and a larger --beta restores the same sharpness.
 
-Cost: the score products total Q·M·d multiply-adds, as in dense, but the scores and weights take
-H·Q·M memory (H times dense's) and the softmax H·Q·M time.
+Cost: the score products total Q·M·d multiply-adds, as in dense, and the softmax H·Q·M time. In
+RAM the fused attention kernel handles the heads as a batch without forming scores; blockwise,
+a block of B memories holds H·Q·B scores (see `attention.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import torch
 from torch import Tensor
 
 from nphcli.errors import NphError
+from nphcli.models.attention import attention_plan, softmax_attention
 from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.blocks import MemoryBank, Plan
 from nphcli.models.registry import register_model
 
 
@@ -26,7 +29,7 @@ from nphcli.models.registry import register_model
     "multihead",
     summary="dense softmax on H contiguous slices of the dimensions, outputs concatenated",
     formula="T(x) = concat_h V_hᵀ softmax(β K_h x_h), slices h = 1..H of d and d_v",
-    cost="time O(Q·M·d + H·Q·M); scores O(H·Q·M)",
+    cost="time O(Q·M·d + H·Q·M); extra memory O(Q·d_v) fused, else blocks of O(H·Q·B)",
 )
 @dataclass(kw_only=True)
 class MultiHead(HopfieldModel):
@@ -48,21 +51,30 @@ class MultiHead(HopfieldModel):
                 f"use a divisor of {dim} such as {_divisors(dim)}"
             )
 
-    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
         heads = self.heads
-        if values.shape[1] % heads:
+        if bank.value_dim % heads:
             raise NphError(
-                f"--heads {heads} does not divide the value dimension {values.shape[1]}; "
-                f"use a divisor of both {keys.shape[1]} and {values.shape[1]}"
+                f"--heads {heads} does not divide the value dimension {bank.value_dim}; "
+                f"use a divisor of both {bank.dim} and {bank.value_dim}"
             )
-        num_queries, num_memories = queries.shape[0], keys.shape[0]
-        x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
-        k = keys.reshape(num_memories, heads, -1).transpose(0, 1)  # (H, M, d/H)
-        v = values.reshape(num_memories, heads, -1).transpose(0, 1)  # (H, M, d_v/H)
-        scores = self.beta * (x @ k.transpose(1, 2))  # (H, Q, M)
-        weights = torch.softmax(scores, dim=-1)  # (H, Q, M)
-        retrieved = weights @ v  # (H, Q, d_v/H)
-        return Update(retrieved.transpose(0, 1).reshape(num_queries, -1))  # (Q, d_v)
+        return Update(
+            softmax_attention(queries, bank, beta=self.beta, heads=heads, block_rows=block_rows)
+        )
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        row_bytes, _ = self.working_set(bank)
+        if bank.value_dim % self.heads:  # `update` reports this; any plan will do
+            return Plan(query_rows=num_queries, memory_rows=bank.num_memories)
+        return attention_plan(num_queries, bank, budget, heads=self.heads, row_bytes=row_bytes)
 
 
 def _divisors(n: int, limit: int = 8) -> str:

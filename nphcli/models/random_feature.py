@@ -33,7 +33,8 @@ from torch import Tensor
 
 from nphcli.errors import NphError
 from nphcli.models.base import HopfieldModel, Update, param
-from nphcli.models.linear import feature_readout
+from nphcli.models.blocks import MemoryBank, Plan
+from nphcli.models.linear import FeatureSummary, feature_plan, readout, summarise_keys
 from nphcli.models.registry import register_model
 
 
@@ -97,11 +98,30 @@ class RandomFeature(HopfieldModel):
         """The (m, d) projection W for pattern dimension `dim`; a function of (seed, m, d) only."""
         return _projection_on(self.seed, self.features, dim, torch.device(device), dtype)
 
-    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
+    def prepare(self, bank: MemoryBank, block_rows: int) -> FeatureSummary:
         scale = math.sqrt(self.beta)
-        weights = self.projection(keys.shape[1], keys.device, keys.dtype)  # (m, d)
-        scaled_keys = scale * keys  # (M, d)
-        key_logits = scaled_keys @ weights.T  # (M, m)
-        key_logits = key_logits - 0.5 * (scaled_keys * scaled_keys).sum(dim=1, keepdim=True)
-        query_logits = (scale * queries) @ weights.T  # (Q, m)
-        return Update(feature_readout(query_logits, key_logits, values))
+        weights = self.projection(bank.dim, bank.device, bank.dtype)  # (m, d)
+
+        def key_logits(keys: Tensor) -> Tensor:
+            scaled = scale * keys  # (B, d)
+            return scaled @ weights.T - 0.5 * (scaled * scaled).sum(dim=1, keepdim=True)  # (B, m)
+
+        return summarise_keys(
+            (key_logits(keys), values) for _, keys, values in bank.blocks(block_rows)
+        )
+
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: FeatureSummary,
+        *,
+        block_rows: int,
+    ) -> Update:
+        weights = self.projection(bank.dim, bank.device, bank.dtype)  # (m, d)
+        query_logits = (math.sqrt(self.beta) * queries) @ weights.T  # (Q, m)
+        return Update(readout(query_logits, prepared))
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        return feature_plan(num_queries, bank, budget, features=self.features)

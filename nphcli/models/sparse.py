@@ -2,16 +2,20 @@
 
 Sparsemax is the Euclidean projection of the scores onto the simplex, so every memory scoring
 below a per-query threshold τ gets weight exactly 0; the support (memories with non-zero weight)
-adapts to the query instead of being fixed in advance as in `topk`.
+adapts to the query instead of being fixed in advance as in `topk`. Computed exactly from each
+query's largest scores, collected over memory blocks (`candidates.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
 from nphcli.models.base import HopfieldModel, Update
+from nphcli.models.blocks import MemoryBank
+from nphcli.models.candidates import candidate_update, candidate_working_set
 from nphcli.models.functional import sparsemax
 from nphcli.models.registry import register_model
 
@@ -20,11 +24,22 @@ from nphcli.models.registry import register_model
     "sparse",
     summary="sparsemax over all memories: exact zeros below a per-query threshold (Hu et al. 2023)",
     formula="T(x) = Vᵀ sparsemax(β K x)",
-    cost="time O(Q·M·(d + log M)); scores O(Q·M)",
+    cost="time O(Q·M·d + Q·c·log c), c ≥ support candidates; extra memory O(Q·c + Q·B)",
 )
 @dataclass(kw_only=True)
 class Sparse(HopfieldModel):
-    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
-        scores = self.beta * (queries @ keys.T)  # (Q, M)
-        weights = sparsemax(scores)  # (Q, M)
-        return Update(weights @ values, support=(weights > 0).sum(dim=-1))  # (Q, d_v), (Q,)
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        return candidate_update(
+            queries, bank, beta=self.beta, simplex_map=sparsemax, block_rows=block_rows
+        )
+
+    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
+        return candidate_working_set(bank)

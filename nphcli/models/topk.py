@@ -4,17 +4,23 @@ All other memories get weight exactly 0. (The paper's released code sets their l
 instead, which still gives them weight exp(0) / Z; this is the model as the paper defines it.)
 `--k` is a count or a fraction of M (`masks.resolve_k`); ties at the k-th score go to the
 lower memory index. The support is always k.
+
+Blockwise: a running top-k (`TopKAccumulator`) over memory blocks keeps each query's k best
+scores and their indices, then the softmax runs over those k and the k value rows are summed.
+No (Q, M) matrix is formed beyond one block of scores.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from torch import Tensor
 
 from nphcli.models.base import HopfieldModel, Update, param
-from nphcli.models.functional import masked_softmax
-from nphcli.models.masks import K_HELP, check_k, resolve_k, topk_mask
+from nphcli.models.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
+from nphcli.models.masks import K_HELP, check_k, resolve_k
 from nphcli.models.registry import register_model
 
 
@@ -22,7 +28,7 @@ from nphcli.models.registry import register_model
     "topk",
     summary="softmax over each query's k highest-scoring memories; the rest get weight 0",
     formula="T(x) = Vᵀ softmax(β K x) restricted to the k largest scores",
-    cost="time O(Q·M·(d + log M)); scores O(Q·M)",
+    cost="time O(Q·M·d + Q·M·log k); extra memory O(Q·k) plus blocks of O(Q·B) scores",
 )
 @dataclass(kw_only=True)
 class TopK(HopfieldModel):
@@ -35,9 +41,26 @@ class TopK(HopfieldModel):
     def check_memory(self, num_memories: int, dim: int) -> None:
         resolve_k(self.k, num_memories)
 
-    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
-        k = resolve_k(self.k, keys.shape[0])
-        scores = self.beta * (queries @ keys.T)  # (Q, M)
-        weights = masked_softmax(scores, topk_mask(scores, k))  # (Q, M)
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        k = resolve_k(self.k, bank.num_memories)
+        top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=queries.dtype)
+        for start, keys in bank.key_blocks(block_rows):
+            top.add(queries @ keys.T, start)  # (Q, B) xᵀk: β > 0 does not change the order
+        weights = torch.softmax(self.beta * top.scores, dim=1)  # (Q, k)
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
-        return Update(weights @ values, support=support)  # (Q, d_v)
+        patterns = weighted_rows(bank, top.index, weights, block_rows=block_rows)  # (Q, d_v)
+        return Update(patterns, support=support)
+
+    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
+        size = itemsize(bank.dtype)
+        k = resolve_k(self.k, bank.num_memories)
+        # Running top-k: kept and merged (2k) scores with their int64 indices, and sort order.
+        return (bank.dim + 2 * bank.value_dim + 6 * k) * size + 6 * k * 8, 3 * size

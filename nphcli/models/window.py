@@ -7,18 +7,25 @@ contains the target by construction and the model chooses among it and its 2w in
 neighbours. For queries unrelated to the memory order the window is an arbitrary subset.
 A query whose window holds no memory (p − w > M − 1 or p + w < 0) is an error. The reported
 support is the number of memories inside the window.
+
+Only the band of memories around each query is needed, so it is gathered and scored, with no
+work over the other memories; a band covering much of the memory (w ≥ M/16) is cheaper as masked
+blocks of scores instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from torch import Tensor
 
 from nphcli.errors import NphError
+from nphcli.models.attention import gathered_attention, masked_attention
 from nphcli.models.base import HopfieldModel, Update, param
-from nphcli.models.functional import masked_softmax
-from nphcli.models.masks import window_mask
+from nphcli.models.blocks import GATHER_LIMIT, MemoryBank, itemsize
+from nphcli.models.masks import window_band
 from nphcli.models.registry import register_model
 
 
@@ -26,7 +33,7 @@ from nphcli.models.registry import register_model
     "window",
     summary="softmax over memories whose index is within w of the query's position (Longformer)",
     formula="T(x) = Vᵀ softmax(β K x) restricted to memories μ with |μ − p| ≤ w, p the position",
-    cost="time O(Q·M·d), all scores computed then masked; scores O(Q·M)",
+    cost="time O(Q·w·d): only each query's band of 2w + 1 memories is read; extra memory O(Q·w·d)",
 )
 @dataclass(kw_only=True)
 class Window(HopfieldModel):
@@ -40,8 +47,16 @@ class Window(HopfieldModel):
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise NphError(f"--window must be a whole number ≥ 0, got {window!r}")
 
-    def update(self, queries: Tensor, keys: Tensor, values: Tensor, positions: Tensor) -> Update:
-        num_memories, w = keys.shape[0], self.window
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        num_memories, w = bank.num_memories, self.window
         empty = (positions - w > num_memories - 1) | (positions + w < 0)  # (Q,)
         if bool(empty.any()):
             p = int(positions[empty][0])
@@ -51,7 +66,30 @@ class Window(HopfieldModel):
                 f"stored pattern i, so give at most M + w = {num_memories + w} queries or a "
                 "larger --window"
             )
-        scores = self.beta * (queries @ keys.T)  # (Q, M)
-        mask = window_mask(positions, num_memories, w)  # (Q, M)
-        weights = masked_softmax(scores, mask)  # (Q, M)
-        return Update(weights @ values, support=mask.sum(dim=-1))  # (Q, d_v), (Q,)
+        if _gathers(w, num_memories):
+            index, valid = window_band(positions, num_memories, w)  # (Q, c), (Q, c)
+            patterns = gathered_attention(queries, bank, index, valid, beta=self.beta)
+            return Update(patterns, support=valid.sum(dim=1))  # (Q, d_v), (Q,)
+        offsets = positions.to(torch.int64)[:, None]  # (Q, 1)
+
+        def keep(start: int, rows: int) -> Tensor:
+            memory_index = torch.arange(start, start + rows, device=positions.device)  # (B,)
+            return (memory_index[None, :] - offsets).abs() <= w  # (Q, B)
+
+        patterns, support = masked_attention(
+            queries, bank, keep, beta=self.beta, block_rows=block_rows
+        )
+        return Update(patterns, support=support)
+
+    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
+        size = itemsize(bank.dtype)
+        row_bytes = (bank.dim + 2 * bank.value_dim) * size
+        if _gathers(self.window, bank.num_memories):
+            width = min(2 * self.window + 1, bank.num_memories)
+            return row_bytes + width * (bank.dim + bank.value_dim + 4) * size + 2 * width * 8, 1
+        return row_bytes, 4 * size + 2 * 8
+
+
+def _gathers(window: int, num_memories: int) -> bool:
+    """Read each query's band of 2w + 1 memories by index unless it covers much of the memory."""
+    return (2 * window + 1) * GATHER_LIMIT <= num_memories

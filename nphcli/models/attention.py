@@ -1,0 +1,128 @@
+"""Softmax attention over a memory bank, shared by `dense` (one head) and `multihead`.
+
+    T(x) = concat_h V_hᵀ softmax(β K_h x_h),  heads h = 1..H on contiguous slices of d and d_v.
+
+Two exact ways to compute it:
+
+- one-shot, for memories in RAM: torch's fused `scaled_dot_product_attention`. On CPU it is a
+  flash-attention kernel (online softmax over tiles that stay in cache), so it never forms the
+  (Q, M) score matrix, needs only per-thread tile buffers, and reads each key and value tile
+  once; it beats the two matrix products X·Kᵀ and P·V run one after the other.
+- blockwise, for anything else (memories streamed from disk, or when torch would not pick a fused
+  kernel, e.g. d_v ≠ d or float64 on CUDA): online softmax (`SoftmaxAccumulator`) over memory
+  blocks of `block_rows`, each block one X·K_bᵀ and one P_b·V_b product.
+
+Both equal the softmax formula up to float rounding (tests compare them in float64).
+
+The masked models use the same online softmax with a per-block mask (`masked_attention`), or,
+when each query keeps few memories, read only those (`gathered_attention`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (torch's own convention)
+from torch import Tensor
+
+from nphcli.models.blocks import (
+    MemoryBank,
+    Plan,
+    SoftmaxAccumulator,
+    TensorBank,
+    itemsize,
+    plan_blocks,
+)
+
+
+def softmax_attention(
+    queries: Tensor, bank: MemoryBank, *, beta: float, heads: int, block_rows: int
+) -> Tensor:
+    """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): shape (Q, d_v)."""
+    num_queries = queries.shape[0]
+    x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
+    if block_rows >= bank.num_memories and isinstance(bank, TensorBank):
+        k, v = _split_heads(bank.keys, heads), _split_heads(bank.values, heads)
+        if fused_attention_available(x, k, v):
+            out = F.scaled_dot_product_attention(x[None], k[None], v[None], scale=beta)[0]
+            return out.transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
+    acc = SoftmaxAccumulator(
+        num_queries,
+        bank.value_dim // heads,
+        device=queries.device,
+        dtype=queries.dtype,
+        batch=(heads,),
+    )
+    scaled = beta * x  # (H, Q, d/H); scaling Q·d entries instead of Q·M scores
+    for _, keys, values in bank.blocks(block_rows):
+        k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
+        acc.add(scaled @ k.transpose(1, 2), v)  # scores (H, Q, B)
+    return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
+
+
+def attention_plan(
+    num_queries: int, bank: MemoryBank, budget: int, *, heads: int, row_bytes: int
+) -> Plan:
+    """The fused kernel's working memory does not grow with M, so in RAM it takes all memories
+    at once; blockwise, each (query, memory) pair of a block holds H scores and temporaries."""
+    if isinstance(bank, TensorBank):
+        probe = bank.keys.new_empty(1, heads, 1, bank.dim // heads)  # (1, H, 1, d/H)
+        k, v = _split_heads(bank.keys, heads), _split_heads(bank.values, heads)
+        if fused_attention_available(probe, k[None], v[None]):
+            query_rows = max(1, min(num_queries, budget // row_bytes))
+            return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
+    cell_bytes = 3 * heads * itemsize(bank.dtype)
+    return plan_blocks(
+        num_queries, bank.num_memories, budget, row_bytes=row_bytes, cell_bytes=cell_bytes
+    )
+
+
+def fused_attention_available(x: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether `scaled_dot_product_attention` would run a fused (flash or memory-efficient)
+    kernel on these inputs rather than its math fallback, which forms the full score matrix."""
+    if k.shape[-1] != v.shape[-1]:  # the fused kernels need one head size for keys and values
+        return False
+    try:  # torch's own dispatcher decision (0 = math fallback); private, so guarded
+        return int(torch._fused_sdp_choice(x, k, v, scale=1.0)) != 0
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _split_heads(rows: Tensor, heads: int) -> Tensor:
+    return rows.reshape(rows.shape[0], heads, -1).transpose(0, 1)  # (H, rows, width/H)
+
+
+def masked_attention(
+    queries: Tensor,
+    bank: MemoryBank,
+    keep: Callable[[int, int], Tensor],
+    *,
+    beta: float,
+    block_rows: int,
+) -> tuple[Tensor, Tensor]:
+    """Vᵀ softmax(β K x) restricted to the memories that `keep(start, rows)` admits, one memory
+    block at a time: keep returns a (Q, rows) bool mask for memories start .. start + rows − 1.
+    Online softmax with excluded scores at −inf gives them weight exactly 0. Returns the
+    patterns (Q, d_v) and how many memories each query kept (Q,)."""
+    acc = SoftmaxAccumulator(
+        queries.shape[0], bank.value_dim, device=queries.device, dtype=queries.dtype
+    )
+    scaled = beta * queries  # (Q, d)
+    for start, keys, values in bank.blocks(block_rows):
+        scores = scaled @ keys.T  # (Q, B)
+        acc.add(scores.masked_fill(~keep(start, keys.shape[0]), -torch.inf), values)
+    return acc.result(), acc.support
+
+
+def gathered_attention(
+    queries: Tensor, bank: MemoryBank, index: Tensor, valid: Tensor | None, *, beta: float
+) -> Tensor:
+    """Vᵀ softmax(β K x) over the memories index (Q, c) of each query (where `valid` (Q, c), if
+    given, is true): only those c keys and values are read, with no work over the other M − c."""
+    keys, values = bank.gather(index)  # (Q, c, d), (Q, c, d_v)
+    scores = (keys @ (beta * queries).unsqueeze(2)).squeeze(2)  # (Q, c)
+    if valid is not None:
+        scores = scores.masked_fill(~valid, -torch.inf)
+    weights = torch.softmax(scores, dim=1)  # (Q, c)
+    return (weights.unsqueeze(1) @ values).squeeze(1)  # (Q, d_v)

@@ -1,0 +1,75 @@
+"""Exact sparse retrieval (sparsemax, entmax) from a candidate set of each query's best scores.
+
+Sparsemax and α-entmax (α > 1) give weight p_i = [(α−1)·s_i − τ]_+^{1/(α−1)}, exactly 0 for every
+score at or below a per-query threshold τ/(α−1), and τ depends only on the scores above it. So
+they need not see all M scores: keep each query's c largest (a running top-c over memory blocks)
+and solve on those. If the solution leaves the c-th candidate at weight 0, the threshold is at
+or above the c-th score, and every excluded score, being ≤ the c-th, is at or below it too: the
+excluded memories get weight 0 in the full problem as well, and τ solves the full problem. The
+result is exact. If all c candidates get weight (the support fills the set, c < M), the set may
+be too small: those queries are redone with 2c candidates, until the support is smaller than the
+set or the set holds all M memories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from nphcli.models.base import Update
+from nphcli.models.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
+
+# Candidates per query in the first round. Sparse Hopfield supports are typically a handful of
+# memories; a query needing more pays one extra pass over the memories per doubling.
+INITIAL_CANDIDATES = 64
+
+
+def candidate_update(
+    queries: Tensor,
+    bank: MemoryBank,
+    *,
+    beta: float,
+    simplex_map: Callable[[Tensor], Tensor],
+    block_rows: int,
+) -> Update:
+    """T(x) = Vᵀ p, p = simplex_map(β K x), computed on candidate sets (see the module docstring).
+
+    `simplex_map` maps scores (Q, c) to weights on the simplex that are 0 below a threshold.
+    While candidate sets grow, queries are taken in groups small enough that a group's
+    candidates take no more memory than one block of scores (Q × max(block_rows, c₀)).
+    """
+    num_queries, num_memories = queries.shape[0], bank.num_memories
+    scaled = beta * queries  # (Q, d)
+    patterns = queries.new_zeros(num_queries, bank.value_dim)  # (Q, d_v)
+    support = torch.zeros(num_queries, dtype=torch.int64, device=queries.device)  # (Q,)
+    pending = torch.arange(num_queries, device=queries.device)  # (P,) rows still to solve
+    count = min(num_memories, INITIAL_CANDIDATES)
+    while pending.numel():
+        group = max(1, num_queries * max(block_rows, INITIAL_CANDIDATES) // count)
+        unsolved = []
+        for rows in pending.split(group):
+            top = TopKAccumulator(rows.numel(), count, device=queries.device, dtype=queries.dtype)
+            x = scaled[rows]  # (G, d)
+            for start, keys in bank.key_blocks(block_rows):
+                top.add(x @ keys.T, start)  # (G, B) scores
+            weights = simplex_map(top.scores)  # (G, c)
+            kept = (weights > 0).sum(dim=1)  # (G,)
+            solved = (kept < count) | (count == num_memories)  # (G,)
+            done = rows[solved]
+            patterns[done] = weighted_rows(
+                bank, top.index[solved], weights[solved], block_rows=block_rows
+            )
+            support[done] = kept[solved]
+            unsolved.append(rows[~solved])
+        pending = torch.cat(unsolved)
+        count = min(num_memories, 2 * count)
+    return Update(patterns, support=support)
+
+
+def candidate_working_set(bank: MemoryBank) -> tuple[int, int]:
+    """Per query: input, output and the first round's running top-c (scores, int64 indices,
+    merge buffers); per (query, memory) pair of a block: its score and top-k temporaries."""
+    size = itemsize(bank.dtype)
+    return (bank.dim + 2 * bank.value_dim) * size + 6 * INITIAL_CANDIDATES * (size + 8), 3 * size
