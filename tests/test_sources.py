@@ -448,3 +448,12 @@ def test_package_data_globs_cover_the_sample_data():
     shipped = {p for pattern in globs for p in folder.glob(pattern)}
     assert shipped == {p for p in folder.rglob("*") if p.is_file()}
     assert sample_data_dir().resolve() in (folder.resolve(), (REPO / "nphcli" / "sample_data"))
+
+
+def test_damaged_dataset_files_are_a_clear_error(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in MNIST_FILES:
+        (raw / name).write_bytes(b"\x00\x00\x08\x09 not idx")
+    with pytest.raises(NphError, match="could not read MNIST .*damaged.*--download"):
+        load_source("mnist", SourceOptions(root=tmp_path))

@@ -179,9 +179,9 @@ def _open(cls: Any, root: Path, split: str, download: bool, label: str) -> Any |
         except RuntimeError as error:
             if "not found" in str(error):
                 return None
-            raise NphError(f"could not read {label} under {root}: {error}") from None
+            raise _damaged(label, root, error) from None
         except (OSError, ValueError, AssertionError, EOFError) as error:
-            raise NphError(f"could not read {label} under {root}: {error}") from None
+            raise _damaged(label, root, error) from None
     # torchvision reports download progress with print(); stdout is for results only.
     try:
         with contextlib.redirect_stdout(_NoticeWriter()):
@@ -192,6 +192,14 @@ def _open(cls: Any, root: Path, split: str, download: bool, label: str) -> Any |
             f"could not download {label} into {root}: {first}. Check the network, or run "
             "without --download to use the data nph can find offline"
         ) from None
+
+
+def _damaged(label: str, root: Path, error: Exception) -> NphError:
+    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return NphError(
+        f"could not read {label} under {root} ({reason}); the files there look damaged: "
+        "replace them, or pass --download to fetch them again"
+    )
 
 
 class _NoticeWriter(io.TextIOBase):
