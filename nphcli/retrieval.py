@@ -14,16 +14,15 @@ always among the memories it can retrieve.
 
 Timing (seconds, `time.perf_counter`): `load` reads the files; `corrupt` builds the queries;
 `transfer` copies memories and queries to the device (with the dtype cast) and the results back;
-`warmup` is one retrieval of the first batch, run before timing so that one-off costs
-(kernel selection, allocation) stay out of `retrieve`; `retrieve` is the model
-alone over all batches, with the device synchronised before and after, measured `repeat` times
-(min and median reported; throughput uses the median); `metrics` computes the metrics;
-`total` is the wall time of everything, repeats included.
+`warmup` is one retrieval of the first batch (at most WARMUP_QUERIES queries), run before timing
+so that one-off costs (lazy initialisation, kernel loading, allocation) stay out of `retrieve`;
+`retrieve` is the model alone over all batches, with the device synchronised before and after,
+measured `repeat` times (min and median reported; throughput uses the median); `metrics`
+computes the metrics; `total` is the wall time of everything, repeats included.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -43,13 +42,14 @@ from nphcli.atomic import atomic_write, check_writable
 from nphcli.corruption import Corruption, corrupt, image_shape
 from nphcli.devices import dtype_name, resolve_device, resolve_dtype, synchronize
 from nphcli.errors import NphError
-from nphcli.memory_file import Memory, load_memory, open_safetensors
+from nphcli.memory_file import Memory, load_memory
 from nphcli.models import Retrieval, create_model, get_model_info, list_models
+from nphcli.normalize import normalize
 from nphcli.notices import notice
 
-# Elements of the (batch, M) score matrix one model call may build by default: 2²⁴ float32 =
-# 64 MiB, so the default batch size keeps memory bounded whatever Q and M are.
-SCORE_BLOCK_ELEMENTS = 1 << 24
+# Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
+# and allocator growth, without doubling the run time of large evaluations.
+WARMUP_QUERIES = 1024
 # β when none is given, for every model that takes one (the models' own default is 1.0).
 # Measured on the bundled MNIST digits stored in [0, 1] (mean ‖ξ‖² ≈ 88): β = 0.3 gives the
 # lowest or near-lowest SSE for dense, topk, sparse and entmax clean, at --mask 0.5 and at
@@ -95,7 +95,7 @@ class RetrieveSettings:
     seed: int = 0  # query choice, corruption, and the model's `seed` if it takes one
     device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto
     dtype: str = "float32"  # dtype of memories and queries during retrieval
-    batch_size: int | None = None  # queries per model call; None: bounded by SCORE_BLOCK_ELEMENTS
+    batch_size: int | None = None  # queries per model call; None: all (the model bounds memory)
     repeat: int = 1  # how many times the timed retrieval runs (min and median are reported)
 
     def __post_init__(self) -> None:
@@ -259,7 +259,7 @@ def evaluate(
     synchronize(device)
     transfer_s = time.perf_counter() - t0
 
-    batch = settings.batch_size or max(1, SCORE_BLOCK_ELEMENTS // num_memories)
+    batch = settings.batch_size or num_queries
     positions_d = rows.to(device)  # (Q,)
     result, warmup_s, times = _timed_retrieve(
         model, queries_d, keys_d, values_d, positions_d, batch, settings.repeat, device
@@ -393,13 +393,15 @@ def _timed_retrieve(
     repeat: int,
     device: torch.device,
 ):
-    """Warm up on the first batch, then time `repeat` full retrievals in batches of `batch`.
+    """Warm up on the first batch (≤ WARMUP_QUERIES queries), then time `repeat` full
+    retrievals in batches of `batch`.
 
     Returns the last retrieval (batches concatenated), the warm-up seconds and each repeat's
     seconds; the device is synchronised before and after every timed span.
     """
     t0 = time.perf_counter()
-    model.retrieve(queries[:batch], keys, values, positions=positions[:batch])
+    first = min(batch, WARMUP_QUERIES)
+    model.retrieve(queries[:first], keys, values, positions=positions[:first])
     synchronize(device)
     warmup_s = time.perf_counter() - t0
     times = []
@@ -447,8 +449,8 @@ def load_inputs(
         raise NphError("targets go with own queries: add --queries-file")
     t0 = time.perf_counter()
     memory = load_memory(memory_path)
-    queries = None if queries_file is None else read_matrix(queries_file, "queries")
-    targets = None if targets_file is None else read_matrix(targets_file, "targets")
+    queries = None if queries_file is None else read_rows(queries_file, "queries", memory)
+    targets = None if targets_file is None else read_rows(targets_file, "targets", memory)
     load_s = time.perf_counter() - t0
     return Inputs(
         memory=memory,
@@ -515,91 +517,34 @@ def check_output_path(
     return check_writable(path, force=force)
 
 
-def read_matrix(path: str | os.PathLike, what: str) -> Tensor:
-    """A float tensor (rows, dim) from .npy, .npz, .csv or .safetensors; one row if 1-D.
+def read_rows(path: str | os.PathLike, what: str, memory: Memory) -> Tensor:
+    """Own queries or targets (rows, dim) from any file `nph store` reads: .npy, .npz,
+    .safetensors, .pt, .csv or a folder of PNG/JPEG images (`nphcli.sources`).
 
-    npz / safetensors: the array named `what` ("queries" or "targets") if present, else the
-    only array in the file. CSV: numeric rows; a first row that is not numeric is a header.
+    Rows must be in the memory's stored space. Pixel data (uint8 arrays, image files) holds
+    raw intensities 0..255, so it is normalised the way the memory's patterns were (its
+    `normalize` record); numbers are taken as they are.
     """
+    from nphcli.sources import IMAGE, load_source
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise NphError(f"{what} file {path} not found")
-    suffix = path.suffix.lower()
-    if suffix == ".safetensors":
-        with open_safetensors(path) as handle:
-            tensor = handle.get_tensor(_pick_key(path, list(handle.keys()), what))
-    elif suffix in (".npy", ".npz"):
-        import numpy as np
-
-        try:
-            loaded = np.load(path, allow_pickle=False)
-            if suffix == ".npz":
-                with loaded:
-                    array = loaded[_pick_key(path, list(loaded.files), what)]
-            else:
-                array = loaded
-        except (ValueError, OSError) as error:
-            raise NphError(f"cannot read {what} file {path}: {error}") from None
-        if not np.issubdtype(array.dtype, np.number) or np.issubdtype(
-            array.dtype, np.complexfloating
-        ):
-            raise NphError(f"{what} file {path} holds {array.dtype} data, not real numbers")
-        tensor = torch.from_numpy(np.asarray(array, dtype=np.float64))
-    elif suffix == ".csv":
-        tensor = _read_csv(path, what)
-    else:
-        raise NphError(
-            f"cannot read {what} from {path}: use a .npy, .npz, .csv or .safetensors file"
+    loaded = load_source(str(path.resolve()))  # absolute: never mistaken for a dataset name
+    if loaded.meta.get("kind") != IMAGE:
+        return loaded.patterns
+    record = memory.meta.get("normalize")
+    if not record:
+        notice(
+            f"{path} holds pixel values 0..255 and the memory records no normalisation: "
+            "using them as they are"
         )
-    if tensor.ndim == 1:
-        tensor = tensor[None, :]
-    if tensor.ndim != 2 or tensor.shape[0] == 0 or tensor.shape[1] == 0:
-        raise NphError(
-            f"{what} in {path} must be a non-empty 2-D (rows, dim) array, got shape "
-            f"{tuple(tensor.shape)}"
-        )
-    if not tensor.is_floating_point():
-        tensor = tensor.to(torch.float64)
-    work = torch.float64 if tensor.dtype == torch.float64 else torch.float32
-    tensor = tensor.to(work)
-    if not torch.isfinite(tensor).all():
-        raise NphError(f"{what} in {path} contain NaN or infinite values")
-    return tensor.to(torch.float32) if work == torch.float64 else tensor
-
-
-def _pick_key(path: Path, keys: list[str], what: str) -> str:
-    if what in keys:
-        return what
-    if len(keys) == 1:
-        return keys[0]
-    raise NphError(
-        f"{path} holds {len(keys)} arrays ({', '.join(keys) or 'none'}); name the one to use "
-        f"'{what}'"
-    )
-
-
-def _read_csv(path: Path, what: str) -> Tensor:
-    rows: list[list[float]] = []
-    with open(path, newline="") as handle:
-        for line_number, cells in enumerate(csv.reader(handle), start=1):
-            if not cells or all(not c.strip() for c in cells):
-                continue
-            try:
-                rows.append([float(c) for c in cells])
-            except ValueError:
-                if line_number == 1:  # a header
-                    continue
-                raise NphError(
-                    f"{path} line {line_number}: a {what} cell is not a number"
-                ) from None
-            if len(rows[-1]) != len(rows[0]):
-                raise NphError(
-                    f"{path} line {line_number}: {len(rows[-1])} values where the first row has "
-                    f"{len(rows[0])}"
-                )
-    if not rows:
-        raise NphError(f"{what} file {path} holds no numeric rows")
-    return torch.tensor(rows, dtype=torch.float64)
+        return loaded.patterns
+    if record.get("method") == "zscore":
+        return (loaded.patterns - record["mean"]) / record["std"]
+    lo_hi = (record.get("lo", 0.0), record.get("hi", 255.0))
+    rows, _ = normalize(loaded.patterns, record.get("method", "none"), pixel_range=lo_hi)
+    return rows
 
 
 def _choose_rows(

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from nphcli.corruption import Corruption
 from nphcli.memory_file import Memory, load_memory, save_memory
 from nphcli.models import get_model_info, model_names
-from nphcli.retrieval import DEFAULT_BETA, RetrieveSettings, evaluate
+from nphcli.retrieval import DEFAULT_BETA, RetrieveSettings, evaluate, read_rows
 
 MODELS_WITH = {
     flag: [name for name in model_names() if flag in {p.name for p in get_model_info(name).params}]
@@ -244,7 +244,7 @@ def _write(path, array: np.ndarray) -> None:
     if suffix == ".npy":
         np.save(path, array)
     elif suffix == ".npz":
-        np.savez(path, queries=array, other=np.zeros(3))
+        np.savez(path, queries=array)
     elif suffix == ".csv":
         np.savetxt(
             path,
@@ -304,6 +304,17 @@ def test_own_queries_with_targets(retrieve, mnist, tmp_path, suffix):
         target_indices=torch.tensor(rows),
     )
     assert by_file["metrics"] == json.loads(json.dumps(report.metrics))
+
+
+@pytest.mark.parametrize("fixture", ["mnist", "mnist_centered"])
+def test_pixel_queries_are_normalised_like_the_memory(request, tmp_path, fixture):
+    memory = load_memory(request.getfixturevalue(fixture))
+    rows = [0, 3, 99]
+    path = tmp_path / "digits.npy"
+    stored = memory.patterns[rows]
+    offset = 0.5 if fixture == "mnist_centered" else 0.0
+    np.save(path, ((stored + offset) * 255).round().to(torch.uint8).view(3, 28, 28).numpy())
+    assert torch.allclose(read_rows(path, "queries", memory), stored, atol=1e-6)
 
 
 def test_own_queries_without_targets(retrieve, mnist, tmp_path):

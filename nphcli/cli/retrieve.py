@@ -108,7 +108,8 @@ def retrieve_command(
     batch_size: Annotated[
         int | None,
         typer.Option(
-            "--batch-size", help="Queries per model call [default: keeps scores ≤ 64 MiB]."
+            "--batch-size",
+            help="Queries per model call [default: all; models bound their own memory].",
         ),
     ] = None,
     repeat: Annotated[
