@@ -62,5 +62,5 @@ class TopK(HopfieldModel):
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size = itemsize(bank.dtype)
         k = resolve_k(self.k, bank.num_memories)
-        # Running top-k: kept and merged (2k) scores with their int64 indices, and sort order.
-        return (bank.dim + 2 * bank.value_dim + 6 * k) * size + 6 * k * 8, 3 * size
+        # Running top-k: kept (k) and merged (2k) scores with int64 indices, and the sort order.
+        return (bank.dim + 2 * bank.value_dim + 3 * k) * size + 5 * k * 8, 3 * size
