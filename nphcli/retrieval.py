@@ -121,7 +121,6 @@ class RetrievalReport:
     retrieved: Tensor  # (Q, d_v) T(x), in the retrieval dtype
     queries: Tensor  # (Q, d) the corrupted queries, float32 (float64 for float64 memories)
     targets: Tensor | None  # (Q, d_v) uncorrupted targets, when known
-    hidden: Tensor  # (Q, d) bool: entries hidden by the mask
 
     def to_json(self, *, per_query: bool = False) -> dict[str, Any]:
         """The JSON object `nph retrieve --json` prints."""
@@ -151,8 +150,7 @@ class RetrievalReport:
                 "d": config["memory"]["d"],
                 "Q": config["queries"]["Q"],
                 "queries": config["queries"]["source"],
-                **{key: config["corruption"][key] for key in ("mask", "mask_mode", "fill")},
-                "noise": config["corruption"]["noise"],
+                **config["corruption"],  # mask, mask_mode, fill, noise
                 "batch_size": config["batch_size"],
                 "repeat": config["repeat"],
             }
@@ -333,7 +331,6 @@ def evaluate(
         retrieved=retrieved,
         queries=corrupted.queries,
         targets=None if targets is None else targets.cpu(),
-        hidden=corrupted.hidden,
     )
 
 
