@@ -70,7 +70,9 @@ def retrieve_command(
     queries_file: Annotated[
         Path | None,
         typer.Option(
-            "--queries-file", help="Own queries: .npy, .npz, .csv or .safetensors (Q, d)."
+            "--queries-file",
+            help="Own queries, one per row: any file `nph store` reads (.npy, .npz, .csv, "
+            ".safetensors, .pt, a folder of images).",
         ),
     ] = None,
     targets_file: Annotated[
