@@ -46,6 +46,7 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
         yield tmp
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
+        os.chmod(tmp, _final_mode(path))
         if path.exists() and not force:  # appeared while we were working
             raise NphError(f"{path} already exists; pass --force to replace it")
         os.replace(tmp, path)
@@ -55,6 +56,16 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _final_mode(path: Path) -> int:
+    """Keep a replaced file's permissions; a new file gets the usual 0o666 minus the umask
+    (mkstemp creates 0o600, which would surprise users sharing results)."""
+    if path.exists():
+        return path.stat().st_mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _fsync_folder(folder: Path) -> None:
