@@ -39,7 +39,10 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
     previous file (if any) is untouched.
     """
     path = check_writable(path, force=force)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise NphError(f"cannot write {path}: {error.strerror or error}") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:

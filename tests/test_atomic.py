@@ -49,3 +49,13 @@ def test_refuses_existing_without_force_and_missing_folder(tmp_path):
     with pytest.raises(NphError, match="does not exist"), atomic_write(tmp_path / "no" / "a"):
         pass
     assert target.read_bytes() == b"old"
+
+
+def test_unwritable_place_is_a_user_error(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    with pytest.raises(NphError, match="cannot write .*Permission denied"):
+        with atomic_write(tmp_path / "a.bin") as tmp:
+            tmp.write_bytes(b"x")
