@@ -49,13 +49,24 @@ def print_csv(rows: Sequence[Mapping[str, Any]], *, header: bool = True) -> None
     writer.writerows(rows)
 
 
-def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+def print_table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    width: int | None = None,
+) -> None:
+    """A table on stdout. `width`: the line width to use when stdout is not a terminal (rich
+    assumes 80 columns there, which squeezes wide tables into unreadable cells)."""
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*(format_value(v) for v in row))
-    stdout_console().print(table)
+    console = stdout_console()
+    if width is not None and not console.is_terminal:
+        console.width = width
+    console.print(table)
 
 
 def format_value(value: Any) -> str:

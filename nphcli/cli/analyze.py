@@ -1,0 +1,197 @@
+"""`nph analyze FILE`: the paper's §4 theory on a memory file (separation, well-separation,
+and with --model the Theorem 4.1 / Corollary 4.1 checks on corrupted queries).
+
+Parsing and rendering only; `nphcli.theory` does the work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nphcli.cli.app import app
+from nphcli.cli.render import format_value, print_json, print_table
+from nphcli.cli.retrieve import DEFAULT_BETA_TEXT
+
+
+@app.command("analyze")
+def analyze_command(
+    file: Annotated[Path, typer.Argument(help="Memory file to analyse.")],
+    beta: Annotated[
+        float | None,
+        typer.Option("--beta", help=f"Inverse temperature β [default: {DEFAULT_BETA_TEXT}]."),
+    ] = None,
+    k: Annotated[
+        float | None,
+        typer.Option(
+            "--k",
+            help="Support size k in the conditions: a count ≥ 1 or a fraction of M [default: "
+            "M, dense; with --model, the model's support].",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Also retrieve corrupted stored patterns with this model and check Theorem 4.1 "
+            "and Corollary 4.1 per query (dense, topk, random, window).",
+        ),
+    ] = None,
+    window: Annotated[
+        int | None, typer.Option("--window", help="Half-width w of the window model.")
+    ] = None,
+    mask: Annotated[
+        float, typer.Option("--mask", help="With --model: fraction of each query hidden.")
+    ] = 0.0,
+    noise: Annotated[
+        float,
+        typer.Option("--noise", help="With --model: Gaussian noise standard deviation σ."),
+    ] = 0.0,
+    queries: Annotated[
+        int | None,
+        typer.Option("--queries", help="With --model: use N queries drawn with the seed."),
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the queries, corruption and model.")
+    ] = 0,
+    sample: Annotated[
+        int,
+        typer.Option(
+            "--sample",
+            help="Use a seeded sample of this many patterns for R and Δ when M is larger; 0 "
+            "uses every pattern (R is then exact).",
+        ),
+    ] = 2000,
+    per_pattern: Annotated[
+        bool,
+        typer.Option(
+            "--per-pattern", help="List Δ_μ and the well-separation verdict of every pattern."
+        ),
+    ] = False,
+    per_query: Annotated[
+        bool, typer.Option("--per-query", help="With --model: list every query's check.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
+) -> None:
+    """Separation statistics and the paper's well-separation condition per pattern.
+
+    m = max ‖ξ_μ‖, R = ½ min ‖ξ_μ − ξ_ν‖, Δ_μ = ⟨ξ_μ,ξ_μ⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩; pattern μ
+    is well separated when Δ_μ ≥ (1/β)·ln((M + k − 2)·m/R) + 2mR. With --model, corrupted
+    stored patterns are retrieved and each query's error is compared with the Theorem 4.1
+    bound m(M + k − 2)·exp(−β(⟨ξ_μ,x⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩)); README, "Theory".
+    """
+    from nphcli.corruption import Corruption
+    from nphcli.errors import NphError
+    from nphcli.memory_file import load_memory
+    from nphcli.retrieval import DEFAULT_BETA, RetrieveSettings, evaluate
+    from nphcli.theory import check_report, is_structured, well_separation
+
+    if sample < 0:
+        raise NphError(f"--sample must be 0 or more, got {sample}")
+    if beta is not None and not beta > 0:
+        raise NphError(f"--beta must be > 0, got {beta}")
+    if model is None and any(
+        v for v in (window, mask, noise, queries, per_query) if v not in (None, 0, 0.0, False)
+    ):
+        raise NphError("--window, --mask, --noise, --queries and --per-query go with --model")
+    memory = load_memory(file)
+    used_beta = DEFAULT_BETA if beta is None else beta
+    check = None
+    report = None
+    if model is not None:
+        params = {"beta": used_beta, "k": k, "window": window}
+        settings = RetrieveSettings(
+            model=model,
+            params=params,
+            corruption=Corruption(mask=mask, noise=noise),
+            queries=queries,
+            seed=seed,
+            dtype="float64",
+        )
+        report = evaluate(memory, settings, sources={"memory": str(file)})
+        if not is_structured(model, report.config["params"]):
+            raise NphError(
+                f"Theorem 4.1 covers softmax over a support set (dense, topk, random, window) "
+                f"with one step; {model!r} with these parameters is not one of them"
+            )
+        check = check_report(memory, report)
+        if check is None:
+            raise NphError("Theorem 4.1 needs M ≥ 2 and a memory without separate values")
+        if k is None:  # the conditions with the model's own support size
+            k = int(check.k.max())
+    separated = well_separation(memory.patterns, used_beta, k, max_rows=sample or None, seed=seed)
+    result = {
+        "file": str(file),
+        "M": memory.num_memories,
+        "d": memory.dim,
+        "well_separation": separated.to_json(per_pattern=per_pattern),
+    }
+    if check is not None:
+        result["queries"] = {
+            "model": model,
+            "params": report.config["params"],
+            "corruption": report.config["corruption"],
+            "R": check.R,
+            "summary": check.summary(),
+        }
+        if per_query:
+            result["queries"]["per_query"] = check.per_query()
+    if as_json:
+        print_json(result)
+        return
+    _print(result)
+
+
+def _print(result: dict) -> None:
+    ws = result["well_separation"]
+    delta = ws["delta"] or {}
+    rows = [
+        ("patterns", f"M = {result['M']}, d = {result['d']}"),
+        ("m = max ‖ξ_μ‖", ws["m"]),
+        ("R = ½ min ‖ξ_μ − ξ_ν‖", ws["R"] if ws["R"] is not None else "- (M < 2)"),
+        (
+            "Δ_μ",
+            ", ".join(f"{key} {format_value(delta[key])}" for key in delta) or "-",
+        ),
+        ("β, k", f"{format_value(ws['beta'])}, {ws['k']}"),
+        ("threshold", ws["threshold"] if ws["threshold"] is not None else "inf (R = 0)"),
+        (
+            "well separated",
+            f"{ws['well_separated']} of {ws['patterns_checked']} patterns"
+            + (" (sampled)" if ws["sampled"] else ""),
+        ),
+    ]
+    print_table("Separation (Hu et al. 2025, §4)", ["quantity", "value"], rows)
+    if ws.get("per_pattern"):
+        per = ws["per_pattern"]
+        print_table(
+            "Per pattern",
+            ["row", "Δ_μ", "well separated"],
+            zip(per["row"], per["delta"], per["well_separated"], strict=True),
+        )
+    queries = result.get("queries")
+    if not queries:
+        return
+    s = queries["summary"]
+    rows = [
+        ("model", f"{queries['model']} (k mean {format_value(s['k_mean'])})"),
+        ("queries", s["queries"]),
+        ("target in support", s["in_support"]),
+        ("query inside S_μ (‖x − ξ_μ‖ ≤ R)", s["in_sphere"]),
+        ("premises (both)", s["premises"]),
+        ("  of which target well separated", s["premises_well_separated"]),
+        ("stated bound holds, premises", f"{s['stated_holds_premises']} of {s['premises']}"),
+        ("stated bound holds, in support", f"{s['stated_holds']} of {s['in_support']}"),
+        ("query-gap bound holds", f"{s['query_holds']} of {s['in_support']}"),
+        ("error ≤ dense error (Cor. 4.1)", f"{s['corollary_holds']} of {s['in_support']}"),
+        ("max ‖T_model − T_ref‖", s["impl_gap_max"]),
+    ]
+    print_table("Theorem 4.1 per query", ["check", "count"], rows)
+    per = queries.get("per_query")
+    if per:
+        names = ["target", "k", "distance", "error", "stated_bound", "stated_holds", "dense_error"]
+        print_table("Per query", names, zip(*(per[n] for n in names), strict=True))

@@ -1,0 +1,491 @@
+"""The paper's §4 checks: separation, well-separation, the Theorem 4.1 error bound, Corollary 4.1.
+
+Notation (Hu et al., "Nonparametric Modern Hopfield Models", ICML 2025, §4): stored patterns
+ξ_1 … ξ_M (rows of X (M, d)), a query x (one row of (Q, d)) whose target is ξ_μ, and a
+sparse-structured model: softmax over a support set S(x) ⊆ {1 … M} of k memories,
+
+    T(x) = Σ_{ν∈S} p_ν ξ_ν,   p_ν = exp(β⟨x, ξ_ν⟩) / Σ_{ρ∈S} exp(β⟨x, ξ_ρ⟩).
+
+Dense retrieval is the case S = everything (k = M); top-k, random and window are the others.
+
+- m = max_μ ‖ξ_μ‖, R = ½ min_{μ≠ν} ‖ξ_μ − ξ_ν‖, Δ_μ = ⟨ξ_μ, ξ_μ⟩ − max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩
+  (computed by `nphcli.separation`);
+- well-separation of pattern μ:  Δ_μ ≥ (1/β)·ln((M + k − 2)·m / R) + 2mR;
+- Theorem 4.1 as stated (the bound read from the paper and issue 5), for x in the sphere
+  S_μ = {x : ‖x − ξ_μ‖ ≤ R} and μ ∈ S(x):
+
+      ‖T(x) − ξ_μ‖ ≤ m(M + k − 2)·exp(−β(⟨ξ_μ, x⟩ − max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩));
+
+- the query-gap bound, the same with the gap measured at the query,
+
+      ‖T(x) − ξ_μ‖ ≤ m(M + k − 2)·exp(−β Δ̃_μ(x)),   Δ̃_μ(x) = ⟨x, ξ_μ⟩ − max_{ν≠μ} ⟨x, ξ_ν⟩,
+
+  which holds for every x with μ ∈ S(x): T(x) − ξ_μ = Σ_{ν∈S, ν≠μ} p_ν (ξ_ν − ξ_μ), so
+  ‖T(x) − ξ_μ‖ ≤ 2m·(1 − p_μ) ≤ 2m·Σ_{ν∈S, ν≠μ} exp(−β(⟨x, ξ_μ⟩ − ⟨x, ξ_ν⟩))
+  ≤ 2m(k − 1)·exp(−β Δ̃_μ(x)), and 2(k − 1) ≤ M + k − 2 because k ≤ M.
+
+The two bounds agree at x = ξ_μ. Elsewhere the stated one uses ⟨ξ_μ, ξ_ν⟩ where the proof has
+⟨x, ξ_ν⟩; they differ by ⟨x − ξ_μ, ξ_ν⟩, up to m‖x − ξ_μ‖, which inside S_μ can outweigh the
+constant's slack: `stated_bound_counterexample` is a well-separated, in-sphere, in-support query
+on which the stated bound fails while the query-gap bound holds.
+
+- Corollary 4.1, read per query: when μ ∈ S(x), the sparse-structured error is at most the dense
+  error ‖T_dense(x) − ξ_μ‖. The bounds obey this (M + k − 2 ≤ 2(M − 1)); the errors need not,
+  because removing memories from a softmax can undo cancellations between the remaining
+  error terms (`corollary_counterexample`). nph counts how often it holds.
+
+Every check recomputes T(x) here in float64 from the support set (an implementation independent
+of the models' blockwise code) and reports how far the model's own output is from it
+(`impl_gap`), so a failure can be told apart: a large gap is an implementation problem, a
+failure with a small gap is a problem with the statement being checked.
+
+Which memories a model's support holds is taken from the models' public mask helpers
+(`nphcli.models.masks`); `SUPPORTS` maps the sparse-structured models to them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nphcli.models.masks import random_mask, resolve_k, topk_mask, window_mask
+from nphcli.separation import Separation, separation
+
+# Relative slack when comparing an error with a bound: float64 rounding, nothing more.
+RELATIVE_SLACK = 1e-9
+QUERY_BLOCK = 256  # queries per block of (Q, M) scores
+
+
+def _dense_support(params: dict, scores: Tensor, positions: Tensor, num_memories: int) -> Tensor:
+    return torch.ones_like(scores, dtype=torch.bool)
+
+
+def _topk_support(params: dict, scores: Tensor, positions: Tensor, num_memories: int) -> Tensor:
+    return topk_mask(scores, resolve_k(params["k"], num_memories))
+
+
+def _random_support(params: dict, scores: Tensor, positions: Tensor, num_memories: int) -> Tensor:
+    k = resolve_k(params["k"], num_memories)
+    return random_mask(params["seed"], positions, num_memories, k)
+
+
+def _window_support(params: dict, scores: Tensor, positions: Tensor, num_memories: int) -> Tensor:
+    return window_mask(positions, num_memories, params["window"])
+
+
+# The sparse-structured models: softmax over a per-query support set, and how to rebuild that
+# set from a model's parameters, the scores ⟨x, ξ⟩ (Q, M) and the query positions (Q,).
+SUPPORTS: dict[str, Callable[[dict, Tensor, Tensor, int], Tensor]] = {
+    "dense": _dense_support,
+    "topk": _topk_support,
+    "random": _random_support,
+    "window": _window_support,
+}
+
+
+def is_structured(model: str, params: dict[str, Any]) -> bool:
+    """Whether Theorem 4.1 covers one step of this model: softmax over a support set."""
+    return model in SUPPORTS and params.get("steps", 1) == 1
+
+
+def well_separation_threshold(beta: float, num_memories: int, k: int, m: float, R: float) -> float:
+    """(1/β)·ln((M + k − 2)·m / R) + 2mR: the Δ_μ a pattern needs to be well separated.
+
+    inf when R = 0 (duplicate patterns); −inf when M + k − 2 = 0 (a single pattern).
+    """
+    factor = num_memories + k - 2
+    if R <= 0 or m <= 0:
+        return math.inf
+    if factor <= 0:
+        return -math.inf
+    return math.log(factor * m / R) / beta + 2 * m * R
+
+
+def theorem_bound(beta: float, num_memories: int, k: Tensor, m: float, gap: Tensor) -> Tensor:
+    """m(M + k − 2)·exp(−β·gap), elementwise over k and gap (float64)."""
+    factor = (num_memories + k.to(torch.float64) - 2).clamp(min=0)
+    return m * factor * torch.exp(-beta * gap.to(torch.float64))
+
+
+@dataclass
+class WellSeparation:
+    """Which stored patterns satisfy the well-separation condition for given β and k."""
+
+    beta: float
+    k: int  # support size in the condition
+    threshold: float  # (1/β) ln((M + k − 2) m / R) + 2mR
+    separation: Separation  # m, R, Δ_μ (over `separation.rows`)
+    well_separated: Tensor  # (S,) bool, for separation.rows
+
+    def to_json(self, *, per_pattern: bool = False) -> dict[str, Any]:
+        sep = self.separation
+        count = int(self.well_separated.sum())
+        out: dict[str, Any] = {
+            "beta": self.beta,
+            "k": self.k,
+            "M": sep.num_memories,
+            "m": sep.m,
+            "R": sep.R,
+            "threshold": _finite(self.threshold),
+            "condition": "Δ_μ ≥ (1/β)·ln((M + k − 2)·m/R) + 2mR",
+            "delta": sep.delta_summary(),
+            "patterns_checked": int(sep.delta.numel()),
+            "well_separated": count,
+            "fraction": count / sep.delta.numel() if sep.delta.numel() else None,
+            "sampled": sep.sampled,
+        }
+        if per_pattern:
+            out["per_pattern"] = {
+                "row": sep.rows.tolist(),
+                "delta": sep.delta.tolist(),
+                "well_separated": self.well_separated.tolist(),
+            }
+        return out
+
+
+def well_separation(
+    patterns: Tensor, beta: float, k: float | None = None, *, max_rows: int | None = None, seed=0
+) -> WellSeparation:
+    """Separation statistics of patterns (M, d) and the well-separation check per pattern for β
+    and k (a count, a fraction of M as `--k` takes it, or None for k = M: dense retrieval)."""
+    sep = separation(patterns, max_rows=max_rows, seed=seed)
+    M = sep.num_memories
+    count = M if k is None else resolve_k(k, M)
+    if sep.R is None:
+        threshold = math.inf
+    else:
+        threshold = well_separation_threshold(beta, M, count, sep.m, sep.R)
+    return WellSeparation(beta, count, threshold, sep, sep.delta >= threshold)
+
+
+@dataclass
+class QueryCheck:
+    """Theorem 4.1 and Corollary 4.1, per query. Tensors are float64 or bool, shape (Q,)."""
+
+    model: str
+    beta: float
+    num_memories: int  # M
+    m: float
+    R: float | None
+    target: Tensor  # (Q,) int64 μ
+    k: Tensor  # (Q,) int64 support size |S(x)|
+    in_support: Tensor  # μ ∈ S(x)
+    distance: Tensor  # ‖x − ξ_μ‖
+    in_sphere: Tensor  # ‖x − ξ_μ‖ ≤ R
+    well_separated: Tensor  # Δ_μ ≥ threshold(k)
+    error: Tensor  # ‖T(x) − ξ_μ‖, T recomputed in float64
+    model_error: Tensor  # ‖T_model(x) − ξ_μ‖ from the model's own output
+    impl_gap: Tensor  # ‖T_model(x) − T(x)‖
+    stated_bound: Tensor  # m(M + k − 2) exp(−β(⟨ξ_μ, x⟩ − max_{ν≠μ}⟨ξ_μ, ξ_ν⟩))
+    query_bound: Tensor  # m(M + k − 2) exp(−β Δ̃_μ(x))
+    dense_error: Tensor  # ‖T_dense(x) − ξ_μ‖, float64
+
+    @property
+    def premises(self) -> Tensor:
+        """Theorem 4.1's premises: μ ∈ S(x) and x ∈ S_μ (‖x − ξ_μ‖ ≤ R)."""
+        return self.in_support & self.in_sphere
+
+    @property
+    def stated_holds(self) -> Tensor:
+        return _holds(self.error, self.stated_bound)
+
+    @property
+    def query_holds(self) -> Tensor:
+        return _holds(self.error, self.query_bound)
+
+    @property
+    def corollary_holds(self) -> Tensor:
+        return _holds(self.error, self.dense_error)
+
+    def summary(self) -> dict[str, Any]:
+        """Counts over the queries (so trials can be added up), and the largest impl_gap."""
+        support = self.in_support
+        premises = self.premises
+        premises_ws = premises & self.well_separated
+        return {
+            "queries": int(self.target.numel()),
+            "k_mean": float(self.k.double().mean()),
+            "in_support": int(support.sum()),
+            "in_sphere": int(self.in_sphere.sum()),
+            "premises": int(premises.sum()),
+            "premises_well_separated": int(premises_ws.sum()),
+            "well_separated": int(self.well_separated.sum()),
+            "stated_holds": int((self.stated_holds & support).sum()),
+            "stated_holds_premises": int((self.stated_holds & premises).sum()),
+            "stated_holds_premises_well_separated": int((self.stated_holds & premises_ws).sum()),
+            "query_holds": int((self.query_holds & support).sum()),
+            "corollary_holds": int((self.corollary_holds & support).sum()),
+            "impl_gap_max": float(self.impl_gap.max()) if self.impl_gap.numel() else 0.0,
+        }
+
+    def per_query(self) -> dict[str, list]:
+        names = (
+            "target",
+            "k",
+            "in_support",
+            "distance",
+            "in_sphere",
+            "well_separated",
+            "error",
+            "model_error",
+            "impl_gap",
+            "stated_bound",
+            "query_bound",
+            "dense_error",
+        )
+        out = {name: getattr(self, name).tolist() for name in names}
+        out["stated_holds"] = self.stated_holds.tolist()
+        out["query_holds"] = self.query_holds.tolist()
+        out["corollary_holds"] = self.corollary_holds.tolist()
+        return out
+
+
+def _holds(error: Tensor, bound: Tensor) -> Tensor:
+    return error <= bound * (1 + RELATIVE_SLACK)
+
+
+def check_queries(
+    patterns: Tensor,
+    queries: Tensor,
+    retrieved: Tensor,
+    targets: Tensor,
+    positions: Tensor,
+    *,
+    model: str,
+    params: dict[str, Any],
+    sep: Separation | None = None,
+) -> QueryCheck:
+    """Theorem 4.1 and Corollary 4.1 for one step of a sparse-structured `model` (see `SUPPORTS`)
+    with `params` (its full parameters, as in a report's config: beta, k, seed, window, ...).
+
+    patterns (M, d): the stored ξ; queries (Q, d): the x given to the model; retrieved (Q, d): the
+    model's T(x); targets (Q,): μ per query; positions (Q,): the positions the model was given.
+    """
+    if not is_structured(model, params):
+        raise ValueError(f"Theorem 4.1 does not cover {model!r} with {params}")
+    X = patterns.detach().to("cpu", torch.float64)  # (M, d)
+    x_all = queries.detach().to("cpu", torch.float64)  # (Q, d)
+    y_all = retrieved.detach().to("cpu", torch.float64)  # (Q, d)
+    targets = targets.detach().to("cpu", torch.int64)  # (Q,)
+    positions = positions.detach().to("cpu", torch.int64)  # (Q,)
+    M = X.shape[0]
+    beta = float(params["beta"])
+    sep = sep or separation(X, max_rows=None)
+    own_norm2 = (X * X).sum(dim=1)  # (M,)
+    competitor = own_norm2 - sep.delta  # (M,) max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩ (all rows: not sampled)
+    parts: dict[str, list[Tensor]] = {}
+    for start in range(0, x_all.shape[0], QUERY_BLOCK):
+        block = slice(start, start + QUERY_BLOCK)
+        step = _check_block(
+            X, x_all[block], y_all[block], targets[block], positions[block], model, params, beta
+        )
+        step["stated_gap"] = (x_all[block] * X[targets[block]]).sum(1) - competitor[
+            targets[block]
+        ]  # (B,) ⟨ξ_μ, x⟩ − max_{ν≠μ}⟨ξ_μ, ξ_ν⟩
+        for key, value in step.items():
+            parts.setdefault(key, []).append(value)
+    got = {key: torch.cat(values) for key, values in parts.items()}
+    k = got["k"]
+    R = sep.R
+    distance = torch.linalg.vector_norm(x_all - X[targets], dim=1)  # (Q,)
+    in_sphere = distance <= R if R is not None else torch.zeros_like(distance, dtype=torch.bool)
+    thresholds = torch.tensor(
+        [
+            well_separation_threshold(beta, M, int(kq), sep.m, R) if R is not None else math.inf
+            for kq in k.tolist()
+        ],
+        dtype=torch.float64,
+    )  # (Q,)
+    return QueryCheck(
+        model=model,
+        beta=beta,
+        num_memories=M,
+        m=sep.m,
+        R=R,
+        target=targets,
+        k=k,
+        in_support=got["in_support"],
+        distance=distance,
+        in_sphere=in_sphere,
+        well_separated=sep.delta[targets] >= thresholds,
+        error=got["error"],
+        model_error=got["model_error"],
+        impl_gap=got["impl_gap"],
+        stated_bound=theorem_bound(beta, M, k, sep.m, got["stated_gap"]),
+        query_bound=theorem_bound(beta, M, k, sep.m, got["query_gap"]),
+        dense_error=got["dense_error"],
+    )
+
+
+def _check_block(
+    X: Tensor,
+    x: Tensor,
+    y: Tensor,
+    targets: Tensor,
+    positions: Tensor,
+    model: str,
+    params: dict[str, Any],
+    beta: float,
+) -> dict[str, Tensor]:
+    """The per-query quantities of one block of queries, all float64."""
+    M = X.shape[0]
+    rows = torch.arange(x.shape[0])
+    scores = x @ X.T  # (B, M) ⟨x, ξ_ν⟩
+    support = SUPPORTS[model](params, scores, positions, M)  # (B, M)
+    target_score = scores[rows, targets]  # (B,)
+    others = scores.clone()
+    others[rows, targets] = -math.inf
+    query_gap = target_score - others.max(dim=1).values  # (B,) Δ̃_μ(x); -inf-safe for M ≥ 2
+    T, error = _softmax_retrieval(X, beta * scores, support, targets)
+    dense_T, dense_error = _softmax_retrieval(X, beta * scores, torch.ones_like(support), targets)
+    del dense_T
+    return {
+        "k": support.sum(dim=1),
+        "in_support": support[rows, targets],
+        "error": error,
+        "model_error": torch.linalg.vector_norm(y - X[targets], dim=1),
+        "impl_gap": torch.linalg.vector_norm(y - T, dim=1),
+        "query_gap": query_gap,
+        "dense_error": dense_error,
+    }
+
+
+def _softmax_retrieval(
+    X: Tensor, logits: Tensor, support: Tensor, targets: Tensor
+) -> tuple[Tensor, Tensor]:
+    """T(x) = Σ_{ν∈S} p_ν ξ_ν (B, d) and ‖T(x) − ξ_μ‖ (B,), p the softmax of `logits` (B, M)
+    over `support` (B, M).
+
+    The error is computed as ‖Σ_{ν≠μ} p_ν ξ_ν − (Σ_{ν≠μ} p_ν) ξ_μ‖ (Σ p = 1), which never
+    subtracts two nearly equal vectors of size ‖ξ_μ‖: tiny errors keep their relative precision,
+    so they can be compared with bounds far below float rounding of ξ itself.
+    """
+    masked = logits.masked_fill(~support, -math.inf)  # (B, M)
+    weights = torch.softmax(masked, dim=1)  # (B, M); all-masked rows give NaN
+    weights = torch.nan_to_num(weights, nan=0.0)
+    T = weights @ X  # (B, d)
+    rows = torch.arange(logits.shape[0])
+    rest = weights.clone()
+    rest[rows, targets] = 0.0  # (B, M) p_ν for ν ≠ μ
+    diff = rest @ X - rest.sum(dim=1, keepdim=True) * X[targets]  # (B, d) Σ_{ν≠μ} p_ν (ξ_ν − ξ_μ)
+    target_weight = weights[rows, targets]
+    # A target outside the support has weight 0: T(x) − ξ_μ is then T(x) − ξ_μ itself.
+    outside = target_weight == 0
+    if bool(outside.any()):
+        diff[outside] = T[outside] - X[targets[outside]]
+    return T, torch.linalg.vector_norm(diff, dim=1)
+
+
+def check_report(memory: Any, report: Any) -> QueryCheck | None:
+    """`check_queries` for a self-evaluation `RetrievalReport` of `memory`; None when Theorem
+    4.1 does not cover the run (another model, several steps, or a hetero-associative memory)."""
+    config = report.config
+    params = config["params"]
+    if not is_structured(config["model"], params) or memory.values is not None:
+        return None
+    if "target_index" not in report.per_query or memory.num_memories < 2:
+        return None
+    return check_queries(
+        memory.patterns,
+        report.queries,
+        report.retrieved,
+        report.per_query["target_index"],
+        report.per_query["query_row"],
+        model=config["model"],
+        params=params,
+    )
+
+
+# Theory fields of a sweep row (`nph sweep --theory`), in order. Counts are over the run's queries
+# so that trials add up; n/a fields are empty.
+ROW_FIELDS = (
+    "theory_m",
+    "theory_R",
+    "theory_delta_min",
+    "theory_delta_mean",
+    "theory_k_mean",
+    "theory_well_separated",
+    "theory_in_support",
+    "theory_in_sphere",
+    "theory_premises",
+    "theory_premises_well_separated",
+    "theory_stated_holds",
+    "theory_stated_holds_premises",
+    "theory_stated_holds_premises_well_separated",
+    "theory_query_holds",
+    "theory_corollary_holds",
+    "theory_impl_gap_max",
+)
+# Of these, the counts a sweep summary adds up over trials.
+COUNT_FIELDS = (
+    "theory_well_separated",
+    "theory_in_support",
+    "theory_in_sphere",
+    "theory_premises",
+    "theory_premises_well_separated",
+    "theory_stated_holds",
+    "theory_stated_holds_premises",
+    "theory_stated_holds_premises_well_separated",
+    "theory_query_holds",
+    "theory_corollary_holds",
+)
+
+
+def row_fields(memory: Any, report: Any) -> dict[str, Any]:
+    """The ROW_FIELDS of one run: separation of its memory always, the per-query checks when
+    Theorem 4.1 covers the model (else empty)."""
+    sep = separation(memory.patterns, max_rows=None)
+    delta = sep.delta_summary()
+    out: dict[str, Any] = dict.fromkeys(ROW_FIELDS, "")
+    out.update(
+        theory_m=sep.m,
+        theory_R="" if sep.R is None else sep.R,
+        theory_delta_min="" if delta is None else delta["min"],
+        theory_delta_mean="" if delta is None else delta["mean"],
+    )
+    check = check_report(memory, report)
+    if check is None:
+        return out
+    summary = check.summary()
+    for key, value in summary.items():
+        if f"theory_{key}" in out:
+            out[f"theory_{key}"] = value
+    return out
+
+
+def stated_bound_counterexample() -> dict[str, Any]:
+    """Three patterns and a query on which the stated Theorem 4.1 bound fails although every
+    premise holds (x ∈ S_μ, μ in the support, pattern μ well separated), dense retrieval (k = M).
+
+    ξ_1 = e_1, ξ_2 = e_2, ξ_3 = e_2 + 0.1·e_3: m = 1, R = 0.05 (ξ_2 and ξ_3 are close), Δ_1 = 1.
+    With β = 10 the condition needs Δ_1 ≥ 0.1·ln(4/0.05) + 0.1 ≈ 0.54: it holds. The query
+    x = ξ_1 + 0.045·e_2 lies inside the sphere around ξ_1 and leans towards ξ_2 and ξ_3, so
+    ⟨x, ξ_ν⟩ = 0.045 > ⟨ξ_1, ξ_ν⟩ = 0: the competitors gain weight the stated bound ignores
+    (error ≈ 2.0e-4, stated bound ≈ 1.8e-4, query-gap bound ≈ 2.9e-4).
+    """
+    patterns = torch.tensor(
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.1]], dtype=torch.float64
+    )  # (3, 3)
+    query = torch.tensor([[1.0, 0.045, 0.0]], dtype=torch.float64)  # (1, 3)
+    return {"patterns": patterns, "query": query, "target": 0, "beta": 10.0}
+
+
+def corollary_counterexample() -> dict[str, Any]:
+    """Patterns and a query on which top-k retrieval (target in its support) has a larger error
+    than dense retrieval: two competitors on either side of ξ_1 pull in opposite directions and
+    cancel under dense weights; top-2 keeps only one of them.
+
+    ξ_1 = e_2, ξ_2 = e_2 + e_1, ξ_3 = e_2 − e_1; the query x = e_2 + 0.01·e_1 ranks ξ_2 above ξ_3.
+    """
+    patterns = torch.tensor([[0.0, 1.0], [1.0, 1.0], [-1.0, 1.0]], dtype=torch.float64)
+    query = torch.tensor([[0.01, 1.0]], dtype=torch.float64)
+    return {"patterns": patterns, "query": query, "target": 0, "beta": 1.0, "k": 2}
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
