@@ -73,9 +73,7 @@ def attention_plan(
             query_rows = max(1, min(num_queries, budget // row_bytes))
             return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
     cell_bytes = 3 * heads * itemsize(bank.dtype)
-    return plan_blocks(
-        num_queries, bank.num_memories, budget, row_bytes=row_bytes, cell_bytes=cell_bytes
-    )
+    return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
 
 
 def fused_attention_available(x: Tensor, k: Tensor, v: Tensor) -> bool:

@@ -102,9 +102,7 @@ class HopfieldModel:
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """Query batch and memory block sizes that keep `update`'s working set within `budget`."""
         row_bytes, cell_bytes = self.working_set(bank)
-        return plan_blocks(
-            num_queries, bank.num_memories, budget, row_bytes=row_bytes, cell_bytes=cell_bytes
-        )
+        return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
 
     def check_memory(self, num_memories: int, dim: int) -> None:
         """Reject parameters that do not fit this memory (e.g. k > M). Default: nothing to check."""

@@ -200,22 +200,31 @@ MIN_BLOCK_ROWS = 256
 
 
 def plan_blocks(
-    num_queries: int, num_memories: int, budget_bytes: int, *, row_bytes: int, cell_bytes: int
+    num_queries: int, bank: MemoryBank, budget_bytes: int, *, row_bytes: int, cell_bytes: int
 ) -> Plan:
-    """Batch and block sizes so that query_rows · (row_bytes + memory_rows · cell_bytes) ≤ budget.
+    """Batch and block sizes so that a query batch's working set fits the budget:
+
+        query_rows · row_bytes + memory_rows · (block_row_bytes + query_rows · cell_bytes) ≤ budget
 
     `row_bytes` is what a model keeps per query whatever the block size (outputs, running top-k),
-    `cell_bytes` what it needs per (query, memory) pair of a block (scores and temporaries).
+    `cell_bytes` what it needs per (query, memory) pair of a block (scores and temporaries), and
+    block_row_bytes = 2 · (d + d_v) · itemsize the memory block itself: a streamed bank reads it
+    into RAM, and the next block is read while the last is still referenced.
     Query batches are made as large as possible first: each batch reads every memory once, which
     matters most when memories stream from disk. Memory blocks then take the rest of the budget.
     Both are at least 1, so a budget too small for even one pair still makes progress.
     """
+    num_memories = bank.num_memories
+    block_row_bytes = 2 * (bank.dim + bank.value_dim) * itemsize(bank.dtype)
     smallest_block = min(num_memories, MIN_BLOCK_ROWS)
     query_rows = plan_rows(
-        budget_bytes, 1, row_bytes + smallest_block * cell_bytes, total=num_queries
+        budget_bytes - smallest_block * block_row_bytes,
+        1,
+        row_bytes + smallest_block * cell_bytes,
+        total=num_queries,
     )
-    per_query = budget_bytes // query_rows - row_bytes
-    memory_rows = plan_rows(per_query, 1, cell_bytes, total=num_memories)
+    left = budget_bytes - query_rows * row_bytes
+    memory_rows = plan_rows(left, 1, block_row_bytes + query_rows * cell_bytes, total=num_memories)
     return Plan(query_rows=query_rows, memory_rows=memory_rows)
 
 

@@ -8,8 +8,10 @@ map, so its fixed points are well defined. A different `--seed` draws different 
 The reported support is k (the kept memories, even where a weight underflows to 0).
 
 Blockwise: the k smallest hashes are found over blocks of memory indices without reading any
-key (`masks.random_subset`); then, for small k, only those k memories are read and scored, and
-for large k every memory block is scored and masked (online softmax).
+key (`masks.random_subset`), and only those k memories are read and scored. For large k, the k-th
+smallest of each query's M hashes is found first; then every memory block is scored and masked
+where the hash exceeds it (online softmax): a matrix product reads memory
+far faster than per-query gathers. Hashes are cheap next to either (a few ns each).
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from nphcli.errors import NphError
 from nphcli.models.attention import gathered_attention, masked_attention
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.blocks import GATHER_LIMIT, MemoryBank, itemsize
-from nphcli.models.masks import K_HELP, block_mask, check_k, random_subset, resolve_k
+from nphcli.models.masks import (
+    K_HELP,
+    check_k,
+    random_keys,
+    random_subset,
+    resolve_k,
+)
 from nphcli.models.registry import register_model
 
 
@@ -58,28 +67,35 @@ class RandomMask(HopfieldModel):
         block_rows: int,
     ) -> Update:
         k = resolve_k(self.k, bank.num_memories)
-        chosen = random_subset(self.seed, positions, bank.num_memories, k, block_rows=block_rows)
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
-        if _gathers(k, bank.num_memories):
+        num_memories = bank.num_memories
+        if _gathers(k, num_memories):
+            chosen = random_subset(self.seed, positions, num_memories, k, block_rows=block_rows)
             patterns = gathered_attention(queries, bank, chosen, None, beta=self.beta)
         else:
+            memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
+            hashes = random_keys(self.seed, positions, memory_index)  # (Q, M)
+            # A query's hashes never tie, so it keeps exactly those up to its k-th smallest.
+            threshold = torch.kthvalue(hashes, k, dim=1).values  # (Q,)
+
+            def keep(start: int, rows: int) -> Tensor:
+                return hashes[:, start : start + rows] <= threshold[:, None]  # (Q, B)
+
             patterns, _ = masked_attention(
-                queries,
-                bank,
-                lambda start, rows: block_mask(chosen, start, rows),
-                beta=self.beta,
-                block_rows=block_rows,
+                queries, bank, keep, beta=self.beta, block_rows=block_rows
             )
         return Update(patterns, support=support)  # (Q, d_v)
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size, k = itemsize(bank.dtype), resolve_k(self.k, bank.num_memories)
-        row_bytes = (bank.dim + 2 * bank.value_dim) * size + 4 * k * 8  # subset selection
+        row_bytes = (bank.dim + 2 * bank.value_dim) * size
         if _gathers(k, bank.num_memories):
-            row_bytes += k * (bank.dim + bank.value_dim + 2) * size  # the gathered rows
-        # Per pair of a block: a hash and its temporaries (int64), or a score, its softmax
-        # temporaries and a mask entry.
-        return row_bytes, max(5 * 8, 4 * size + 1)
+            # The running k smallest hashes with indices and the k gathered rows; per pair of a
+            # block, a hash and (at most) its three scratch buffers.
+            return row_bytes + 4 * k * 8 + k * (bank.dim + bank.value_dim + 2) * size, 4 * 8
+        # A row of M hashes, the hash scratch buffers and kthvalue's copy; per pair of a block,
+        # a score with its softmax temporaries and a mask entry.
+        return row_bytes + 5 * bank.num_memories * 8, 4 * size + 1
 
 
 def _gathers(k: int, num_memories: int) -> bool:
