@@ -18,7 +18,7 @@ from typing import Any
 from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
 
-# x-axis choices: name → (row column, axis label, transform of the column's value)
+# x-axis choices: name → (row column, axis label); `variance` plots the noise column squared
 X_AXES: dict[str, tuple[str, str]] = {
     "size": ("M", "memory size M"),
     "noise": ("noise", "noise standard deviation σ"),
@@ -145,26 +145,27 @@ def plot_results(
     axes.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
     trials = sorted({p[3] for series in lines.values() for p in series})
     trial_text = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
-    axes.set_title(title or _title(rows, metric_name, x, trial_text), fontsize=10)
+    axes.set_title(title or _title(rows, metric_name, x, trial_text), fontsize=10, loc="left")
     with atomic_write(out, force=force) as tmp:
         figure.savefig(tmp, format="png", dpi=DPI)
     return Path(out)
 
 
 def _title(rows: list[dict[str, Any]], metric: str, x: str, trials: str) -> str:
+    """Two lines: what is plotted, then the grid values that are the same on every line."""
     fixed = []
-    for column, name in (("dataset", "data"), ("M", "M"), ("mask", "mask"), ("noise", "σ")):
+    for column, name in (("dataset", ""), ("M", "M "), ("mask", "mask "), ("noise", "σ ")):
         values = {row.get(column) for row in rows}
         if len(values) == 1 and X_AXES[x][0] != column:
             value = values.pop()
             if column in ("mask", "noise") and not value:
                 continue
-            fixed.append(f"{name} {_short(value)}")
+            fixed.append(f"{name}{_short(value)}")
     betas = {row.get("beta") for row in rows}
     if len(betas) == 1:
         fixed.append(f"β {_short(betas.pop())}")
-    where = ", ".join(fixed)
-    return f"{metric} vs {X_AXES[x][1].split(' (')[0]} ({where}); mean ± 1 std over {trials} trials"
+    name = metric.upper() if metric in ("sse", "mse") else metric
+    return f"{name} vs {X_AXES[x][1]}\n{', '.join(fixed)}; mean ± 1 std over {trials} trials"
 
 
 def _short(value: Any) -> str:

@@ -626,7 +626,9 @@ def execute(
     done = results.done()
     todo = [task for task in tasks if task.key not in done]
     skipped = len(tasks) - len(todo)
-    if skipped:
+    if skipped == len(tasks):
+        notice(f"all {skipped} runs are already in {results.path}; nothing to run")
+    elif skipped:
         notice(f"{skipped} of {len(tasks)} runs are already in {results.path}; running the rest")
     keys = {s.key for s in settings}
     outside = sum(1 for row in results.existing if row.get("setting") not in keys)

@@ -224,7 +224,7 @@ def resolve(data: dict[str, Any], origin: str, overrides: dict[str, Any]) -> Swe
     merged.update(given)
     merged["dataset"] = dataset
 
-    where = origin if origin == "options" else f"{origin} (or its option)"
+    where = origin if origin == "options" else f"{origin} or the options"
     sizes = _int_list(merged["sizes"], "sizes", where, minimum=1)
     trials = _whole(merged["trials"], "trials", where, minimum=1)
     seed = _whole(merged["seed"], "seed", where, minimum=0)

@@ -48,7 +48,7 @@ def test_tiny_sweep_rows_and_fields(invoke, pool, tmp_path):
     report = json.loads(result.stdout)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 2 * 2 * 2  # models × sizes × trials
-    assert report["runs"] == {"total": 8, "ran": 8}
+    assert report["runs"] == {"total": 8, "ran": 8, "skipped": 0}
     assert {(r["label"], r["M"]) for r in rows} == {
         (label, m) for label in ("dense", "topk k=0.5") for m in (5, 8)
     }
@@ -65,6 +65,15 @@ def test_tiny_sweep_rows_and_fields(invoke, pool, tmp_path):
     dense5 = [r["sse_mean"] for r in rows if r["label"] == "dense" and r["M"] == 5]
     assert summary[0]["metrics"]["sse"]["mean"] == pytest.approx(np.mean(dense5))
     assert summary[0]["metrics"]["sse"]["std"] == pytest.approx(np.std(dense5))
+
+
+def test_sweep_on_the_test_device(invoke, pool, tmp_path, device):
+    out = tmp_path / "r.jsonl"
+    result = sweep(invoke, pool, out, "--device", str(device), "--theory")
+    assert result.exit_code == 0, result.stderr
+    rows = read_results(out).rows
+    assert len(rows) == 8 and {r["device"] for r in rows} == {str(device)}
+    assert all(r["theory_query_holds"] == r["theory_in_support"] for r in rows)
 
 
 def test_table_on_stdout_and_notices_on_stderr(invoke, pool, tmp_path):
@@ -110,7 +119,7 @@ def test_resume_after_interruption(invoke, pool, tmp_path, suffix):
     assert len(keys) == len(set(keys)) == 8  # every row exactly once
     assert metrics_by_key(rows.rows) == metrics_by_key(read_results(complete).rows)
     again = sweep(invoke, pool, cut, "--resume")  # nothing left to do
-    assert again.exit_code == 0 and "8 of 8 runs are already" in again.stderr
+    assert again.exit_code == 0 and "all 8 runs are already" in again.stderr
     assert len(read_results(cut).rows) == 8
 
 

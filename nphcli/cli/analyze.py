@@ -82,7 +82,8 @@ def analyze_command(
     m = max ‖ξ_μ‖, R = ½ min ‖ξ_μ − ξ_ν‖, Δ_μ = ⟨ξ_μ,ξ_μ⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩; pattern μ
     is well separated when Δ_μ ≥ (1/β)·ln((M + k − 2)·m/R) + 2mR. With --model, corrupted
     stored patterns are retrieved and each query's error is compared with the Theorem 4.1
-    bound m(M + k − 2)·exp(−β(⟨ξ_μ,x⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩)); README, "Theory".
+    bound m(M + k − 2)·exp(−β(⟨ξ_μ,x⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩)); README, "Sweeps", and
+    docs/reproduction.md.
     """
     from nphcli.corruption import Corruption
     from nphcli.errors import NphError

@@ -30,7 +30,9 @@ def sweep_command(
     preset: Annotated[str | None, typer.Option("--preset", help=_preset_help())] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="A sweep grid in the presets' TOML format (README)."),
+        typer.Option(
+            "--config", help='A sweep grid in the presets\' TOML format (README, "Sweeps").'
+        ),
     ] = None,
     print_config: Annotated[
         bool,
@@ -102,7 +104,7 @@ def sweep_command(
         typer.Option(
             "--seed",
             help="The sweep's one seed; memories and corruptions derive from it and the trial "
-            "number (README) [default: 0].",
+            'number (README, "Sweeps") [default: 0].',
         ),
     ] = None,
     out: Annotated[
@@ -130,7 +132,7 @@ def sweep_command(
         typer.Option(
             "--theory",
             help="Add the paper's §4 checks to every row (separation, Theorem 4.1 bound, "
-            "Corollary 4.1; README).",
+            'Corollary 4.1; README, "Sweeps").',
         ),
     ] = False,
     device: Annotated[
@@ -220,8 +222,11 @@ def sweep_command(
                 "config": grid.to_dict(),
                 "results": str(out),
                 "plot": None if plot is None else str(plot),
-                "runs": {"total": outcome.ran + outcome.skipped, "ran": outcome.ran},
-                "skipped": outcome.skipped,
+                "runs": {
+                    "total": outcome.ran + outcome.skipped,
+                    "ran": outcome.ran,
+                    "skipped": outcome.skipped,
+                },
                 "wall_s": outcome.wall_s,
                 "threads": threads,
                 "summary": [row.to_json() for row in summary],
