@@ -224,7 +224,12 @@ def child_stream(path: str, num_queries: int, model_name: str) -> dict:
 
 
 def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    """This process's peak resident set (VmHWM). Not getrusage's ru_maxrss: on Linux that is
+    inherited from the parent across fork and exec, so a child would report the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024  # reported in kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def in_subprocess(*args: str) -> dict:

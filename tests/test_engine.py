@@ -176,7 +176,7 @@ def test_fused_attention_is_not_used_when_torch_would_fall_back(device):
 @pytest.mark.parametrize(("name", "params"), [("sparse", {}), ("entmax", {"alpha": 1.3})])
 def test_candidate_set_grows_until_support_fits(device, name, params):
     # Near-equal scores and a small β spread the weight over far more than the first round's
-    # candidates, so the sets must double (twice or more) before the solution is exact.
+    # candidates, so the sets must grow before the solution is exact.
     generator = torch.Generator().manual_seed(5)
     keys = torch.randn(300, 4, generator=generator, dtype=torch.float64).to(device)
     queries = torch.randn(6, 4, generator=generator, dtype=torch.float64).to(device)

@@ -195,8 +195,8 @@ def plan_rows(budget_bytes: int, other_rows: int, bytes_per_cell: int, *, total:
 
 
 # Memory blocks are never planned below this many rows while queries can still be split instead:
-# a matrix product over a few hundred memories already runs near full speed.
-MIN_BLOCK_ROWS = 256
+# each block costs a fixed merge (running top-k, rescaled sums) that must stay small beside it.
+MIN_BLOCK_ROWS = 4096
 
 
 def plan_blocks(

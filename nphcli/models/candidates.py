@@ -7,8 +7,9 @@ and solve on those. If the solution leaves the c-th candidate at weight 0, the t
 or above the c-th score, and every excluded score, being ≤ the c-th, is at or below it too: the
 excluded memories get weight 0 in the full problem as well, and τ solves the full problem. The
 result is exact. If all c candidates get weight (the support fills the set, c < M), the set may
-be too small: those queries are redone with 2c candidates, until the support is smaller than the
-set or the set holds all M memories.
+be too small: those queries are redone with 8c candidates, until the support is smaller than the
+set or the set holds all M memories. (Each round re-reads the memories, but only for the queries
+left; growing 8-fold keeps rounds to two or three for supports up to thousands.)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from nphcli.models.blocks import MemoryBank, TopKAccumulator, itemsize, weighted
 # Candidates per query in the first round. Sparse Hopfield supports are typically a handful of
 # memories; a query needing more pays one extra pass over the memories per doubling.
 INITIAL_CANDIDATES = 64
+GROWTH = 8  # candidate sets grow by this factor while a query's support fills its set
 
 
 def candidate_update(
@@ -64,7 +66,7 @@ def candidate_update(
             support[done] = kept[solved]
             unsolved.append(rows[~solved])
         pending = torch.cat(unsolved)
-        count = min(num_memories, 2 * count)
+        count = min(num_memories, GROWTH * count)
     return Update(patterns, support=support)
 
 
