@@ -193,14 +193,14 @@ def child_rss(model_name: str, params: dict) -> dict:
     keys = images if images is not None else synthetic(60_000, seed=0, device=torch.device("cpu"))
     keys = torch.nn.functional.normalize(keys, dim=1)
     queries = queries_for(keys, 60_000, seed=1)
-    before = _peak_rss()
+    before = _reset_peak_rss()
     start = time.perf_counter()
     create_model(model_name, beta=BETA, **params).retrieve(queries, keys)
     return {
         "data": source,
         "seconds": time.perf_counter() - start,
         "memory_bytes": keys.numel() * 4,
-        "peak_rss_before_bytes": before,
+        "rss_at_start_bytes": before,
         "peak_rss_bytes": _peak_rss(),
     }
 
@@ -210,7 +210,7 @@ def child_stream(path: str, num_queries: int, model_name: str) -> dict:
     bank = StreamedBank(path)
     queries = synthetic(num_queries, seed=2, device=torch.device("cpu"))
     params = MODELS.get(model_name, {})
-    before = _peak_rss()
+    before = _reset_peak_rss()
     start = time.perf_counter()
     create_model(model_name, beta=BETA, **params).retrieve(queries, bank)
     return {
@@ -218,18 +218,29 @@ def child_stream(path: str, num_queries: int, model_name: str) -> dict:
         "file_bytes": os.path.getsize(path),
         "M": bank.num_memories,
         "Q": num_queries,
-        "peak_rss_before_bytes": before,
+        "rss_at_start_bytes": before,
         "peak_rss_bytes": _peak_rss(),
     }
 
 
-def _peak_rss() -> int:
-    """This process's peak resident set (VmHWM). Not getrusage's ru_maxrss: on Linux that is
-    inherited from the parent across fork and exec, so a child would report the parent's peak."""
+def _peak_rss(field: str = "VmHWM") -> int:
+    """This process's peak resident set (VmHWM; VmRSS: the current one). Not getrusage's
+    ru_maxrss: on Linux that is inherited from the parent across fork and exec, so a child would
+    report the parent's peak."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024  # reported in kB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _reset_peak_rss() -> int:
+    """Reset the peak to the current resident set (Linux ≥ 4.0), so that the peak read later is
+    that of the retrieval alone, not of preparing its data; returns the current RSS."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5\n")
+    except OSError:
+        pass
+    return _peak_rss("VmRSS")
 
 
 def in_subprocess(*args: str) -> dict:
@@ -367,6 +378,8 @@ def targets(results: dict, bandwidth: float) -> list[dict]:
         if "peak_rss_bytes" in rss:
             limit = rss["memory_bytes"] + 2**30
             add(f"peak RSS {name} Q=M=60k (GB)", rss["peak_rss_bytes"] / 1e9, limit / 1e9, {})
+            growth = (rss["peak_rss_bytes"] - rss["rss_at_start_bytes"]) / 1e9
+            add("  its growth during retrieval (GB)", growth, 2**30 / 1e9, {})
     stream = results.get("stream", {})
     for name, run in stream.get("runs", {}).items():
         if "peak_rss_bytes" in run:
@@ -431,8 +444,9 @@ def markdown(results: dict) -> str:
         if "peak_rss_bytes" in rss:
             lines.append(
                 f"Peak RSS, {name}, Q = M = 60,000 ({rss['data']}): "
-                f"{rss['peak_rss_bytes'] / 1e9:.2f} GB ({rss['peak_rss_before_bytes'] / 1e9:.2f} "
-                f"GB before retrieving; memory {rss['memory_bytes'] / 1e9:.2f} GB), "
+                f"{rss['peak_rss_bytes'] / 1e9:.2f} GB ({rss['rss_at_start_bytes'] / 1e9:.2f} "
+                f"GB resident when retrieval starts: torch, memories, queries; memory "
+                f"{rss['memory_bytes'] / 1e9:.2f} GB), "
                 f"{rss['seconds']:.1f} s."
             )
     stream = results.get("stream", {})
@@ -441,7 +455,8 @@ def markdown(results: dict) -> str:
             lines.append(
                 f"Streaming {name}: {run['file_bytes'] / 1e9:.2f} GB file (M = {run['M']:,}, "
                 f"Q = {run['Q']}, page cache dropped: {stream['cold']}): "
-                f"{run['seconds']:.1f} s, peak RSS {run['peak_rss_bytes'] / 1e9:.2f} GB."
+                f"{run['seconds']:.1f} s, peak RSS {run['peak_rss_bytes'] / 1e9:.2f} GB "
+                f"({run['rss_at_start_bytes'] / 1e9:.2f} GB resident when retrieval starts)."
             )
     for name, timing in results.get("startup", {}).items():
         if "median_s" in timing:

@@ -86,14 +86,20 @@ def feature_readout(query_logits: Tensor, key_logits: Tensor, values: Tensor) ->
 
 def feature_plan(num_queries: int, bank: MemoryBank, budget: int, *, features: int) -> Plan:
     """`prepare` holds a block of B memories' features, `update` Q queries' features, never
-    both: each gets the whole budget, counting a few temporaries of the feature width."""
+    both: each gets the whole budget, counting a few temporaries of the feature width. Neither
+    needs large blocks (the work per row is fixed), so both stop at `CACHE_ROWS`, where the
+    elementwise passes over a block still run from cache; this keeps time linear in M."""
     size = itemsize(bank.dtype)
     per_memory = (bank.dim + bank.value_dim + 3 * features) * size
     per_query = (bank.dim + 2 * bank.value_dim + 3 * features) * size
     return Plan(
-        query_rows=plan_rows(budget, 1, per_query, total=num_queries),
-        memory_rows=plan_rows(budget, 1, per_memory, total=bank.num_memories),
+        query_rows=plan_rows(budget, 1, per_query, total=min(num_queries, CACHE_ROWS)),
+        memory_rows=plan_rows(budget, 1, per_memory, total=min(bank.num_memories, CACHE_ROWS)),
     )
+
+
+# Rows per block for the feature models: blocks of a few MB stay in the last-level cache.
+CACHE_ROWS = 4096
 
 
 def log_elu_plus_one(u: Tensor) -> Tensor:
