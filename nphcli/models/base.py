@@ -161,16 +161,16 @@ class HopfieldModel:
                 if support is None:
                     support = torch.zeros(num_queries, dtype=torch.int64, device=queries.device)
                 support[active] = step_support.to(torch.int64)
-            previous = state[active]
+            steps[active] += 1
+            if self.steps == 1:  # one step updates every row; nothing to compare with
+                state = patterns
+                break
+            change = torch.linalg.vector_norm(patterns - state[active], dim=1)  # (A,)
             if active.numel() == num_queries:  # every row updated (always on the first step)
                 state = patterns
             else:
                 state = state.clone()
                 state[active] = patterns
-            steps[active] += 1
-            if self.steps == 1:
-                break
-            change = torch.linalg.vector_norm(patterns - previous, dim=1)  # (A,)
             active = active[change > self.tol]
             if active.numel() == 0:
                 break
