@@ -189,20 +189,22 @@ class HopfieldModel:
         the support (A,) or None. Batches are written into one output, never concatenated, so
         the result is held once."""
         patterns = support = None
+        every_row = active.numel() == state.shape[0]  # then batches are slices, not copies
         for start in range(0, active.numel(), plan.query_rows):
             rows = active[start : start + plan.query_rows]  # (B,)
-            step = self.update(
-                state[rows], bank, positions[rows], prepared, block_rows=plan.memory_rows
-            )
+            stop = start + rows.numel()
+            batch = state[start:stop] if every_row else state[rows]  # (B, d)
+            where = positions[start:stop] if every_row else positions[rows]  # (B,)
+            step = self.update(batch, bank, where, prepared, block_rows=plan.memory_rows)
             if rows.numel() == active.numel():
                 return step.patterns, step.support
             if patterns is None:
                 patterns = step.patterns.new_empty(active.numel(), step.patterns.shape[1])
                 if step.support is not None:
                     support = step.support.new_empty(active.numel())
-            patterns[start : start + rows.numel()] = step.patterns
+            patterns[start:stop] = step.patterns
             if support is not None:
-                support[start : start + rows.numel()] = step.support
+                support[start:stop] = step.support
         return patterns, support
 
 
