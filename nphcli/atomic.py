@@ -18,13 +18,35 @@ from nphcli.errors import NphError, NphRuntimeError
 def check_writable(path: str | os.PathLike, *, force: bool) -> Path:
     """Refuse to write `path` before any work is done: missing folder, or existing without force."""
     path = Path(path)
+    check_folder(path)
+    if path.exists() and not force:
+        raise NphError(f"{path} already exists; pass --force to replace it")
+    return path
+
+
+def check_not_input(path: str | os.PathLike, inputs: list[str | os.PathLike]) -> Path:
+    """Refuse an output `path` that names one of the command's input files (even with --force:
+    replacing what is being read is never what was meant)."""
+    path = Path(path)
+    for other in map(Path, inputs):
+        if path.resolve() == other.resolve() or (
+            path.exists() and other.exists() and os.path.samefile(path, other)
+        ):
+            raise NphError(f"{path} is an input of this command; choose another output file")
+    return path
+
+
+def check_folder(path: str | os.PathLike) -> Path:
+    """Refuse a `path` nph could not create: its folder is missing, is a file, or is not
+    writable; or `path` itself is a folder."""
+    path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
+        if folder.exists():
+            raise NphError(f"cannot write {path}: {folder} is a file, not a folder")
         raise NphError(f"cannot write {path}: folder {folder} does not exist")
     if path.is_dir():
         raise NphError(f"cannot write {path}: it is a directory")
-    if path.exists() and not force:
-        raise NphError(f"{path} already exists; pass --force to replace it")
     if not os.access(folder, os.W_OK):
         raise NphError(f"cannot write {path}: folder {folder} is not writable")
     return path

@@ -115,13 +115,9 @@ def load_memory(path: str | os.PathLike) -> Memory:
         raw_meta = handle.metadata() or {}
         keys = list(handle.keys())
         meta = _decode_meta(raw_meta)
-        if meta.get("format") == FORMAT_NAME:
-            version = meta.get("format_version")
-            if not isinstance(version, int) or version > FORMAT_VERSION:
-                raise NphError(
-                    f"{path} uses memory-file format version {version}, newer than this nph "
-                    f"understands ({FORMAT_VERSION}); upgrade nph"
-                )
+        foreign = meta.get("format") != FORMAT_NAME
+        if not foreign:
+            check_format_version(path, meta)
             pattern_key = "patterns"
             if pattern_key not in keys:
                 raise NphError(f"{path} has no 'patterns' tensor (it has: {', '.join(keys)})")
@@ -129,6 +125,11 @@ def load_memory(path: str | os.PathLike) -> Memory:
             pattern_key = _guess_pattern_key(path, handle, keys)
             meta = {"source": f"file:{path.name}", "foreign_metadata": raw_meta}
         patterns = _check_patterns(handle.get_tensor(pattern_key), f"{path}: '{pattern_key}'")
+        if foreign:  # only once the guess proved usable: a failing command prints one line
+            notice(
+                f"{path} has no nph metadata: using tensor '{pattern_key}' as the patterns (one "
+                "row per memory), no labels, no image shape"
+            )
         labels = (
             handle.get_tensor("labels") if "labels" in keys and pattern_key == "patterns" else None
         )
@@ -150,6 +151,17 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """The decoded metadata of a safetensors file, without reading its tensors."""
     with open_safetensors(path) as handle:
         return _decode_meta(handle.metadata() or {})
+
+
+def check_format_version(path: str | os.PathLike, meta: dict[str, Any]) -> None:
+    """Refuse an nph memory file written in a newer format than this nph reads (`meta`: its
+    decoded metadata)."""
+    version = meta.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
+        raise NphError(
+            f"{path} uses memory-file format version {version}, newer than this nph "
+            f"understands ({FORMAT_VERSION}); upgrade nph"
+        )
 
 
 class open_safetensors:  # noqa: N801  (used like the function `open`)
@@ -190,7 +202,7 @@ def _decode_meta(raw: dict[str, str]) -> dict[str, Any]:
 
 
 def _guess_pattern_key(path: Path, handle, keys: list[str]) -> str:
-    """A file from another tool: take 'patterns' or its only 2-D tensor, and say so."""
+    """A file from another tool: take 'patterns' or its only 2-D tensor."""
     if "patterns" in keys:
         chosen = "patterns"
     else:
@@ -201,10 +213,6 @@ def _guess_pattern_key(path: Path, handle, keys: list[str]) -> str:
                 f"({', '.join(keys) or 'none'}); save the patterns under the key 'patterns'"
             )
         chosen = matrices[0]
-    notice(
-        f"{path} has no nph metadata: using tensor '{chosen}' as the patterns (one row per "
-        "memory), no labels, no image shape"
-    )
     return chosen
 
 

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from nphcli import __version__
 from nphcli import metrics as metric_fns
-from nphcli.atomic import atomic_write, check_writable
+from nphcli.atomic import atomic_write, check_not_input, check_writable
 from nphcli.corruption import Corruption, corrupt, image_shape
 from nphcli.devices import dtype_name, resolve_device, resolve_dtype, synchronize
 from nphcli.errors import NphError
@@ -504,13 +504,7 @@ def check_output_path(
     path: str | os.PathLike, *, force: bool, protect: list[str | os.PathLike]
 ) -> Path:
     """Refuse before any work: an output that exists without `force`, or is one of `protect`."""
-    path = Path(path)
-    for other in protect:
-        other = Path(other)
-        if path.resolve() == other.resolve() or (
-            path.exists() and other.exists() and os.path.samefile(path, other)
-        ):
-            raise NphError(f"{path} is an input of this command; choose another output file")
+    check_not_input(path, protect)
     return check_writable(path, force=force)
 
 

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nphcli.errors import NphError
+from nphcli.atomic import check_folder
+from nphcli.errors import NphError, NphRuntimeError
 from nphcli.notices import notice
 from nphcli.sweep_config import SweepConfig
 
@@ -367,11 +368,7 @@ class Results:
         self._handle: io.TextIOBase | None = None
         if resume and force:
             raise NphError("choose one of --resume (continue the file) and --force (replace it)")
-        folder = self.path.parent if str(self.path.parent) else Path(".")
-        if not folder.is_dir():
-            raise NphError(f"cannot write {self.path}: folder {folder} does not exist")
-        if self.path.is_dir():
-            raise NphError(f"cannot write {self.path}: it is a directory")
+        check_folder(self.path)
         if self.path.exists():
             if resume:
                 self._load_existing()
@@ -422,7 +419,12 @@ class Results:
     def write(self, row: dict[str, Any]) -> None:
         """Append one row as one write, then flush and fsync."""
         if self._handle is None:
-            self._handle = open(self.write_path, "a", encoding="utf-8", newline="")
+            try:
+                self._handle = open(self.write_path, "a", encoding="utf-8", newline="")
+            except OSError as error:
+                raise NphError(
+                    f"cannot write {self.write_path}: {error.strerror or error}"
+                ) from None
             if self.format == "csv" and self.header is None:
                 self.header = list(row)
                 self._emit(_csv_line(self.header))
@@ -440,9 +442,14 @@ class Results:
 
     def _emit(self, line: str) -> None:
         assert self._handle is not None
-        self._handle.write(line)
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        try:
+            self._handle.write(line)
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as error:  # e.g. the disk filled up: not the input's fault
+            raise NphRuntimeError(
+                f"could not write {self.write_path}: {error.strerror or error}"
+            ) from error
 
     def finish(self) -> None:
         """Close; a --force sweep's partial file now replaces the old results file."""

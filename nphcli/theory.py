@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.models.masks import random_mask, resolve_k, topk_mask, window_mask
+from nphcli.models.masks import check_k, random_mask, resolve_k, topk_mask, window_mask
 from nphcli.separation import Separation, separation
 
 # Relative slack when comparing an error with a bound: float64 rounding, nothing more.
@@ -153,6 +153,8 @@ def well_separation(
 ) -> WellSeparation:
     """Separation statistics of patterns (M, d) and the well-separation check per pattern for β
     and k (a count, a fraction of M as `--k` takes it, or None for k = M: dense retrieval)."""
+    if k is not None:
+        check_k(k)  # before resolve_k, which would quietly round k ≤ 0 up to one memory
     sep = separation(patterns, max_rows=max_rows, seed=seed)
     M = sep.num_memories
     count = M if k is None else resolve_k(k, M)

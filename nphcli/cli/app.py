@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from typing import Any
 
 import typer
@@ -31,24 +32,33 @@ class _StderrHandler(logging.Handler):
         print(f"note: {record.getMessage()}", file=sys.stderr)
 
 
+# Set by the root option --debug for the current invocation only (reset in NphGroup.main, so
+# in-process runners such as the tests' do not carry it over to the next command).
+_debug_flag = False
+
+
 def _debug() -> bool:
-    return bool(os.environ.get("NPH_DEBUG"))
+    """--debug, or NPH_DEBUG set to anything but empty or 0."""
+    return _debug_flag or os.environ.get("NPH_DEBUG", "") not in ("", "0")
 
 
 class NphGroup(TyperGroup):
     """Turns user errors (ours and click's) into one `Error: ...` line and an exit code.
 
     Exit codes: 0 success, 2 usage or input error, 1 other failure, 130 interrupted.
-    Set NPH_DEBUG=1 to see the traceback of a user error too.
+    With --debug (or NPH_DEBUG=1) a user error also prints its traceback first; the error line
+    and the exit code stay the same.
     """
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        global _debug_flag
+        _debug_flag = False
         _setup_notices()
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except NphError as error:
             if _debug():
-                raise
+                traceback.print_exc(file=sys.stderr)
             code = _fail(str(error), error.exit_code)
         except ClickException as error:
             code = _fail(error.format_message(), error.exit_code)
@@ -101,8 +111,13 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    debug: bool = typer.Option(
+        False, "--debug", help="Also show the traceback of user errors (as NPH_DEBUG=1 does)."
+    ),
 ) -> None:
     """Associative-memory retrieval with the Nonparametric Modern Hopfield model family."""
+    global _debug_flag
+    _debug_flag = debug
 
 
 def main() -> None:

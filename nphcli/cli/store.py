@@ -123,10 +123,12 @@ def store_command(
         bool, typer.Option("--json", help="Print one JSON object instead of a table.")
     ] = False,
 ) -> None:
-    from nphcli.atomic import check_writable
+    from nphcli.atomic import check_not_input, check_writable
     from nphcli.memory_file import dtype_from_name, read_metadata, save_memory
     from nphcli.sources import SourceOptions, prepare_memory
 
+    if Path(source).exists():
+        check_not_input(out, [source])
     check_writable(out, force=force)  # before any loading: fail fast, leave the file alone
     options = SourceOptions(
         n=n,

@@ -161,7 +161,7 @@ def sweep_command(
     trials per setting) goes to stdout. Options override the --preset or --config grid.
     """
     from nphcli import sweep_config
-    from nphcli.atomic import check_writable
+    from nphcli.atomic import check_not_input, check_writable
     from nphcli.errors import NphError
 
     if print_config:
@@ -194,6 +194,10 @@ def sweep_command(
         "dtype": dtype,
     }
     grid = sweep_config.resolve(data, origin, overrides)
+    inputs = [path for path in (grid.dataset, config) if path is not None and Path(path).exists()]
+    for written in (out, plot):
+        if written is not None:
+            check_not_input(written, inputs)
     if plot is not None:
         if plot.resolve() == out.resolve():
             raise NphError("--out and --plot name the same file")

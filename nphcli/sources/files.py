@@ -73,11 +73,20 @@ def load_npz(spec: str, options: SourceOptions) -> Loaded:
     suffixes=(".safetensors",),
 )
 def load_safetensors(spec: str, options: SourceOptions) -> Loaded:
-    from nphcli.memory_file import FORMAT_NAME, load_memory, open_safetensors
+    from nphcli.memory_file import (
+        FORMAT_NAME,
+        check_format_version,
+        load_memory,
+        open_safetensors,
+        read_metadata,
+    )
 
+    meta = read_metadata(spec)
+    is_memory = meta.get("format") == FORMAT_NAME
+    if is_memory:
+        check_format_version(spec, meta)
     with open_safetensors(spec) as handle:
         keys = list(handle.keys())
-        is_memory = (handle.metadata() or {}).get("format") == f'"{FORMAT_NAME}"'
         if options.key is None and len(keys) != 1 and is_memory:
             tensor = None
         else:
