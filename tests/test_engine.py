@@ -244,13 +244,13 @@ class _OpaqueBank(MemoryBank):
         return _OpaqueBank(self.inner.to(dtype))
 
 
-BUDGET = 16 * 2**10  # bytes
+BUDGET = 32 * 2**10  # bytes
 
 
 @pytest.mark.parametrize("bank_kind", ["tensor", "opaque"])
 @pytest.mark.parametrize(("name", "params"), CASES, ids=IDS)
 def test_memory_budget_is_respected(device, name, params, bank_kind):
-    num_queries, num_memories, dim = 64, 500, 8
+    num_queries, num_memories, dim = 128, 500, 8
     generator = torch.Generator().manual_seed(6)
     queries = torch.randn(num_queries, dim, generator=generator, dtype=torch.float64).to(device)
     keys = torch.randn(num_memories, dim, generator=generator, dtype=torch.float64).to(device)
