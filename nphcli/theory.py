@@ -39,21 +39,21 @@ of the models' blockwise code) and reports how far the model's own output is fro
 (`impl_gap`), so a failure can be told apart: a large gap is an implementation problem, a
 failure with a small gap is a problem with the statement being checked.
 
-Which memories a model's support holds is taken from the models' public mask helpers
-(`nphcli.models.masks`); `SUPPORTS` maps the sparse-structured models to them.
+Which memories a model's support holds is asked of the model itself (`support_mask`, which only
+the sparse-structured models define), so nothing here knows a model by its name.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from nphcli.models.masks import check_k, random_mask, resolve_k, topk_mask, window_mask
+from nphcli.models import HopfieldModel, create_model
+from nphcli.models.masks import check_k, resolve_k
 from nphcli.separation import Separation, separation
 
 # Relative slack when comparing an error with a bound: float64 rounding, nothing more.
@@ -61,36 +61,19 @@ RELATIVE_SLACK = 1e-9
 QUERY_BLOCK = 256  # queries per block of (Q, M) scores
 
 
-def _dense_support(params: dict, scores: Tensor, positions: Tensor, num_memories: int) -> Tensor:
-    return torch.ones_like(scores, dtype=torch.bool)
-
-
-def _topk_support(params: dict, scores: Tensor, positions: Tensor, num_memories: int) -> Tensor:
-    return topk_mask(scores, resolve_k(params["k"], num_memories))
-
-
-def _random_support(params: dict, scores: Tensor, positions: Tensor, num_memories: int) -> Tensor:
-    k = resolve_k(params["k"], num_memories)
-    return random_mask(params["seed"], positions, num_memories, k)
-
-
-def _window_support(params: dict, scores: Tensor, positions: Tensor, num_memories: int) -> Tensor:
-    return window_mask(positions, num_memories, params["window"])
-
-
-# The sparse-structured models: softmax over a per-query support set, and how to rebuild that
-# set from a model's parameters, the scores ⟨x, ξ⟩ (Q, M) and the query positions (Q,).
-SUPPORTS: dict[str, Callable[[dict, Tensor, Tensor, int], Tensor]] = {
-    "dense": _dense_support,
-    "topk": _topk_support,
-    "random": _random_support,
-    "window": _window_support,
-}
+def _structured_model(model: str, params: dict[str, Any]) -> HopfieldModel | None:
+    """The model, if one step of it is sparse-structured (softmax over a support set, see
+    `HopfieldModel.support_mask`) and so covered by Theorem 4.1; else None."""
+    if params.get("steps", 1) != 1:
+        return None
+    instance = create_model(model, **params)
+    overrides = type(instance).support_mask is not HopfieldModel.support_mask
+    return instance if overrides else None
 
 
 def is_structured(model: str, params: dict[str, Any]) -> bool:
     """Whether Theorem 4.1 covers one step of this model: softmax over a support set."""
-    return model in SUPPORTS and params.get("steps", 1) == 1
+    return _structured_model(model, params) is not None
 
 
 def well_separation_threshold(beta: float, num_memories: int, k: int, m: float, R: float) -> float:
@@ -262,13 +245,15 @@ def check_queries(
     params: dict[str, Any],
     sep: Separation | None = None,
 ) -> QueryCheck:
-    """Theorem 4.1 and Corollary 4.1 for one step of a sparse-structured `model` (see `SUPPORTS`)
+    """Theorem 4.1 and Corollary 4.1 for one step of a sparse-structured `model` (one whose
+    `support_mask` gives its support set)
     with `params` (its full parameters, as in a report's config: beta, k, seed, window, ...).
 
     patterns (M, d): the stored ξ; queries (Q, d): the x given to the model; retrieved (Q, d): the
     model's T(x); targets (Q,): μ per query; positions (Q,): the positions the model was given.
     """
-    if not is_structured(model, params):
+    structured = _structured_model(model, params)
+    if structured is None:
         raise ValueError(f"Theorem 4.1 does not cover {model!r} with {params}")
     X = patterns.detach().to("cpu", torch.float64)  # (M, d)
     x_all = queries.detach().to("cpu", torch.float64)  # (Q, d)
@@ -284,7 +269,7 @@ def check_queries(
     for start in range(0, x_all.shape[0], QUERY_BLOCK):
         block = slice(start, start + QUERY_BLOCK)
         step = _check_block(
-            X, x_all[block], y_all[block], targets[block], positions[block], model, params, beta
+            X, x_all[block], y_all[block], targets[block], positions[block], structured, beta
         )
         step["stated_gap"] = (x_all[block] * X[targets[block]]).sum(1) - competitor[
             targets[block]
@@ -330,15 +315,13 @@ def _check_block(
     y: Tensor,
     targets: Tensor,
     positions: Tensor,
-    model: str,
-    params: dict[str, Any],
+    model: HopfieldModel,
     beta: float,
 ) -> dict[str, Tensor]:
     """The per-query quantities of one block of queries, all float64."""
-    M = X.shape[0]
     rows = torch.arange(x.shape[0])
     scores = x @ X.T  # (B, M) ⟨x, ξ_ν⟩
-    support = SUPPORTS[model](params, scores, positions, M)  # (B, M)
+    support = model.support_mask(scores, positions)  # (B, M)
     target_score = scores[rows, targets]  # (B,)
     others = scores.clone()
     others[rows, targets] = -math.inf

@@ -107,6 +107,15 @@ class HopfieldModel:
     def check_memory(self, num_memories: int, dim: int) -> None:
         """Reject parameters that do not fit this memory (e.g. k > M). Default: nothing to check."""
 
+    def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor | None:
+        """The support set 𝓜(x) of a sparse-structured model (softmax over 𝓜(x), zero elsewhere)
+        as a (Q, M) bool mask, from unscaled scores ⟨x, ξ_μ⟩ (Q, M) and positions (Q,).
+
+        None for models that are not of that kind. The theory checks (Theorem 4.1) ask the model
+        for its support here instead of knowing each model by name.
+        """
+        return None
+
     # -- shared -------------------------------------------------------------------------------
     def retrieve(
         self,

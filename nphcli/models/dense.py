@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from nphcli.models.attention import attention_plan, softmax_attention
@@ -33,6 +34,10 @@ class Dense(HopfieldModel):
         return Update(
             softmax_attention(queries, bank, beta=self.beta, heads=1, block_rows=block_rows)
         )
+
+    def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
+        """Every memory: dense retrieval is the sparse-structured case 𝓜(x) = {1 … M}."""
+        return torch.ones_like(scores, dtype=torch.bool)
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         row_bytes, _ = self.working_set(bank)

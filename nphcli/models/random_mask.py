@@ -30,6 +30,7 @@ from nphcli.models.masks import (
     K_HELP,
     check_k,
     random_keys,
+    random_mask,
     random_subset,
     resolve_k,
 )
@@ -56,6 +57,10 @@ class RandomMask(HopfieldModel):
 
     def check_memory(self, num_memories: int, dim: int) -> None:
         resolve_k(self.k, num_memories)
+
+    def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
+        num_memories = scores.shape[1]
+        return random_mask(self.seed, positions, num_memories, resolve_k(self.k, num_memories))
 
     def update(
         self,

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
-from nphcli.models.masks import K_HELP, check_k, resolve_k
+from nphcli.models.masks import K_HELP, check_k, resolve_k, topk_mask
 from nphcli.models.registry import register_model
 
 
@@ -40,6 +40,9 @@ class TopK(HopfieldModel):
 
     def check_memory(self, num_memories: int, dim: int) -> None:
         resolve_k(self.k, num_memories)
+
+    def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
+        return topk_mask(scores, resolve_k(self.k, scores.shape[1]))
 
     def update(
         self,

@@ -25,7 +25,7 @@ from nphcli.errors import NphError
 from nphcli.models.attention import gathered_attention, masked_attention
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.blocks import GATHER_LIMIT, MemoryBank, itemsize
-from nphcli.models.masks import window_band
+from nphcli.models.masks import window_band, window_mask
 from nphcli.models.registry import register_model
 
 
@@ -46,6 +46,9 @@ class Window(HopfieldModel):
         window = self.window
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise NphError(f"--window must be a whole number ≥ 0, got {window!r}")
+
+    def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
+        return window_mask(positions, scores.shape[1], self.window)
 
     def update(
         self,

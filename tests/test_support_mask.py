@@ -1,0 +1,34 @@
+"""A model's declared support set is the one it really retrieves over."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nphcli.models import create_model, model_names
+
+PARAMS = {"topk": {"k": 4}, "random": {"k": 4, "seed": 3}, "window": {"window": 2}}
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_support_mask_matches_retrieval(name, device):
+    g = torch.Generator().manual_seed(1)
+    keys = torch.randn(11, 6, generator=g, dtype=torch.float64).to(device)  # (M, d)
+    queries = torch.randn(5, 6, generator=g, dtype=torch.float64).to(device)  # (Q, d)
+    positions = torch.tensor([0, 3, 5, 9, 10], device=device)
+    model = create_model(name, beta=0.7, **PARAMS.get(name, {}))
+    support = model.support_mask(queries @ keys.T, positions)
+    if support is None:
+        return  # not sparse-structured: nothing declared
+    scores = (0.7 * queries @ keys.T).masked_fill(~support, -torch.inf)  # (Q, M)
+    expected = torch.softmax(scores, dim=1) @ keys  # (Q, d)
+    got = model.retrieve(queries, keys, positions=positions).patterns
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_structured_models_are_found_by_capability_not_name():
+    from nphcli.theory import is_structured
+
+    found = {name for name in model_names() if is_structured(name, PARAMS.get(name, {}))}
+    assert found == {"dense", "topk", "random", "window"}
+    assert not is_structured("topk", {"k": 4, "steps": 2})
