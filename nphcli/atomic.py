@@ -2,17 +2,24 @@
 
 Every file nph writes goes through `atomic_write`, so an interrupted command (Ctrl-C, kill -9,
 a full disk) cannot leave a half-written or destroyed file behind.
+
+The temporary file is `.NAME.HOST-PID.XXXXXXXX.tmp` beside NAME. Ctrl-C and errors remove it;
+a process killed outright (SIGKILL, SIGTERM, power loss) cannot, so the next write of NAME on
+the same machine removes those whose process is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from nphcli.errors import NphError, NphRuntimeError
+from nphcli.notices import notice
 
 
 def check_writable(path: str | os.PathLike, *, force: bool) -> Path:
@@ -61,8 +68,10 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
     previous file (if any) is untouched.
     """
     path = check_writable(path, force=force)
+    for stale in remove_stale_temporaries(path):
+        notice(f"removed {stale}, left by an nph process killed while writing {path.name}")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     except OSError as error:
         raise NphError(f"cannot write {path}: {error.strerror or error}") from None
     os.close(fd)
@@ -81,6 +90,50 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}.{_host()}-{os.getpid()}."
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Delete temporary files of `path` left by nph processes of this machine that no longer
+    run (killed before they could clean up); returns what was deleted.
+
+    Only POSIX can ask whether a process exists; files of other machines sharing the folder, and
+    of processes still running, are never touched.
+    """
+    path = Path(path)
+    if os.name != "posix":
+        return []
+    folder = path.parent if str(path.parent) else Path(".")
+    pattern = re.compile(re.escape(f".{path.name}.{_host()}-") + r"(\d+)\.[^.]+\.tmp\Z")
+    removed = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            match = pattern.match(entry.name)
+            if match is None or _running(int(match.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if not 0 < pid < 2**31:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists but belongs to another user
+        pass
+    return True
 
 
 def _final_mode(path: Path) -> int:

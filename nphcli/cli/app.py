@@ -42,6 +42,12 @@ def _debug() -> bool:
     return _debug_flag or os.environ.get("NPH_DEBUG", "") not in ("", "0")
 
 
+class _Interrupted(NphError):
+    """Ctrl-C (SIGINT) while a command ran."""
+
+    exit_code = 130
+
+
 class NphGroup(TyperGroup):
     """Turns user errors (ours and click's) into one `Error: ...` line and an exit code.
 
@@ -49,6 +55,12 @@ class NphGroup(TyperGroup):
     With --debug (or NPH_DEBUG=1) a user error also prints its traceback first; the error line
     and the exit code stay the same.
     """
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # typer would turn it into a silent exit 130
+            raise _Interrupted("interrupted") from None
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         global _debug_flag

@@ -1,0 +1,225 @@
+"""Killing nph mid-write (SIGKILL, SIGINT) leaves the old file or the complete new one.
+
+Real `nph` processes are started and signalled. To kill them at exact moments, a small wrapper
+makes safetensors' writer (or a sweep's evaluation) pause at a chosen point and say so by
+creating a file; the parent waits for that file, then sends the signal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nphcli.memory_file import load_memory, save_memory
+from nphcli.sweep import read_results
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+
+# Runs `nph` with a hook. NPH_TEST_STAGE: `empty` pauses right after the temporary file is
+# created, `half` after half of it is written, `full` after all of it (before the rename);
+# `evaluate` makes every sweep run take 50 ms. The hook writes NPH_TEST_READY when it pauses.
+WRAPPER = r"""
+import os, sys, time
+stage, ready = os.environ["NPH_TEST_STAGE"], os.environ["NPH_TEST_READY"]
+
+def pause():
+    open(ready, "w").close()
+    time.sleep(60)
+
+if stage == "evaluate":
+    import nphcli.retrieval as retrieval
+    real_evaluate = retrieval.evaluate
+    def evaluate(*args, **kwargs):
+        time.sleep(0.05)
+        open(ready, "a").write("run\n")
+        return real_evaluate(*args, **kwargs)
+    retrieval.evaluate = evaluate
+else:
+    import safetensors.torch as st
+    real_save = st.save_file
+    def save_file(tensors, filename, metadata=None):
+        if stage == "empty":
+            pause()
+        real_save(tensors, filename, metadata=metadata)
+        if stage == "half":
+            size = os.path.getsize(filename)
+            with open(filename, "r+b") as handle:
+                handle.truncate(size // 2)
+            pause()
+        if stage == "full":
+            pause()
+    st.save_file = save_file
+
+from nphcli.cli.app import main
+sys.argv = ["nph", *sys.argv[1:]]
+main()
+"""
+
+
+def start(folder: Path, args: list[str], stage: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, "NPH_DATA": str(folder / "data"), "PYTHONUNBUFFERED": "1"}
+    env.pop("NPH_DEBUG", None)
+    if stage is None:
+        command = [sys.executable, "-m", "nphcli", *args]
+    else:
+        env["NPH_TEST_STAGE"], env["NPH_TEST_READY"] = stage, str(folder.parent / "ready")
+        command = [sys.executable, "-c", WRAPPER, *args]
+    return subprocess.Popen(
+        command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for(condition, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"nph ended early: {process.communicate()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("timed out waiting for nph")
+        time.sleep(0.002)
+
+
+def temporaries(folder: Path, name: str) -> list[Path]:
+    return sorted(folder.glob(f".{name}.*.tmp"))
+
+
+@pytest.fixture
+def workplaces(tmp_path):
+    """Folders, each with an old memory file: (folder, its bytes)."""
+
+    def make(count: int) -> list[tuple[Path, bytes]]:
+        out = []
+        for i in range(count):
+            folder = tmp_path / f"run{i}" / "work"
+            (folder / "data").mkdir(parents=True)
+            save_memory(folder / "mem.safetensors", torch.arange(12.0).reshape(3, 4))
+            out.append((folder, (folder / "mem.safetensors").read_bytes()))
+        return out
+
+    return make
+
+
+STORE = ["store", "random", "--n", "300", "--dim", "16", "--out", "mem.safetensors", "--force"]
+
+
+def test_kill_9_at_each_moment_of_a_write_keeps_the_old_file(workplaces, invoke, monkeypatch):
+    stages = ["empty", "half", "full"]
+    places = workplaces(len(stages))
+    processes = [
+        start(folder, STORE, stage) for (folder, _), stage in zip(places, stages, strict=True)
+    ]
+    for (folder, old), process in zip(places, processes, strict=True):
+        wait_for((folder.parent / "ready").exists, process)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        assert (folder / "mem.safetensors").read_bytes() == old
+        assert len(temporaries(folder, "mem.safetensors")) == 1  # the one stray file
+    # The next write of the same file on this machine removes what the killed process left.
+    folder, _ = places[0]
+    monkeypatch.chdir(folder)
+    result = invoke(*STORE)
+    assert result.exit_code == 0, result.stderr
+    assert "removed" in result.stderr and "killed while writing mem.safetensors" in result.stderr
+    assert temporaries(folder, "mem.safetensors") == []
+    assert load_memory(folder / "mem.safetensors").patterns.shape == (300, 16)
+
+
+def test_only_temporaries_of_dead_local_processes_are_removed(tmp_path):
+    from nphcli.atomic import _host, remove_stale_temporaries
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    names = {
+        "dead": f".mem.safetensors.{_host()}-{dead.pid}.abc123_x.tmp",
+        "alive": f".mem.safetensors.{_host()}-{os.getppid()}.abc123_x.tmp",
+        "ours": f".mem.safetensors.{_host()}-{os.getpid()}.abc123_x.tmp",
+        "other host": f".mem.safetensors.{_host()}x-{dead.pid}.abc123_x.tmp",
+        "other file": f".other.safetensors.{_host()}-{dead.pid}.abc123_x.tmp",
+        "not ours": ".mem.safetensors.tmp",
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"partial")
+    removed = remove_stale_temporaries(tmp_path / "mem.safetensors")
+    assert removed == [tmp_path / names["dead"]]
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {name for key, name in names.items() if key != "dead"}
+
+
+def test_ctrl_c_mid_write_exits_130_and_cleans_up(workplaces):
+    ((folder, old),) = workplaces(1)
+    process = start(folder, STORE, "half")
+    wait_for((folder.parent / "ready").exists, process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == "Error: interrupted", repr(stderr)
+    assert (folder / "mem.safetensors").read_bytes() == old
+    assert temporaries(folder, "mem.safetensors") == []
+
+
+def test_kill_9_during_a_real_write(workplaces):
+    """No hook: 10,000 × 784 values (31 MB), killed the moment the temporary file appears and
+    a little later. Either the old file is intact or the new one is complete."""
+    big = ["store", "random", "--n", "10000", "--dim", "784", "--out", "mem.safetensors"]
+    delays = [0.0, 0.05]
+    places = workplaces(len(delays))
+    processes = [start(folder, [*big, "--force"]) for folder, _ in places]
+    seen: dict[int, float] = {}
+    deadline = time.monotonic() + 60
+    while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+        for i, ((folder, _), process) in enumerate(zip(places, processes, strict=True)):
+            if process.poll() is not None:
+                continue
+            if i not in seen and temporaries(folder, "mem.safetensors"):
+                seen[i] = time.monotonic()
+            if i in seen and time.monotonic() >= seen[i] + delays[i]:
+                process.send_signal(signal.SIGKILL)
+                process.wait(timeout=30)
+        time.sleep(0.001)
+    outcomes = []
+    for folder, old in places:
+        if (folder / "mem.safetensors").read_bytes() == old:
+            outcomes.append("old")
+        else:
+            assert load_memory(folder / "mem.safetensors").patterns.shape == (10000, 784)
+            outcomes.append("new")
+        assert len(temporaries(folder, "mem.safetensors")) <= 1
+    assert 0 in seen and outcomes[0] == "old"  # killed with the temporary file just created
+
+
+def test_sweep_resume_after_kill_9_runs_every_row_once(tmp_path, invoke, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work" / "data").mkdir(parents=True)
+    pool = tmp_path / "work" / "pool.npy"
+    np.save(pool, np.random.default_rng(0).normal(size=(30, 8)).astype(np.float32))
+    grid = ["--dataset", str(pool), "--models", "dense,topk:k=0.5", "--sizes", "4,6"]
+    grid += ["--trials", "10", "--beta", "0.5", "--noise", "0.2"]
+    out = tmp_path / "work" / "runs.jsonl"
+    process = start(tmp_path / "work", ["sweep", *grid, "--out", str(out)], "evaluate")
+    ready = tmp_path / "ready"
+    wait_for(lambda: ready.exists() and ready.read_text().count("run") > 5, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    before = read_results(out).rows
+    assert 0 < len(before) < 40
+    resumed = invoke("sweep", *grid, "--out", out, "--resume")
+    assert resumed.exit_code == 0, resumed.stderr
+    rows = read_results(out).rows
+    keys = [(r["setting"], r["trial"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 40  # every row exactly once
+    complete = tmp_path / "complete.jsonl"
+    assert invoke("sweep", *grid, "--out", complete).exit_code == 0
+
+    def metrics(table):
+        return {(r["setting"], r["trial"]): (r["sse_mean"], r["success_mean"]) for r in table}
+
+    assert metrics(rows) == metrics(read_results(complete).rows)
