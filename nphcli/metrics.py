@@ -20,6 +20,8 @@ import math
 import torch
 from torch import Tensor
 
+from nphcli.models.blocks import MemoryBank, TensorBank
+
 # Elements of one (queries × memories) distance block: 2²⁴ float32 = 64 MiB.
 BLOCK_ELEMENTS = 1 << 24
 
@@ -48,39 +50,47 @@ def cosine(retrieved: Tensor, targets: Tensor) -> Tensor:
 
 
 def nearest(
-    points: Tensor, stored: Tensor, *, block_elements: int = BLOCK_ELEMENTS
+    points: Tensor,
+    stored: Tensor | MemoryBank,
+    *,
+    block_elements: int = BLOCK_ELEMENTS,
+    block_rows: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Index (Q,) int64 of the stored row nearest to each point, and that distance (Q,).
 
+    `stored` is a tensor (M, d_v) or a `MemoryBank`, whose values are the stored rows (a
+    streamed bank is read block by block, and only the nearest rows are read again).
     argmin_μ ‖p − s_μ‖², ties broken towards the lowest μ. Squared distances are ranked as
     ‖s_μ‖² − 2⟨p, s_μ⟩ (‖p‖² is the same for every μ) over blocks of queries × memories holding
-    at most `block_elements` entries. Matrix products round differently in different blocks,
+    at most `block_elements` entries, and at most `block_rows` memories (default: no limit
+    beyond `block_elements`). Matrix products round differently in different blocks,
     so scores within rounding of the minimum (16·√d·ε·(‖p‖² + max‖s‖²), ε the dtype's machine
     epsilon) count as ties: equal stored rows always resolve to the lowest index. The reported
     distance is then computed directly as ‖p − s_nearest‖: exact to rounding, and 0 for a
     point equal to a stored row.
     """
+    bank = stored if isinstance(stored, MemoryBank) else TensorBank(stored)
     dtype = metric_dtype(points)
     device = points.device
-    num_points, num_stored = points.shape[0], stored.shape[0]
+    num_points, num_stored = points.shape[0], bank.num_memories
     relative = 16 * math.sqrt(points.shape[1]) * torch.finfo(dtype).eps
     stored_norm2 = torch.cat(
         [
-            stored[m0 : m0 + (1 << 16)].to(device=device, dtype=dtype).square().sum(dim=1)
-            for m0 in range(0, num_stored, 1 << 16)
+            values.to(device=device, dtype=dtype).square().sum(dim=1)
+            for _, _, values in bank.blocks(1 << 16)
         ]
     )  # (M,)
     largest = stored_norm2.max()
     best = torch.empty(num_points, dtype=torch.int64, device=device)
-    memory_block = max(1, min(num_stored, block_elements))
+    memory_block = max(1, min(num_stored, block_elements, block_rows or num_stored))
     query_block = max(1, block_elements // memory_block)
     for q0 in range(0, num_points, query_block):
         p = points[q0 : q0 + query_block].to(dtype)  # (B, d_v)
         tol = relative * (p.square().sum(dim=1) + largest)  # (B,)
         best_score = torch.full((p.shape[0],), math.inf, dtype=dtype, device=device)  # (B,)
         best_index = torch.zeros(p.shape[0], dtype=torch.int64, device=device)  # (B,)
-        for m0 in range(0, num_stored, memory_block):
-            s = stored[m0 : m0 + memory_block].to(device=device, dtype=dtype)  # (b, d_v)
+        for m0, _, values in bank.blocks(memory_block):
+            s = values.to(device=device, dtype=dtype)  # (b, d_v)
             scores = stored_norm2[m0 : m0 + s.shape[0]][None, :] - 2.0 * (p @ s.T)  # (B, b)
             block_score = scores.min(dim=1).values  # (B,)
             near = scores <= (block_score + tol)[:, None]  # (B, b) ties within rounding
@@ -89,30 +99,33 @@ def nearest(
             best_index = torch.where(better, block_index + m0, best_index)
             best_score = torch.minimum(best_score, block_score)
         best[q0 : q0 + query_block] = best_index
+    _, nearest_rows = bank.gather(best.to(bank.device))  # (Q, d_v)
     distance = torch.linalg.vector_norm(
-        points.to(dtype) - stored[best].to(device=device, dtype=dtype), dim=1
+        points.to(dtype) - nearest_rows.to(device=device, dtype=dtype), dim=1
     )  # (Q,)
     return best, distance
 
 
 def per_query(
     retrieved: Tensor,
-    stored: Tensor,
+    stored: Tensor | MemoryBank,
     *,
     targets: Tensor | None = None,
     target_indices: Tensor | None = None,
     steps: Tensor | None = None,
     support: Tensor | None = None,
+    block_rows: int | None = None,
 ) -> dict[str, Tensor]:
     """Every metric of the module docstring per query, as (Q,) tensors on `retrieved`'s device.
 
-    `stored` (M, d_v) are the memories in the output space. Error metrics need `targets`
+    `stored` (M, d_v) are the memories in the output space, as a tensor or as the values of a
+    `MemoryBank` (`block_rows`: see `nearest`). Error metrics need `targets`
     (Q, d_v); `success` needs the targets' stored indices: `target_indices` (Q,) if given,
     else the stored row nearest to each target. Without targets only `nearest`,
     `nearest_distance`, `support` and `steps` are returned.
     """
     out: dict[str, Tensor] = {}
-    index, distance = nearest(retrieved, stored)
+    index, distance = nearest(retrieved, stored, block_rows=block_rows)
     out["nearest"] = index
     out["nearest_distance"] = distance
     if targets is not None:
@@ -121,7 +134,7 @@ def per_query(
         out["mse"] = errors / retrieved.shape[1]
         out["cosine"] = cosine(retrieved, targets)
         if target_indices is None:
-            target_indices, _ = nearest(targets.to(retrieved.device), stored)
+            target_indices, _ = nearest(targets.to(retrieved.device), stored, block_rows=block_rows)
         out["target_index"] = target_indices.to(device=index.device, dtype=torch.int64)
         out["success"] = (index == out["target_index"]).to(errors.dtype)
     if support is not None:

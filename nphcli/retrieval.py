@@ -27,6 +27,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +43,13 @@ from nphcli.atomic import atomic_write, check_not_input, check_writable
 from nphcli.corruption import Corruption, corrupt, image_shape
 from nphcli.devices import dtype_name, resolve_device, resolve_dtype, synchronize
 from nphcli.errors import NphError
-from nphcli.memory_file import Memory, load_memory
+from nphcli.memory_file import FORMAT_NAME, Memory, check_format_version, load_memory
 from nphcli.models import Retrieval, create_model, get_model_info, list_models
+from nphcli.models.base import DEFAULT_MEMORY_BUDGET
+from nphcli.models.blocks import MemoryBank, TensorBank
 from nphcli.normalize import normalize
 from nphcli.notices import notice
+from nphcli.streaming import StreamedBank
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
 # and allocator growth, without doubling the run time of large evaluations.
@@ -97,10 +101,16 @@ class RetrieveSettings:
     dtype: str = "float32"  # dtype of memories and queries during retrieval
     batch_size: int | None = None  # queries per model call; None: all (the model bounds memory)
     repeat: int = 1  # how many times the timed retrieval runs (min and median are reported)
+    memory_budget: int | None = None  # bytes of model working memory; None: the engine default
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise NphError(f"--seed must be a whole number ≥ 0, got {self.seed!r}")
+        budget = self.memory_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+            raise NphError(f"--memory-budget must be a whole number of bytes, got {budget!r}")
+        if budget is not None and budget < 1:
+            raise NphError(f"--memory-budget must be positive, got {budget!r}")
         for flag, value in (
             ("--queries", self.queries),
             ("--batch-size", self.batch_size),
@@ -195,14 +205,35 @@ def build_model(settings: RetrieveSettings):
     return create_model(settings.model, **params)
 
 
-def _check_default_beta(settings: RetrieveSettings, keys: Tensor) -> None:
+def parse_size(text: str, flag: str = "--memory-budget") -> int:
+    """Bytes from a size such as 1048576, 64K, 256M, 1.5G or 512MiB (K, KB and KiB alike are
+    powers of 1024, any letter case); NphError naming `flag` unless it is ≥ 1 byte."""
+    match = re.fullmatch(
+        r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmg])(?:i?b)?|b)?\s*", text, re.IGNORECASE
+    )
+    if match is None:
+        raise NphError(
+            f"{flag} must be a size in bytes such as 1048576, 64K, 256M or 2GiB, got {text!r}"
+        )
+    number, unit = match.groups()
+    scale = 1024 ** (" kmg".index(unit.lower()) if unit else 0)
+    size = float(number) * scale
+    if size < 1 or size != int(size):
+        raise NphError(f"{flag} must be a whole number of bytes ≥ 1, got {text!r}")
+    return int(size)
+
+
+def _check_default_beta(settings: RetrieveSettings, bank: MemoryBank) -> None:
     """A notice when the default β meets patterns of a very different scale than it was
     chosen for (e.g. unit-norm or z-scored memories), with the β that would match."""
     if settings.params.get("beta") is not None:
         return
     if "beta" not in {p.name for p in get_model_info(settings.model).params}:
         return
-    norm2 = float(keys.to(torch.float64).square().sum(dim=1).mean())
+    total = sum(
+        float(keys.to(torch.float64).square().sum()) for _, keys in bank.key_blocks(1 << 16)
+    )
+    norm2 = total / bank.num_memories
     if norm2 > 0 and not 0.1 <= norm2 / DEFAULT_BETA_NORM2 <= 10:
         suggested = DEFAULT_BETA * DEFAULT_BETA_NORM2 / norm2
         notice(
@@ -213,7 +244,7 @@ def _check_default_beta(settings: RetrieveSettings, keys: Tensor) -> None:
 
 
 def evaluate(
-    memory: Memory,
+    memory: Memory | StreamedBank,
     settings: RetrieveSettings,
     *,
     queries: Tensor | None = None,
@@ -223,25 +254,34 @@ def evaluate(
 ) -> RetrievalReport:
     """Corrupt, retrieve, measure and time one run on `memory` (see the module docstring).
 
-    Without `queries`, self-evaluation on the stored patterns. With `queries` (Q, d), optional
-    `targets` (Q, d_v) or `target_indices` (Q,) give error metrics. `sources` names the files
-    the memory and queries came from, for the report's config.
+    `memory` is loaded (a `Memory`) or streamed from its file (a `StreamedBank`, as
+    `load_inputs(..., stream=True)` opens it): then memories are read block by block during
+    retrieval and metrics, and only the query and target rows are read whole; results are the
+    same up to float rounding. Without `queries`, self-evaluation on the stored patterns. With
+    `queries` (Q, d), optional `targets` (Q, d_v) or `target_indices` (Q,) give error metrics.
+    `sources` names the files the memory and queries came from, for the report's config.
     """
     start = time.perf_counter()
     sources = sources or {}
     device = resolve_device(settings.device)
     dtype = resolve_dtype(settings.dtype, device)
     model = build_model(settings)
-    keys = memory.patterns  # (M, d)
-    values = memory.values  # (M, d_v) or None
-    output_space = keys if values is None else values  # (M, d_v)
-    num_memories, dim = keys.shape
+    streamed = isinstance(memory, StreamedBank)
+    if streamed:
+        bank: MemoryBank = memory  # read in the file's dtype on the CPU until the transfer
+        item_shape = _streamed_item_shape(memory)
+        hetero = memory.value_name is not None
+    else:
+        bank = TensorBank(memory.patterns, memory.values)  # keys (M, d), values (M, d_v)
+        item_shape = memory.item_shape
+        hetero = memory.values is not None
+    num_memories, dim = bank.num_memories, bank.dim
     model.check_memory(num_memories, dim)
-    _check_default_beta(settings, keys)
-    shape = image_shape(memory.item_shape, dim)
+    _check_default_beta(settings, bank)
+    shape = image_shape(item_shape, dim)
     generator = torch.Generator().manual_seed(settings.seed)
 
-    chosen = _select(settings, generator, keys, output_space, queries, targets, target_indices)
+    chosen = _select(settings, generator, bank, queries, targets, target_indices)
     targets, target_indices, rows = chosen.targets, chosen.target_indices, chosen.rows
     num_queries = rows.shape[0]
 
@@ -250,8 +290,12 @@ def evaluate(
     corrupt_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    keys_d = keys.to(device=device, dtype=dtype)  # (M, d)
-    values_d = None if values is None else values.to(device=device, dtype=dtype)  # (M, d_v)
+    if streamed:  # blocks are moved and cast as they are read
+        bank_d = StreamedBank(memory.path, device=device, dtype=dtype)
+    else:
+        keys_d = bank.keys.to(device=device, dtype=dtype)  # (M, d)
+        values_d = None if not hetero else bank.values.to(device=device, dtype=dtype)  # (M, d_v)
+        bank_d = TensorBank(keys_d, values_d)
     queries_d = corrupted.queries.to(device=device, dtype=dtype)  # (Q, d)
     targets_d = None if targets is None else targets.to(device=device)  # (Q, d_v)
     synchronize(device)
@@ -260,18 +304,18 @@ def evaluate(
     batch = settings.batch_size or num_queries
     positions_d = rows.to(device)  # (Q,)
     result, warmup_s, times = _timed_retrieve(
-        model, queries_d, keys_d, values_d, positions_d, batch, settings.repeat, device
+        model, queries_d, bank_d, positions_d, batch, settings.repeat, device, settings
     )
 
     t0 = time.perf_counter()
-    stored_d = keys_d if values_d is None else values_d  # (M, d_v), as retrieval saw it
     per_query_d = metric_fns.per_query(
         result.patterns,
-        stored_d,
+        bank_d,  # its values: the memories in the output space, as retrieval saw them
         targets=targets_d,
         target_indices=None if target_indices is None else target_indices.to(device),
         steps=result.steps,
         support=result.support,
+        block_rows=_metric_block_rows(bank_d) if streamed else None,
     )
     synchronize(device)
     metrics_s = time.perf_counter() - t0
@@ -304,9 +348,10 @@ def evaluate(
             "file": sources.get("memory"),
             "M": num_memories,
             "d": dim,
-            "d_v": output_space.shape[1],
-            "hetero": values is not None,
-            "item_shape": list(memory.item_shape) if memory.item_shape else None,
+            "d_v": bank.value_dim,
+            "hetero": hetero,
+            "item_shape": list(item_shape) if item_shape else None,
+            "stream": streamed,
         },
         "queries": {
             "source": chosen.query_source,
@@ -318,6 +363,7 @@ def evaluate(
         "corruption": {**dataclasses.asdict(settings.corruption), "mask_mode": corrupted.mask_mode},
         "batch_size": batch,
         "repeat": settings.repeat,
+        "memory_budget": settings.memory_budget or DEFAULT_MEMORY_BUDGET,
         "nph_version": __version__,
     }
     return RetrievalReport(
@@ -334,6 +380,20 @@ def evaluate(
     )
 
 
+def _streamed_item_shape(bank: StreamedBank) -> tuple[int, ...] | None:
+    """The item shape an nph memory file records (a foreign file has none)."""
+    if bank.meta.get("format") != FORMAT_NAME:
+        return None
+    shape = bank.meta.get("item_shape")
+    return tuple(shape) if shape else None
+
+
+def _metric_block_rows(bank: MemoryBank) -> int:
+    """Stored rows per block of the nearest-pattern search over a streamed bank: at most
+    `metrics.BLOCK_ELEMENTS` entries of keys and of values each."""
+    return max(1, metric_fns.BLOCK_ELEMENTS // max(bank.dim, bank.value_dim))
+
+
 @dataclass
 class _Selection:
     clean: Tensor  # (Q, d) uncorrupted queries
@@ -347,33 +407,34 @@ class _Selection:
 def _select(
     settings: RetrieveSettings,
     generator: torch.Generator,
-    keys: Tensor,
-    output_space: Tensor,
+    bank: MemoryBank,
     queries: Tensor | None,
     targets: Tensor | None,
     target_indices: Tensor | None,
 ) -> _Selection:
-    """The queries of a run, their targets and positions (see the module docstring)."""
-    num_memories, dim = keys.shape
+    """The queries of a run, their targets and positions (see the module docstring). Only the
+    rows needed are read from `bank`."""
+    num_memories, dim = bank.num_memories, bank.dim
     if queries is None:
         if targets is not None or target_indices is not None:
             raise NphError("targets go with own queries: add --queries-file")
         rows = _choose_rows(num_memories, settings.queries, generator, "stored patterns")
+        clean, stored_targets = bank.gather(rows)  # (Q, d), (Q, d_v)
         return _Selection(
-            clean=keys[rows],
-            targets=output_space[rows],
+            clean=clean,
+            targets=stored_targets,
             target_indices=rows,
             rows=rows,
             query_source="stored",
             target_source="stored",
         )
     queries, targets, target_indices = _check_own(
-        queries, targets, target_indices, num_memories, dim, output_space.shape[1]
+        queries, targets, target_indices, num_memories, dim, bank.value_dim
     )
     rows = _choose_rows(queries.shape[0], settings.queries, generator, "query rows")
     if target_indices is not None:
         target_indices = target_indices[rows]
-        targets = output_space[target_indices]
+        _, targets = bank.gather(target_indices)
     elif targets is not None:
         targets = targets[rows]
     source = "indices" if target_indices is not None else "file" if targets is not None else None
@@ -383,22 +444,23 @@ def _select(
 def _timed_retrieve(
     model,
     queries: Tensor,
-    keys: Tensor,
-    values: Tensor | None,
+    bank: MemoryBank,
     positions: Tensor,
     batch: int,
     repeat: int,
     device: torch.device,
+    settings: RetrieveSettings,
 ):
     """Warm up on the first batch (≤ WARMUP_QUERIES queries), then time `repeat` full
-    retrievals in batches of `batch`.
+    retrievals in batches of `batch`, each within `settings.memory_budget`.
 
     Returns the last retrieval (batches concatenated), the warm-up seconds and each repeat's
     seconds; the device is synchronised before and after every timed span.
     """
     t0 = time.perf_counter()
     first = min(batch, WARMUP_QUERIES)
-    model.retrieve(queries[:first], keys, values, positions=positions[:first])
+    budget = settings.memory_budget
+    model.retrieve(queries[:first], bank, positions=positions[:first], memory_budget=budget)
     synchronize(device)
     warmup_s = time.perf_counter() - t0
     times = []
@@ -406,7 +468,12 @@ def _timed_retrieve(
         synchronize(device)
         t0 = time.perf_counter()
         parts = [
-            model.retrieve(queries[i : i + batch], keys, values, positions=positions[i : i + batch])
+            model.retrieve(
+                queries[i : i + batch],
+                bank,
+                positions=positions[i : i + batch],
+                memory_budget=budget,
+            )
             for i in range(0, queries.shape[0], batch)
         ]
         synchronize(device)
@@ -424,12 +491,13 @@ def _timed_retrieve(
 class Inputs:
     """A run's inputs as read from files, and how long reading took."""
 
-    memory: Memory
+    memory: Memory  # with --stream: its patterns and values read rows from `bank` on demand
     queries: Tensor | None = None  # (Q, d) own queries
     targets: Tensor | None = None  # (Q, d_v)
     target_indices: Tensor | None = None  # (Q,) int64
     sources: dict[str, str | None] = field(default_factory=dict)  # file names, for the config
     load_s: float = 0.0
+    bank: StreamedBank | None = None  # the memory file, streamed (`load_inputs(stream=True)`)
 
 
 def load_inputs(
@@ -438,14 +506,20 @@ def load_inputs(
     queries_file: str | os.PathLike | None = None,
     targets_file: str | os.PathLike | None = None,
     target_indices: list[int] | None = None,
+    stream: bool = False,
 ) -> Inputs:
-    """Read the memory file and optional own queries and targets, timing it."""
+    """Read the memory file and optional own queries and targets, timing it.
+
+    With `stream`, the memory file is opened, not read: `Inputs.bank` streams it, and
+    `Inputs.memory` reads only the rows it is indexed with (for images of a few of them).
+    """
     if targets_file is not None and target_indices is not None:
         raise NphError("give targets either as a file or as indices, not both")
     if (targets_file is not None or target_indices is not None) and queries_file is None:
         raise NphError("targets go with own queries: add --queries-file")
     t0 = time.perf_counter()
-    memory = load_memory(memory_path)
+    bank = open_stream(memory_path) if stream else None
+    memory = load_memory(memory_path) if bank is None else _streamed_memory(bank)
     queries = None if queries_file is None else read_rows(queries_file, "queries", memory)
     targets = None if targets_file is None else read_rows(targets_file, "targets", memory)
     load_s = time.perf_counter() - t0
@@ -462,13 +536,58 @@ def load_inputs(
             "targets": None if targets_file is None else str(targets_file),
         },
         load_s=load_s,
+        bank=bank,
+    )
+
+
+def open_stream(path: str | os.PathLike) -> StreamedBank:
+    """A memory file opened for streaming (its header read, no rows), checked like
+    `load_memory` checks it; rows are checked for NaN and infinity as they are read."""
+    path = Path(path)
+    bank = StreamedBank(path)
+    if bank.meta.get("format") == FORMAT_NAME:
+        check_format_version(path, bank.meta)
+    else:
+        notice(
+            f"{path} has no nph metadata: using tensor '{bank.key_name}' as the patterns (one "
+            "row per memory), no labels, no image shape"
+        )
+    return bank
+
+
+class _BankRows:
+    """The keys or values of a bank as an (M, dim) table whose rows are read when indexed."""
+
+    def __init__(self, bank: MemoryBank, part: int):
+        self.bank, self.part = bank, part  # part: 0 keys, 1 values
+        self.shape = (bank.num_memories, (bank.dim, bank.value_dim)[part])
+
+    def __getitem__(self, index: Tensor | slice | int) -> Tensor:
+        if isinstance(index, slice):
+            rows = torch.arange(*index.indices(self.shape[0]))
+        else:
+            rows = torch.as_tensor(index, dtype=torch.int64)
+            rows = torch.where(rows < 0, rows + self.shape[0], rows)
+        return self.bank.gather(rows.cpu())[self.part]
+
+
+def _streamed_memory(bank: StreamedBank) -> Memory:
+    """A `Memory` over a streamed file for what needs only its metadata and a few rows (own
+    queries' normalisation, --save-grid): indexing its patterns or values reads those rows."""
+    foreign = bank.meta.get("format") != FORMAT_NAME
+    return Memory(
+        patterns=_BankRows(bank, 0),  # type: ignore[arg-type]
+        labels=None if foreign else bank.labels(),
+        values=_BankRows(bank, 1) if bank.value_name is not None else None,  # type: ignore[arg-type]
+        meta={"source": f"file:{bank.path.name}"} if foreign else bank.meta,
+        path=bank.path,
     )
 
 
 def evaluate_inputs(inputs: Inputs, settings: RetrieveSettings) -> RetrievalReport:
     """`evaluate` on inputs read by `load_inputs`; their load time joins the report's timing."""
     report = evaluate(
-        inputs.memory,
+        inputs.memory if inputs.bank is None else inputs.bank,
         settings,
         queries=inputs.queries,
         targets=inputs.targets,

@@ -117,6 +117,22 @@ def retrieve_command(
     repeat: Annotated[
         int, typer.Option("--repeat", help="Time the retrieval N times; report min and median.")
     ] = 1,
+    memory_budget: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-budget",
+            help="Working memory of the model in bytes, e.g. 64M or 2GiB (K/M/G = 1024-based) "
+            "[default: 512MiB]; changes speed, not results.",
+        ),
+    ] = None,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream",
+            help="Read the memory file from disk block by block instead of loading it, so a "
+            "file larger than RAM can be searched.",
+        ),
+    ] = False,
     per_query: Annotated[
         bool,
         typer.Option("--per-query", help="Also report every query's metrics (JSON, CSV or table)."),
@@ -157,6 +173,7 @@ def retrieve_command(
         check_output_path,
         evaluate_inputs,
         load_inputs,
+        parse_size,
         save_results,
     )
 
@@ -184,12 +201,14 @@ def retrieve_command(
         dtype=dtype,
         batch_size=batch_size,
         repeat=repeat,
+        memory_budget=None if memory_budget is None else parse_size(memory_budget),
     )
     inputs = load_inputs(
         memory,
         queries_file=queries_file,
         targets_file=targets_file,
         target_indices=None if target_indices is None else _parse_indices(target_indices),
+        stream=stream,
     )
     if save_grid is not None:
         from nphcli.grid import check_drawable, save_retrieval_grid

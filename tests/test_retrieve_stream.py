@@ -1,0 +1,174 @@
+"""`nph retrieve --stream` and `--memory-budget`: same results as the in-memory default run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from nphcli import metrics
+from nphcli.memory_file import save_memory
+from nphcli.models import model_names
+from nphcli.models.blocks import TensorBank
+from nphcli.retrieval import parse_size
+from nphcli.streaming import StreamedBank
+
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory):
+    """60 MNIST digits as `nph store mnist --n 60` writes them."""
+    from nphcli.cli import app
+
+    path = tmp_path_factory.mktemp("stream") / "memory.safetensors"
+    result = CliRunner().invoke(app, ["store", "mnist", "--n", "60", "--out", str(path)])
+    assert result.exit_code == 0, result.stderr
+    return path
+
+
+@pytest.fixture(scope="module")
+def hetero(tmp_path_factory):
+    """Hetero-associative memory: noisy keys (40, 12), clean values (40, 5)."""
+    g = torch.Generator().manual_seed(1)
+    values = torch.randn(40, 5, generator=g)
+    keys = torch.randn(40, 12, generator=g)
+    path = tmp_path_factory.mktemp("hetero") / "hetero.safetensors"
+    save_memory(path, keys, values=values)
+    return path
+
+
+@pytest.fixture
+def retrieve(invoke, device):
+    def run(*args):
+        return invoke("retrieve", "--device", str(device), *args)
+
+    return run
+
+
+def _json(result) -> dict:
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    return json.loads(lines[0])
+
+
+def _same_results(a: dict, b: dict, rel: float = 1e-6) -> None:
+    """Metrics equal up to 1e-6 (and `rel`), the same nearest indices and supports."""
+    for name, stats in a["metrics"].items():
+        if stats is None:
+            assert b["metrics"][name] is None, name
+            continue
+        for stat, value in stats.items():
+            assert b["metrics"][name][stat] == pytest.approx(value, rel=rel, abs=1e-6), (name, stat)
+    if "per_query" in a:
+        for key in ("nearest", "query_row", "target_index", "support", "steps"):
+            assert a["per_query"].get(key) == b["per_query"].get(key), key
+
+
+# Blockwise and one-shot sums round differently: in float32 an SSE of nearly equal vectors can
+# move by a few 1e-6 relative, so the 1e-6 comparison runs in float64 and float32 gets 1e-4.
+DTYPES = [("float64", 1e-6), ("float32", 1e-4)]
+
+
+@pytest.mark.parametrize(("dtype", "rel"), DTYPES)
+@pytest.mark.parametrize("model", model_names())
+def test_stream_equals_in_memory(retrieve, mnist, model, dtype, rel):
+    args = ["--memory", mnist, "--model", model, "--queries", "20", "--mask", "0.5"]
+    args += ["--noise", "0.1", "--dtype", dtype, "--per-query", "--json"]
+    loaded = _json(retrieve(*args))
+    streamed = _json(retrieve(*args, "--stream"))
+    _same_results(loaded, streamed, rel)
+    assert loaded["config"]["memory"]["stream"] is False
+    assert streamed["config"]["memory"]["stream"] is True
+    for config in (loaded["config"], streamed["config"]):
+        del config["memory"]["stream"]
+    assert loaded["config"] == streamed["config"]
+
+
+@pytest.mark.parametrize(("dtype", "rel"), DTYPES)
+@pytest.mark.parametrize("model", model_names())
+def test_small_memory_budget_gives_the_same_metrics(retrieve, mnist, model, dtype, rel):
+    args = ["--memory", mnist, "--model", model, "--queries", "12", "--mask", "0.3"]
+    args += ["--dtype", dtype, "--per-query", "--json"]
+    default = _json(retrieve(*args))
+    small = _json(retrieve(*args, "--memory-budget", "64K"))
+    _same_results(default, small, rel)
+    assert default["config"]["memory_budget"] == 512 * 2**20
+    assert small["config"]["memory_budget"] == 64 * 1024
+    both = _json(retrieve(*args, "--memory-budget", "64K", "--stream"))
+    _same_results(default, both, rel)
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "12X", "0.5", "1.5MB2"])
+def test_bad_memory_budget_is_one_error_line(retrieve, mnist, bad):
+    result = retrieve("--memory", mnist, "--memory-budget", bad)
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    assert "--memory-budget" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_parse_size_units():
+    assert parse_size("1048576") == 1048576
+    assert parse_size("64K") == parse_size("64KiB") == parse_size("64kb") == 65536
+    assert parse_size("256M") == 256 * 2**20
+    assert parse_size("2GiB") == 2 * 2**30
+    assert parse_size("1.5K") == 1536
+
+
+def test_stream_hetero_own_queries_and_out(retrieve, hetero, tmp_path):
+    g = torch.Generator().manual_seed(2)
+    queries = tmp_path / "queries.npy"
+    np.save(queries, torch.randn(7, 12, generator=g).numpy())
+    args = ["--memory", hetero, "--queries-file", queries, "--target-indices", "0,3,5,7,9,11,39"]
+    args += ["--beta", "2", "--per-query", "--json"]
+    outs = [tmp_path / "loaded.safetensors", tmp_path / "streamed.safetensors"]
+    loaded = _json(retrieve(*args, "--out", outs[0]))
+    streamed = _json(retrieve(*args, "--stream", "--out", outs[1]))
+    _same_results(loaded, streamed)
+    assert streamed["config"]["memory"]["hetero"] is True
+    assert streamed["config"]["memory"]["d_v"] == 5
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(outs[0])), load_file(str(outs[1]))
+    assert set(a) == set(b)
+    for key in a:
+        assert torch.allclose(a[key].double(), b[key].double(), atol=1e-6), key
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_stream_save_grid_matches_in_memory(retrieve, mnist, tmp_path, own):
+    args = ["--memory", mnist, "--queries", "5", "--mask", "0.5"]
+    if own:  # no targets: the grid's third row is the nearest stored pattern, read by index
+        from nphcli.memory_file import load_memory
+
+        queries = tmp_path / "queries.npy"
+        np.save(queries, load_memory(mnist).patterns[10:20].numpy())
+        args += ["--queries-file", queries]
+    grids = [tmp_path / "loaded.png", tmp_path / "streamed.png"]
+    assert retrieve(*args, "--save-grid", grids[0]).exit_code == 0
+    result = retrieve(*args, "--stream", "--save-grid", grids[1])
+    assert result.exit_code == 0, result.stderr
+    assert grids[0].read_bytes() == grids[1].read_bytes()
+
+
+def test_nearest_takes_a_tensor_or_a_bank(mnist):
+    g = torch.Generator().manual_seed(3)
+    stored = torch.randn(50, 9, generator=g)
+    stored[20] = stored[4]  # a tie: the lower index wins
+    points = torch.cat([stored[[4, 7, 49]], torch.randn(6, 9, generator=g)])
+    index, distance = metrics.nearest(points, stored)
+    for bank, rows in ((TensorBank(stored), None), (TensorBank(stored), 7)):
+        other_index, other_distance = metrics.nearest(points, bank, block_rows=rows)
+        assert torch.equal(index, other_index)
+        assert torch.equal(distance, other_distance)
+    assert index[:3].tolist() == [4, 7, 49]
+
+    bank = StreamedBank(mnist)
+    patterns = torch.cat([keys for _, keys in bank.key_blocks(16)])
+    queries = patterns[[3, 30]] + 0.01
+    expected = metrics.nearest(queries, patterns)
+    streamed = metrics.nearest(queries, bank, block_rows=16)
+    assert torch.equal(expected[0], streamed[0]) and torch.equal(expected[1], streamed[1])
