@@ -113,11 +113,22 @@ def corrupt(
         )
     work = torch.float64 if patterns.dtype == torch.float64 else torch.float32
     queries = patterns.detach().to("cpu", work).clone()  # (Q, d)
+    largest = torch.finfo(work).max
+    if corruption.mask > 0 and abs(corruption.fill) > largest:
+        raise NphError(
+            f"--fill {corruption.fill:g} does not fit in the {str(work)[6:]} queries "
+            f"(largest {largest:.3g})"
+        )
     hidden = mask_entries(num_queries, dim, corruption.mask, mode, shape, generator)  # (Q, d)
     queries[hidden] = corruption.fill
     if corruption.noise > 0:
         noise = torch.randn(num_queries, dim, generator=generator, dtype=work)  # (Q, d)
         queries += corruption.noise * noise
+        if not bool(torch.isfinite(queries).all()):
+            raise NphError(
+                f"--noise {corruption.noise:g} makes query values overflow {str(work)[6:]}; "
+                "use a smaller σ"
+            )
     return Corrupted(queries=queries, hidden=hidden, mask_mode=mode)
 
 

@@ -122,14 +122,11 @@ def load_memory(path: str | os.PathLike) -> Memory:
             if pattern_key not in keys:
                 raise NphError(f"{path} has no 'patterns' tensor (it has: {', '.join(keys)})")
         else:
-            pattern_key = _guess_pattern_key(path, handle, keys)
+            pattern_key = _guess_pattern_key(path, handle, keys, announce=False)
             meta = {"source": f"file:{path.name}", "foreign_metadata": raw_meta}
         patterns = _check_patterns(handle.get_tensor(pattern_key), f"{path}: '{pattern_key}'")
         if foreign:  # only once the guess proved usable: a failing command prints one line
-            notice(
-                f"{path} has no nph metadata: using tensor '{pattern_key}' as the patterns (one "
-                "row per memory), no labels, no image shape"
-            )
+            _announce_foreign(path, pattern_key)
         labels = (
             handle.get_tensor("labels") if "labels" in keys and pattern_key == "patterns" else None
         )
@@ -201,8 +198,9 @@ def _decode_meta(raw: dict[str, str]) -> dict[str, Any]:
     return meta
 
 
-def _guess_pattern_key(path: Path, handle, keys: list[str]) -> str:
-    """A file from another tool: take 'patterns' or its only 2-D tensor."""
+def _guess_pattern_key(path: Path, handle, keys: list[str], *, announce: bool = True) -> str:
+    """A file from another tool: take 'patterns' or its only 2-D tensor, and say so unless the
+    caller will (`announce=False`: `load_memory` says so once the tensor proved usable)."""
     if "patterns" in keys:
         chosen = "patterns"
     else:
@@ -213,7 +211,16 @@ def _guess_pattern_key(path: Path, handle, keys: list[str]) -> str:
                 f"({', '.join(keys) or 'none'}); save the patterns under the key 'patterns'"
             )
         chosen = matrices[0]
+    if announce:
+        _announce_foreign(path, chosen)
     return chosen
+
+
+def _announce_foreign(path: Path, key: str) -> None:
+    notice(
+        f"{path} has no nph metadata: using tensor '{key}' as the patterns (one row per "
+        "memory), no labels, no image shape"
+    )
 
 
 def _check_patterns(tensor: Tensor, what: str) -> Tensor:

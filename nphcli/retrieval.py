@@ -42,7 +42,7 @@ from nphcli import metrics as metric_fns
 from nphcli.atomic import atomic_write, check_not_input, check_writable
 from nphcli.corruption import Corruption, corrupt, image_shape
 from nphcli.devices import dtype_name, resolve_device, resolve_dtype, synchronize
-from nphcli.errors import NphError
+from nphcli.errors import NphError, NphRuntimeError
 from nphcli.memory_file import FORMAT_NAME, Memory, check_format_version, load_memory
 from nphcli.models import Retrieval, create_model, get_model_info, list_models
 from nphcli.models.base import DEFAULT_MEMORY_BUDGET
@@ -223,17 +223,38 @@ def parse_size(text: str, flag: str = "--memory-budget") -> int:
     return int(size)
 
 
-def _check_default_beta(settings: RetrieveSettings, bank: MemoryBank) -> None:
+@dataclass
+class _Scale:
+    """Magnitudes of a memory's entries, from one pass over its blocks (in float64)."""
+
+    key_abs: float  # max |K_μi|
+    key_norm: float  # max ‖K_μ‖₂
+    mean_norm2: float  # mean ‖K_μ‖₂²
+    value_abs: float  # max |V_μi| (the keys' for auto-association)
+
+
+def _memory_scale(bank: MemoryBank, hetero: bool, rows: int = 1 << 13) -> _Scale:
+    key_abs = key_norm = value_abs = total = 0.0
+    for _, keys, values in bank.blocks(rows):
+        key_abs = max(key_abs, float(keys.abs().max()))
+        norm2 = keys.to(metric_fns.metric_dtype(keys)).square().sum(dim=1)  # (b,)
+        if not bool(torch.isfinite(norm2).all()):  # beyond float32: exact in float64
+            norm2 = keys.to(torch.float64).square().sum(dim=1)
+        key_norm = max(key_norm, math.sqrt(float(norm2.max())))
+        total += float(norm2.to(torch.float64).sum())
+        if hetero:
+            value_abs = max(value_abs, float(values.abs().max()))
+    return _Scale(key_abs, key_norm, total / bank.num_memories, value_abs if hetero else key_abs)
+
+
+def _check_default_beta(settings: RetrieveSettings, norm2: float) -> None:
     """A notice when the default β meets patterns of a very different scale than it was
-    chosen for (e.g. unit-norm or z-scored memories), with the β that would match."""
+    chosen for (e.g. unit-norm or z-scored memories), with the β that would match. `norm2`:
+    the patterns' mean ‖ξ‖²."""
     if settings.params.get("beta") is not None:
         return
     if "beta" not in {p.name for p in get_model_info(settings.model).params}:
         return
-    total = sum(
-        float(keys.to(torch.float64).square().sum()) for _, keys in bank.key_blocks(1 << 16)
-    )
-    norm2 = total / bank.num_memories
     if norm2 > 0 and not 0.1 <= norm2 / DEFAULT_BETA_NORM2 <= 10:
         suggested = DEFAULT_BETA * DEFAULT_BETA_NORM2 / norm2
         notice(
@@ -241,6 +262,54 @@ def _check_default_beta(settings: RetrieveSettings, bank: MemoryBank) -> None:
             f"{DEFAULT_BETA_NORM2:g} (MNIST in [0, 1]); these have {norm2:.3g}, so consider "
             f"--beta {suggested:.2g}"
         )
+
+
+def _check_range(scale: _Scale, queries: Tensor, beta: float, dtype: torch.dtype) -> None:
+    """Refuse, before any model runs, numbers the retrieval cannot represent.
+
+    Memories and queries must be finite once cast to `dtype`. The scores β⟨x, ξ⟩, and the inner
+    products ⟨x, ξ⟩ they are made from, are bounded by max(1, β)·max‖x‖·max‖ξ‖ (Cauchy–Schwarz)
+    and must fit the dtype models accumulate in: float32 for half precision, else `dtype`.
+    """
+    name, most = dtype_name(dtype), torch.finfo(dtype).max
+    rows = queries.to(torch.float64)  # (Q, d)
+    for what, largest in (
+        ("the memory's patterns", scale.key_abs),
+        ("the memory's values", scale.value_abs),
+        ("the queries", float(rows.abs().max())),
+    ):
+        if torch.isinf(torch.tensor(largest, dtype=torch.float64).to(dtype)):
+            raise NphError(
+                f"{what} reach {largest:.4g}, beyond the largest {name} ({most:.4g}); use "
+                "--dtype float32 or bfloat16, or store the patterns rescaled "
+                "(nph store --normalize)"
+            )
+    accumulate = dtype if dtype == torch.float64 else torch.float32
+    bound = max(1.0, beta) * float(rows.square().sum(dim=1).max().sqrt()) * scale.key_norm
+    if not bound <= torch.finfo(accumulate).max:
+        raise NphError(
+            f"scores β⟨x, ξ⟩ of these patterns may reach {bound:.3g} and overflow "
+            f"{dtype_name(accumulate)} (largest {torch.finfo(accumulate).max:.3g}); store the "
+            "patterns rescaled (nph store --normalize l2 or zscore) or use --dtype float64"
+        )
+
+
+def _check_finite(model: str, dtype: torch.dtype, result: Tensor, per_query: dict) -> None:
+    """What the inputs allowed but a model or a metric still could not represent is an error,
+    never a NaN or a null in the report."""
+    bad = ~torch.isfinite(result).all(dim=1)  # (Q,)
+    if bool(bad.any()):
+        raise NphRuntimeError(
+            f"model {model!r} produced non-finite values (NaN or infinity) for "
+            f"{int(bad.sum())} of {bad.shape[0]} queries at --dtype {dtype_name(dtype)}; try "
+            "--dtype float64, a smaller --beta, or patterns stored rescaled (nph store --normalize)"
+        )
+    for metric, values in per_query.items():
+        if values.is_floating_point() and not bool(torch.isfinite(values).all()):
+            raise NphRuntimeError(
+                f"the {metric} metric overflows {dtype_name(values.dtype)} for patterns of this "
+                "magnitude; store them rescaled (nph store --normalize) or use --dtype float64"
+            )
 
 
 def evaluate(
@@ -277,7 +346,7 @@ def evaluate(
         hetero = memory.values is not None
     num_memories, dim = bank.num_memories, bank.dim
     model.check_memory(num_memories, dim)
-    _check_default_beta(settings, bank)
+    scale = _memory_scale(bank, hetero)
     shape = image_shape(item_shape, dim)
     generator = torch.Generator().manual_seed(settings.seed)
 
@@ -288,6 +357,8 @@ def evaluate(
     t0 = time.perf_counter()
     corrupted = corrupt(chosen.clean, settings.corruption, generator=generator, item_shape=shape)
     corrupt_s = time.perf_counter() - t0
+    _check_range(scale, corrupted.queries, float(getattr(model, "beta", 1.0)), dtype)
+    _check_default_beta(settings, scale.mean_norm2)
 
     t0 = time.perf_counter()
     if streamed:  # blocks are moved and cast as they are read
@@ -324,6 +395,7 @@ def evaluate(
     retrieved = result.patterns.cpu()
     per_query = {"query_row": rows.clone(), **{k: v.cpu() for k, v in per_query_d.items()}}
     transfer_s += time.perf_counter() - t0
+    _check_finite(settings.model, dtype, retrieved, per_query)
 
     median = metric_fns.summarize(torch.tensor(times, dtype=torch.float64))["median"]
     timing = {

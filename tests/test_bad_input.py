@@ -212,6 +212,9 @@ CASES = [
     ("noise negative", [*R, "--noise", "-1"], r"--noise"),
     ("noise inf", [*R, "--noise", "inf"], r"--noise"),
     ("noise sweep", [*SWEEP, "--noise", "-1"], r"noise"),
+    ("noise overflowing float32", [*R, "--noise", "1e300"], r"--noise.*overflow"),
+    ("fill nan", [*R, "--mask", "0.5", "--fill", "nan"], r"--fill"),
+    ("fill overflowing float32", [*R, "--mask", "0.5", "--fill", "1e300"], r"--fill"),
     ("noise analyze", ["analyze", "mem.safetensors", "--model", "dense", "--noise", "-1"], "noise"),
     # flags a model does not take; unknown names
     ("flag not taken k", [*R, "--model", "dense", "--k", "5"], r"--k"),
