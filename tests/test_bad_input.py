@@ -362,3 +362,39 @@ def test_debug_traceback_in_a_real_process(scene):
     assert debug.returncode == 2
     assert "Traceback" in debug.stderr and "NphError" in debug.stderr
     assert debug.stderr.strip().splitlines()[-1].endswith("create one with `nph store`")
+
+
+# -- failures that are not the input's fault: exit 1, one line ------------------------------------
+
+
+def test_a_full_disk_during_a_sweep_is_one_line_exit_1(invoke, scene, monkeypatch):
+    import errno
+
+    import nphcli.sweep
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(nphcli.sweep.os, "fsync", full)
+    result = invoke(*SWEEP)
+    assert result.exit_code == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == ["Error: could not write r.jsonl: No space left on device"], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_foreign_file_note_comes_once_its_tensor_is_usable(invoke, scene):
+    save_file({"emb": torch.ones(5, D)}, str(scene / "foreign.safetensors"))
+    for extra in ([], ["--stream"]):
+        result = invoke(*R[:1], "--memory", "foreign.safetensors", "--beta", "1", *extra)
+        assert result.exit_code == 0, result.stderr
+        assert "foreign.safetensors has no nph metadata: using tensor 'emb'" in result.stderr
+
+
+def test_readme_documents_errors_exit_codes_and_debugging():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Errors, exit codes and safety", 1)[1].split("\n## ", 1)[0]
+    for text in ("0 success", "2 a usage or input error", "1 any other failure", "130"):
+        assert text in " ".join(section.split()), text
+    for text in ("nph --debug", "NPH_DEBUG=1", "--force", ".NAME.HOST-PID.XXXXXXXX.tmp"):
+        assert text in section, text

@@ -96,6 +96,18 @@ def test_batch_size_changes_only_the_last_bits(memory, model):
         _close(_without_timing(report), _without_timing(everything), f"batch {batch}")
 
 
+@pytest.mark.parametrize("model", model_names())
+def test_block_sizes_and_streaming_change_only_the_last_bits(memory, model):
+    """A tiny --memory-budget makes the models work in small blocks of memories; --stream
+    reads them from the file block by block."""
+    everything = _retrieve(memory, model)
+    for extra in (["--memory-budget", "1K"], ["--stream"], ["--stream", "--memory-budget", "1K"]):
+        report = _retrieve(memory, model, *extra)
+        for key in ("memory_budget", "memory"):
+            report["config"][key] = everything["config"][key]
+        _close(_without_timing(report), _without_timing(everything), " ".join(extra))
+
+
 def test_readme_states_the_batch_size_rounding():
     text = " ".join(README.read_text(encoding="utf-8").split())
     retrieving = text.split("## Retrieving", 1)[1].split("\n## ", 1)[0]
