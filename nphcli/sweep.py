@@ -368,7 +368,11 @@ class Results:
         self._handle: io.TextIOBase | None = None
         if resume and force:
             raise NphError("choose one of --resume (continue the file) and --force (replace it)")
-        check_folder(self.path)
+        if resume and self.path.is_file():  # appends to the file itself: its folder may be locked
+            if not os.access(self.path, os.W_OK):
+                raise NphError(f"cannot continue {self.path}: the file is not writable")
+        else:
+            check_folder(self.path)
         if self.path.exists():
             if resume:
                 self._load_existing()

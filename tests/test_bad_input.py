@@ -398,3 +398,23 @@ def test_readme_documents_errors_exit_codes_and_debugging():
         assert text in " ".join(section.split()), text
     for text in ("nph --debug", "NPH_DEBUG=1", "--force", ".NAME.HOST-PID.XXXXXXXX.tmp"):
         assert text in section, text
+
+
+def test_resume_needs_only_the_results_file_writable(invoke, scene, monkeypatch):
+    (scene / "locked").mkdir()
+    out = scene / "locked" / "r.jsonl"
+    assert invoke(*SWEEP[:-1], out, "--trials", "1").exit_code == 0
+    real = os.access
+
+    def access(path, mode, *rest, **kwargs):
+        if Path(path).resolve() == (scene / "locked").resolve() and mode & os.W_OK:
+            return False
+        return real(path, mode, *rest, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    resumed = invoke(*SWEEP[:-1], out, "--trials", "2", "--resume")
+    assert resumed.exit_code == 0, resumed.stderr
+    check_refused(invoke, scene, [*SWEEP[:-1], "locked/new.jsonl"], r"not writable")
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: not mode & os.W_OK)
+    args = [*SWEEP[:-1], out, "--trials", "3", "--resume"]
+    check_refused(invoke, scene, args, r"cannot continue .*r.jsonl: the file is not writable")
