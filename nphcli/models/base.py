@@ -26,6 +26,17 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes
 
 
+def check_whole(value: Any, flag: str, low: int, high: int | None = None) -> None:
+    """Reject anything but a whole number in [low, high) (bool is not a number here)."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if whole and value >= low and (high is None or value < high):
+        return
+    if high is None:
+        raise NphError(f"{flag} must be a whole number ≥ {low}, got {value!r}")
+    shown = f"2^{high.bit_length() - 1}" if high >= 2**32 and high & (high - 1) == 0 else high
+    raise NphError(f"{flag} must be a whole number in [{low}, {shown}), got {value!r}")
+
+
 def param(default: Any, help: str) -> Any:
     """A model parameter: a dataclass field whose `help` feeds `nph models`, --help, the README."""
     return field(default=default, metadata={"help": help})
@@ -63,8 +74,7 @@ class HopfieldModel:
     def __post_init__(self) -> None:
         if not (isinstance(self.beta, (int, float)) and math.isfinite(self.beta) and self.beta > 0):
             raise NphError(f"--beta must be a finite number > 0, got {self.beta}")
-        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 1:
-            raise NphError(f"--steps must be a whole number ≥ 1, got {self.steps}")
+        check_whole(self.steps, "--steps", 1)
         if not (math.isfinite(self.tol) and self.tol >= 0):
             raise NphError(f"--tol must be a finite number ≥ 0, got {self.tol}")
 
@@ -233,8 +243,7 @@ def _as_bank(memory: Tensor | MemoryBank, values: Tensor | None) -> MemoryBank:
 def _check_budget(budget: int | None) -> int:
     if budget is None:
         return DEFAULT_MEMORY_BUDGET
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise NphError(f"--memory-budget must be a whole number of bytes ≥ 1, got {budget!r}")
+    check_whole(budget, "--memory-budget (bytes)", 1)
     return budget
 
 

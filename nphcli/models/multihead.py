@@ -20,7 +20,7 @@ from torch import Tensor
 
 from nphcli.errors import NphError
 from nphcli.models.attention import attention_plan, softmax_attention
-from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.blocks import MemoryBank, Plan
 from nphcli.models.registry import register_model
 
@@ -41,8 +41,7 @@ class MultiHead(HopfieldModel):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.heads, int) or isinstance(self.heads, bool) or self.heads < 1:
-            raise NphError(f"--heads must be a whole number ≥ 1, got {self.heads}")
+        check_whole(self.heads, "--heads", 1)
 
     def check_memory(self, num_memories: int, dim: int) -> None:
         if dim % self.heads:

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
-from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.blocks import MemoryBank, Plan
 from nphcli.models.linear import FeatureSummary, feature_plan, readout, summarise_keys
 from nphcli.models.registry import register_model
@@ -60,10 +59,6 @@ def _projection_on(
     return _draw_projection(seed, features, dim).to(device=device, dtype=dtype)
 
 
-def _is_whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @register_model(
     "random-feature",
     summary="Performer FAVOR+ positive random features; approaches dense as --features grows",
@@ -84,10 +79,8 @@ class RandomFeature(HopfieldModel):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not _is_whole(self.features) or self.features < 1:
-            raise NphError(f"--features must be a whole number ≥ 1, got {self.features}")
-        if not _is_whole(self.seed) or not 0 <= self.seed < 2**63:
-            raise NphError(f"--seed must be a whole number in [0, 2^63), got {self.seed}")
+        check_whole(self.features, "--features", 1)
+        check_whole(self.seed, "--seed", 0, 2**63)
 
     def projection(
         self,

@@ -22,9 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
 from nphcli.models.attention import gathered_attention, masked_attention
-from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.blocks import GATHER_LIMIT, MemoryBank, itemsize
 from nphcli.models.masks import (
     K_HELP,
@@ -51,9 +50,7 @@ class RandomMask(HopfieldModel):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_k(self.k)
-        seed = self.seed
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-            raise NphError(f"--seed must be a whole number in [0, 2^64), got {seed!r}")
+        check_whole(self.seed, "--seed", 0, 2**64)
 
     def check_memory(self, num_memories: int, dim: int) -> None:
         resolve_k(self.k, num_memories)

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from nphcli.errors import NphError
 from nphcli.models.attention import gathered_attention, masked_attention
-from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.blocks import GATHER_LIMIT, MemoryBank, itemsize
 from nphcli.models.masks import window_band, window_mask
 from nphcli.models.registry import register_model
@@ -43,9 +43,7 @@ class Window(HopfieldModel):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        window = self.window
-        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-            raise NphError(f"--window must be a whole number ≥ 0, got {window!r}")
+        check_whole(self.window, "--window", 0)
 
     def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
         return window_mask(positions, scores.shape[1], self.window)
