@@ -362,7 +362,7 @@ def evaluate(
 
     t0 = time.perf_counter()
     if streamed:  # blocks are moved and cast as they are read
-        bank_d = StreamedBank(memory.path, device=device, dtype=dtype)
+        bank_d = memory.to(dtype, device=device)
     else:
         keys_d = bank.keys.to(device=device, dtype=dtype)  # (M, d)
         values_d = None if not hetero else bank.values.to(device=device, dtype=dtype)  # (M, d_v)
@@ -617,13 +617,8 @@ def open_stream(path: str | os.PathLike) -> StreamedBank:
     `load_memory` checks it; rows are checked for NaN and infinity as they are read."""
     path = Path(path)
     bank = StreamedBank(path)
-    if bank.meta.get("format") == FORMAT_NAME:
+    if bank.meta.get("format") == FORMAT_NAME:  # a foreign file: StreamedBank gave its notice
         check_format_version(path, bank.meta)
-    else:
-        notice(
-            f"{path} has no nph metadata: using tensor '{bank.key_name}' as the patterns (one "
-            "row per memory), no labels, no image shape"
-        )
     return bank
 
 

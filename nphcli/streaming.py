@@ -113,9 +113,12 @@ class StreamedBank(MemoryBank):
             values.reshape(*index.shape, self.value_dim),
         )
 
-    def to(self, dtype: torch.dtype) -> StreamedBank:
+    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> StreamedBank:
+        """The same file read into another dtype (and device): no file access, no new notice."""
         other = copy.copy(self)
         other.dtype = dtype
+        if device is not None:
+            other.device = torch.device(device)
         return other
 
     def labels(self) -> Tensor | None:

@@ -172,3 +172,12 @@ def test_nearest_takes_a_tensor_or_a_bank(mnist):
     expected = metrics.nearest(queries, patterns)
     streamed = metrics.nearest(queries, bank, block_rows=16)
     assert torch.equal(expected[0], streamed[0]) and torch.equal(expected[1], streamed[1])
+
+
+def test_streaming_a_foreign_file_notes_the_assumption_once(invoke, tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.rand(12, 8)}, str(tmp_path / "foreign.safetensors"))
+    result = invoke("retrieve", "--memory", tmp_path / "foreign.safetensors", "--stream", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("no nph metadata") == 1
