@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
+from nphcli.memory.streamed import StreamedBank
 from nphcli.models import create_model
-from nphcli.streaming import StreamedBank
 
 DIM = 784
 BETA = 10.0  # unit-norm patterns: scores β·cos in [0, β]; sparse supports of a few memories
@@ -329,7 +329,7 @@ def startup(budget_s: float) -> dict:
     if has_retrieve.returncode != 0:
         out["nph retrieve"] = {"error": "no retrieve command"}
         return out
-    from nphcli.memory_file import save_memory
+    from nphcli.memory.file import save_memory
 
     with tempfile.TemporaryDirectory() as folder:
         memory = Path(folder) / "small.safetensors"

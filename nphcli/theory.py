@@ -52,8 +52,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nphcli.engine.masks import check_k, resolve_k
 from nphcli.models import HopfieldModel, create_model
-from nphcli.models.masks import check_k, resolve_k
 from nphcli.separation import Separation, separation
 
 # Relative slack when comparing an error with a bound: float64 rounding, nothing more.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nphcli.models.blocks import SoftmaxAccumulator, TensorBank, TopKAccumulator, plan_rows
+from nphcli.engine.blocks import SoftmaxAccumulator, TensorBank, TopKAccumulator, plan_rows
 
 
 @pytest.mark.parametrize("rows", [1, 3, 7, 50])

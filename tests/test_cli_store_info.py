@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 import nphcli.sources
-from nphcli.memory_file import load_memory
+from nphcli.memory.file import load_memory
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nphcli.corruption import Corruption, corrupt
 from nphcli.errors import NphError
+from nphcli.evaluation.corruption import Corruption, corrupt
 
 
 def _gen(seed: int = 0) -> torch.Generator:

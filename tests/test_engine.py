@@ -12,13 +12,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from nphcli.engine.attention import fused_attention_available
+from nphcli.engine.blocks import MemoryBank, Plan, TensorBank
+from nphcli.engine.candidates import INITIAL_CANDIDATES
+from nphcli.engine.functional import entmax_bisect, sparsemax
+from nphcli.engine.masks import random_mask, random_subset
 from nphcli.errors import NphError
 from nphcli.models import create_model, model_names
-from nphcli.models.attention import fused_attention_available
-from nphcli.models.blocks import MemoryBank, Plan, TensorBank
-from nphcli.models.candidates import INITIAL_CANDIDATES
-from nphcli.models.functional import entmax_bisect, sparsemax
-from nphcli.models.masks import random_mask, random_subset
 
 # Settings per model (several where a model has more than one path); unlisted models run with
 # their defaults.

@@ -14,9 +14,9 @@ from itertools import combinations
 import pytest
 import torch
 
+from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
+from nphcli.engine.masks import check_k, random_keys, random_mask, resolve_k, topk_mask
 from nphcli.errors import NphError
-from nphcli.models.functional import entmax_bisect, masked_softmax, sparsemax
-from nphcli.models.masks import check_k, random_keys, random_mask, resolve_k, topk_mask
 
 
 def _scores(rows: int, cols: int, seed: int, scale: float = 1.0, dtype=torch.float64):

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from nphcli.memory_file import load_memory, save_memory
-from nphcli.sweep import read_results
+from nphcli.memory.file import load_memory, save_memory
+from nphcli.sweeps.runner import read_results
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 
@@ -35,7 +35,7 @@ def pause():
     time.sleep(60)
 
 if stage == "evaluate":
-    import nphcli.retrieval as retrieval
+    import nphcli.evaluation.evaluate as retrieval
     real_evaluate = retrieval.evaluate
     def evaluate(*args, **kwargs):
         time.sleep(0.05)

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
-import nphcli.memory_file as memory_file
+import nphcli.memory.file as memory_file
 from nphcli.errors import NphError, NphRuntimeError
-from nphcli.memory_file import DTYPES, FORMAT_NAME, load_memory, read_metadata, save_memory
+from nphcli.memory.file import DTYPES, FORMAT_NAME, load_memory, read_metadata, save_memory
 
 RESERVED = {"format", "format_version", "nph_version", "created", "M", "d", "dtype"}
 

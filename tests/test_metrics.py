@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nphcli import metrics
+from nphcli.evaluation import metrics
 
 
 def test_sse_mse_cosine_by_hand():

@@ -14,8 +14,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from nphcli import metrics
 from nphcli.cli import app
+from nphcli.evaluation import metrics
 from nphcli.models import model_names
 
 D = 16
@@ -259,7 +259,7 @@ class _Poisoned:
 
 
 def test_non_finite_model_output_is_an_error_not_a_null(memories, monkeypatch):
-    import nphcli.retrieval as retrieval
+    import nphcli.evaluation.evaluate as retrieval
 
     real = retrieval.build_model
     monkeypatch.setattr(retrieval, "build_model", lambda settings: _Poisoned(real(settings)))

@@ -14,10 +14,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from nphcli.corruption import Corruption
-from nphcli.memory_file import Memory, load_memory, save_memory
+from nphcli.evaluation.corruption import Corruption
+from nphcli.evaluation.evaluate import DEFAULT_BETA, RetrieveSettings, evaluate, read_rows
+from nphcli.memory.file import Memory, load_memory, save_memory
 from nphcli.models import get_model_info, model_names
-from nphcli.retrieval import DEFAULT_BETA, RetrieveSettings, evaluate, read_rows
 
 MODELS_WITH = {
     flag: [name for name in model_names() if flag in {p.name for p in get_model_info(name).params}]

@@ -9,12 +9,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from nphcli import metrics
-from nphcli.memory_file import save_memory
+from nphcli.engine.blocks import TensorBank
+from nphcli.evaluation import metrics
+from nphcli.evaluation.evaluate import parse_size
+from nphcli.memory.file import save_memory
+from nphcli.memory.streamed import StreamedBank
 from nphcli.models import model_names
-from nphcli.models.blocks import TensorBank
-from nphcli.retrieval import parse_size
-from nphcli.streaming import StreamedBank
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_stream_hetero_own_queries_and_out(retrieve, hetero, tmp_path):
 def test_stream_save_grid_matches_in_memory(retrieve, mnist, tmp_path, own):
     args = ["--memory", mnist, "--queries", "5", "--mask", "0.5"]
     if own:  # no targets: the grid's third row is the nearest stored pattern, read by index
-        from nphcli.memory_file import load_memory
+        from nphcli.memory.file import load_memory
 
         queries = tmp_path / "queries.npy"
         np.save(queries, load_memory(mnist).patterns[10:20].numpy())

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nphcli.memory_file import Memory
+from nphcli.memory.file import Memory
 from nphcli.separation import (
     describe,
     max_norm,

@@ -6,11 +6,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from nphcli.engine.blocks import Plan
 from nphcli.errors import NphError
-from nphcli.memory_file import load_memory, save_memory
+from nphcli.memory.file import load_memory, save_memory
+from nphcli.memory.streamed import StreamedBank
 from nphcli.models import create_model, model_names
-from nphcli.models.blocks import Plan
-from nphcli.streaming import StreamedBank
 
 PARAMS = {
     "multihead": {"heads": 2},

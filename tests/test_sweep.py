@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from nphcli import sweep_config
 from nphcli.errors import NphError
-from nphcli.sweep import ID_FIELDS, expand, memory_seed, read_results, run_seed
+from nphcli.sweeps import config as sweep_config
+from nphcli.sweeps.runner import ID_FIELDS, expand, memory_seed, read_results, run_seed
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -138,7 +138,7 @@ def test_existing_results_need_resume_or_force(invoke, pool, tmp_path):
 
 
 def test_interrupted_force_keeps_the_old_file(invoke, pool, tmp_path, monkeypatch):
-    import nphcli.retrieval as retrieval
+    import nphcli.evaluation.evaluate as retrieval
 
     out = tmp_path / "r.jsonl"
     out.write_text('{"old": 1}\n')
@@ -303,7 +303,7 @@ def test_bad_config_files_are_one_line_errors(invoke, tmp_path, text, message):
 
 
 def test_default_beta_matches_retrieve():
-    from nphcli.retrieval import DEFAULT_BETA
+    from nphcli.evaluation.evaluate import DEFAULT_BETA
 
     assert sweep_config.DEFAULT_BETA == DEFAULT_BETA
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from nphcli import theory
-from nphcli.memory_file import Memory, save_memory
+from nphcli.evaluation.evaluate import RetrieveSettings, evaluate
+from nphcli.memory.file import Memory, save_memory
 from nphcli.models import create_model
-from nphcli.retrieval import RetrieveSettings, evaluate
 
 
 def hand_patterns():

@@ -85,10 +85,10 @@ def analyze_command(
     bound m(M + k − 2)·exp(−β(⟨ξ_μ,x⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩)); README, "Sweeps", and
     docs/reproduction.md.
     """
-    from nphcli.corruption import Corruption
     from nphcli.errors import NphError
-    from nphcli.memory_file import load_memory
-    from nphcli.retrieval import DEFAULT_BETA, RetrieveSettings, evaluate
+    from nphcli.evaluation.corruption import Corruption
+    from nphcli.evaluation.evaluate import DEFAULT_BETA, RetrieveSettings, evaluate
+    from nphcli.memory.file import load_memory
     from nphcli.theory import check_report, is_structured, well_separation
 
     if sample < 0:

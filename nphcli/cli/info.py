@@ -39,7 +39,7 @@ def info_command(
     R = ½ min over μ≠ν of ‖ξ_μ − ξ_ν‖; Δ_μ = ⟨ξ_μ, ξ_μ⟩ − max over ν≠μ of ⟨ξ_μ, ξ_ν⟩.
     """
     from nphcli.errors import NphError
-    from nphcli.memory_file import load_memory
+    from nphcli.memory.file import load_memory
     from nphcli.separation import describe
 
     if sample < 0:

@@ -1,6 +1,6 @@
 """`nph retrieve`: corrupt stored patterns (or read your own queries), retrieve, measure, report.
 
-Parsing and rendering only; `nphcli.retrieval` does the work.
+Parsing and rendering only; `nphcli.evaluation.evaluate` does the work.
 """
 
 from __future__ import annotations
@@ -166,9 +166,9 @@ def retrieve_command(
     noise) and the uncorrupted pattern is the target. Metrics and timings are defined in the
     README, section "Retrieving".
     """
-    from nphcli.corruption import Corruption
     from nphcli.errors import NphError
-    from nphcli.retrieval import (
+    from nphcli.evaluation.corruption import Corruption
+    from nphcli.evaluation.evaluate import (
         RetrieveSettings,
         check_output_path,
         evaluate_inputs,
@@ -211,7 +211,7 @@ def retrieve_command(
         stream=stream,
     )
     if save_grid is not None:
-        from nphcli.grid import check_drawable, save_retrieval_grid
+        from nphcli.image_grid import check_drawable, save_retrieval_grid
 
         check_drawable(inputs.memory)
     report = evaluate_inputs(inputs, settings)

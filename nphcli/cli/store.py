@@ -124,7 +124,7 @@ def store_command(
     ] = False,
 ) -> None:
     from nphcli.atomic import check_not_input, check_writable
-    from nphcli.memory_file import dtype_from_name, read_metadata, save_memory
+    from nphcli.memory.file import dtype_from_name, read_metadata, save_memory
     from nphcli.sources import SourceOptions, prepare_memory
 
     if Path(source).exists():

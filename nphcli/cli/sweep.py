@@ -1,6 +1,6 @@
 """`nph sweep`: run a grid of retrieval evaluations and summarise it; `nph plot`: draw results.
 
-Parsing and rendering only; `nphcli.sweep`, `nphcli.sweep_config` and `nphcli.plot` do the work.
+Parsing and rendering only; `nphcli.sweeps` and `nphcli.plot` do the work.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import typer
 
 from nphcli.cli.app import app
 from nphcli.cli.render import format_value, print_json, print_table, stderr_console
-from nphcli.sweep_config import list_presets
+from nphcli.sweeps.config import list_presets
 
 DEFAULT_OUT = Path("sweep.jsonl")
 
@@ -160,9 +160,9 @@ def sweep_command(
     self-evaluation. Rows are appended to --out as they finish; the summary (mean ± std over
     trials per setting) goes to stdout. Options override the --preset or --config grid.
     """
-    from nphcli import sweep_config
     from nphcli.atomic import check_not_input, check_writable
     from nphcli.errors import NphError
+    from nphcli.sweeps import config as sweep_config
 
     if print_config:
         if preset is None and config is None:
@@ -203,7 +203,7 @@ def sweep_command(
             raise NphError("--out and --plot name the same file")
         check_writable(plot, force=force)
 
-    from nphcli.sweep import Results, execute, summarize
+    from nphcli.sweeps.runner import Results, execute, summarize
 
     if threads is not None:
         if threads < 1:
@@ -363,7 +363,7 @@ def plot_command(
     from nphcli.atomic import check_writable
     from nphcli.errors import NphError
     from nphcli.plot import parse_size, plot_results
-    from nphcli.sweep import read_results
+    from nphcli.sweeps.runner import read_results
 
     pixels = parse_size(size)
     if out.resolve() == results.resolve():

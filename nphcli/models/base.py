@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from nphcli.engine.blocks import MemoryBank, Plan, TensorBank, itemsize, plan_blocks
 from nphcli.errors import NphError
-from nphcli.models.blocks import MemoryBank, Plan, TensorBank, itemsize, plan_blocks
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 

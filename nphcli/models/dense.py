@@ -8,9 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.models.attention import attention_plan, softmax_attention
+from nphcli.engine.attention import attention_plan, softmax_attention
+from nphcli.engine.blocks import MemoryBank, Plan
 from nphcli.models.base import HopfieldModel, Update
-from nphcli.models.blocks import MemoryBank, Plan
 from nphcli.models.registry import register_model
 
 

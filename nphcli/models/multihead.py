@@ -18,10 +18,10 @@ from typing import Any
 
 from torch import Tensor
 
+from nphcli.engine.attention import attention_plan, softmax_attention
+from nphcli.engine.blocks import MemoryBank, Plan
 from nphcli.errors import NphError
-from nphcli.models.attention import attention_plan, softmax_attention
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
-from nphcli.models.blocks import MemoryBank, Plan
 from nphcli.models.registry import register_model
 
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from nphcli.engine.blocks import MemoryBank, Plan
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
-from nphcli.models.blocks import MemoryBank, Plan
 from nphcli.models.linear import FeatureSummary, feature_plan, readout, summarise_keys
 from nphcli.models.registry import register_model
 

@@ -22,10 +22,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.models.attention import gathered_attention, masked_attention
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
-from nphcli.models.blocks import GATHER_LIMIT, MemoryBank, itemsize
-from nphcli.models.masks import (
+from nphcli.engine.attention import gathered_attention, masked_attention
+from nphcli.engine.blocks import GATHER_LIMIT, MemoryBank, itemsize
+from nphcli.engine.masks import (
     K_HELP,
     check_k,
     random_keys,
@@ -33,6 +32,7 @@ from nphcli.models.masks import (
     random_subset,
     resolve_k,
 )
+from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.registry import register_model
 
 

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nphcli.engine.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
+from nphcli.engine.masks import K_HELP, check_k, resolve_k, topk_mask
 from nphcli.models.base import HopfieldModel, Update, param
-from nphcli.models.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
-from nphcli.models.masks import K_HELP, check_k, resolve_k, topk_mask
 from nphcli.models.registry import register_model
 
 

@@ -21,11 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nphcli.engine.attention import gathered_attention, masked_attention
+from nphcli.engine.blocks import GATHER_LIMIT, MemoryBank, itemsize
+from nphcli.engine.masks import window_band, window_mask
 from nphcli.errors import NphError
-from nphcli.models.attention import gathered_attention, masked_attention
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
-from nphcli.models.blocks import GATHER_LIMIT, MemoryBank, itemsize
-from nphcli.models.masks import window_band, window_mask
 from nphcli.models.registry import register_model
 
 

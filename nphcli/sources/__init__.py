@@ -58,7 +58,7 @@ def prepare_memory(
 
     from nphcli import normalize as norm
     from nphcli.errors import NphError
-    from nphcli.memory_file import dtype_from_name
+    from nphcli.memory.file import dtype_from_name
 
     if dtype not in STORE_DTYPES:
         raise NphError(f"--dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}")

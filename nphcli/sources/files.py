@@ -73,7 +73,7 @@ def load_npz(spec: str, options: SourceOptions) -> Loaded:
     suffixes=(".safetensors",),
 )
 def load_safetensors(spec: str, options: SourceOptions) -> Loaded:
-    from nphcli.memory_file import (
+    from nphcli.memory.file import (
         FORMAT_NAME,
         check_format_version,
         load_memory,

@@ -1,7 +1,7 @@
 """Building blocks for bounded-memory retrieval: memories read in blocks, results merged exactly.
 
 A `MemoryBank` hands out memories block by block, from RAM (`TensorBank`) or from a file on disk
-(`nphcli.streaming.StreamedBank`), so no model ever needs all of them at once. The accumulators
+(`nphcli.memory.streamed.StreamedBank`), so no model ever needs all of them at once. The accumulators
 merge per-block partial results into exactly what a one-shot computation gives (up to float
 rounding): `SoftmaxAccumulator` (online softmax: running max, normaliser and weighted sum) and
 `TopKAccumulator` (running k best scores with deterministic tie-breaking). `plan_blocks` sizes

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from nphcli.engine.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
 from nphcli.models.base import Update
-from nphcli.models.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
 
 # Candidates per query in the first round. Sparse Hopfield supports are typically a handful of
 # memories; a query needing more pays one extra pass over the memories per doubling.

@@ -1,10 +1,10 @@
 """Sweeps: a grid of retrieval evaluations over models, memory sizes, corruptions, β and trials.
 
-The grid (`nphcli.sweep_config.SweepConfig`) expands into settings, one per combination of a
+The grid (`nphcli.sweeps.config.SweepConfig`) expands into settings, one per combination of a
 model setting (a model and one value of each parameter it sweeps), a memory size M, a mask
 fraction, a noise σ and a β. Each setting runs once per trial. A run draws a memory of M
 patterns from the sweep's pool (the dataset or file, loaded and normalised once) and calls
-`nphcli.retrieval.evaluate` on it: every stored pattern (or `queries` of them) is corrupted and
+`nphcli.evaluation.evaluate.evaluate` on it: every stored pattern (or `queries` of them) is corrupted and
 retrieved, exactly as `nph retrieve` does.
 
 Seeds. Everything follows from the sweep's one `seed` and the trial index t:
@@ -50,7 +50,7 @@ from typing import Any
 from nphcli.atomic import check_folder
 from nphcli.errors import NphError, NphRuntimeError
 from nphcli.notices import notice
-from nphcli.sweep_config import SweepConfig
+from nphcli.sweeps.config import SweepConfig
 
 ID_FIELDS = ("setting", "label", "trial", "dataset", "normalize", "sweep_seed", "memory_seed")
 SUMMARY_METRICS = ("sse", "success", "mse", "cosine")
@@ -204,7 +204,7 @@ def draw_memory(pool: Pool, size: int, seed: int):
     in pool order."""
     import torch
 
-    from nphcli.memory_file import Memory
+    from nphcli.memory.file import Memory
 
     generator = torch.Generator().manual_seed(seed)
     rows = torch.randperm(pool.size, generator=generator)[:size].sort().values  # (M,)
@@ -218,8 +218,8 @@ def run(
 ) -> Iterator[dict[str, Any]]:
     """Evaluate `tasks` in order, yielding one row each (module docstring). A trial's memory of
     each size is drawn once and shared by every setting of that trial."""
-    from nphcli.corruption import Corruption
-    from nphcli.retrieval import RetrieveSettings, evaluate
+    from nphcli.evaluation.corruption import Corruption
+    from nphcli.evaluation.evaluate import RetrieveSettings, evaluate
 
     drawn: dict[tuple[int, int], Any] = {}
     for task in tasks:

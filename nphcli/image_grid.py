@@ -23,10 +23,10 @@ from torch import Tensor
 
 from nphcli import normalize
 from nphcli.atomic import atomic_write
-from nphcli.corruption import image_shape
 from nphcli.errors import NphError
-from nphcli.memory_file import Memory
-from nphcli.retrieval import RetrievalReport
+from nphcli.evaluation.corruption import image_shape
+from nphcli.evaluation.evaluate import RetrievalReport
+from nphcli.memory.file import Memory
 
 ROWS = ("corrupted query", "retrieved", "target")
 GUTTER = 0.5  # grey between cells, visible on black and white backgrounds

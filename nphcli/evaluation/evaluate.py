@@ -38,18 +38,18 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from nphcli import __version__
-from nphcli import metrics as metric_fns
 from nphcli.atomic import atomic_write, check_not_input, check_writable
-from nphcli.corruption import Corruption, corrupt, image_shape
 from nphcli.devices import dtype_name, resolve_device, resolve_dtype, synchronize
+from nphcli.engine.blocks import MemoryBank, TensorBank
 from nphcli.errors import NphError, NphRuntimeError
-from nphcli.memory_file import FORMAT_NAME, Memory, check_format_version, load_memory
+from nphcli.evaluation import metrics as metric_fns
+from nphcli.evaluation.corruption import Corruption, corrupt, image_shape
+from nphcli.memory.file import FORMAT_NAME, Memory, check_format_version, load_memory
+from nphcli.memory.streamed import StreamedBank
 from nphcli.models import Retrieval, create_model, get_model_info, list_models
 from nphcli.models.base import DEFAULT_MEMORY_BUDGET
-from nphcli.models.blocks import MemoryBank, TensorBank
 from nphcli.normalize import normalize
 from nphcli.notices import notice
-from nphcli.streaming import StreamedBank
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
 # and allocator growth, without doubling the run time of large evaluations.

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.models.blocks import (
+from nphcli.engine.blocks import (
     MemoryBank,
     Plan,
     SoftmaxAccumulator,

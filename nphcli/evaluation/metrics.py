@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor
 
-from nphcli.models.blocks import MemoryBank, TensorBank
+from nphcli.engine.blocks import MemoryBank, TensorBank
 
 # Elements of one (queries × memories) distance block: 2²⁴ float32 = 64 MiB.
 BLOCK_ELEMENTS = 1 << 24

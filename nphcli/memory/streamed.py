@@ -32,15 +32,15 @@ import torch
 from safetensors import safe_open
 from torch import Tensor
 
+from nphcli.engine.blocks import MemoryBank
 from nphcli.errors import NphError
-from nphcli.memory_file import (
+from nphcli.memory.file import (
     DTYPES,
     FORMAT_NAME,
     _guess_pattern_key,
     open_safetensors,
     read_metadata,
 )
-from nphcli.models.blocks import MemoryBank
 
 # safetensors' dtype codes for the float dtypes a memory file may hold.
 _FILE_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}

@@ -11,7 +11,7 @@ prints a preset to copy and edit. Keys (every one optional):
     normalize   = "unit"                # as `nph store --normalize` (default: the source's own)
     sizes       = [10, 50, 100]         # memory sizes M
     trials      = 50                    # memories drawn per size
-    seed        = 0                     # the sweep's one seed (see nphcli.sweep)
+    seed        = 0                     # the sweep's one seed (see nphcli.sweeps.runner)
     beta        = [0.01]                # inverse temperatures β
     mask        = [0.5]                 # fractions hidden
     mask_mode   = "bottom"              # as `nph retrieve --mask-mode`
