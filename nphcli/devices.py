@@ -93,3 +93,17 @@ def synchronize(device: torch.device) -> None:
 def _mps_available() -> bool:
     backend = getattr(torch.backends, "mps", None)
     return bool(backend is not None and backend.is_available())
+
+
+def canonical_device(device: torch.device | str) -> torch.device:
+    """`device` with its index filled in: "cuda" means the current CUDA device, so a tensor made
+    on "cuda" (which reports "cuda:0") and a bank placed on "cuda" compare equal."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def same_device(a: torch.device | str, b: torch.device | str) -> bool:
+    """Whether two devices are the same hardware (see `canonical_device`)."""
+    return canonical_device(a) == canonical_device(b)

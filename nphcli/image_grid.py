@@ -25,8 +25,8 @@ from nphcli import normalize
 from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
 from nphcli.evaluation.corruption import image_shape
-from nphcli.evaluation.evaluate import RetrievalReport
-from nphcli.memory.file import Memory
+from nphcli.evaluation.report import RetrievalReport
+from nphcli.memory.bank import MemoryBank
 
 ROWS = ("corrupted query", "retrieved", "target")
 GUTTER = 0.5  # grey between cells, visible on black and white backgrounds
@@ -41,7 +41,7 @@ def grid_size(columns: int, item_shape: tuple[int, ...], *, pad: int = 2, scale:
     )
 
 
-def check_drawable(memory: Memory) -> tuple[int, int, int]:
+def check_drawable(memory: MemoryBank) -> tuple[int, int, int]:
     """The (C, H, W) image shape of `memory`'s retrieved patterns; NphError if not images."""
     shape = image_shape(memory.item_shape, memory.dim)
     if shape is None:
@@ -49,10 +49,10 @@ def check_drawable(memory: Memory) -> tuple[int, int, int]:
             "--save-grid needs image memories (an item_shape in the memory file); "
             f"{memory.path or 'this memory'} holds plain vectors"
         )
-    if memory.values is not None and memory.values.shape[1] != memory.dim:
+    if memory.value_dim != memory.dim:
         raise NphError(
             "--save-grid needs retrieved patterns that are images like the stored ones; this "
-            f"memory's values have dimension {memory.values.shape[1]}, not {memory.dim}"
+            f"memory's values have dimension {memory.value_dim}, not {memory.dim}"
         )
     return shape
 
@@ -60,7 +60,7 @@ def check_drawable(memory: Memory) -> tuple[int, int, int]:
 def save_retrieval_grid(
     path: str | os.PathLike,
     report: RetrievalReport,
-    memory: Memory,
+    memory: MemoryBank,
     *,
     count: int = 8,
     force: bool = False,
@@ -70,12 +70,10 @@ def save_retrieval_grid(
     """Write the grid of the first `count` queries of `report` as a PNG, atomically."""
     shape = check_drawable(memory)
     n = min(count, report.retrieved.shape[0])
-    output_space = memory.patterns if memory.values is None else memory.values
-    third = (
-        report.targets[:n]
-        if report.targets is not None
-        else output_space[report.per_query["nearest"][:n]]
-    )
+    if report.targets is not None:
+        third = report.targets[:n]  # (n, d_v)
+    else:  # the stored pattern nearest to T(x), in the output space
+        _, third = memory.gather(report.per_query["nearest"][:n].to(memory.device))
     rows = [report.queries[:n], report.retrieved[:n], third]
     pixels = [to_pixels(row, shape, memory.meta) for row in rows]  # each (n, C, H, W)
     return save_grid(path, pixels, force=force, pad=pad, scale=scale)

@@ -79,6 +79,19 @@ def normalize(
     return raw / norms.clamp_min(torch.finfo(torch.float32).tiny), info
 
 
+def apply_record(raw: Tensor, info: Mapping[str, Any]) -> Tensor:
+    """Normalise new raw rows (N, d) exactly as a stored set was, from its record: the same
+    lo and hi, or the same μ and σ for zscore (never the new rows' own statistics)."""
+    import torch
+
+    method = info.get("method", "none")
+    if method == "zscore":
+        return (raw.to(torch.float32) - float(info["mean"])) / float(info["std"])
+    pixel_range = (info.get("lo", PIXEL_RANGE[0]), info.get("hi", PIXEL_RANGE[1]))
+    rows, _ = normalize(raw, method, pixel_range=pixel_range)
+    return rows
+
+
 def to_raw(x: Tensor, info: Mapping[str, Any]) -> Tensor:
     """Invert `normalize`: patterns (N, d) back to raw values. Not possible for `l2`."""
     method = info.get("method", "none")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nphcli.engine.blocks import SoftmaxAccumulator, TensorBank, TopKAccumulator, plan_rows
+from nphcli.engine.blocks import SoftmaxAccumulator, TopKAccumulator
+from nphcli.engine.planning import plan_rows
+from nphcli.memory.bank import TensorBank
 
 
 @pytest.mark.parametrize("rows", [1, 3, 7, 50])

@@ -13,11 +13,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from nphcli.engine.attention import fused_attention_available
-from nphcli.engine.blocks import MemoryBank, Plan, TensorBank
 from nphcli.engine.candidates import INITIAL_CANDIDATES
 from nphcli.engine.functional import entmax_bisect, sparsemax
 from nphcli.engine.masks import random_mask, random_subset
+from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
+from nphcli.memory.bank import MemoryBank, TensorBank
 from nphcli.models import create_model, model_names
 
 # Settings per model (several where a model has more than one path); unlisted models run with

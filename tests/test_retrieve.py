@@ -15,7 +15,10 @@ from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from nphcli.evaluation.corruption import Corruption
-from nphcli.evaluation.evaluate import DEFAULT_BETA, RetrieveSettings, evaluate, read_rows
+from nphcli.defaults import DEFAULT_BETA
+from nphcli.evaluation.evaluate import evaluate
+from nphcli.evaluation.inputs import read_rows
+from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import Memory, load_memory, save_memory
 from nphcli.models import get_model_info, model_names
 

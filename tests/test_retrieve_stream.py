@@ -9,9 +9,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from nphcli.engine.blocks import TensorBank
 from nphcli.evaluation import metrics
-from nphcli.evaluation.evaluate import parse_size
+from nphcli.cli.parsing import parse_size
+from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank
 from nphcli.models import model_names

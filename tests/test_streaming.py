@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from nphcli.engine.blocks import Plan
+from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.streamed import StreamedBank

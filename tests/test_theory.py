@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from nphcli import theory
-from nphcli.evaluation.evaluate import RetrieveSettings, evaluate
+from nphcli.evaluation.evaluate import evaluate
+from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import Memory, save_memory
 from nphcli.models import create_model
 

@@ -12,16 +12,22 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.model_options import parse_single, with_model_options
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.cli.retrieve import DEFAULT_BETA_TEXT
+from nphcli.defaults import DEFAULT_BETA
 
 
 @app.command("analyze")
+@with_model_options
 def analyze_command(
     file: Annotated[Path, typer.Argument(help="Memory file to analyse.")],
     beta: Annotated[
         float | None,
-        typer.Option("--beta", help=f"Inverse temperature β [default: {DEFAULT_BETA_TEXT}]."),
+        typer.Option(
+            "--beta",
+            help=f"Inverse temperature β of the conditions and the model [default: "
+            f"{DEFAULT_BETA}].",
+        ),
     ] = None,
     k: Annotated[
         float | None,
@@ -38,9 +44,6 @@ def analyze_command(
             help="Also retrieve corrupted stored patterns with this model and check Theorem 4.1 "
             "and Corollary 4.1 per query (dense, topk, random, window).",
         ),
-    ] = None,
-    window: Annotated[
-        int | None, typer.Option("--window", help="Half-width w of the window model.")
     ] = None,
     mask: Annotated[
         float, typer.Option("--mask", help="With --model: fraction of each query hidden.")
@@ -76,6 +79,8 @@ def analyze_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
+    *,
+    model_params: dict[str, str],
 ) -> None:
     """Separation statistics and the paper's well-separation condition per pattern.
 
@@ -87,7 +92,8 @@ def analyze_command(
     """
     from nphcli.errors import NphError
     from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.evaluate import DEFAULT_BETA, RetrieveSettings, evaluate
+    from nphcli.evaluation.evaluate import evaluate
+    from nphcli.evaluation.settings import RetrieveSettings
     from nphcli.memory.file import load_memory
     from nphcli.theory import check_report, is_structured, well_separation
 
@@ -95,16 +101,18 @@ def analyze_command(
         raise NphError(f"--sample must be 0 or more, got {sample}")
     if beta is not None and not beta > 0:
         raise NphError(f"--beta must be > 0, got {beta}")
-    if model is None and any(
-        v for v in (window, mask, noise, queries, per_query) if v not in (None, 0, 0.0, False)
+    extra = {name: parse_single(name, text) for name, text in model_params.items()}
+    if model is None and (
+        extra or any(v for v in (mask, noise, queries, per_query) if v not in (None, 0, 0.0, False))
     ):
-        raise NphError("--window, --mask, --noise, --queries and --per-query go with --model")
+        flags = "".join(f"--{name}, " for name in extra)
+        raise NphError(f"{flags}--mask, --noise, --queries and --per-query go with --model")
     memory = load_memory(file)
     used_beta = DEFAULT_BETA if beta is None else beta
     check = None
     report = None
     if model is not None:
-        params = {"beta": used_beta, "k": k, "window": window}
+        params = {"beta": used_beta, "k": k, **extra}
         settings = RetrieveSettings(
             model=model,
             params=params,

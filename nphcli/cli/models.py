@@ -1,4 +1,4 @@
-"""`nph models`: list the model family from the registry."""
+"""`nph models`: list the model family from the catalog (no torch import)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ def models_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """List every retrieval model with its formula, parameters and cost."""
-    from nphcli.models import list_models
+    from nphcli.catalog import model_cards
 
-    infos = list_models()
+    infos = model_cards()
     if as_json:
         print_json(
             {
@@ -28,7 +28,7 @@ def models_command(
                         "params": [
                             {
                                 "name": p.name,
-                                "type": p.type.__name__,
+                                "type": p.type,
                                 "default": p.default,
                                 "help": p.help,
                             }

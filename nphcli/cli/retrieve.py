@@ -11,52 +11,25 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.model_options import parse_single, with_model_options
+from nphcli.cli.parsing import parse_indices, parse_size
 from nphcli.cli.render import format_value, print_csv, print_json, print_table
-
-# Shown in --help without importing torch; tests check it equals retrieval.DEFAULT_BETA.
-DEFAULT_BETA_TEXT = "0.3"
-MODEL_FLAGS = ("beta", "k", "alpha", "window", "features", "heads", "steps", "tol")
 
 
 @app.command("retrieve")
+@with_model_options
 def retrieve_command(
     memory: Annotated[
         Path, typer.Option("--memory", help="Memory file written by `nph store`.")
     ] = Path("memory.safetensors"),
     model: Annotated[
         str,
-        typer.Option("--model", help="Retrieval model; `nph models` lists them with their flags."),
+        typer.Option(
+            "--model",
+            help="Retrieval model; `nph models` lists them with their parameters, which are "
+            "the options below that name the models taking them.",
+        ),
     ] = "dense",
-    beta: Annotated[
-        float | None,
-        typer.Option(
-            "--beta",
-            help=f"Inverse temperature β [default: {DEFAULT_BETA_TEXT}, measured on MNIST in "
-            "[0, 1]; README].",
-        ),
-    ] = None,
-    k: Annotated[
-        float | None,
-        typer.Option(
-            "--k", help="Memories kept per query: a count ≥ 1 or a fraction of M in (0, 1)."
-        ),
-    ] = None,
-    alpha: Annotated[float | None, typer.Option("--alpha", help="entmax α in [1, 2].")] = None,
-    window: Annotated[
-        int | None, typer.Option("--window", help="Half-width w of the window model.")
-    ] = None,
-    features: Annotated[
-        int | None, typer.Option("--features", help="Random features of the random-feature model.")
-    ] = None,
-    heads: Annotated[
-        int | None, typer.Option("--heads", help="Heads H of the multihead model.")
-    ] = None,
-    steps: Annotated[
-        int | None, typer.Option("--steps", help="Maximum updates x ← T(x) [model: 1].")
-    ] = None,
-    tol: Annotated[
-        float | None, typer.Option("--tol", help="Stop a query once ‖T(x) − x‖ ≤ tol [model: 0].")
-    ] = None,
     seed: Annotated[
         int,
         typer.Option(
@@ -159,6 +132,8 @@ def retrieve_command(
             "--save-grid", help="PNG of corrupted / retrieved / target for the first queries."
         ),
     ] = None,
+    *,
+    model_params: dict[str, str],
 ) -> None:
     """Retrieve corrupted stored patterns (or your own queries) and report error and timing.
 
@@ -168,14 +143,10 @@ def retrieve_command(
     """
     from nphcli.errors import NphError
     from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.evaluate import (
-        RetrieveSettings,
-        check_output_path,
-        evaluate_inputs,
-        load_inputs,
-        parse_size,
-        save_results,
-    )
+    from nphcli.evaluation.evaluate import evaluate_inputs
+    from nphcli.evaluation.inputs import check_output_path, load_inputs
+    from nphcli.evaluation.report import save_results
+    from nphcli.evaluation.settings import RetrieveSettings
 
     if as_json and as_csv:
         raise NphError("choose one of --json and --csv")
@@ -188,12 +159,9 @@ def retrieve_command(
         check_output_path(
             path, force=force, protect=[memory, *(p for p in (queries_file, targets_file) if p)]
         )
-    flags = dict(
-        zip(MODEL_FLAGS, (beta, k, alpha, window, features, heads, steps, tol), strict=True)
-    )
     settings = RetrieveSettings(
         model=model,
-        params=flags,
+        params={name: parse_single(name, text) for name, text in model_params.items()},
         corruption=Corruption(mask=mask, mask_mode=mask_mode, fill=fill, noise=noise),
         queries=queries,
         seed=seed,
@@ -207,7 +175,7 @@ def retrieve_command(
         memory,
         queries_file=queries_file,
         targets_file=targets_file,
-        target_indices=None if target_indices is None else _parse_indices(target_indices),
+        target_indices=None if target_indices is None else parse_indices(target_indices),
         stream=stream,
     )
     if save_grid is not None:
@@ -227,18 +195,6 @@ def retrieve_command(
         print_csv(rows, header=not no_header)
     else:
         _print_tables(report, per_query=per_query)
-
-
-def _parse_indices(text: str) -> list[int]:
-    from nphcli.errors import NphError
-
-    parts = [part for part in text.replace(",", " ").split() if part]
-    try:
-        return [int(part) for part in parts]
-    except ValueError:
-        raise NphError(
-            f"--target-indices must be whole numbers separated by commas, got {text!r}"
-        ) from None
 
 
 def _print_tables(report, *, per_query: bool) -> None:

@@ -26,14 +26,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.engine.blocks import (
-    MemoryBank,
-    Plan,
-    SoftmaxAccumulator,
-    TensorBank,
-    itemsize,
-    plan_blocks,
-)
+from nphcli.engine.blocks import SoftmaxAccumulator
+from nphcli.engine.planning import Plan, itemsize, plan_blocks
+from nphcli.memory.bank import MemoryBank
 
 
 def softmax_attention(
@@ -42,8 +37,9 @@ def softmax_attention(
     """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): shape (Q, d_v)."""
     num_queries = queries.shape[0]
     x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
-    if block_rows >= bank.num_memories and isinstance(bank, TensorBank):
-        k, v = _split_heads(bank.keys, heads), _split_heads(bank.values, heads)
+    whole = bank.resident() if block_rows >= bank.num_memories else None
+    if whole is not None:
+        k, v = _split_heads(whole[0], heads), _split_heads(whole[1], heads)
         if fused_attention_available(x, k, v):
             out = F.scaled_dot_product_attention(x[None], k[None], v[None], scale=beta)[0]
             return out.transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
@@ -66,9 +62,10 @@ def attention_plan(
 ) -> Plan:
     """The fused kernel's working memory does not grow with M, so in RAM it takes all memories
     at once; blockwise, each (query, memory) pair of a block holds H scores and temporaries."""
-    if isinstance(bank, TensorBank):
-        probe = bank.keys.new_empty(1, heads, 1, bank.dim // heads)  # (1, H, 1, d/H)
-        k, v = _split_heads(bank.keys, heads), _split_heads(bank.values, heads)
+    whole = bank.resident()
+    if whole is not None:
+        probe = whole[0].new_empty(1, heads, 1, bank.dim // heads)  # (1, H, 1, d/H)
+        k, v = _split_heads(whole[0], heads), _split_heads(whole[1], heads)
         if fused_attention_available(probe, k[None], v[None]):
             query_rows = max(1, min(num_queries, budget // row_bytes))
             return Plan(query_rows=query_rows, memory_rows=bank.num_memories)

@@ -1,87 +1,16 @@
-"""Building blocks for bounded-memory retrieval: memories read in blocks, results merged exactly.
-
-A `MemoryBank` hands out memories block by block, from RAM (`TensorBank`) or from a file on disk
-(`nphcli.memory.streamed.StreamedBank`), so no model ever needs all of them at once. The accumulators
-merge per-block partial results into exactly what a one-shot computation gives (up to float
-rounding): `SoftmaxAccumulator` (online softmax: running max, normaliser and weighted sum) and
-`TopKAccumulator` (running k best scores with deterministic tie-breaking). `plan_blocks` sizes
-query batches and memory blocks so that a model's working set fits a byte budget.
+"""Merging per-block results exactly: a model reads a `MemoryBank` block by block, and these
+accumulators turn the partial results into what a one-shot computation gives (up to float
+rounding): `SoftmaxAccumulator` (online softmax: running max, normaliser and weighted sum),
+`TopKAccumulator` (running k best scores with deterministic tie-breaking) and `weighted_rows`
+(sums of a few kept rows per query).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-
 import torch
-import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-
-class MemoryBank:
-    """Memories (keys (M, d), values (M, d_v)) that can be read one block of rows at a time.
-
-    Blocks and gathered rows come in the bank's `dtype` on its `device`.
-    """
-
-    num_memories: int
-    dim: int
-    value_dim: int
-    device: torch.device
-    dtype: torch.dtype
-
-    def blocks(self, rows: int) -> Iterator[tuple[int, Tensor, Tensor]]:
-        """Yield (start, keys[start:start+rows], values[start:start+rows]) in memory order."""
-        raise NotImplementedError
-
-    def key_blocks(self, rows: int) -> Iterator[tuple[int, Tensor]]:
-        """Yield (start, keys[start:start+rows]), without reading values where they are apart."""
-        for start, keys, _ in self.blocks(rows):
-            yield start, keys
-
-    def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values at `index` (any shape of int64): shapes index.shape + (d,) / (d_v,)."""
-        raise NotImplementedError
-
-    def to(self, dtype: torch.dtype) -> MemoryBank:
-        """The same memories, handed out in `dtype`."""
-        raise NotImplementedError
-
-    def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
-        """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): shape (Q, d_v).
-
-        Reads each distinct row once, then sums without forming a (Q, c, d_v) tensor.
-        """
-        rows, inverse = torch.unique(index, return_inverse=True)  # (U,), (Q, c)
-        _, values = self.gather(rows)  # (U, d_v)
-        return F.embedding_bag(inverse, values, per_sample_weights=weights, mode="sum")
-
-
-class TensorBank(MemoryBank):
-    """Memories already in RAM or on the device."""
-
-    def __init__(self, keys: Tensor, values: Tensor | None = None):
-        self.keys = keys  # (M, d)
-        self.values = keys if values is None else values  # (M, d_v)
-        self.num_memories, self.dim = keys.shape
-        self.value_dim = self.values.shape[1]
-        self.device = keys.device
-        self.dtype = keys.dtype
-
-    def blocks(self, rows: int) -> Iterator[tuple[int, Tensor, Tensor]]:
-        for start in range(0, self.num_memories, rows):
-            yield start, self.keys[start : start + rows], self.values[start : start + rows]
-
-    def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
-        return self.keys[index], self.values[index]
-
-    def to(self, dtype: torch.dtype) -> TensorBank:
-        keys = self.keys.to(dtype)
-        values = keys if self.values is self.keys else self.values.to(dtype)
-        return TensorBank(keys, values)
-
-    def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
-        return F.embedding_bag(index, self.values, per_sample_weights=weights, mode="sum")
+from nphcli.memory.bank import MemoryBank
 
 
 class SoftmaxAccumulator:
@@ -171,61 +100,6 @@ def _block_topk(scores: Tensor, k: int) -> Tensor:
         stable = torch.sort(scores[rows].detach(), dim=1, descending=True, stable=True).indices
         index = index.index_copy(0, rows, stable[:, :k])
     return torch.sort(index, dim=1).values  # (Q, k)
-
-
-def itemsize(dtype: torch.dtype) -> int:
-    """Bytes per element of `dtype`."""
-    return torch.empty((), dtype=dtype).element_size()
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How one retrieval is cut: queries in batches of `query_rows`, memories in blocks of
-    `memory_rows` (≥ M means all memories in one block: the one-shot computation)."""
-
-    query_rows: int
-    memory_rows: int
-
-
-def plan_rows(budget_bytes: int, other_rows: int, bytes_per_cell: int, *, total: int) -> int:
-    """Rows per block so that an (other_rows, rows) working set of `bytes_per_cell` per entry fits
-    the budget; at least 1 and at most `total`."""
-    rows = budget_bytes // max(1, other_rows * bytes_per_cell)
-    return int(max(1, min(total, rows)))
-
-
-# Memory blocks are never planned below this many rows while queries can still be split instead:
-# each block costs a fixed merge (running top-k, rescaled sums) that must stay small beside it.
-MIN_BLOCK_ROWS = 4096
-
-
-def plan_blocks(
-    num_queries: int, bank: MemoryBank, budget_bytes: int, *, row_bytes: int, cell_bytes: int
-) -> Plan:
-    """Batch and block sizes so that a query batch's working set fits the budget:
-
-        query_rows · row_bytes + memory_rows · (block_row_bytes + query_rows · cell_bytes) ≤ budget
-
-    `row_bytes` is what a model keeps per query whatever the block size (outputs, running top-k),
-    `cell_bytes` what it needs per (query, memory) pair of a block (scores and temporaries), and
-    block_row_bytes = 2 · (d + d_v) · itemsize the memory block itself: a streamed bank reads it
-    into RAM, and the next block is read while the last is still referenced.
-    Query batches are made as large as possible first: each batch reads every memory once, which
-    matters most when memories stream from disk. Memory blocks then take the rest of the budget.
-    Both are at least 1, so a budget too small for even one pair still makes progress.
-    """
-    num_memories = bank.num_memories
-    block_row_bytes = 2 * (bank.dim + bank.value_dim) * itemsize(bank.dtype)
-    smallest_block = min(num_memories, MIN_BLOCK_ROWS)
-    query_rows = plan_rows(
-        budget_bytes - smallest_block * block_row_bytes,
-        1,
-        row_bytes + smallest_block * cell_bytes,
-        total=num_queries,
-    )
-    left = budget_bytes - query_rows * row_bytes
-    memory_rows = plan_rows(left, 1, block_row_bytes + query_rows * cell_bytes, total=num_memories)
-    return Plan(query_rows=query_rows, memory_rows=memory_rows)
 
 
 # `weighted_rows` gathers rows while each query keeps fewer than 1/this of the memories; above

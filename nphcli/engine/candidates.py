@@ -19,7 +19,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
+from nphcli.engine.blocks import TopKAccumulator, weighted_rows
+from nphcli.engine.planning import itemsize
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import Update
 
 # Candidates per query in the first round. Sparse Hopfield supports are typically a handful of

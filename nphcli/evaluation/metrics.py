@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank, TensorBank
+from nphcli.memory.bank import MemoryBank, as_bank
 
 # Elements of one (queries × memories) distance block: 2²⁴ float32 = 64 MiB.
 BLOCK_ELEMENTS = 1 << 24
@@ -69,7 +69,7 @@ def nearest(
     distance is then computed directly as ‖p − s_nearest‖: exact to rounding, and 0 for a
     point equal to a stored row.
     """
-    bank = stored if isinstance(stored, MemoryBank) else TensorBank(stored)
+    bank = as_bank(stored)
     dtype = metric_dtype(points)
     device = points.device
     num_points, num_stored = points.shape[0], bank.num_memories

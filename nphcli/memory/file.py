@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from torch import Tensor
 from nphcli import __version__
 from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
+from nphcli.memory.bank import Memory
 from nphcli.notices import notice
 
 FORMAT_NAME = "nph-memory"
@@ -36,31 +36,6 @@ DTYPES = {
     "float64": torch.float64,
 }
 _FLOATS = set(DTYPES.values())
-
-
-@dataclass
-class Memory:
-    """Stored patterns plus their labels, optional values and metadata."""
-
-    patterns: Tensor  # (M, d)
-    labels: Tensor | None = None  # (M,) int64
-    values: Tensor | None = None  # (M, d_v)
-    meta: dict[str, Any] = field(default_factory=dict)
-    path: Path | None = None
-
-    @property
-    def num_memories(self) -> int:
-        return self.patterns.shape[0]
-
-    @property
-    def dim(self) -> int:
-        return self.patterns.shape[1]
-
-    @property
-    def item_shape(self) -> tuple[int, ...] | None:
-        """Shape of one item (e.g. (1, 28, 28) for MNIST) when the patterns are images."""
-        shape = self.meta.get("item_shape")
-        return tuple(shape) if shape else None
 
 
 def dtype_from_name(name: str) -> torch.dtype:

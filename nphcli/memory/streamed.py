@@ -1,8 +1,8 @@
 """Memories streamed from a memory file on disk, so a file larger than RAM can be searched.
 
-`StreamedBank` is a `MemoryBank` (see `models/blocks.py`) over a safetensors memory file: every
-model's `retrieve` accepts it in place of a keys tensor and reads memories block by block, never
-all at once.
+`StreamedBank` is a `MemoryBank` (see `nphcli/memory/bank.py`) over a safetensors memory file:
+every model's `retrieve` accepts it in place of a keys tensor and reads memories block by block,
+never all at once.
 
 How the file is read, and why: safetensors memory-maps the whole file, and a tensor it returns
 (`get_slice(...)[a:b]`, `get_tensor`) is a view into that mapping. Pages of a mapping that a
@@ -32,8 +32,9 @@ import torch
 from safetensors import safe_open
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank
+from nphcli.devices import canonical_device
 from nphcli.errors import NphError
+from nphcli.memory.bank import MemoryBank
 from nphcli.memory.file import (
     DTYPES,
     FORMAT_NAME,
@@ -88,9 +89,16 @@ class StreamedBank(MemoryBank):
             for name in (self.key_name, self.value_name)
             if name is not None
         }
-        self.meta = meta
-        self.device = torch.device(device)
+        foreign = meta.get("format") != FORMAT_NAME
+        # A foreign file's own metadata is kept aside, as `load_memory` does, so its keys are
+        # never mistaken for nph's (e.g. an unrelated "item_shape").
+        self.meta = (
+            {"source": f"file:{self.path.name}", "foreign_metadata": meta} if foreign else meta
+        )
+        self.hetero = self.value_name is not None
+        self.device = canonical_device(device)
         self.dtype = file_dtype if dtype is None else dtype
+        self._labels: Tensor | None = None
 
     def blocks(self, rows: int) -> Iterator[tuple[int, Tensor, Tensor]]:
         for start in range(0, self.num_memories, rows):
@@ -113,20 +121,25 @@ class StreamedBank(MemoryBank):
             values.reshape(*index.shape, self.value_dim),
         )
 
-    def to(self, dtype: torch.dtype, device: torch.device | str | None = None) -> StreamedBank:
-        """The same file read into another dtype (and device): no file access, no new notice."""
+    def to(self, device=None, dtype=None) -> StreamedBank:
+        """The same file read onto another device or into another dtype: no file access, no
+        new notice."""
         other = copy.copy(self)
-        other.dtype = dtype
+        if dtype is not None:
+            other.dtype = dtype
         if device is not None:
-            other.device = torch.device(device)
+            other.device = canonical_device(device)
         return other
 
+    @property
     def labels(self) -> Tensor | None:
-        """The file's `labels` (M,) int64, or None; small enough to read whole."""
-        if self.labels_name is None:
+        """The file's `labels` (M,) int64, or None; small enough to read whole (once)."""
+        if self.labels_name is None or self.meta.get("format") != FORMAT_NAME:
             return None
-        with safe_open(str(self.path), framework="pt") as handle:
-            return handle.get_tensor(self.labels_name).clone()
+        if self._labels is None:
+            with safe_open(str(self.path), framework="pt") as handle:
+                self._labels = handle.get_tensor(self.labels_name).clone()
+        return self._labels
 
     def _read(self, name: str, start: int, stop: int) -> Tensor:
         with safe_open(str(self.path), framework="pt") as handle:

@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank, Plan, TensorBank, itemsize, plan_blocks
+from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
+from nphcli.devices import same_device
+from nphcli.engine.planning import Plan, itemsize, plan_blocks
 from nphcli.errors import NphError
+from nphcli.memory.bank import MemoryBank, as_bank
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-# Working memory one `retrieve` call may use beyond its inputs and result, unless told otherwise.
-DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes
 
 
 def check_whole(value: Any, flag: str, low: int, high: int | None = None) -> None:
@@ -65,7 +65,7 @@ class HopfieldModel:
 
     name: ClassVar[str] = "base"
 
-    beta: float = param(1.0, "inverse temperature β; scores are S = β·X·Kᵀ")
+    beta: float = param(DEFAULT_BETA, "inverse temperature β; scores are S = β·X·Kᵀ")
     steps: int = param(1, "maximum number of updates x ← T(x) (1 = the paper's one-step retrieval)")
     tol: float = param(
         0.0, "stop iterating a query once ‖T(x) − x‖₂ ≤ tol (0: run all steps unless fixed)"
@@ -114,8 +114,9 @@ class HopfieldModel:
         row_bytes, cell_bytes = self.working_set(bank)
         return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
 
-    def check_memory(self, num_memories: int, dim: int) -> None:
-        """Reject parameters that do not fit this memory (e.g. k > M). Default: nothing to check."""
+    def check_memory(self, memory: MemoryBank) -> None:
+        """Reject parameters that do not fit this memory (e.g. k > M, heads that do not divide
+        d or d_v), before any work. Default: nothing to check."""
 
     def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor | None:
         """The support set 𝓜(x) of a sparse-structured model (softmax over 𝓜(x), zero elsewhere)
@@ -148,9 +149,8 @@ class HopfieldModel:
         `plan`, and every model merges blocks exactly, so the budget changes speed, not results.
         `plan` overrides the sizes (tests and benchmarks).
         """
-        bank = _as_bank(memory, values)
-        _check_inputs(queries, bank)
-        self.check_memory(bank.num_memories, bank.dim)
+        bank = _check_inputs(queries, memory, values)
+        self.check_memory(bank)
         if self.steps > 1 and bank.value_dim != bank.dim:
             raise NphError(
                 f"--steps {self.steps} needs values in the key space (d_v = d), but d = "
@@ -193,6 +193,7 @@ class HopfieldModel:
             active = active[change > self.tol]
             if active.numel() == 0:
                 break
+        _check_output(state)
         return Retrieval(patterns=state.to(out_dtype), steps=steps, support=support)
 
     def _update_batches(
@@ -227,19 +228,6 @@ class HopfieldModel:
         return patterns, support
 
 
-def _as_bank(memory: Tensor | MemoryBank, values: Tensor | None) -> MemoryBank:
-    if isinstance(memory, MemoryBank):
-        if values is not None:
-            raise NphError("give values inside the memory bank, not beside it")
-        return memory
-    for label, tensor in (("memories", memory), ("values", values)):
-        if tensor is not None and tensor.ndim != 2:
-            raise NphError(
-                f"{label} must be a 2-D (rows, dim) tensor, got shape {tuple(tensor.shape)}"
-            )
-    return TensorBank(memory, values)
-
-
 def _check_budget(budget: int | None) -> int:
     if budget is None:
         return DEFAULT_MEMORY_BUDGET
@@ -247,25 +235,42 @@ def _check_budget(budget: int | None) -> int:
     return budget
 
 
-def _check_inputs(queries: Tensor, bank: MemoryBank) -> None:
-    if queries.ndim != 2:
-        raise NphError(
-            f"queries must be a 2-D (rows, dim) tensor, got shape {tuple(queries.shape)}"
-        )
+def _check_inputs(
+    queries: Tensor, memory: Tensor | MemoryBank, values: Tensor | None
+) -> MemoryBank:
+    """The memory as a bank, once queries, keys and values are known to fit together."""
+    for label, tensor in (("queries", queries), ("memories", memory), ("values", values)):
+        if isinstance(tensor, Tensor) and tensor.ndim != 2:
+            raise NphError(
+                f"{label} must be a 2-D (rows, dim) tensor, got shape {tuple(tensor.shape)}"
+            )
+    bank = as_bank(memory, values)
+    if isinstance(values, Tensor) and values.dtype not in FLOAT_DTYPES:
+        raise NphError(f"values must be floating point, got {values.dtype}")
     for label, dtype in (("queries", queries.dtype), ("memories", bank.dtype)):
         if dtype not in FLOAT_DTYPES:
             raise NphError(f"{label} must be floating point, got {dtype}")
-    if isinstance(bank, TensorBank) and bank.values.dtype not in FLOAT_DTYPES:
-        raise NphError(f"values must be floating point, got {bank.values.dtype}")
     if bank.num_memories == 0:
         raise NphError("the memory holds no patterns (M = 0)")
     if queries.shape[1] != bank.dim:
         raise NphError(f"queries have dimension {queries.shape[1]} but memories have {bank.dim}")
-    if isinstance(bank, TensorBank) and bank.values.shape[0] != bank.num_memories:
+    if isinstance(values, Tensor) and values.shape[0] != bank.num_memories:
         raise NphError(
-            f"{bank.values.shape[0]} values for {bank.num_memories} memories; counts must match"
+            f"{values.shape[0]} values for {bank.num_memories} memories; counts must match"
         )
-    if queries.device != bank.device or (
-        isinstance(bank, TensorBank) and bank.values.device != bank.device
-    ):
+    value_device = values.device if isinstance(values, Tensor) else bank.device
+    if not same_device(queries.device, bank.device) or not same_device(value_device, bank.device):
         raise NphError("queries, memories and values must be on the same device")
+    return bank
+
+
+def _check_output(patterns: Tensor) -> None:
+    """Finite inputs can still give scores β⟨x, ξ⟩ beyond the accumulation dtype (e.g. entries
+    near 1e19 in float32); the result is then NaN or infinite, which is an error, never a
+    result. Checked here, where every caller passes, at the cost of one pass over the output."""
+    if not bool(torch.isfinite(patterns).all()):
+        raise NphError(
+            "retrieval produced NaN or infinite values: the scores β⟨x, ξ⟩ of these inputs "
+            f"overflow {str(patterns.dtype).removeprefix('torch.')}; rescale the patterns "
+            "(nph store --normalize l2 or zscore), lower --beta, or use float64"
+        )

@@ -9,7 +9,8 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.attention import attention_plan, softmax_attention
-from nphcli.engine.blocks import MemoryBank, Plan
+from nphcli.engine.planning import Plan
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update
 from nphcli.models.registry import register_model
 

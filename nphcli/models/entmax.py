@@ -14,10 +14,10 @@ from typing import Any
 
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank
 from nphcli.engine.candidates import candidate_update, candidate_working_set
 from nphcli.engine.functional import entmax_bisect
 from nphcli.errors import NphError
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
 

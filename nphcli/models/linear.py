@@ -21,7 +21,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank, Plan, itemsize, plan_rows
+from nphcli.engine.planning import Plan, itemsize, plan_rows
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update
 from nphcli.models.registry import register_model
 

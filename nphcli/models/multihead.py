@@ -19,8 +19,9 @@ from typing import Any
 from torch import Tensor
 
 from nphcli.engine.attention import attention_plan, softmax_attention
-from nphcli.engine.blocks import MemoryBank, Plan
+from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.registry import register_model
 
@@ -43,11 +44,17 @@ class MultiHead(HopfieldModel):
         super().__post_init__()
         check_whole(self.heads, "--heads", 1)
 
-    def check_memory(self, num_memories: int, dim: int) -> None:
+    def check_memory(self, memory: MemoryBank) -> None:
+        dim, value_dim = memory.dim, memory.value_dim
         if dim % self.heads:
             raise NphError(
                 f"--heads {self.heads} does not divide the pattern dimension {dim}; "
                 f"use a divisor of {dim} such as {_divisors(dim)}"
+            )
+        if value_dim % self.heads:
+            raise NphError(
+                f"--heads {self.heads} does not divide the value dimension {value_dim}; "
+                f"use a divisor of both {dim} and {value_dim}"
             )
 
     def update(
@@ -59,20 +66,14 @@ class MultiHead(HopfieldModel):
         *,
         block_rows: int,
     ) -> Update:
-        heads = self.heads
-        if bank.value_dim % heads:
-            raise NphError(
-                f"--heads {heads} does not divide the value dimension {bank.value_dim}; "
-                f"use a divisor of both {bank.dim} and {bank.value_dim}"
-            )
         return Update(
-            softmax_attention(queries, bank, beta=self.beta, heads=heads, block_rows=block_rows)
+            softmax_attention(
+                queries, bank, beta=self.beta, heads=self.heads, block_rows=block_rows
+            )
         )
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         row_bytes, _ = self.working_set(bank)
-        if bank.value_dim % self.heads:  # `update` reports this; any plan will do
-            return Plan(query_rows=num_queries, memory_rows=bank.num_memories)
         return attention_plan(num_queries, bank, budget, heads=self.heads, row_bytes=row_bytes)
 
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank, Plan
+from nphcli.engine.planning import Plan
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.linear import FeatureSummary, feature_plan, readout, summarise_keys
 from nphcli.models.registry import register_model

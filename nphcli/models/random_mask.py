@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.attention import gathered_attention, masked_attention
-from nphcli.engine.blocks import GATHER_LIMIT, MemoryBank, itemsize
+from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.masks import (
     K_HELP,
     check_k,
@@ -32,6 +32,8 @@ from nphcli.engine.masks import (
     random_subset,
     resolve_k,
 )
+from nphcli.engine.planning import itemsize
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.registry import register_model
 
@@ -52,8 +54,8 @@ class RandomMask(HopfieldModel):
         check_k(self.k)
         check_whole(self.seed, "--seed", 0, 2**64)
 
-    def check_memory(self, num_memories: int, dim: int) -> None:
-        resolve_k(self.k, num_memories)
+    def check_memory(self, memory: MemoryBank) -> None:
+        resolve_k(self.k, memory.num_memories)
 
     def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
         num_memories = scores.shape[1]

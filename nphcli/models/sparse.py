@@ -13,9 +13,9 @@ from typing import Any
 
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank
 from nphcli.engine.candidates import candidate_update, candidate_working_set
 from nphcli.engine.functional import sparsemax
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update
 from nphcli.models.registry import register_model
 

@@ -18,8 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.engine.blocks import MemoryBank, TopKAccumulator, itemsize, weighted_rows
+from nphcli.engine.blocks import TopKAccumulator, weighted_rows
 from nphcli.engine.masks import K_HELP, check_k, resolve_k, topk_mask
+from nphcli.engine.planning import itemsize
+from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
 
@@ -38,8 +40,8 @@ class TopK(HopfieldModel):
         super().__post_init__()
         check_k(self.k)
 
-    def check_memory(self, num_memories: int, dim: int) -> None:
-        resolve_k(self.k, num_memories)
+    def check_memory(self, memory: MemoryBank) -> None:
+        resolve_k(self.k, memory.num_memories)
 
     def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
         return topk_mask(scores, resolve_k(self.k, scores.shape[1]))

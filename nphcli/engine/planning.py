@@ -1,0 +1,67 @@
+"""Planning: how many queries and memories one step of a model takes at once, so that its
+working set fits a byte budget (`--memory-budget`). Blocks change speed, never results: every
+model merges blocks exactly (`nphcli.engine.blocks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from nphcli.memory.bank import MemoryBank
+
+
+def itemsize(dtype: torch.dtype) -> int:
+    """Bytes per element of `dtype`."""
+    return torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one retrieval is cut: queries in batches of `query_rows`, memories in blocks of
+    `memory_rows` (≥ M means all memories in one block: the one-shot computation)."""
+
+    query_rows: int
+    memory_rows: int
+
+
+def plan_rows(budget_bytes: int, other_rows: int, bytes_per_cell: int, *, total: int) -> int:
+    """Rows per block so that an (other_rows, rows) working set of `bytes_per_cell` per entry fits
+    the budget; at least 1 and at most `total`."""
+    rows = budget_bytes // max(1, other_rows * bytes_per_cell)
+    return int(max(1, min(total, rows)))
+
+
+# Memory blocks are never planned below this many rows while queries can still be split instead:
+# each block costs a fixed merge (running top-k, rescaled sums) that must stay small beside it.
+MIN_BLOCK_ROWS = 4096
+
+
+def plan_blocks(
+    num_queries: int, bank: MemoryBank, budget_bytes: int, *, row_bytes: int, cell_bytes: int
+) -> Plan:
+    """Batch and block sizes so that a query batch's working set fits the budget:
+
+        query_rows · row_bytes + memory_rows · (block_row_bytes + query_rows · cell_bytes) ≤ budget
+
+    `row_bytes` is what a model keeps per query whatever the block size (outputs, running top-k),
+    `cell_bytes` what it needs per (query, memory) pair of a block (scores and temporaries), and
+    block_row_bytes = 2 · (d + d_v) · itemsize the memory block itself: a streamed bank reads it
+    into RAM, and the next block is read while the last is still referenced.
+    Query batches are made as large as possible first: each batch reads every memory once, which
+    matters most when memories stream from disk. Memory blocks then take the rest of the budget.
+    Both are at least 1, so a budget too small for even one pair still makes progress.
+    """
+    num_memories = bank.num_memories
+    block_row_bytes = 2 * (bank.dim + bank.value_dim) * itemsize(bank.dtype)
+    smallest_block = min(num_memories, MIN_BLOCK_ROWS)
+    query_rows = plan_rows(
+        budget_bytes - smallest_block * block_row_bytes,
+        1,
+        row_bytes + smallest_block * cell_bytes,
+        total=num_queries,
+    )
+    left = budget_bytes - query_rows * row_bytes
+    memory_rows = plan_rows(left, 1, block_row_bytes + query_rows * cell_bytes, total=num_memories)
+    return Plan(query_rows=query_rows, memory_rows=memory_rows)

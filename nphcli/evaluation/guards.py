@@ -1,0 +1,108 @@
+"""Checks that keep numbers honest: inputs a retrieval cannot represent are refused before any
+model runs, and results or metrics that still overflow are errors, never NaN or null in a report.
+Also the notice when the default β meets patterns of a very different scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from nphcli.defaults import DEFAULT_BETA, DEFAULT_BETA_NORM2
+from nphcli.devices import dtype_name
+from nphcli.errors import NphError, NphRuntimeError
+from nphcli.evaluation.metrics import metric_dtype
+from nphcli.memory.bank import MemoryBank
+from nphcli.notices import notice
+
+
+@dataclass
+class MemoryScale:
+    """Magnitudes of a memory's entries, from one pass over its blocks (in float64)."""
+
+    key_abs: float  # max |K_μi|
+    key_norm: float  # max ‖K_μ‖₂
+    mean_norm2: float  # mean ‖K_μ‖₂²
+    value_abs: float  # max |V_μi| (the keys' for auto-association)
+
+
+def memory_scale(bank: MemoryBank, rows: int = 1 << 13) -> MemoryScale:
+    """The magnitudes `check_range` and `check_default_beta` need, reading each block once."""
+    key_abs = key_norm = value_abs = total = 0.0
+    for _, keys, values in bank.blocks(rows):
+        key_abs = max(key_abs, float(keys.abs().max()))
+        norm2 = keys.to(metric_dtype(keys)).square().sum(dim=1)  # (b,)
+        if not bool(torch.isfinite(norm2).all()):  # beyond float32: exact in float64
+            norm2 = keys.to(torch.float64).square().sum(dim=1)
+        key_norm = max(key_norm, math.sqrt(float(norm2.max())))
+        total += float(norm2.to(torch.float64).sum())
+        if bank.hetero:
+            value_abs = max(value_abs, float(values.abs().max()))
+    mean_norm2 = total / bank.num_memories
+    return MemoryScale(key_abs, key_norm, mean_norm2, value_abs if bank.hetero else key_abs)
+
+
+def check_default_beta(beta_given: bool, takes_beta: bool, norm2: float) -> None:
+    """A notice when the default β meets patterns of a very different scale than it was
+    chosen for (e.g. unit-norm or z-scored memories), with the β that would match. `norm2`:
+    the patterns' mean ‖ξ‖²."""
+    if beta_given or not takes_beta:
+        return
+    if norm2 > 0 and not 0.1 <= norm2 / DEFAULT_BETA_NORM2 <= 10:
+        suggested = DEFAULT_BETA * DEFAULT_BETA_NORM2 / norm2
+        notice(
+            f"the default β = {DEFAULT_BETA} suits patterns with mean ‖ξ‖² ≈ "
+            f"{DEFAULT_BETA_NORM2:g} (MNIST in [0, 1]); these have {norm2:.3g}, so consider "
+            f"--beta {suggested:.2g}"
+        )
+
+
+def check_range(scale: MemoryScale, queries: Tensor, beta: float, dtype: torch.dtype) -> None:
+    """Refuse, before any model runs, numbers the retrieval cannot represent.
+
+    Memories and queries must be finite once cast to `dtype`. The scores β⟨x, ξ⟩, and the inner
+    products ⟨x, ξ⟩ they are made from, are bounded by max(1, β)·max‖x‖·max‖ξ‖ (Cauchy–Schwarz)
+    and must fit the dtype models accumulate in: float32 for half precision, else `dtype`.
+    """
+    name, most = dtype_name(dtype), torch.finfo(dtype).max
+    rows = queries.to(torch.float64)  # (Q, d)
+    for what, largest in (
+        ("the memory's patterns", scale.key_abs),
+        ("the memory's values", scale.value_abs),
+        ("the queries", float(rows.abs().max())),
+    ):
+        if torch.isinf(torch.tensor(largest, dtype=torch.float64).to(dtype)):
+            raise NphError(
+                f"{what} reach {largest:.4g}, beyond the largest {name} ({most:.4g}); use "
+                "--dtype float32 or bfloat16, or store the patterns rescaled "
+                "(nph store --normalize)"
+            )
+    accumulate = dtype if dtype == torch.float64 else torch.float32
+    bound = max(1.0, beta) * float(rows.square().sum(dim=1).max().sqrt()) * scale.key_norm
+    if not bound <= torch.finfo(accumulate).max:
+        raise NphError(
+            f"scores β⟨x, ξ⟩ of these patterns may reach {bound:.3g} and overflow "
+            f"{dtype_name(accumulate)} (largest {torch.finfo(accumulate).max:.3g}); store the "
+            "patterns rescaled (nph store --normalize l2 or zscore) or use --dtype float64"
+        )
+
+
+def check_finite(model: str, dtype: torch.dtype, result: Tensor, per_query: dict) -> None:
+    """What the inputs allowed but a model or a metric still could not represent is an error,
+    never a NaN or a null in the report."""
+    bad = ~torch.isfinite(result).all(dim=1)  # (Q,)
+    if bool(bad.any()):
+        raise NphRuntimeError(
+            f"model {model!r} produced non-finite values (NaN or infinity) for "
+            f"{int(bad.sum())} of {bad.shape[0]} queries at --dtype {dtype_name(dtype)}; try "
+            "--dtype float64, a smaller --beta, or patterns stored rescaled (nph store --normalize)"
+        )
+    for metric, values in per_query.items():
+        if values.is_floating_point() and not bool(torch.isfinite(values).all()):
+            raise NphRuntimeError(
+                f"the {metric} metric overflows {dtype_name(values.dtype)} for patterns of this "
+                "magnitude; store them rescaled (nph store --normalize) or use --dtype float64"
+            )

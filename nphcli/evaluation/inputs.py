@@ -1,0 +1,113 @@
+"""A run's inputs read from files: the memory (loaded, or opened for streaming) and optional own
+queries and targets, timed. Also the output-path check every command makes before any work."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from nphcli.atomic import check_not_input, check_writable
+from nphcli.errors import NphError
+from nphcli.memory.bank import MemoryBank
+from nphcli.memory.file import FORMAT_NAME, check_format_version, load_memory
+from nphcli.memory.streamed import StreamedBank
+from nphcli.normalize import apply_record
+from nphcli.notices import notice
+
+
+@dataclass
+class Inputs:
+    """A run's inputs as read from files, and how long reading took."""
+
+    memory: MemoryBank  # in RAM (`Memory`), or streamed from its file (`StreamedBank`)
+    queries: Tensor | None = None  # (Q, d) own queries
+    targets: Tensor | None = None  # (Q, d_v)
+    target_indices: Tensor | None = None  # (Q,) int64
+    sources: dict[str, str | None] = field(default_factory=dict)  # file names, for the config
+    load_s: float = 0.0
+
+
+def load_inputs(
+    memory_path: str | os.PathLike,
+    *,
+    queries_file: str | os.PathLike | None = None,
+    targets_file: str | os.PathLike | None = None,
+    target_indices: list[int] | None = None,
+    stream: bool = False,
+) -> Inputs:
+    """Read the memory file and optional own queries and targets, timing it.
+
+    With `stream`, the memory file is opened, not read: blocks and rows are read when a model
+    or a metric asks for them.
+    """
+    if targets_file is not None and target_indices is not None:
+        raise NphError("give targets either as a file or as indices, not both")
+    if (targets_file is not None or target_indices is not None) and queries_file is None:
+        raise NphError("targets go with own queries: add --queries-file")
+    t0 = time.perf_counter()
+    memory = open_stream(memory_path) if stream else load_memory(memory_path)
+    queries = None if queries_file is None else read_rows(queries_file, "queries", memory)
+    targets = None if targets_file is None else read_rows(targets_file, "targets", memory)
+    load_s = time.perf_counter() - t0
+    indices = None if target_indices is None else torch.tensor(target_indices, dtype=torch.int64)
+    return Inputs(
+        memory=memory,
+        queries=queries,
+        targets=targets,
+        target_indices=indices,
+        sources={
+            "memory": str(memory_path),
+            "queries": None if queries_file is None else str(queries_file),
+            "targets": None if targets_file is None else str(targets_file),
+        },
+        load_s=load_s,
+    )
+
+
+def open_stream(path: str | os.PathLike) -> StreamedBank:
+    """A memory file opened for streaming (its header read, no rows), checked like
+    `load_memory` checks it; rows are checked for NaN and infinity as they are read."""
+    path = Path(path)
+    bank = StreamedBank(path)
+    if bank.meta.get("format") == FORMAT_NAME:  # a foreign file: StreamedBank gave its notice
+        check_format_version(path, bank.meta)
+    return bank
+
+
+def read_rows(path: str | os.PathLike, what: str, memory: MemoryBank) -> Tensor:
+    """Own queries or targets (rows, dim) from any file `nph store` reads: .npy, .npz,
+    .safetensors, .pt, .csv or a folder of PNG/JPEG images (`nphcli.sources`).
+
+    Rows must be in the memory's stored space. Pixel data (uint8 arrays, image files) holds
+    raw intensities 0..255, so it is normalised the way the memory's patterns were (its
+    `normalize` record); numbers are taken as they are.
+    """
+    from nphcli.sources import IMAGE, load_source
+
+    path = Path(path)
+    if not path.exists():
+        raise NphError(f"{what} file {path} not found")
+    loaded = load_source(str(path.resolve()))  # absolute: never mistaken for a dataset name
+    if loaded.meta.get("kind") != IMAGE:
+        return loaded.patterns
+    record = memory.meta.get("normalize")
+    if not record:
+        notice(
+            f"{path} holds pixel values 0..255 and the memory records no normalisation: "
+            "using them as they are"
+        )
+        return loaded.patterns
+    return apply_record(loaded.patterns, record)
+
+
+def check_output_path(
+    path: str | os.PathLike, *, force: bool, protect: list[str | os.PathLike]
+) -> Path:
+    """Refuse before any work: an output that exists without `force`, or is one of `protect`."""
+    check_not_input(path, protect)
+    return check_writable(path, force=force)

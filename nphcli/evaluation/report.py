@@ -1,0 +1,148 @@
+"""What one retrieval run reports (`RetrievalReport`) and the shapes it takes outside Python: the
+JSON object of `nph retrieve --json`, flat CSV rows, and a safetensors file of results.
+
+The names here are the public schema: scripts read these keys, so they change only on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from nphcli.atomic import atomic_write
+
+METRICS = ("success", "sse", "mse", "cosine", "nearest_distance", "support", "steps")
+STATS = ("mean", "std", "median")
+TIMINGS = (
+    "load_s",
+    "corrupt_s",
+    "transfer_s",
+    "warmup_s",
+    "retrieve_min_s",
+    "retrieve_median_s",
+    "metrics_s",
+    "total_s",
+    "queries_per_s",
+    "us_per_query",
+)
+PER_QUERY = (
+    "query_row",
+    "target_index",
+    "nearest",
+    "nearest_distance",
+    "success",
+    "sse",
+    "mse",
+    "cosine",
+    "support",
+    "steps",
+)
+
+
+@dataclass
+class RetrievalReport:
+    """What one run measured. Tensors are on the CPU; per-query tensors have shape (Q,)."""
+
+    config: dict[str, Any]  # model, params, seed, device, dtype, memory, queries, corruption
+    metrics: dict[str, dict[str, float] | None]  # metric → {mean, std, median}, None if n/a
+    timing: dict[str, float]  # see TIMINGS and `nphcli.evaluation.evaluate`
+    per_query: dict[str, Tensor]  # see PER_QUERY; only the metrics that apply
+    retrieved: Tensor  # (Q, d_v) T(x), in the retrieval dtype
+    queries: Tensor  # (Q, d) the corrupted queries, float32 (float64 for float64 memories)
+    targets: Tensor | None  # (Q, d_v) uncorrupted targets, when known
+
+    def to_json(self, *, per_query: bool = False) -> dict[str, Any]:
+        """The JSON object `nph retrieve --json` prints."""
+        out: dict[str, Any] = {
+            "config": self.config,
+            "metrics": self.metrics,
+            "timing": self.timing,
+        }
+        if per_query:
+            out["per_query"] = {key: value.tolist() for key, value in self.per_query.items()}
+        return out
+
+    def to_row(self) -> dict[str, Any]:
+        """One flat CSV row. The columns are the same for every model (parameters a model does
+        not take are empty), so rows of different runs can be appended to one file."""
+        config = self.config
+        row: dict[str, Any] = {"model": config["model"]}
+        for name in param_columns():
+            row[name] = config["params"].get(name, "")
+        row.update(
+            {
+                "run_seed": config["seed"],
+                "device": config["device"],
+                "dtype": config["dtype"],
+                "memory": config["memory"]["file"] or "",
+                "M": config["memory"]["M"],
+                "d": config["memory"]["d"],
+                "Q": config["queries"]["Q"],
+                "queries": config["queries"]["source"],
+                **config["corruption"],  # mask, mask_mode, fill, noise
+                "batch_size": config["batch_size"],
+                "repeat": config["repeat"],
+            }
+        )
+        for metric in METRICS:
+            stats = self.metrics.get(metric) or {}
+            for stat in STATS:
+                row[f"{metric}_{stat}"] = csv_value(stats.get(stat))
+        for key in TIMINGS:
+            row[key] = csv_value(self.timing.get(key))
+        return row
+
+    def per_query_rows(self) -> list[dict[str, Any]]:
+        """One flat row per query (for `--per-query --csv`); empty cells where n/a."""
+        lists = {key: self.per_query[key].tolist() for key in PER_QUERY if key in self.per_query}
+        count = len(lists["query_row"])
+        return [
+            {"query": i, **{key: (lists[key][i] if key in lists else "") for key in PER_QUERY}}
+            for i in range(count)
+        ]
+
+
+def param_columns() -> list[str]:
+    """Every parameter name any registered model takes, in registry order (the CSV columns)."""
+    from nphcli.models import list_models
+
+    names: list[str] = []
+    for info in list_models():
+        for p in info.params:
+            if p.name not in names:
+                names.append(p.name)
+    return names
+
+
+def csv_value(value: Any) -> Any:
+    """A CSV cell: empty for a missing or non-finite number."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    return value
+
+
+def save_results(path: str | os.PathLike, report: RetrievalReport, *, force: bool = False) -> Path:
+    """Write `retrieved` (Q, d_v), `nearest` (Q,), `queries` (Q, d), `query_row` (Q,) and, when
+    known, `target_index` (Q,) to a safetensors file, atomically; the config goes in the
+    file's metadata as JSON under "config"."""
+    from safetensors.torch import save_file
+
+    tensors = {
+        "retrieved": report.retrieved,
+        "nearest": report.per_query["nearest"],
+        "queries": report.queries,
+        "query_row": report.per_query["query_row"],
+    }
+    if "target_index" in report.per_query:
+        tensors["target_index"] = report.per_query["target_index"]
+    tensors = {key: value.contiguous() for key, value in tensors.items()}
+    meta = {"format": "nph-retrieval", "config": json.dumps(report.config)}
+    with atomic_write(path, force=force) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
+    return Path(path)

@@ -1,0 +1,153 @@
+"""The one memory interface every model, metric and command reads: `MemoryBank`.
+
+A memory is keys (M, d) and values (M, d_v) (the keys themselves for auto-association), plus
+optional labels (M,) and the metadata its file recorded. Implementations differ only in where
+the rows live, so retrieval never branches on the kind of memory:
+- `TensorBank`: rows in RAM or on a device (what `load_memory` returns, as `Memory`);
+- `nphcli.memory.streamed.StreamedBank`: rows read from a memory file block by block.
+A sharded memory (rows spread over processes) is meant to implement the same interface.
+
+Blocks and gathered rows come in the bank's `dtype` on its `device`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (torch's own convention)
+from torch import Tensor
+
+from nphcli.errors import NphError
+
+
+class MemoryBank:
+    """Keys (M, d) and values (M, d_v) that can be read one block of rows at a time."""
+
+    num_memories: int
+    dim: int
+    value_dim: int
+    device: torch.device
+    dtype: torch.dtype
+    hetero: bool  # values differ from keys (hetero-association)
+    meta: dict[str, Any]  # what the memory file records ({} for tensors built in Python)
+    path: Path | None  # the file the memory came from, if any
+
+    @property
+    def item_shape(self) -> tuple[int, ...] | None:
+        """Shape of one item (e.g. (1, 28, 28) for MNIST) when the patterns are images."""
+        shape = self.meta.get("item_shape")
+        return tuple(shape) if shape else None
+
+    @property
+    def labels(self) -> Tensor | None:
+        """(M,) int64 labels, or None."""
+        return None
+
+    def blocks(self, rows: int) -> Iterator[tuple[int, Tensor, Tensor]]:
+        """Yield (start, keys[start:start+rows], values[start:start+rows]) in memory order."""
+        raise NotImplementedError
+
+    def key_blocks(self, rows: int) -> Iterator[tuple[int, Tensor]]:
+        """Yield (start, keys[start:start+rows]), without reading values where they are apart."""
+        for start, keys, _ in self.blocks(rows):
+            yield start, keys
+
+    def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values at `index` (any shape of int64): shapes index.shape + (d,) / (d_v,)."""
+        raise NotImplementedError
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+        """The same memories, handed out on `device` in `dtype` (None: unchanged)."""
+        raise NotImplementedError
+
+    def resident(self) -> tuple[Tensor, Tensor] | None:
+        """All keys and values as tensors when they already are in RAM or on the device (so a
+        kernel may take them in one piece), else None."""
+        return None
+
+    def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
+        """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): shape (Q, d_v).
+
+        Reads each distinct row once, then sums without forming a (Q, c, d_v) tensor.
+        """
+        rows, inverse = torch.unique(index, return_inverse=True)  # (U,), (Q, c)
+        _, values = self.gather(rows)  # (U, d_v)
+        return F.embedding_bag(inverse, values, per_sample_weights=weights, mode="sum")
+
+
+class TensorBank(MemoryBank):
+    """Memories already in RAM or on the device."""
+
+    def __init__(
+        self,
+        keys: Tensor,
+        values: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        meta: dict[str, Any] | None = None,
+        path: Path | None = None,
+    ):
+        self.keys = keys  # (M, d)
+        self.values = keys if values is None else values  # (M, d_v)
+        self.hetero = values is not None and values is not keys
+        self.num_memories, self.dim = keys.shape
+        self.value_dim = self.values.shape[1]
+        self.device = keys.device
+        self.dtype = keys.dtype
+        self._labels = labels  # (M,) int64
+        self.meta = {} if meta is None else meta
+        self.path = path
+
+    @property
+    def patterns(self) -> Tensor:
+        """The stored patterns (M, d): the keys, under the name memory files give them."""
+        return self.keys
+
+    @property
+    def labels(self) -> Tensor | None:
+        return self._labels
+
+    def blocks(self, rows: int) -> Iterator[tuple[int, Tensor, Tensor]]:
+        for start in range(0, self.num_memories, rows):
+            yield start, self.keys[start : start + rows], self.values[start : start + rows]
+
+    def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        return self.keys[index], self.values[index]
+
+    def to(self, device=None, dtype=None) -> TensorBank:
+        keys = self.keys.to(device=device, dtype=dtype)
+        values = self.values.to(device=device, dtype=dtype) if self.hetero else None
+        return TensorBank(keys, values, labels=self._labels, meta=self.meta, path=self.path)
+
+    def resident(self) -> tuple[Tensor, Tensor]:
+        return self.keys, self.values
+
+    def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
+        return F.embedding_bag(index, self.values, per_sample_weights=weights, mode="sum")
+
+
+class Memory(TensorBank):
+    """A memory file's contents in RAM: patterns (M, d), optional labels (M,) and values
+    (M, d_v), its metadata and path. A `TensorBank`, so every model reads it directly."""
+
+    def __init__(
+        self,
+        patterns: Tensor,
+        labels: Tensor | None = None,
+        values: Tensor | None = None,
+        meta: dict[str, Any] | None = None,
+        path: Path | None = None,
+    ):
+        super().__init__(patterns, values, labels=labels, meta=meta, path=path)
+
+
+def as_bank(memory: Tensor | MemoryBank, values: Tensor | None = None) -> MemoryBank:
+    """A bank from a keys tensor (M, d) with optional values (M, d_v), or the bank itself."""
+    if isinstance(memory, MemoryBank):
+        if values is not None:
+            raise NphError("give values inside the memory bank, not beside it")
+        return memory
+    return TensorBank(memory, values)
