@@ -84,7 +84,7 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
         if path.exists() and not force:  # appeared while we were working
             raise NphError(f"{path} already exists; pass --force to replace it")
         os.replace(tmp, path)
-        _fsync_folder(path.parent)
+        fsync_folder(path.parent)
     except OSError as error:
         raise NphRuntimeError(f"could not write {path}: {error.strerror or error}") from error
     finally:
@@ -146,8 +146,9 @@ def _final_mode(path: Path) -> int:
     return 0o666 & ~umask
 
 
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename itself durable (best effort: not every platform allows it)."""
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` itself durable (best effort: not every platform allows it);
+    shared by `atomic_write` and the sweep results file."""
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
         try:

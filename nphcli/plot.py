@@ -40,7 +40,7 @@ DEFAULT_SIZE = (800, 500)
 DPI = 100
 
 
-def parse_size(text: str) -> tuple[int, int]:
+def parse_pixels(text: str) -> tuple[int, int]:
     """`WxH` in pixels, e.g. 800x500."""
     width, sep, height = text.lower().partition("x")
     try:

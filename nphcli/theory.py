@@ -386,63 +386,6 @@ def check_report(memory: Any, report: Any) -> QueryCheck | None:
     )
 
 
-# Theory fields of a sweep row (`nph sweep --theory`), in order. Counts are over the run's queries
-# so that trials add up; n/a fields are empty.
-ROW_FIELDS = (
-    "theory_m",
-    "theory_R",
-    "theory_delta_min",
-    "theory_delta_mean",
-    "theory_k_mean",
-    "theory_well_separated",
-    "theory_in_support",
-    "theory_in_sphere",
-    "theory_premises",
-    "theory_premises_well_separated",
-    "theory_stated_holds",
-    "theory_stated_holds_premises",
-    "theory_stated_holds_premises_well_separated",
-    "theory_query_holds",
-    "theory_corollary_holds",
-    "theory_impl_gap_max",
-)
-# Of these, the counts a sweep summary adds up over trials.
-COUNT_FIELDS = (
-    "theory_well_separated",
-    "theory_in_support",
-    "theory_in_sphere",
-    "theory_premises",
-    "theory_premises_well_separated",
-    "theory_stated_holds",
-    "theory_stated_holds_premises",
-    "theory_stated_holds_premises_well_separated",
-    "theory_query_holds",
-    "theory_corollary_holds",
-)
-
-
-def row_fields(memory: Any, report: Any) -> dict[str, Any]:
-    """The ROW_FIELDS of one run: separation of its memory always, the per-query checks when
-    Theorem 4.1 covers the model (else empty)."""
-    sep = separation(memory.patterns, max_rows=None)
-    delta = sep.delta_summary()
-    out: dict[str, Any] = dict.fromkeys(ROW_FIELDS, "")
-    out.update(
-        theory_m=sep.m,
-        theory_R="" if sep.R is None else sep.R,
-        theory_delta_min="" if delta is None else delta["min"],
-        theory_delta_mean="" if delta is None else delta["mean"],
-    )
-    check = check_report(memory, report)
-    if check is None:
-        return out
-    summary = check.summary()
-    for key, value in summary.items():
-        if f"theory_{key}" in out:
-            out[f"theory_{key}"] = value
-    return out
-
-
 def stated_bound_counterexample() -> dict[str, Any]:
     """Three patterns and a query on which the stated Theorem 4.1 bound fails although every
     premise holds (x ∈ S_μ, μ in the support, pattern μ well separated), dense retrieval (k = M).

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from nphcli.memory.file import load_memory, save_memory
-from nphcli.sweeps.runner import read_results
+from nphcli.sweeps.results import read_results
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
 

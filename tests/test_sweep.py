@@ -11,7 +11,9 @@ import pytest
 
 from nphcli.errors import NphError
 from nphcli.sweeps import config as sweep_config
-from nphcli.sweeps.runner import ID_FIELDS, expand, memory_seed, read_results, run_seed
+from nphcli.sweeps.columns import ID_FIELDS
+from nphcli.sweeps.grid import expand, memory_seed, run_seed
+from nphcli.sweeps.results import read_results
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -163,6 +163,7 @@ def sweep_command(
     from nphcli.atomic import check_not_input, check_writable
     from nphcli.errors import NphError
     from nphcli.sweeps import config as sweep_config
+    from nphcli.sweeps.parsing import parse_list
 
     if print_config:
         if preset is None and config is None:
@@ -180,12 +181,12 @@ def sweep_command(
     overrides = {
         "dataset": dataset,
         "models": models,
-        "sizes": None if sizes is None else sweep_config.parse_list(sizes, "--sizes", int),
+        "sizes": None if sizes is None else parse_list(sizes, "--sizes", int),
         "trials": trials,
-        "beta": None if beta is None else sweep_config.parse_list(beta, "--beta", float),
-        "mask": None if mask is None else sweep_config.parse_list(mask, "--mask", float),
+        "beta": None if beta is None else parse_list(beta, "--beta", float),
+        "mask": None if mask is None else parse_list(mask, "--mask", float),
         "mask_mode": mask_mode,
-        "noise": None if noise is None else sweep_config.parse_list(noise, "--noise", float),
+        "noise": None if noise is None else parse_list(noise, "--noise", float),
         "queries": queries,
         "normalize": normalize,
         "root": root,
@@ -203,7 +204,9 @@ def sweep_command(
             raise NphError("--out and --plot name the same file")
         check_writable(plot, force=force)
 
-    from nphcli.sweeps.runner import Results, execute, summarize
+    from nphcli.sweeps.results import Results
+    from nphcli.sweeps.runner import execute
+    from nphcli.sweeps.summary import summarize_settings
 
     if threads is not None:
         if threads < 1:
@@ -214,7 +217,7 @@ def sweep_command(
     results = Results(out, resume=resume, force=force)
     with _Progress() as progress:
         outcome = execute(grid, results, theory=theory, progress=progress)
-    summary = summarize(outcome.rows, outcome.settings)
+    summary = summarize_settings(outcome.rows, outcome.settings)
     if plot is not None:
         from nphcli.plot import plot_results
 
@@ -362,10 +365,10 @@ def plot_command(
     model setting, shaded ±1 std. Needs matplotlib (pip install "nph[plot]")."""
     from nphcli.atomic import check_writable
     from nphcli.errors import NphError
-    from nphcli.plot import parse_size, plot_results
-    from nphcli.sweeps.runner import read_results
+    from nphcli.plot import parse_pixels, plot_results
+    from nphcli.sweeps.results import read_results
 
-    pixels = parse_size(size)
+    pixels = parse_pixels(size)
     if out.resolve() == results.resolve():
         raise NphError("--out would replace the results file; choose another name")
     check_writable(out, force=force)

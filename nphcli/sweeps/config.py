@@ -11,7 +11,7 @@ prints a preset to copy and edit. Keys (every one optional):
     normalize   = "unit"                # as `nph store --normalize` (default: the source's own)
     sizes       = [10, 50, 100]         # memory sizes M
     trials      = 50                    # memories drawn per size
-    seed        = 0                     # the sweep's one seed (see nphcli.sweeps.runner)
+    seed        = 0                     # the sweep's one seed (see nphcli.sweeps.grid)
     beta        = [0.01]                # inverse temperatures β
     mask        = [0.5]                 # fractions hidden
     mask_mode   = "bottom"              # as `nph retrieve --mask-mode`
@@ -44,6 +44,14 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.errors import NphError
+from nphcli.sweeps.parsing import (
+    check_keys,
+    float_list,
+    int_list,
+    parse_number,
+    typed,
+    whole,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -172,6 +180,7 @@ def preset_text(name: str) -> str:
 
 
 def config_text(path: str | Path) -> str:
+    """The text of a user's sweep file; NphError when it is missing or unreadable."""
     path = Path(path)
     if not path.is_file():
         raise NphError(f"config file {path} not found")
@@ -187,14 +196,14 @@ def parse(text: str, origin: str) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise NphError(f"{origin} is not valid TOML: {error}") from None
-    _check_keys(data, TOP_KEYS, origin)
+    check_keys(data, TOP_KEYS, origin)
     datasets = data.get("datasets", {})
     if not isinstance(datasets, dict):
         raise NphError(f"{origin}: 'datasets' must be a table of [datasets.<name>] tables")
     for name, table in datasets.items():
         if not isinstance(table, dict):
             raise NphError(f"{origin}: [datasets.{name}] must be a table")
-        _check_keys(table, DATASET_KEYS, f"{origin} [datasets.{name}]")
+        check_keys(table, DATASET_KEYS, f"{origin} [datasets.{name}]")
     return data
 
 
@@ -215,35 +224,22 @@ def resolve(data: dict[str, Any], origin: str, overrides: dict[str, Any]) -> Swe
     """Merge defaults, the file, its table for the chosen dataset and `overrides` (CLI options
     that were given; None values are ignored) into a checked `SweepConfig`."""
     given = {key: value for key, value in overrides.items() if value is not None}
-    merged: dict[str, Any] = dict(DEFAULTS)
-    top = {k: v for k, v in data.items() if k not in ("description", "datasets")}
-    merged.update(_noise_from(top, origin))
-    dataset = str(given.get("dataset", merged["dataset"]))
-    table = data.get("datasets", {}).get(dataset, {})
-    merged.update(_noise_from(table, f"{origin} [datasets.{dataset}]"))
-    merged.update(given)
-    merged["dataset"] = dataset
-
+    merged = _merge(data, origin, given)
+    dataset = merged["dataset"]
     where = origin if origin == "options" else f"{origin} or the options"
-    sizes = _int_list(merged["sizes"], "sizes", where, minimum=1)
-    trials = _whole(merged["trials"], "trials", where, minimum=1)
-    seed = _whole(merged["seed"], "seed", where, minimum=0)
-    beta = _float_list(merged["beta"], "beta", where, positive=True)
-    mask = _float_list(merged["mask"], "mask", where)
-    noise = _float_list(merged["noise"], "noise", where)
+    sizes = int_list(merged["sizes"], "sizes", where, minimum=1)
+    trials = whole(merged["trials"], "trials", where, minimum=1)
+    seed = whole(merged["seed"], "seed", where, minimum=0)
+    beta = float_list(merged["beta"], "beta", where, positive=True)
+    mask = float_list(merged["mask"], "mask", where)
+    noise = float_list(merged["noise"], "noise", where)
     for value in mask:
         if not 0.0 <= value <= 1.0:
             raise NphError(f"{where}: mask values are fractions in [0, 1], got {value}")
     for value in noise:
         if value < 0:
             raise NphError(f"{where}: noise values are standard deviations ≥ 0, got {value}")
-    queries = merged["queries"]
-    if queries is not None:
-        queries = _whole(queries, "queries", where, minimum=1)
-        if queries > min(sizes):
-            raise NphError(
-                f"{where}: queries = {queries} exceeds the smallest memory size {min(sizes)}"
-            )
+    queries = _queries(merged["queries"], sizes, where)
     fill = merged["fill"]
     if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not math.isfinite(fill):
         raise NphError(f"{where}: fill must be a finite number, got {fill!r}")
@@ -277,6 +273,31 @@ def resolve(data: dict[str, Any], origin: str, overrides: dict[str, Any]) -> Swe
     )
 
 
+def _merge(data: dict[str, Any], origin: str, given: dict[str, Any]) -> dict[str, Any]:
+    """Defaults, then the file's top level, its table for the chosen dataset, and `given`."""
+    merged: dict[str, Any] = dict(DEFAULTS)
+    top = {k: v for k, v in data.items() if k not in ("description", "datasets")}
+    merged.update(_noise_from(top, origin))
+    dataset = str(given.get("dataset", merged["dataset"]))
+    table = data.get("datasets", {}).get(dataset, {})
+    merged.update(_noise_from(table, f"{origin} [datasets.{dataset}]"))
+    merged.update(given)
+    merged["dataset"] = dataset
+    return merged
+
+
+def _queries(queries: Any, sizes: list[int], where: str) -> int | None:
+    """Queries per run: None for every stored pattern, else at most the smallest memory."""
+    if queries is None:
+        return None
+    queries = whole(queries, "queries", where, minimum=1)
+    if queries > min(sizes):
+        raise NphError(
+            f"{where}: queries = {queries} exceeds the smallest memory size {min(sizes)}"
+        )
+    return queries
+
+
 def parse_models(text: str) -> list[ModelSpec]:
     """`--models` text: comma-separated models, each `name` or `name:param=v1/v2/...`, e.g.
     `dense,sparse,topk:k=0.2/0.5/0.8,random:k=0.5:seed=3`."""
@@ -293,38 +314,11 @@ def parse_models(text: str) -> list[ModelSpec]:
                     f"--models: cannot read {param!r} in {item!r}; write name:param=v1/v2, "
                     "e.g. topk:k=0.2/0.5/0.8"
                 )
-            entry[key.strip()] = [_number(v.strip()) for v in values.split("/")]
+            entry[key.strip()] = [parse_number(v.strip()) for v in values.split("/")]
         specs.append(_model_spec(entry, "--models"))
     if not specs:
         raise NphError("--models names no model; e.g. --models dense,topk:k=0.2/0.5")
     return specs
-
-
-def parse_list(text: str, flag: str, kind: type) -> list:
-    """A comma-separated option value such as `--sizes 10,20,50` as a list of `kind`."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts:
-        raise NphError(f"{flag} needs at least one value, e.g. {flag} 1,2")
-    values = []
-    for part in parts:
-        try:
-            number = float(part)
-        except ValueError:
-            raise NphError(f"{flag}: {part!r} is not a number") from None
-        if kind is int:
-            if number != int(number):
-                raise NphError(f"{flag}: {part!r} is not a whole number")
-            number = int(number)
-        values.append(number)
-    return values
-
-
-def _number(text: str) -> Any:
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return int(value) if value == int(value) and "." not in text and "e" not in text else value
 
 
 def _model_spec(entry: Any, where: str) -> ModelSpec:
@@ -353,23 +347,11 @@ def _model_spec(entry: Any, where: str) -> ModelSpec:
         values = raw if isinstance(raw, list) else [raw]
         if not values:
             raise NphError(f"{where}: model {name!r}: {key} has no values")
-        grid[key] = [_typed(v, types[key], f"{where}: model {name!r} {key}") for v in values]
+        grid[key] = [typed(v, types[key], f"{where}: model {name!r} {key}") for v in values]
     spec = ModelSpec(name, grid)
     for params in spec.settings():  # the models' own checks (e.g. k > 0), before any work
         info.cls(**params)
     return spec
-
-
-def _typed(value: Any, kind: type, what: str) -> Any:
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-            raise NphError(f"{what} must be a whole number, got {value!r}")
-        return int(value)
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise NphError(f"{what} must be a number, got {value!r}")
-        return float(value)
-    return value
 
 
 def _table_list(models: Any, where: str) -> list:
@@ -384,49 +366,11 @@ def _noise_from(table: dict[str, Any], where: str) -> dict[str, Any]:
     if "noise_variance" in out:
         if "noise" in out:
             raise NphError(f"{where}: give noise (σ) or noise_variance (σ²), not both")
-        variances = _float_list(out["noise_variance"], "noise_variance", where)
+        variances = float_list(out["noise_variance"], "noise_variance", where)
         if any(v < 0 for v in variances):
             raise NphError(f"{where}: noise_variance values must be ≥ 0")
         out["noise"] = [math.sqrt(v) for v in variances]
         out["noise_variance"] = variances
     elif "noise" in out:
         out["noise_variance"] = None
-    return out
-
-
-def _check_keys(table: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
-    unknown = sorted(set(table) - set(allowed))
-    if unknown:
-        raise NphError(
-            f"{where}: unknown key {', '.join(repr(k) for k in unknown)}; allowed keys: "
-            f"{', '.join(allowed)}"
-        )
-
-
-def _whole(value: Any, key: str, where: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise NphError(f"{where}: {key} must be a whole number, got {value!r}")
-    if value < minimum:
-        raise NphError(f"{where}: {key} must be ≥ {minimum}, got {value}")
-    return int(value)
-
-
-def _int_list(value: Any, key: str, where: str, *, minimum: int) -> list[int]:
-    values = value if isinstance(value, list) else [value]
-    if not values:
-        raise NphError(f"{where}: {key} needs at least one value")
-    return [_whole(v, key, where, minimum=minimum) for v in values]
-
-
-def _float_list(value: Any, key: str, where: str, *, positive: bool = False) -> list[float]:
-    values = value if isinstance(value, list) else [value]
-    if not values:
-        raise NphError(f"{where}: {key} needs at least one value")
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise NphError(f"{where}: {key} values must be finite numbers, got {v!r}")
-        if positive and v <= 0:
-            raise NphError(f"{where}: {key} values must be > 0, got {v}")
-        out.append(float(v))
     return out

@@ -1,0 +1,73 @@
+"""The columns of a sweep's results rows.
+
+One row per (setting, trial): `ID_FIELDS`, then the fields of `RetrievalReport.to_row()` (the
+flat row of `nph retrieve --csv`), then with `--theory` the `THEORY_FIELDS`. The theory fields
+are the sweep's reading of `nphcli.theory`: the separation of the run's memory, and the counts of
+the `QueryCheck` that `theory.check_report` returns, counted over the run's queries so that
+trials add up. Fields that do not apply (a model Theorem 4.1 does not cover) are empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nphcli.sweeps.config import SweepConfig
+from nphcli.sweeps.grid import Setting
+
+ID_FIELDS = ("setting", "label", "trial", "dataset", "normalize", "sweep_seed", "memory_seed")
+
+# Counts of `QueryCheck.summary()` that a sweep summary adds up over trials, in row order.
+CHECK_COUNTS = (
+    "well_separated",
+    "in_support",
+    "in_sphere",
+    "premises",
+    "premises_well_separated",
+    "stated_holds",
+    "stated_holds_premises",
+    "stated_holds_premises_well_separated",
+    "query_holds",
+    "corollary_holds",
+)
+COUNT_FIELDS = tuple(f"theory_{name}" for name in CHECK_COUNTS)
+SEPARATION_FIELDS = ("theory_m", "theory_R", "theory_delta_min", "theory_delta_mean")
+THEORY_FIELDS = (*SEPARATION_FIELDS, "theory_k_mean", *COUNT_FIELDS, "theory_impl_gap_max")
+
+
+def id_columns(
+    config: SweepConfig, setting: Setting, trial: int, normalize: str, memory_seed: int
+) -> dict[str, Any]:
+    """The ID_FIELDS of one run: which setting and trial, and what a resumed file must match."""
+    return {
+        "setting": setting.key,
+        "label": setting.label,
+        "trial": trial,
+        "dataset": config.dataset,
+        "normalize": normalize,
+        "sweep_seed": config.seed,
+        "memory_seed": memory_seed,
+    }
+
+
+def theory_columns(memory: Any, report: Any) -> dict[str, Any]:
+    """The THEORY_FIELDS of one run: separation of its memory always, the per-query checks when
+    Theorem 4.1 covers the model (else empty)."""
+    from nphcli.separation import separation
+    from nphcli.theory import check_report
+
+    sep = separation(memory.patterns, max_rows=None)
+    delta = sep.delta_summary()
+    out: dict[str, Any] = dict.fromkeys(THEORY_FIELDS, "")
+    out.update(
+        theory_m=sep.m,
+        theory_R="" if sep.R is None else sep.R,
+        theory_delta_min="" if delta is None else delta["min"],
+        theory_delta_mean="" if delta is None else delta["mean"],
+    )
+    check = check_report(memory, report)
+    if check is None:
+        return out
+    for key, value in check.summary().items():
+        if f"theory_{key}" in out:
+            out[f"theory_{key}"] = value
+    return out

@@ -1,0 +1,83 @@
+"""The pattern pool of a sweep (its source, loaded and normalised once) and the memories drawn
+from it.
+
+The memory of size M in trial t is the first M indices of a permutation of the pool drawn by a
+torch generator seeded with the trial's memory seed (`nphcli.sweeps.grid.memory_seed`), sorted
+into pool order; so within a trial the memories of the different sizes are nested, and every
+model, mask, noise level and β of trial t sees the same memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nphcli.errors import NphError
+from nphcli.sweeps.config import SweepConfig
+
+
+@dataclass
+class Pool:
+    """The patterns memories are drawn from: the whole source, normalised once."""
+
+    patterns: Any  # (N, d) Tensor
+    labels: Any  # (N,) Tensor or None
+    meta: dict[str, Any]
+    spec: str  # the dataset name or file it came from
+
+    @property
+    def size(self) -> int:
+        """N, the number of patterns a memory can be drawn from."""
+        return int(self.patterns.shape[0])
+
+    @property
+    def normalize(self) -> str:
+        """The normalisation applied (a results column: a resumed file must match it)."""
+        record = self.meta.get("normalize") or {}
+        return record.get("method", "none")
+
+
+def load_pool(config: SweepConfig) -> Pool:
+    """Load and normalise the sweep's source once (`nph store`'s loaders: datasets fall back to
+    the bundled real samples offline, with a notice)."""
+    from nphcli.sources import SourceOptions, prepare_memory
+
+    options = SourceOptions(root=Path(config.root) if config.root else None)
+    prepared = prepare_memory(config.dataset, options, normalize=config.normalize)
+    return Pool(prepared.patterns, prepared.labels, prepared.meta, config.dataset)
+
+
+def check_pool(config: SweepConfig, pool: Pool) -> None:
+    """Refuse sizes the pool cannot fill, and parameters that do not fit a size, before work."""
+    from nphcli.models import get_model_info
+
+    largest = max(config.sizes)
+    if largest > pool.size:
+        origin = " (the offline fallback sample)" if pool.meta.get("fallback") else ""
+        raise NphError(
+            f"memory size {largest} exceeds the {pool.size} patterns of {pool.spec}{origin}; "
+            f"use sizes ≤ {pool.size}, or give the full dataset (--root, $NPH_DATA; "
+            "`nph store --download` fetches it)"
+        )
+    dim = int(pool.patterns.shape[1])
+    for spec in config.models:
+        info = get_model_info(spec.name)
+        for params in spec.settings():
+            model = info.cls(**params)
+            for size in config.sizes:
+                model.check_memory(size, dim)
+
+
+def draw_memory(pool: Pool, size: int, seed: int) -> Any:
+    """A `Memory` of `size` patterns: the first `size` of a seeded permutation of the pool, kept
+    in pool order."""
+    import torch
+
+    from nphcli.memory.file import Memory
+
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(pool.size, generator=generator)[:size].sort().values  # (M,)
+    labels = None if pool.labels is None else pool.labels[rows]
+    meta = {**pool.meta, "selection": {"method": "random_subset", "n": size, "of": pool.size}}
+    return Memory(patterns=pool.patterns[rows], labels=labels, meta=meta)
