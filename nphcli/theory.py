@@ -371,7 +371,7 @@ def check_report(memory: Any, report: Any) -> QueryCheck | None:
     4.1 does not cover the run (another model, several steps, or a hetero-associative memory)."""
     config = report.config
     params = config["params"]
-    if not is_structured(config["model"], params) or memory.values is not None:
+    if not is_structured(config["model"], params) or memory.hetero:
         return None
     if "target_index" not in report.per_query or memory.num_memories < 2:
         return None

@@ -370,12 +370,12 @@ def test_debug_traceback_in_a_real_process(scene):
 def test_a_full_disk_during_a_sweep_is_one_line_exit_1(invoke, scene, monkeypatch):
     import errno
 
-    import nphcli.sweeps.runner
+    import nphcli.sweeps.results
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(nphcli.sweeps.runner.os, "fsync", full)
+    monkeypatch.setattr(nphcli.sweeps.results.os, "fsync", full)
     result = invoke(*SWEEP)
     assert result.exit_code == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]

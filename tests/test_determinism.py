@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from nphcli.cli import app
 from nphcli.models import model_names
-from nphcli.sweeps.runner import read_results
+from nphcli.sweeps.results import read_results
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 TIMING_COLUMNS = {

@@ -99,7 +99,7 @@ def test_blockwise_equals_one_shot(device, name, params, kind):
 def _formula_weights(name: str, params: dict, queries, keys, positions):
     """Weights (Q, M) from the model's formula on the full score matrix, or None for models whose
     weights are not a map of β·K·x (the kernel models; their own tests hold references)."""
-    beta = params.get("beta", 1.0)
+    beta = params["beta"]
     scores = beta * queries @ keys.T  # (Q, M)
     num_memories = keys.shape[0]
     if name == "dense":
@@ -126,6 +126,7 @@ def _formula_weights(name: str, params: dict, queries, keys, positions):
 @pytest.mark.parametrize("kind", ["auto", "ties"])
 @pytest.mark.parametrize(("name", "params"), CASES, ids=IDS)
 def test_small_blocks_match_the_formula(device, name, params, kind):
+    params = {"beta": 1.0, **params}  # β = 1: tied scores stay exactly tied after scaling
     queries, keys, values, positions = data = _data(kind, device, seed=1)
     weights = _formula_weights(name, params, queries, keys, positions)
     if weights is None:
@@ -241,8 +242,8 @@ class _OpaqueBank(MemoryBank):
     def gather(self, index):
         return self.inner.gather(index)
 
-    def to(self, dtype):
-        return _OpaqueBank(self.inner.to(dtype))
+    def to(self, device=None, dtype=None):
+        return _OpaqueBank(self.inner.to(device=device, dtype=dtype))
 
 
 BUDGET = 32 * 2**10  # bytes

@@ -61,8 +61,9 @@ def test_round_trip(dtype, M, d, d_v, with_labels, seed, meta):
     else:
         assert memory.labels is None
     if d_v is None:
-        assert memory.values is None
+        assert not memory.hetero and memory.values is memory.patterns
     else:
+        assert memory.hetero
         assert torch.equal(memory.values, values.to(DTYPES[dtype]))
     for key, value in meta.items():
         assert memory.meta[key] == value

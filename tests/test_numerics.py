@@ -273,27 +273,12 @@ def test_non_finite_model_output_is_an_error_not_a_null(memories, monkeypatch):
 
 
 # -- library level: finite inputs whose scores overflow float32 ------------------------------
-# The CLI refuses these before a model runs (_check_range in nphcli/retrieval.py); called
-# directly, the models return NaN or crash. Engine issue, reported; the markers go when fixed.
-_OVERFLOW_FAILS = {
-    name: "returns NaN when ⟨x, ξ⟩ overflows float32"
-    for name in ("dense", "entmax", "multihead", "random", "random-feature", "topk", "window")
-}
-_OVERFLOW_FAILS["sparse"] = "sparsemax crashes (index -1 out of bounds) on infinite scores"
+# The CLI refuses these before a model runs (`evaluation.guards.check_range`); called directly,
+# every model must still refuse them (`HopfieldModel.retrieve` checks its output, and the
+# candidate engine its scores) or give a finite result, never NaN or a crash.
 
 
-@pytest.mark.parametrize(
-    "model",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(strict=True, reason=_OVERFLOW_FAILS[name])
-            if name in _OVERFLOW_FAILS
-            else (),
-        )
-        for name in model_names()
-    ],
-)
+@pytest.mark.parametrize("model", model_names())
 def test_models_given_scores_beyond_float32_fail_clearly(model):
     from nphcli.errors import NphError
     from nphcli.models import create_model
@@ -303,6 +288,7 @@ def test_models_given_scores_beyond_float32_fail_clearly(model):
     queries = keys[:2] + torch.randn(2, D, generator=generator) * 1e18
     try:
         result = create_model(model, beta=1.0).retrieve(queries, keys, positions=torch.arange(2))
-    except NphError:
+    except NphError as error:
+        assert "overflow float32" in str(error)
         return
-    assert torch.isfinite(result.patterns).all()
+    assert torch.isfinite(result.patterns).all()  # e.g. linear's log-domain features

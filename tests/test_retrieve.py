@@ -14,8 +14,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from nphcli.evaluation.corruption import Corruption
 from nphcli.defaults import DEFAULT_BETA
+from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
 from nphcli.evaluation.inputs import read_rows
 from nphcli.evaluation.settings import RetrieveSettings

@@ -68,8 +68,8 @@ def test_bank_reads_blocks_rows_and_labels(tmp_path):
     index = torch.tensor([[3, 39], [3, 0]])
     keys, values = bank.gather(index)
     assert torch.equal(keys, memory.patterns[index]) and torch.equal(values, memory.values[index])
-    assert torch.equal(bank.labels(), memory.labels)
-    wider = bank.to(torch.float64)
+    assert torch.equal(bank.labels, memory.labels)
+    wider = bank.to(dtype=torch.float64)
     assert wider.dtype == torch.float64 and bank.dtype == torch.float32
     assert next(wider.blocks(5))[1].dtype == torch.float64
 
@@ -89,7 +89,7 @@ def test_foreign_single_matrix_file(tmp_path):
     path = tmp_path / "foreign.safetensors"
     save_file({"embeddings": keys}, str(path))
     bank = StreamedBank(path)
-    assert bank.key_name == "embeddings" and bank.labels() is None
+    assert bank.key_name == "embeddings" and bank.labels is None
     queries = torch.randn(3, 5, dtype=torch.float64)
     expected = create_model("dense").retrieve(queries, keys).patterns
     got = create_model("dense").retrieve(queries, bank).patterns

@@ -304,12 +304,6 @@ def test_bad_config_files_are_one_line_errors(invoke, tmp_path, text, message):
     assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], lines
 
 
-def test_default_beta_matches_retrieve():
-    from nphcli.evaluation.evaluate import DEFAULT_BETA
-
-    assert sweep_config.DEFAULT_BETA == DEFAULT_BETA
-
-
 def test_theory_fields(invoke, pool, tmp_path):
     out = tmp_path / "r.jsonl"
     result = invoke(

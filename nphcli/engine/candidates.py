@@ -21,8 +21,8 @@ from torch import Tensor
 
 from nphcli.engine.blocks import TopKAccumulator, weighted_rows
 from nphcli.engine.planning import itemsize
+from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import Update
 
 # Candidates per query in the first round. Sparse Hopfield supports are typically a handful of
 # memories; a query needing more pays one extra pass over the memories per doubling.
@@ -37,8 +37,9 @@ def candidate_update(
     beta: float,
     simplex_map: Callable[[Tensor], Tensor],
     block_rows: int,
-) -> Update:
-    """T(x) = Vᵀ p, p = simplex_map(β K x), computed on candidate sets (see the module docstring).
+) -> tuple[Tensor, Tensor]:
+    """T(x) = Vᵀ p, p = simplex_map(β K x), computed on candidate sets (see the module docstring):
+    the patterns (Q, d_v) and each query's support size (Q,).
 
     `simplex_map` maps scores (Q, c) to weights on the simplex that are 0 below a threshold.
     While candidate sets grow, queries are taken in groups small enough that a group's
@@ -58,6 +59,8 @@ def candidate_update(
             x = scaled[rows]  # (G, d)
             for start, keys in bank.key_blocks(block_rows):
                 top.add(x @ keys.T, start)  # (G, B) scores
+            if not bool(torch.isfinite(top.scores).all()):  # no threshold exists among ±inf
+                raise score_overflow(top.scores.dtype)
             weights = simplex_map(top.scores)  # (G, c)
             kept = (weights > 0).sum(dim=1)  # (G,)
             solved = (kept < count) | (count == num_memories)  # (G,)
@@ -69,7 +72,7 @@ def candidate_update(
             unsolved.append(rows[~solved])
         pending = torch.cat(unsolved)
         count = min(num_memories, GROWTH * count)
-    return Update(patterns, support=support)
+    return patterns, support
 
 
 def candidate_working_set(bank: MemoryBank) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from torch import Tensor
 from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
 from nphcli.devices import same_device
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
-from nphcli.errors import NphError
+from nphcli.errors import NphError, score_overflow
 from nphcli.memory.bank import MemoryBank, as_bank
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -164,7 +164,7 @@ class HopfieldModel:
         if queries.dtype in (torch.float16, torch.bfloat16):
             queries = queries.to(torch.float32)
         if bank.dtype != queries.dtype:
-            bank = bank.to(queries.dtype)
+            bank = bank.to(dtype=queries.dtype)
         plan = plan or self.plan(num_queries, bank, budget)
         prepared = self.prepare(bank, plan.memory_rows)
 
@@ -265,12 +265,8 @@ def _check_inputs(
 
 
 def _check_output(patterns: Tensor) -> None:
-    """Finite inputs can still give scores β⟨x, ξ⟩ beyond the accumulation dtype (e.g. entries
-    near 1e19 in float32); the result is then NaN or infinite, which is an error, never a
-    result. Checked here, where every caller passes, at the cost of one pass over the output."""
+    """Finite inputs can still give scores beyond the accumulation dtype; the result is then NaN
+    or infinite, which is an error, never a result. Checked here, where every caller passes,
+    at the cost of one pass over the output."""
     if not bool(torch.isfinite(patterns).all()):
-        raise NphError(
-            "retrieval produced NaN or infinite values: the scores β⟨x, ξ⟩ of these inputs "
-            f"overflow {str(patterns.dtype).removeprefix('torch.')}; rescale the patterns "
-            "(nph store --normalize l2 or zscore), lower --beta, or use float64"
-        )
+        raise score_overflow(patterns.dtype)

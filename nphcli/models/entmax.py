@@ -54,12 +54,14 @@ class Entmax(HopfieldModel):
         *,
         block_rows: int,
     ) -> Update:
-        return candidate_update(
-            queries,
-            bank,
-            beta=self.beta,
-            simplex_map=lambda scores: entmax_bisect(scores, self.alpha),
-            block_rows=block_rows,
+        return Update(
+            *candidate_update(
+                queries,
+                bank,
+                beta=self.beta,
+                simplex_map=lambda scores: entmax_bisect(scores, self.alpha),
+                block_rows=block_rows,
+            )
         )
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:

@@ -37,8 +37,10 @@ class Sparse(HopfieldModel):
         *,
         block_rows: int,
     ) -> Update:
-        return candidate_update(
-            queries, bank, beta=self.beta, simplex_map=sparsemax, block_rows=block_rows
+        return Update(
+            *candidate_update(
+                queries, bank, beta=self.beta, simplex_map=sparsemax, block_rows=block_rows
+            )
         )
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:

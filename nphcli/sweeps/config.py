@@ -43,6 +43,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nphcli.defaults import DEFAULT_BETA
 from nphcli.errors import NphError
 from nphcli.sweeps.parsing import (
     check_keys,
@@ -80,16 +81,13 @@ TOP_KEYS = (
 DATASET_KEYS = tuple(
     k for k in TOP_KEYS if k not in ("description", "dataset", "datasets", "models")
 )
-# β when neither a file nor --beta gives one: the retrieve default (retrieval.DEFAULT_BETA),
-# repeated here so that reading a config does not import torch; a test checks they agree.
-DEFAULT_BETA = 0.3
 DEFAULTS: dict[str, Any] = {
     "dataset": "mnist",
     "normalize": None,
     "sizes": [100],
     "trials": 1,
     "seed": 0,
-    "beta": [DEFAULT_BETA],
+    "beta": [DEFAULT_BETA],  # the retrieve default
     "mask": [0.0],
     "mask_mode": None,
     "fill": 0.0,

@@ -60,13 +60,14 @@ def check_pool(config: SweepConfig, pool: Pool) -> None:
             f"use sizes ≤ {pool.size}, or give the full dataset (--root, $NPH_DATA; "
             "`nph store --download` fetches it)"
         )
-    dim = int(pool.patterns.shape[1])
+    from nphcli.memory.bank import TensorBank
+
     for spec in config.models:
         info = get_model_info(spec.name)
         for params in spec.settings():
             model = info.cls(**params)
             for size in config.sizes:
-                model.check_memory(size, dim)
+                model.check_memory(TensorBank(pool.patterns[:size]))  # the shape of every draw
 
 
 def draw_memory(pool: Pool, size: int, seed: int) -> Any:

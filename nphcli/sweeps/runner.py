@@ -46,7 +46,7 @@ def run(
 def _retrieve_settings(config: SweepConfig, setting: Setting, trial: int) -> Any:
     """The `RetrieveSettings` of one run: what `nph retrieve` would be given for it."""
     from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.evaluate import RetrieveSettings
+    from nphcli.evaluation.settings import RetrieveSettings
 
     return RetrieveSettings(
         model=setting.model,
