@@ -13,6 +13,7 @@ import typer
 
 from nphcli.cli.app import app
 from nphcli.cli.model_options import parse_single, with_model_options
+from nphcli.cli.options import JsonOutput, Mask, Noise, QueryCount, Seed
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.defaults import DEFAULT_BETA
 
@@ -45,20 +46,10 @@ def analyze_command(
             "and Corollary 4.1 per query (dense, topk, random, window).",
         ),
     ] = None,
-    mask: Annotated[
-        float, typer.Option("--mask", help="With --model: fraction of each query hidden.")
-    ] = 0.0,
-    noise: Annotated[
-        float,
-        typer.Option("--noise", help="With --model: Gaussian noise standard deviation σ."),
-    ] = 0.0,
-    queries: Annotated[
-        int | None,
-        typer.Option("--queries", help="With --model: use N queries drawn with the seed."),
-    ] = None,
-    seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the queries, corruption and model.")
-    ] = 0,
+    mask: Mask = 0.0,
+    noise: Noise = 0.0,
+    queries: QueryCount = None,
+    seed: Seed = 0,
     sample: Annotated[
         int,
         typer.Option(
@@ -76,9 +67,7 @@ def analyze_command(
     per_query: Annotated[
         bool, typer.Option("--per-query", help="With --model: list every query's check.")
     ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
-    ] = False,
+    as_json: JsonOutput = False,
     *,
     model_params: dict[str, str],
 ) -> None:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.options import JsonOutput, Seed
 from nphcli.cli.render import format_value, print_json, print_table
 
 # Shown in their own rows, so not repeated among the metadata rows.
@@ -28,10 +29,8 @@ def info_command(
             "(each compared with all M patterns); 0 uses every pattern.",
         ),
     ] = 2000,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of that sample.")] = 0,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of a table.")
-    ] = False,
+    seed: Seed = 0,
+    as_json: JsonOutput = False,
 ) -> None:
     """Show a memory file's shape, dtype, metadata, value range, norms and separation.
 

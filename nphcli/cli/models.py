@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import typer
-
 from nphcli.cli.app import app
+from nphcli.cli.options import JsonOutput
 from nphcli.cli.render import print_json, print_table
 
 
 @app.command("models")
 def models_command(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    as_json: JsonOutput = False,
 ) -> None:
     """List every retrieval model with its formula, parameters and cost."""
     from nphcli.catalog import model_cards

@@ -12,6 +12,7 @@ import typer
 
 from nphcli.cli.app import app
 from nphcli.cli.model_options import parse_single, with_model_options
+from nphcli.cli.options import Force, JsonOutput, Mask, Noise, QueryCount, Seed
 from nphcli.cli.parsing import parse_indices, parse_size
 from nphcli.cli.render import format_value, print_csv, print_json, print_table
 
@@ -30,16 +31,8 @@ def retrieve_command(
             "the options below that name the models taking them.",
         ),
     ] = "dense",
-    seed: Annotated[
-        int,
-        typer.Option(
-            "--seed", help="Seed of query choice, corruption and the model's own randomness."
-        ),
-    ] = 0,
-    queries: Annotated[
-        int | None,
-        typer.Option("--queries", help="Use N queries drawn with the seed [default: all]."),
-    ] = None,
+    seed: Seed = 0,
+    queries: QueryCount = None,
     queries_file: Annotated[
         Path | None,
         typer.Option(
@@ -58,9 +51,7 @@ def retrieve_command(
             "--target-indices", help="Stored row of each own query's target, e.g. 3,17,42."
         ),
     ] = None,
-    mask: Annotated[
-        float, typer.Option("--mask", help="Fraction of each query to hide, in [0, 1].")
-    ] = 0.0,
+    mask: Mask = 0.0,
     mask_mode: Annotated[
         str | None,
         typer.Option(
@@ -70,10 +61,7 @@ def retrieve_command(
         ),
     ] = None,
     fill: Annotated[float, typer.Option("--fill", help="Value written into hidden entries.")] = 0.0,
-    noise: Annotated[
-        float,
-        typer.Option("--noise", help="Gaussian noise standard deviation σ (for a variance v: √v)."),
-    ] = 0.0,
+    noise: Noise = 0.0,
     device: Annotated[
         str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")
     ] = "cpu",
@@ -110,7 +98,7 @@ def retrieve_command(
         bool,
         typer.Option("--per-query", help="Also report every query's metrics (JSON, CSV or table)."),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOutput = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print a CSV header and one row.")] = False,
     no_header: Annotated[
         bool,
@@ -123,9 +111,7 @@ def retrieve_command(
             help="Save retrieved patterns, nearest stored index and queries (.safetensors).",
         ),
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace existing --out / --save-grid files.")
-    ] = False,
+    force: Force = False,
     save_grid: Annotated[
         Path | None,
         typer.Option(

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.options import Force, JsonOutput, Seed
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.normalize import METHODS
 from nphcli.sources import STORE_DTYPES, list_sources
@@ -67,12 +68,7 @@ def store_command(
             "for `random`, how many patterns to draw (default 1000). Default: all.",
         ),
     ] = None,
-    seed: Annotated[
-        int,
-        typer.Option(
-            "--seed", help="Seed for the --n subset and for `random`; same seed, same file."
-        ),
-    ] = 0,
+    seed: Seed = 0,
     split: Annotated[
         Split | None,
         typer.Option("--split", help="Dataset split to read (datasets only). Default: train."),
@@ -118,10 +114,8 @@ def store_command(
             "probability 1/2 each.",
         ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of a table.")
-    ] = False,
+    force: Force = False,
+    as_json: JsonOutput = False,
 ) -> None:
     from nphcli.atomic import check_not_input, check_writable
     from nphcli.memory.file import dtype_from_name, read_metadata, save_memory

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.options import Force, JsonOutput
 from nphcli.cli.render import format_value, print_json, print_table, stderr_console
 from nphcli.sweeps.config import list_presets
 
@@ -150,9 +151,7 @@ def sweep_command(
             "memories of a sweep, and on a busy machine.",
         ),
     ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object with the summary.")
-    ] = False,
+    as_json: JsonOutput = False,
 ) -> None:
     """Run a grid of retrievals: models × memory sizes × masks × noise × β, over trials.
 
@@ -359,7 +358,7 @@ def plot_command(
     title: Annotated[
         str | None, typer.Option("--title", help="Plot title [default: from the results].")
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
+    force: Force = False,
 ) -> None:
     """Plot a metric of sweep results: mean over trials against M, noise or mask, one line per
     model setting, shaded ±1 std. Needs matplotlib (pip install "nph[plot]")."""
