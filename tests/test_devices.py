@@ -65,5 +65,18 @@ def test_dtypes():
         resolve_dtype("int8")
 
 
-def test_synchronize_on_cpu_is_a_no_op():
-    synchronize(torch.device("cpu"))
+def test_synchronize_on_cpu_returns_with_the_work_done():
+    x = torch.arange(10_000, dtype=torch.float64).cumsum(0)
+    synchronize(torch.device("cpu"))  # nothing to wait for on the CPU; must not fail either
+    assert x[-1].item() == 10_000 * 9_999 / 2
+
+
+def test_cuda_without_an_index_is_the_current_device():
+    from nphcli.devices import canonical_device, same_device
+
+    assert canonical_device("cpu") == torch.device("cpu")
+    assert same_device("cpu", torch.device("cpu")) and not same_device("cpu", "meta")
+    if torch.cuda.is_available():
+        current = torch.cuda.current_device()
+        assert canonical_device("cuda") == torch.device("cuda", current)
+        assert same_device("cuda", torch.empty(0, device="cuda").device)

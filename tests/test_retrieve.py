@@ -135,8 +135,6 @@ def test_csv_columns_are_the_same_for_every_model_and_no_header_appends(retrieve
 
 @pytest.mark.parametrize("model", ["dense", "topk", "sparse"])
 def test_exact_recall_without_corruption(retrieve, mnist_centered, model):
-    if model not in model_names():
-        pytest.skip(f"model {model} is not registered")
     data = _json(retrieve("--memory", mnist_centered, "--model", model, "--json"))
     assert data["metrics"]["success"]["mean"] == 1.0
 
@@ -150,8 +148,6 @@ def test_half_masked_json_equals_the_library(retrieve, mnist, device):
 
 
 def test_topk_under_noise_is_well_above_chance(retrieve, mnist):
-    if "topk" not in model_names():
-        pytest.skip("model topk is not registered")
     args = ["--memory", mnist, "--model", "topk", "--k", "10", "--noise", "0.5", "--json"]
     data = _json(retrieve(*args))
     assert data["metrics"]["success"]["mean"] > 0.5  # chance is 1/100
@@ -454,8 +450,7 @@ def test_user_errors_are_one_line_exit_2(retrieve, mnist, args, words):
 
 @pytest.mark.parametrize("k", ["0", "101", "2.5", "-0.5"])
 def test_k_out_of_range(retrieve, mnist, k):
-    if not MODELS_WITH["k"]:
-        pytest.skip("no registered model takes --k")
+    assert MODELS_WITH["k"], "a model that takes --k (topk, random) is missing from the registry"
     _one_error_line(retrieve("--memory", mnist, "--model", MODELS_WITH["k"][0], "--k", k), "--k")
 
 
