@@ -60,7 +60,16 @@ WARMUP_QUERIES = 1024
 # --noise 0.5 (README, "Retrieving"). Scores are β⟨x, ξ⟩, so the right β scales as 1/‖ξ‖².
 DEFAULT_BETA = 0.3
 DEFAULT_BETA_NORM2 = 88.0  # the mean ‖ξ‖² DEFAULT_BETA was measured at
-METRICS = ("success", "sse", "mse", "cosine", "nearest_distance", "support", "steps")
+METRICS = (
+    "success",
+    "sse",
+    "mse",
+    "cosine",
+    "nearest_distance",
+    "support",
+    "steps",
+    "pixel_success",
+)
 STATS = ("mean", "std", "median")
 TIMINGS = (
     "load_s",
@@ -85,6 +94,7 @@ PER_QUERY = (
     "cosine",
     "support",
     "steps",
+    "pixel_success",
 )
 
 
@@ -161,6 +171,7 @@ class RetrievalReport:
                 "Q": config["queries"]["Q"],
                 "queries": config["queries"]["source"],
                 **config["corruption"],  # mask, mask_mode, fill, noise
+                "noise_clip": config["corruption"].get("noise_clip", False),
                 "batch_size": config["batch_size"],
                 "repeat": config["repeat"],
             }
@@ -432,7 +443,7 @@ def evaluate(
             "targets": chosen.target_source,
             "targets_file": sources.get("targets"),
         },
-        "corruption": {**dataclasses.asdict(settings.corruption), "mask_mode": corrupted.mask_mode},
+        "corruption": _corruption_config(settings.corruption, corrupted.mask_mode),
         "batch_size": batch,
         "repeat": settings.repeat,
         "memory_budget": settings.memory_budget or DEFAULT_MEMORY_BUDGET,
@@ -450,6 +461,15 @@ def evaluate(
         queries=corrupted.queries,
         targets=None if targets is None else targets.cpu(),
     )
+
+
+def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
+    """The report's corruption record; `noise_clip` appears only when set, so runs without it
+    report exactly what they did before the option existed."""
+    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
+    if not out["noise_clip"]:
+        del out["noise_clip"]
+    return out
 
 
 def _streamed_item_shape(bank: StreamedBank) -> tuple[int, ...] | None:

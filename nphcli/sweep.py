@@ -53,7 +53,7 @@ from nphcli.notices import notice
 from nphcli.sweep_config import SweepConfig
 
 ID_FIELDS = ("setting", "label", "trial", "dataset", "normalize", "sweep_seed", "memory_seed")
-SUMMARY_METRICS = ("sse", "success", "mse", "cosine")
+SUMMARY_METRICS = ("sse", "success", "mse", "cosine", "pixel_success")
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 PARTIAL = ".partial"  # inserted before the ending of a --force sweep's temporary file
 
@@ -236,6 +236,7 @@ def run(
                 mask_mode=setting.mask_mode,
                 fill=config.fill,
                 noise=setting.noise,
+                noise_clip=config.noise_clip,
             ),
             queries=config.queries,
             seed=run_seed(config.seed, trial),
