@@ -154,12 +154,10 @@ def closest_pair_well_separated(
     Never (True, True) when the threshold's log term is ≥ 0: ‖ξ_a − ξ_b‖ = 2R gives
     Δ_a ≤ ⟨ξ_a, ξ_a − ξ_b⟩ ≤ 2mR, below (1/β)·ln((M + k − 2)m/R) + 2mR, and the same for b.
     """
+    from nphcli.readings import closest_pair
     from nphcli.theory import well_separation
 
     X = patterns.to(torch.float64)
-    dist = torch.cdist(X, X)  # (M, M)
-    dist.fill_diagonal_(torch.inf)
-    flat = int(dist.argmin())
-    a, b = divmod(flat, X.shape[0])
+    a, b = closest_pair(X)
     ws = well_separation(X, beta, k)
     return bool(ws.well_separated[a]), bool(ws.well_separated[b])
