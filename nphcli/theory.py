@@ -25,9 +25,12 @@ Dense retrieval is the case S = everything (k = M); top-k, random and window are
   ≤ 2m(k − 1)·exp(−β Δ̃_μ(x)), and 2(k − 1) ≤ M + k − 2 because k ≤ M.
 
 The two bounds agree at x = ξ_μ. Elsewhere the stated one uses ⟨ξ_μ, ξ_ν⟩ where the proof has
-⟨x, ξ_ν⟩; they differ by ⟨x − ξ_μ, ξ_ν⟩, up to m‖x − ξ_μ‖, which inside S_μ can outweigh the
-constant's slack: `stated_bound_counterexample` is a well-separated, in-sphere, in-support query
-on which the stated bound fails while the query-gap bound holds.
+⟨x, ξ_ν⟩ (the paper's proof ends with the query's own gap ⟨x, ξ_μ⟩ − Max_ν⟨x, ξ_ν⟩; its statement
+has ⟨ξ_μ, x⟩ − Max_{ν≠μ}⟨ξ_μ, ξ_ν⟩); they differ by ⟨x − ξ_μ, ξ_ν⟩, up to m‖x − ξ_μ‖, which inside
+S_μ can outweigh the constant's slack: `stated_bound_counterexample` is a well-separated,
+in-sphere, in-support query on which the stated bound fails while the query-gap bound holds;
+`nphcli.counterexamples` has a sparse (top-3) one that fails 136-fold, one for the reading whose
+max includes ν = μ, and the bounds that do hold are in `nphcli.bounds`.
 
 - Corollary 4.1, read per query: when μ ∈ S(x), the sparse-structured error is at most the dense
   error ‖T_dense(x) − ξ_μ‖. The bounds obey this (M + k − 2 ≤ 2(M − 1)); the errors need not,
