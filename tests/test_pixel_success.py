@@ -61,3 +61,33 @@ def test_noise_clip_is_the_clamped_plain_noise():
 def test_noise_clip_must_be_a_bool():
     with pytest.raises(NphError):
         Corruption(noise=0.1, noise_clip="yes")
+
+
+def test_sweep_config_takes_noise_clip():
+    from nphcli import sweep_config
+
+    plain = sweep_config.resolve(sweep_config.parse("noise = [0.5]\n", "t"), "t", {})
+    assert plain.noise_clip is False and plain.to_dict()["noise_clip"] is False
+    clipped = sweep_config.resolve(
+        sweep_config.parse("noise = [0.5]\nnoise_clip = true\n", "t"), "t", {}
+    )
+    assert clipped.noise_clip is True
+    assert sweep_config.resolve({}, "t", {"noise_clip": True}).noise_clip is True
+    with pytest.raises(NphError):
+        sweep_config.resolve(sweep_config.parse('noise_clip = "yes"\n', "t"), "t", {})
+
+
+def test_retrieve_reports_noise_clip_only_when_set(invoke, tmp_path):
+    import json
+
+    path = tmp_path / "m.safetensors"
+    stored = invoke("store", "random", "--n", "20", "--dim", "8", "--out", path)
+    assert stored.exit_code == 0, stored.stderr
+    common = ("retrieve", "--memory", path, "--noise", "0.5", "--json")
+    plain = json.loads(invoke(*common).stdout)
+    clipped = json.loads(invoke(*common, "--noise-clip").stdout)
+    assert "noise_clip" not in plain["config"]["corruption"]
+    assert clipped["config"]["corruption"]["noise_clip"] is True
+    assert plain["metrics"]["pixel_success"] is not None
+    csv = invoke("retrieve", "--memory", path, "--csv").stdout.splitlines()
+    assert "noise_clip" in csv[0].split(",") and "pixel_success_mean" in csv[0].split(",")
