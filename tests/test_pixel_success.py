@@ -91,3 +91,14 @@ def test_retrieve_reports_noise_clip_only_when_set(invoke, tmp_path):
     assert plain["metrics"]["pixel_success"] is not None
     csv = invoke("retrieve", "--memory", path, "--csv").stdout.splitlines()
     assert "noise_clip" in csv[0].split(",") and "pixel_success_mean" in csv[0].split(",")
+
+
+def test_sweep_resume_refuses_another_noise_clip(invoke, tmp_path):
+    out = tmp_path / "runs.jsonl"
+    grid = ("sweep", "--dataset", "random", "--sizes", "5", "--noise", "0.3", "--out", out)
+    first = invoke(*grid, "--noise-clip")
+    assert first.exit_code == 0, first.stderr
+    again = invoke(*grid, "--resume")
+    assert again.exit_code != 0 and "noise_clip" in again.stderr
+    same = invoke(*grid, "--noise-clip", "--resume")
+    assert same.exit_code == 0, same.stderr
