@@ -21,12 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
 from nphcli.models.masks import check_k, resolve_k
 from nphcli.separation import separation
 
-# Largest rows · k² distances computed for the support reading before asking for a sample.
-MAX_PAIRS = 1 << 27
+# Largest rows · k² distances the support reading computes; beyond it, fewer rows are checked.
+MAX_PAIRS = 1 << 24
 
 
 @dataclass
@@ -35,6 +34,7 @@ class SupportReading:
 
     k: int
     rows: Tensor  # (S,) int64 patterns checked
+    sampled: bool  # True when rows is a seeded sample of fewer than M patterns
     R: Tensor  # (S,) float64 R_μ
     threshold: Tensor  # (S,) float64
     delta: Tensor  # (S,) float64 Δ_μ
@@ -48,6 +48,7 @@ class SupportReading:
             "R_min": float(self.R.min()) if self.R.numel() else None,
             "R_median": float(self.R.median()) if self.R.numel() else None,
             "patterns_checked": int(self.rows.numel()),
+            "sampled": self.sampled,
             "well_separated": count,
             "fraction": count / self.rows.numel() if self.rows.numel() else None,
         }
@@ -62,38 +63,54 @@ def support_reading(
     seed: int = 0,
 ) -> SupportReading:
     """The support reading for patterns (M, d), β and k (a count, a fraction of M, or None for
-    k = M), over every pattern or a seeded sample of `max_rows`, as `separation` samples."""
+    k = M), over every pattern or a seeded sample of `max_rows`, as `separation` samples; when
+    that would need more than `MAX_PAIRS` distances, over a seeded sample of the rows small
+    enough to stay within it."""
     if k is not None:
         check_k(k)
     X = patterns.to(torch.float64)  # (M, d)
     M = X.shape[0]
     count = M if k is None else resolve_k(k, M)
     sep = separation(X, max_rows=max_rows, seed=seed)
-    rows = sep.rows
+    rows, delta, sampled = sep.rows, sep.delta, sep.sampled
     if sep.R is None:
         empty = torch.empty(0, dtype=torch.float64)
-        return SupportReading(count, rows, empty, empty, empty, torch.zeros(0, dtype=torch.bool))
+        none = torch.zeros(0, dtype=torch.bool)
+        return SupportReading(count, rows, False, empty, empty, empty, none)
     if count >= M:
         R = torch.full((rows.numel(),), sep.R, dtype=torch.float64)
     else:
-        if rows.numel() * (count + 1) ** 2 > MAX_PAIRS:
-            raise NphError(
-                f"the support reading needs {rows.numel()} × {count + 1}² distances; "
-                "use a smaller --sample"
-            )
-        R = torch.empty(rows.numel(), dtype=torch.float64)
-        for i, mu in enumerate(rows.tolist()):
-            top = (X @ X[mu]).topk(count).indices  # (k,) the support of ξ_μ's query
-            members = torch.unique(torch.cat([top, torch.tensor([mu])]))
-            dist = torch.cdist(X[members], X[members])  # (s, s)
-            dist.fill_diagonal_(math.inf)
-            R[i] = 0.5 * dist.min()
+        limit = max(1, MAX_PAIRS // (count + 1) ** 2)
+        if rows.numel() > limit:
+            generator = torch.Generator().manual_seed(seed)
+            keep = torch.randperm(rows.numel(), generator=generator)[:limit].sort().values
+            rows, delta, sampled = rows[keep], delta[keep], True
+        R = _support_R(X, rows, count)
     factor = M + count - 2
     with torch.no_grad():
         safe = R.clamp(min=torch.finfo(torch.float64).tiny)
         threshold = torch.log(factor * sep.m / safe) / beta + 2 * sep.m * R
         threshold = torch.where(R > 0, threshold, torch.full_like(R, math.inf))
-    return SupportReading(count, rows, R, threshold, sep.delta, sep.delta >= threshold)
+    return SupportReading(count, rows, sampled, R, threshold, delta, delta >= threshold)
+
+
+def _support_R(X: Tensor, rows: Tensor, k: int) -> Tensor:
+    """R_μ (S,) for each μ in rows: ½ the smallest distance between two patterns of
+    top-k(⟨ξ_μ, ·⟩) ∪ {μ}. The pairs with μ are its distances to the top k (itself masked), so
+    the set never holds μ twice. inf when the set is μ alone (k = 1, μ its own top score)."""
+    out = torch.empty(rows.numel(), dtype=torch.float64)
+    block = max(1, (1 << 22) // (k * k + k))
+    for start in range(0, rows.numel(), block):
+        mu = rows[start : start + block]  # (B,)
+        top = (X[mu] @ X.T).topk(k, dim=1).indices  # (B, k)
+        members = X[top]  # (B, k, d)
+        within = torch.cdist(members, members)  # (B, k, k)
+        within.diagonal(dim1=1, dim2=2).fill_(math.inf)
+        to_mu = torch.linalg.vector_norm(members - X[mu][:, None, :], dim=2)  # (B, k)
+        to_mu = to_mu.masked_fill(top == mu[:, None], math.inf)
+        closest = torch.minimum(within.amin(dim=(1, 2)), to_mu.amin(dim=1))  # (B,)
+        out[start : start + mu.numel()] = 0.5 * closest
+    return out
 
 
 def closest_pair(patterns: Tensor) -> tuple[int, int]:
