@@ -416,7 +416,8 @@ class Results:
                         f"{self.path} holds rows of another sweep ({key} {row.get(key)!r}, "
                         f"now {value!r}); resume with the same settings or choose another --out"
                     )
-            if bool(row.get("noise_clip") or False) != config.noise_clip:
+            clipped = str(row.get("noise_clip", "")).lower() in ("true", "1")  # JSON or CSV
+            if clipped != config.noise_clip:
                 raise NphError(
                     f"{self.path} was written with noise_clip {not config.noise_clip}; resume "
                     "it the same way or choose another --out"

@@ -93,8 +93,9 @@ def test_retrieve_reports_noise_clip_only_when_set(invoke, tmp_path):
     assert "noise_clip" in csv[0].split(",") and "pixel_success_mean" in csv[0].split(",")
 
 
-def test_sweep_resume_refuses_another_noise_clip(invoke, tmp_path):
-    out = tmp_path / "runs.jsonl"
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_sweep_resume_refuses_another_noise_clip(invoke, tmp_path, suffix):
+    out = tmp_path / f"runs{suffix}"
     grid = ("sweep", "--dataset", "random", "--sizes", "5", "--noise", "0.3", "--out", out)
     first = invoke(*grid, "--noise-clip")
     assert first.exit_code == 0, first.stderr
