@@ -31,6 +31,7 @@ METRIC_LABELS = {
     "mse": "mean squared error ‖T(x) − ξ‖² / d",
     "success": "success rate (nearest stored pattern is the target)",
     "cosine": "cosine similarity of T(x) and ξ",
+    "pixel_success": "per-pixel success rate (every clamped entry within 0.1 of the target)",
     "nearest_distance": "distance from T(x) to the nearest stored pattern",
     "support": "support size (memories with non-zero weight)",
     "steps": "update steps",

@@ -196,7 +196,7 @@ def describe(memory: Any, *, max_rows: int | None = DEFAULT_MAX_ROWS, seed: int 
         "dtype": str(patterns.dtype).removeprefix("torch."),
         "item_shape": list(memory.item_shape) if memory.item_shape else None,
         "labels": labels,
-        "values_shape": list(memory.values.shape) if memory.values is not None else None,
+        "values_shape": list(memory.values.shape) if memory.hetero else None,
         **pattern_summary(patterns),
         "separation": {
             "m": sep.m,

@@ -25,9 +25,12 @@ Dense retrieval is the case S = everything (k = M); top-k, random and window are
   ≤ 2m(k − 1)·exp(−β Δ̃_μ(x)), and 2(k − 1) ≤ M + k − 2 because k ≤ M.
 
 The two bounds agree at x = ξ_μ. Elsewhere the stated one uses ⟨ξ_μ, ξ_ν⟩ where the proof has
-⟨x, ξ_ν⟩; they differ by ⟨x − ξ_μ, ξ_ν⟩, up to m‖x − ξ_μ‖, which inside S_μ can outweigh the
-constant's slack: `stated_bound_counterexample` is a well-separated, in-sphere, in-support query
-on which the stated bound fails while the query-gap bound holds.
+⟨x, ξ_ν⟩ (the paper's proof ends with the query's own gap ⟨x, ξ_μ⟩ − Max_ν⟨x, ξ_ν⟩; its statement
+has ⟨ξ_μ, x⟩ − Max_{ν≠μ}⟨ξ_μ, ξ_ν⟩); they differ by ⟨x − ξ_μ, ξ_ν⟩, up to m‖x − ξ_μ‖, which inside
+S_μ can outweigh the constant's slack: `stated_bound_counterexample` is a well-separated,
+in-sphere, in-support query on which the stated bound fails while the query-gap bound holds;
+`nphcli.counterexamples` has a sparse (top-3) one that fails 136-fold, one for the reading whose
+max includes ν = μ, and the bounds that do hold are in `nphcli.bounds`.
 
 - Corollary 4.1, read per query: when μ ∈ S(x), the sparse-structured error is at most the dense
   error ‖T_dense(x) − ξ_μ‖. The bounds obey this (M + k − 2 ≤ 2(M − 1)); the errors need not,
@@ -52,6 +55,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nphcli.bounds import bound_summary, tight_bound
 from nphcli.engine.masks import check_k, resolve_k
 from nphcli.models import HopfieldModel, create_model
 from nphcli.separation import Separation, separation
@@ -169,6 +173,11 @@ class QueryCheck:
     stated_bound: Tensor  # m(M + k − 2) exp(−β(⟨ξ_μ, x⟩ − max_{ν≠μ}⟨ξ_μ, ξ_ν⟩))
     query_bound: Tensor  # m(M + k − 2) exp(−β Δ̃_μ(x))
     dense_error: Tensor  # ‖T_dense(x) − ξ_μ‖, float64
+    # The bounds of `nphcli.bounds` (see there), and the stated bound with ν = μ in its max.
+    stated_self_bound: Tensor  # m(M + k − 2) exp(−β(⟨ξ_μ, x⟩ − max_ν⟨ξ_μ, ξ_ν⟩))
+    lemma_bound: Tensor  # m(M + k − 2) exp(−β(Δ_μ − 2m‖x − ξ_μ‖))
+    tight_bound: Tensor  # 2m(k − 1) exp(−β Δ̃_μ(x))
+    weight_bound: Tensor  # 2m(1 − p_μ)
 
     @property
     def premises(self) -> Tensor:
@@ -186,6 +195,10 @@ class QueryCheck:
     @property
     def corollary_holds(self) -> Tensor:
         return _holds(self.error, self.dense_error)
+
+    def holds(self, bound: str) -> Tensor:
+        """(Q,) bool: error ≤ the named bound field (e.g. "lemma_bound"), to rounding."""
+        return _holds(self.error, getattr(self, bound))
 
     def summary(self) -> dict[str, Any]:
         """Counts over the queries (so trials can be added up), and the largest impl_gap."""
@@ -206,6 +219,7 @@ class QueryCheck:
             "query_holds": int((self.query_holds & support).sum()),
             "corollary_holds": int((self.corollary_holds & support).sum()),
             "impl_gap_max": float(self.impl_gap.max()) if self.impl_gap.numel() else 0.0,
+            **bound_summary(self),
         }
 
     def per_query(self) -> dict[str, list]:
@@ -222,6 +236,10 @@ class QueryCheck:
             "stated_bound",
             "query_bound",
             "dense_error",
+            "stated_self_bound",
+            "lemma_bound",
+            "tight_bound",
+            "weight_bound",
         )
         out = {name: getattr(self, name).tolist() for name in names}
         out["stated_holds"] = self.stated_holds.tolist()
@@ -274,6 +292,8 @@ def check_queries(
         step["stated_gap"] = (x_all[block] * X[targets[block]]).sum(1) - competitor[
             targets[block]
         ]  # (B,) ⟨ξ_μ, x⟩ − max_{ν≠μ}⟨ξ_μ, ξ_ν⟩
+        with_self = torch.maximum(competitor, own_norm2)[targets[block]]  # max_ν ⟨ξ_μ, ξ_ν⟩
+        step["stated_self_gap"] = (x_all[block] * X[targets[block]]).sum(1) - with_self
         for key, value in step.items():
             parts.setdefault(key, []).append(value)
     got = {key: torch.cat(values) for key, values in parts.items()}
@@ -306,6 +326,10 @@ def check_queries(
         stated_bound=theorem_bound(beta, M, k, sep.m, got["stated_gap"]),
         query_bound=theorem_bound(beta, M, k, sep.m, got["query_gap"]),
         dense_error=got["dense_error"],
+        stated_self_bound=theorem_bound(beta, M, k, sep.m, got["stated_self_gap"]),
+        lemma_bound=theorem_bound(beta, M, k, sep.m, sep.delta[targets] - 2 * sep.m * distance),
+        tight_bound=tight_bound(beta, k, sep.m, got["query_gap"]),
+        weight_bound=2 * sep.m * got["rest_weight"],
     )
 
 
@@ -326,10 +350,10 @@ def _check_block(
     others = scores.clone()
     others[rows, targets] = -math.inf
     query_gap = target_score - others.max(dim=1).values  # (B,) Δ̃_μ(x); -inf-safe for M ≥ 2
-    T, error = _softmax_retrieval(X, beta * scores, support, targets)
-    dense_T, dense_error = _softmax_retrieval(X, beta * scores, torch.ones_like(support), targets)
-    del dense_T
+    T, error, rest = _softmax_retrieval(X, beta * scores, support, targets)
+    _, dense_error, _ = _softmax_retrieval(X, beta * scores, torch.ones_like(support), targets)
     return {
+        "rest_weight": rest,
         "k": support.sum(dim=1),
         "in_support": support[rows, targets],
         "error": error,
@@ -342,9 +366,9 @@ def _check_block(
 
 def _softmax_retrieval(
     X: Tensor, logits: Tensor, support: Tensor, targets: Tensor
-) -> tuple[Tensor, Tensor]:
-    """T(x) = Σ_{ν∈S} p_ν ξ_ν (B, d) and ‖T(x) − ξ_μ‖ (B,), p the softmax of `logits` (B, M)
-    over `support` (B, M).
+) -> tuple[Tensor, Tensor, Tensor]:
+    """T(x) = Σ_{ν∈S} p_ν ξ_ν (B, d), ‖T(x) − ξ_μ‖ (B,) and 1 − p_μ = Σ_{ν≠μ} p_ν (B,), p the
+    softmax of `logits` (B, M) over `support` (B, M).
 
     The error is computed as ‖Σ_{ν≠μ} p_ν ξ_ν − (Σ_{ν≠μ} p_ν) ξ_μ‖ (Σ p = 1), which never
     subtracts two nearly equal vectors of size ‖ξ_μ‖: tiny errors keep their relative precision,
@@ -363,7 +387,7 @@ def _softmax_retrieval(
     outside = target_weight == 0
     if bool(outside.any()):
         diff[outside] = T[outside] - X[targets[outside]]
-    return T, torch.linalg.vector_norm(diff, dim=1)
+    return T, torch.linalg.vector_norm(diff, dim=1), rest.sum(dim=1)
 
 
 def check_report(memory: Any, report: Any) -> QueryCheck | None:

@@ -58,6 +58,15 @@ def analyze_command(
             "uses every pattern (R is then exact).",
         ),
     ] = 2000,
+    fixed_point: Annotated[
+        int,
+        typer.Option(
+            "--fixed-point",
+            help="With --model: also iterate N steps from each corrupted query, and dense "
+            "retrieval beside it, and count fixed points, energy descent and final errors "
+            "(Corollary 4.3); 0 skips it.",
+        ),
+    ] = 0,
     per_pattern: Annotated[
         bool,
         typer.Option(
@@ -84,6 +93,7 @@ def analyze_command(
     from nphcli.evaluation.evaluate import evaluate
     from nphcli.evaluation.settings import RetrieveSettings
     from nphcli.memory.file import load_memory
+    from nphcli.readings import support_reading
     from nphcli.theory import check_report, is_structured, well_separation
 
     if sample < 0:
@@ -91,11 +101,14 @@ def analyze_command(
     if beta is not None and not beta > 0:
         raise NphError(f"--beta must be > 0, got {beta}")
     extra = {name: parse_single(name, text) for name, text in model_params.items()}
-    if model is None and (
-        extra or any(v for v in (mask, noise, queries, per_query) if v not in (None, 0, 0.0, False))
-    ):
+    used = (mask, noise, queries, per_query, fixed_point)
+    if model is None and (extra or any(v for v in used if v not in (None, 0, 0.0, False))):
         flags = "".join(f"--{name}, " for name in extra)
-        raise NphError(f"{flags}--mask, --noise, --queries and --per-query go with --model")
+        raise NphError(
+            f"{flags}--mask, --noise, --queries, --per-query and --fixed-point go with --model"
+        )
+    if fixed_point < 0:
+        raise NphError(f"--fixed-point must be 0 or more steps, got {fixed_point}")
     memory = load_memory(file)
     used_beta = DEFAULT_BETA if beta is None else beta
     check = None
@@ -127,6 +140,9 @@ def analyze_command(
         "M": memory.num_memories,
         "d": memory.dim,
         "well_separation": separated.to_json(per_pattern=per_pattern),
+        "well_separation_support": support_reading(
+            memory.patterns, used_beta, k, max_rows=sample or None, seed=seed
+        ).to_json(),
     }
     if check is not None:
         result["queries"] = {
@@ -138,6 +154,18 @@ def analyze_command(
         }
         if per_query:
             result["queries"]["per_query"] = check.per_query()
+        if fixed_point:
+            from nphcli.convergence import fixed_point_check
+
+            result["fixed_point"] = fixed_point_check(
+                model,
+                report.config["params"],
+                memory.patterns,
+                report.queries,
+                report.per_query["target_index"],
+                report.per_query["query_row"],
+                steps=fixed_point,
+            )
     if as_json:
         print_json(result)
         return
@@ -163,6 +191,14 @@ def _print(result: dict) -> None:
             + (" (sampled)" if ws["sampled"] else ""),
         ),
     ]
+    support = result["well_separation_support"]
+    rows.append(
+        (
+            "well separated, R over the support",
+            f"{support['well_separated']} of {support['patterns_checked']} patterns "
+            f"(k = {support['k']})",
+        )
+    )
     print_table("Separation (Hu et al. 2025, §4)", ["quantity", "value"], rows)
     if ws.get("per_pattern"):
         per = ws["per_pattern"]
@@ -185,11 +221,34 @@ def _print(result: dict) -> None:
         ("stated bound holds, premises", f"{s['stated_holds_premises']} of {s['premises']}"),
         ("stated bound holds, in support", f"{s['stated_holds']} of {s['in_support']}"),
         ("query-gap bound holds", f"{s['query_holds']} of {s['in_support']}"),
+        ("Lemma-form bound holds", f"{s['lemma_holds']} of {s['in_support']}"),
+        ("2m(k − 1)·exp(−βΔ̃) bound holds", f"{s['tight_holds']} of {s['in_support']}"),
+        (
+            "stated bound, max with ν = μ, holds",
+            f"{s['stated_self_holds_premises']} of {s['premises']} (premises)",
+        ),
+        ("tightness (bound/error), min", _tightness(s)),
         ("error ≤ dense error (Cor. 4.1)", f"{s['corollary_holds']} of {s['in_support']}"),
         ("max ‖T_model − T_ref‖", s["impl_gap_max"]),
     ]
     print_table("Theorem 4.1 per query", ["check", "count"], rows)
+    fixed = result.get("fixed_point")
+    if fixed:
+        rows = [(key, value) for key, value in fixed.items()]
+        print_table("Fixed points (Corollary 4.3)", ["check", "value"], rows)
     per = queries.get("per_query")
     if per:
         names = ["target", "k", "distance", "error", "stated_bound", "stated_holds", "dense_error"]
         print_table("Per query", names, zip(*(per[n] for n in names), strict=True))
+
+
+def _tightness(summary: dict) -> str:
+    names = ("stated", "query", "lemma", "tight")
+    return (
+        ", ".join(
+            f"{name} {format_value(summary[f'{name}_tightness_min'])}"
+            for name in names
+            if summary.get(f"{name}_tightness_min") is not None
+        )
+        or "-"
+    )

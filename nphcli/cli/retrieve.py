@@ -62,6 +62,14 @@ def retrieve_command(
     ] = None,
     fill: Annotated[float, typer.Option("--fill", help="Value written into hidden entries.")] = 0.0,
     noise: Noise = 0.0,
+    noise_clip: Annotated[
+        bool,
+        typer.Option(
+            "--noise-clip",
+            help="Clamp noisy queries to [0, 1] after the noise, as the paper's released code "
+            "does (for pixels stored in [0, 1]).",
+        ),
+    ] = False,
     device: Annotated[
         str, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")
     ] = "cpu",
@@ -97,6 +105,14 @@ def retrieve_command(
     per_query: Annotated[
         bool,
         typer.Option("--per-query", help="Also report every query's metrics (JSON, CSV or table)."),
+    ] = False,
+    trace: Annotated[
+        bool,
+        typer.Option(
+            "--trace",
+            help="Also report, for each of the --steps iterations (recomputed in float64), the "
+            "energy E(x_t) and ‖T(x_t) − x_t‖ (JSON `trace`, or a table); README, 'Energies'.",
+        ),
     ] = False,
     as_json: JsonOutput = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print a CSV header and one row.")] = False,
@@ -148,7 +164,9 @@ def retrieve_command(
     settings = RetrieveSettings(
         model=model,
         params={name: parse_single(name, text) for name, text in model_params.items()},
-        corruption=Corruption(mask=mask, mask_mode=mask_mode, fill=fill, noise=noise),
+        corruption=Corruption(
+            mask=mask, mask_mode=mask_mode, fill=fill, noise=noise, noise_clip=noise_clip
+        ),
         queries=queries,
         seed=seed,
         device=device,
@@ -168,19 +186,35 @@ def retrieve_command(
         from nphcli.image_grid import check_drawable, save_retrieval_grid
 
         check_drawable(inputs.memory)
+    if trace and (stream or as_csv):
+        from nphcli.errors import NphError
+
+        raise NphError("--trace goes with --json or the table, not with --stream or --csv")
     report = evaluate_inputs(inputs, settings)
+    steps_trace = None
+    if trace:
+        from nphcli.energy import trace_report
+
+        steps_trace = trace_report(inputs.memory, report).to_json(per_query=per_query)
     if out is not None:
         save_results(out, report, force=force)
     if save_grid is not None:
         save_retrieval_grid(save_grid, report, inputs.memory, force=force)
 
     if as_json:
-        print_json(report.to_json(per_query=per_query))
+        result = report.to_json(per_query=per_query)
+        if steps_trace is not None:
+            result["trace"] = steps_trace
+        print_json(result)
     elif as_csv:
         rows = report.per_query_rows() if per_query else [report.to_row()]
         print_csv(rows, header=not no_header)
     else:
         _print_tables(report, per_query=per_query)
+        if steps_trace is not None:
+            names = ["step", "energy_mean", "energy_rise_max", "residual_mean", "residual_max"]
+            rows = [[item[name] for name in names] for item in steps_trace]
+            print_table("Trace (float64)", names, rows)
 
 
 def _print_tables(report, *, per_query: bool) -> None:

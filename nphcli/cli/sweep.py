@@ -88,6 +88,14 @@ def sweep_command(
             "[default: 0].",
         ),
     ] = None,
+    noise_clip: Annotated[
+        bool | None,
+        typer.Option(
+            "--noise-clip",
+            help="Clamp noisy queries to [0, 1] after the noise, as the paper's released code "
+            "does (config key noise_clip) [default: no].",
+        ),
+    ] = None,
     queries: Annotated[
         int | None,
         typer.Option("--queries", help="Queries per run [default: every stored pattern]."),
@@ -186,6 +194,7 @@ def sweep_command(
         "mask": None if mask is None else parse_list(mask, "--mask", float),
         "mask_mode": mask_mode,
         "noise": None if noise is None else parse_list(noise, "--noise", float),
+        "noise_clip": noise_clip or None,
         "queries": queries,
         "normalize": normalize,
         "root": root,

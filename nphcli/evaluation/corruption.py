@@ -16,6 +16,11 @@ The default mode is `bottom` for images (the paper's half-masked digit is `--mas
 `noise` is the standard deviation σ. The paper states its noise levels as a variance σ²: a
 variance v is `--noise √v` (variance 0.5 → σ ≈ 0.7071; variance 1.4 → σ ≈ 1.1832).
 
+`noise_clip` (`--noise-clip`): after the noise, every entry of the query is clamped to [0, 1],
+x_i ← min(1, max(0, x_i)), as the paper's released code does with its noisy images; it is meant
+for pixels stored in [0, 1] (`--normalize unit`, the image default). Without noise it changes
+nothing (the query is left as masked).
+
 All randomness comes from the `torch.Generator` passed in and is drawn on the CPU, so the same
 seed gives the same queries on every device.
 """
@@ -42,6 +47,7 @@ class Corruption:
     mask_mode: str | None = None  # one of MASK_MODES; None: bottom for images, random otherwise
     fill: float = 0.0  # value written into hidden entries
     noise: float = 0.0  # standard deviation σ of the added Gaussian noise, ≥ 0
+    noise_clip: bool = False  # clamp noisy queries to [0, 1] (the released code's noise)
 
     def __post_init__(self) -> None:
         if not (_is_number(self.mask) and 0.0 <= self.mask <= 1.0):
@@ -51,6 +57,8 @@ class Corruption:
                 f"--noise must be a standard deviation ≥ 0, got {self.noise} "
                 "(for a noise variance v, pass √v)"
             )
+        if not isinstance(self.noise_clip, bool):
+            raise NphError(f"noise_clip must be true or false, got {self.noise_clip!r}")
         if not _is_number(self.fill):
             raise NphError(f"--fill must be a finite number, got {self.fill}")
         if self.mask_mode is not None and self.mask_mode not in MASK_MODES:
@@ -129,6 +137,8 @@ def corrupt(
                 f"--noise {corruption.noise:g} makes query values overflow {str(work)[6:]}; "
                 "use a smaller σ"
             )
+        if corruption.noise_clip:
+            queries.clamp_(0.0, 1.0)
     return Corrupted(queries=queries, hidden=hidden, mask_mode=mode)
 
 

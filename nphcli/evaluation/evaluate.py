@@ -28,7 +28,7 @@ from nphcli import __version__
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET
 from nphcli.devices import dtype_name, resolve_device, resolve_dtype, synchronize
 from nphcli.evaluation import metrics as metric_fns
-from nphcli.evaluation.corruption import Corrupted, corrupt, image_shape
+from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
 from nphcli.evaluation.guards import check_default_beta, check_finite, check_range, memory_scale
 from nphcli.evaluation.inputs import Inputs
 from nphcli.evaluation.queries import Selection, select
@@ -269,9 +269,18 @@ def _config(
             "targets": chosen.target_source,
             "targets_file": sources.get("targets"),
         },
-        "corruption": {**dataclasses.asdict(settings.corruption), "mask_mode": corrupted.mask_mode},
+        "corruption": _corruption_config(settings.corruption, corrupted.mask_mode),
         "batch_size": None,
         "repeat": settings.repeat,
         "memory_budget": settings.memory_budget or DEFAULT_MEMORY_BUDGET,
         "nph_version": __version__,
     }
+
+
+def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
+    """The report's corruption record; `noise_clip` appears only when set, so runs without it
+    report exactly what they did before the option existed."""
+    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
+    if not out["noise_clip"]:
+        del out["noise_clip"]
+    return out

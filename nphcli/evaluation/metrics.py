@@ -7,6 +7,10 @@ output space s_1 … s_M (the values for a hetero-associative memory, else the p
 - `cosine`  = ⟨y, t⟩ / (‖y‖·‖t‖), defined as 0 when y or t is the zero vector;
 - `nearest` = argmin_μ ‖y − s_μ‖ (ties: the lowest index μ), `nearest_distance` = ‖y − s_nearest‖;
 - `success` = 1 if `nearest` is the target's index, else 0 (top-1 retrieval accuracy);
+- `pixel_success` = 1 if max_i |clamp(y_i, lo, hi) − t_i| ≤ 0.1, else 0, where [lo, hi] is the
+  range of the stored values (min and max over every entry of s_1 … s_M): every entry of the
+  clamped retrieval within 0.1 of the target, the success criterion of the paper's released
+  code (there with standardised pixels and [lo, hi] their range);
 - `support` = memories with non-zero weight at the last step (models with exact zeros only);
 - `steps`   = update steps applied.
 All of them are computed in float32 (float64 for float64 inputs), whatever the retrieval dtype,
@@ -24,6 +28,8 @@ from nphcli.memory.bank import MemoryBank, as_bank
 
 # Elements of one (queries × memories) distance block: 2²⁴ float32 = 64 MiB.
 BLOCK_ELEMENTS = 1 << 24
+# Largest |clamp(y_i) − t_i| a `pixel_success` allows, in the stored units.
+PIXEL_TOLERANCE = 0.1
 
 
 def metric_dtype(tensor: Tensor) -> torch.dtype:
@@ -47,6 +53,26 @@ def cosine(retrieved: Tensor, targets: Tensor) -> Tensor:
     dots = (y * t).sum(dim=1)  # (Q,)
     safe = torch.where(norms > 0, norms, torch.ones_like(norms))
     return torch.where(norms > 0, dots / safe, torch.zeros_like(dots)).clamp(-1.0, 1.0)
+
+
+def value_range(stored: Tensor | MemoryBank) -> tuple[float, float]:
+    """(min, max) over every entry of the stored rows (M, d_v), read block by block."""
+    bank = as_bank(stored)
+    lows, highs = [], []
+    for _, _, values in bank.blocks(1 << 16):
+        lows.append(float(values.min()))
+        highs.append(float(values.max()))
+    return min(lows), max(highs)
+
+
+def pixel_success(
+    retrieved: Tensor, targets: Tensor, low: float, high: float, tol: float = PIXEL_TOLERANCE
+) -> Tensor:
+    """(Q,) 1.0 where every entry of clamp(y, low, high) is within `tol` of the target, else 0."""
+    dtype = metric_dtype(retrieved)
+    y = retrieved.to(dtype).clamp(low, high)  # (Q, d_v)
+    t = targets.to(device=retrieved.device, dtype=dtype)  # (Q, d_v)
+    return ((y - t).abs().amax(dim=1) <= tol).to(dtype)
 
 
 def nearest(
@@ -137,6 +163,7 @@ def per_query(
             target_indices, _ = nearest(targets.to(retrieved.device), stored, block_rows=block_rows)
         out["target_index"] = target_indices.to(device=index.device, dtype=torch.int64)
         out["success"] = (index == out["target_index"]).to(errors.dtype)
+        out["pixel_success"] = pixel_success(retrieved, targets, *value_range(stored))
     if support is not None:
         out["support"] = support.to(torch.int64)
     if steps is not None:

@@ -17,7 +17,16 @@ from torch import Tensor
 
 from nphcli.atomic import atomic_write
 
-METRICS = ("success", "sse", "mse", "cosine", "nearest_distance", "support", "steps")
+METRICS = (
+    "success",
+    "sse",
+    "mse",
+    "cosine",
+    "nearest_distance",
+    "support",
+    "steps",
+    "pixel_success",
+)
 STATS = ("mean", "std", "median")
 TIMINGS = (
     "load_s",
@@ -42,6 +51,7 @@ PER_QUERY = (
     "cosine",
     "support",
     "steps",
+    "pixel_success",
 )
 
 
@@ -86,6 +96,7 @@ class RetrievalReport:
                 "Q": config["queries"]["Q"],
                 "queries": config["queries"]["source"],
                 **config["corruption"],  # mask, mask_mode, fill, noise
+                "noise_clip": config["corruption"].get("noise_clip", False),
                 "batch_size": config["batch_size"],
                 "repeat": config["repeat"],
             }

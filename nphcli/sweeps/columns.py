@@ -29,9 +29,24 @@ CHECK_COUNTS = (
     "query_holds",
     "corollary_holds",
 )
-COUNT_FIELDS = tuple(f"theory_{name}" for name in CHECK_COUNTS)
+# Counts of the bounds that do hold (`nphcli.bounds`), and their tightness (bound / error).
+BOUND_COUNTS = ("lemma_holds", "tight_holds", "weight_holds", "stated_self_holds_premises")
+TIGHTNESS = (
+    "stated_tightness_min",
+    "query_tightness_min",
+    "lemma_tightness_min",
+    "tight_tightness_min",
+    "tight_tightness_median",
+)
+COUNT_FIELDS = tuple(f"theory_{name}" for name in (*CHECK_COUNTS, *BOUND_COUNTS))
 SEPARATION_FIELDS = ("theory_m", "theory_R", "theory_delta_min", "theory_delta_mean")
-THEORY_FIELDS = (*SEPARATION_FIELDS, "theory_k_mean", *COUNT_FIELDS, "theory_impl_gap_max")
+THEORY_FIELDS = (
+    *SEPARATION_FIELDS,
+    "theory_k_mean",
+    *(f"theory_{name}" for name in CHECK_COUNTS),
+    "theory_impl_gap_max",
+    *(f"theory_{name}" for name in (*BOUND_COUNTS, *TIGHTNESS)),
+)
 
 
 def id_columns(
@@ -69,5 +84,5 @@ def theory_columns(memory: Any, report: Any) -> dict[str, Any]:
         return out
     for key, value in check.summary().items():
         if f"theory_{key}" in out:
-            out[f"theory_{key}"] = value
+            out[f"theory_{key}"] = "" if value is None else value
     return out

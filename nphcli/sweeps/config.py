@@ -73,6 +73,7 @@ TOP_KEYS = (
     "fill",
     "noise",
     "noise_variance",
+    "noise_clip",
     "queries",
     "dtype",
     "models",
@@ -92,6 +93,7 @@ DEFAULTS: dict[str, Any] = {
     "mask_mode": None,
     "fill": 0.0,
     "noise": [0.0],
+    "noise_clip": False,
     "queries": None,
     "dtype": "float32",
     "models": [{"name": "dense"}],
@@ -134,6 +136,7 @@ class SweepConfig:
     root: str | None = None  # dataset root folder (datasets only)
     origin: str = "options"  # where the grid came from: "preset NAME", a file, or "options"
     noise_variance: list[float] | None = None  # the variances σ was computed from, if given so
+    noise_clip: bool = False  # clamp noisy queries to [0, 1] (corruption.py)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description (for `--json` and the results' provenance)."""
@@ -151,6 +154,7 @@ class SweepConfig:
             "fill": self.fill,
             "noise": self.noise,
             "noise_variance": self.noise_variance,
+            "noise_clip": self.noise_clip,
             "queries": self.queries,
             "dtype": self.dtype,
             "device": self.device,
@@ -241,6 +245,8 @@ def resolve(data: dict[str, Any], origin: str, overrides: dict[str, Any]) -> Swe
     fill = merged["fill"]
     if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not math.isfinite(fill):
         raise NphError(f"{where}: fill must be a finite number, got {fill!r}")
+    if not isinstance(merged["noise_clip"], bool):
+        raise NphError(f"{where}: noise_clip must be true or false, got {merged['noise_clip']!r}")
     for key in ("mask_mode", "normalize", "dtype", "dataset"):
         value = merged[key]
         if value is not None and not isinstance(value, str):
@@ -268,6 +274,7 @@ def resolve(data: dict[str, Any], origin: str, overrides: dict[str, Any]) -> Swe
         root=None if given.get("root") is None else str(given["root"]),
         origin=origin,
         noise_variance=merged.get("noise_variance") if "noise" not in given else None,
+        noise_clip=merged["noise_clip"],
     )
 
 

@@ -183,6 +183,12 @@ class Results:
                         f"{self.path} holds rows of another sweep ({key} {row.get(key)!r}, "
                         f"now {value!r}); resume with the same settings or choose another --out"
                     )
+            clipped = str(row.get("noise_clip", "")).lower() in ("true", "1")  # JSON or CSV
+            if clipped != config.noise_clip:
+                raise NphError(
+                    f"{self.path} was written with noise_clip {not config.noise_clip}; resume "
+                    "it the same way or choose another --out"
+                )
             if ("theory_m" in row) != theory:
                 had = "with" if "theory_m" in row else "without"
                 raise NphError(f"{self.path} was written {had} --theory; resume it the same way")

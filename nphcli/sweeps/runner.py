@@ -56,6 +56,7 @@ def _retrieve_settings(config: SweepConfig, setting: Setting, trial: int) -> Any
             mask_mode=setting.mask_mode,
             fill=config.fill,
             noise=setting.noise,
+            noise_clip=config.noise_clip,
         ),
         queries=config.queries,
         seed=run_seed(config.seed, trial),

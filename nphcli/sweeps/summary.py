@@ -13,7 +13,7 @@ from typing import Any
 from nphcli.sweeps.columns import COUNT_FIELDS
 from nphcli.sweeps.grid import Setting
 
-SUMMARY_METRICS = ("sse", "success", "mse", "cosine")
+SUMMARY_METRICS = ("sse", "success", "mse", "cosine", "pixel_success")
 
 
 @dataclass
