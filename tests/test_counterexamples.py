@@ -1,7 +1,7 @@
 """The counterexamples of issue 15 to §4 as stated, and the bounds that do hold.
 
 Every quantity is recomputed here from the formulas with plain float64 loops, independently of
-`nphcli.theory`, and compared with what nph reports."""
+`nphcli.theory.checks`, and compared with what nph reports."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
-from nphcli import counterexamples as cx
-from nphcli import theory
+from nphcli.theory import checks as theory
+from nphcli.theory import counterexamples as cx
 
 
 def reference(X, x, mu, beta, support):

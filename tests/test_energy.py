@@ -1,4 +1,4 @@
-"""Model energies (nphcli.energy): reference values, −∇E(x) = T(x) − x, and monotone descent."""
+"""Model energies (theory.energy): reference values, −∇E(x) = T(x) − x, and monotone descent."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from nphcli import energy as en
 from nphcli.models import create_model
+from nphcli.theory import energy as en
 
 ENERGY_MODELS = [
     ("dense", {}),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nphcli.evaluation import metrics
 from nphcli.errors import NphError
+from nphcli.evaluation import metrics
 from nphcli.evaluation.corruption import Corruption, corrupt
 
 

@@ -9,8 +9,9 @@ import math
 import pytest
 import torch
 
-from nphcli import convergence, readings, theory
 from nphcli.memory.file import save_memory
+from nphcli.theory import checks as theory
+from nphcli.theory import convergence, readings
 
 
 def reference_support_reading(X, beta, k):

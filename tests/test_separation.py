@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nphcli.memory.file import Memory
-from nphcli.separation import (
+from nphcli.theory.separation import (
     describe,
     max_norm,
     nearest_competitors,

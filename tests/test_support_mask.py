@@ -34,7 +34,7 @@ def test_other_models_declare_no_support_set(name):
 
 
 def test_structured_models_are_found_by_capability_not_name():
-    from nphcli.theory import is_structured
+    from nphcli.theory.checks import is_structured
 
     found = {name for name in model_names() if is_structured(name, PARAMS.get(name, {}))}
     assert found == {"dense", "topk", "random", "window"}

@@ -8,11 +8,12 @@ import math
 import pytest
 import torch
 
-from nphcli import theory
 from nphcli.evaluation.evaluate import evaluate
 from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import Memory, save_memory
 from nphcli.models import create_model
+from nphcli.theory import checks as theory
+from nphcli.theory import counterexamples as cx
 
 
 def hand_patterns():
@@ -85,7 +86,7 @@ def test_bound_holds_on_well_separated_patterns(model, params):
 
 
 def test_stated_bound_counterexample_meets_every_premise():
-    example = theory.stated_bound_counterexample()
+    example = cx.stated_bound_counterexample()
     X, x = example["patterns"], example["query"]
     target = torch.tensor([example["target"]])
     params = {"beta": example["beta"], "steps": 1}
@@ -128,7 +129,7 @@ def test_corollary_on_constructed_data():
     assert bool(check.in_support.all()) and bool(check.corollary_holds.all())
     assert bool((check.error < check.dense_error).all())
     # Fails per query: competitors on both sides cancel under dense weights, not under top-2.
-    example = theory.corollary_counterexample()
+    example = cx.corollary_counterexample()
     X, x = example["patterns"], example["query"]
     target = torch.tensor([example["target"]])
     params = {"beta": example["beta"], "steps": 1, "k": example["k"]}

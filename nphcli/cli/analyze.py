@@ -1,7 +1,7 @@
 """`nph analyze FILE`: the paper's §4 theory on a memory file (separation, well-separation,
 and with --model the Theorem 4.1 / Corollary 4.1 checks on corrupted queries).
 
-Parsing and rendering only; `nphcli.theory` does the work.
+Parsing and rendering only; `nphcli.theory.checks` does the work.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def analyze_command(
     from nphcli.evaluation.evaluate import evaluate
     from nphcli.evaluation.settings import RetrieveSettings
     from nphcli.memory.file import load_memory
-    from nphcli.readings import support_reading
-    from nphcli.theory import check_report, is_structured, well_separation
+    from nphcli.theory.checks import check_report, is_structured, well_separation
+    from nphcli.theory.readings import support_reading
 
     if sample < 0:
         raise NphError(f"--sample must be 0 or more, got {sample}")
@@ -155,7 +155,7 @@ def analyze_command(
         if per_query:
             result["queries"]["per_query"] = check.per_query()
         if fixed_point:
-            from nphcli.convergence import fixed_point_check
+            from nphcli.theory.convergence import fixed_point_check
 
             result["fixed_point"] = fixed_point_check(
                 model,

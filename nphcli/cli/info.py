@@ -39,7 +39,7 @@ def info_command(
     """
     from nphcli.errors import NphError
     from nphcli.memory.file import load_memory
-    from nphcli.separation import describe
+    from nphcli.theory.separation import describe
 
     if sample < 0:
         raise NphError(f"--sample must be 0 or more, got {sample}")

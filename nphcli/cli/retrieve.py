@@ -193,7 +193,7 @@ def retrieve_command(
     report = evaluate_inputs(inputs, settings)
     steps_trace = None
     if trace:
-        from nphcli.energy import trace_report
+        from nphcli.theory.energy import trace_report
 
         steps_trace = trace_report(inputs.memory, report).to_json(per_query=per_query)
     if out is not None:

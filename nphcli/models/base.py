@@ -129,14 +129,14 @@ class HopfieldModel:
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor | None:
         """E(x) (Q,) float64 for queries (Q, d) and memories (M, d), the energy whose
-        concave–convex minimisation step is this model's update (`nphcli.energy`), or None.
+        concave–convex minimisation step is this model's update (`nphcli.theory.energy`), or None.
 
         Default: for sparse-structured models (a `support_mask`), the log-sum-exp over the
         support, −(1/β)·log Σ_{μ∈S(x)} exp(β⟨ξ_μ, x⟩) + ½‖x‖²; None for the others.
         """
         if type(self).support_mask is HopfieldModel.support_mask:
             return None
-        from nphcli.energy import support_energy
+        from nphcli.theory.energy import support_energy
 
         return support_energy(self, queries, memories, positions)
 

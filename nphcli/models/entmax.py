@@ -66,8 +66,8 @@ class Entmax(HopfieldModel):
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
         """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖², Ψ*_α the conjugate of the Tsallis negentropy of order α
-        (log-sum-exp at α = 1; `nphcli.energy`)."""
-        from nphcli.energy import energy
+        (log-sum-exp at α = 1; `nphcli.theory.energy`)."""
+        from nphcli.theory.energy import energy
 
         return energy(queries, memories, self.beta, alpha=float(self.alpha))
 

@@ -45,8 +45,8 @@ class Sparse(HopfieldModel):
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
         """−(1/β)·Ψ*_2(β·X·x) + ½‖x‖², Ψ*_2 the conjugate of the Gini negentropy (the
-        sparsemax Fenchel–Young form, `nphcli.energy`)."""
-        from nphcli.energy import energy
+        sparsemax Fenchel–Young form, `nphcli.theory.energy`)."""
+        from nphcli.theory.energy import energy
 
         return energy(queries, memories, self.beta, alpha=2.0)
 

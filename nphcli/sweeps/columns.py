@@ -2,7 +2,7 @@
 
 One row per (setting, trial): `ID_FIELDS`, then the fields of `RetrievalReport.to_row()` (the
 flat row of `nph retrieve --csv`), then with `--theory` the `THEORY_FIELDS`. The theory fields
-are the sweep's reading of `nphcli.theory`: the separation of the run's memory, and the counts of
+are the sweep's reading of `theory.checks`: the separation of the run's memory, and the counts of
 the `QueryCheck` that `theory.check_report` returns, counted over the run's queries so that
 trials add up. Fields that do not apply (a model Theorem 4.1 does not cover) are empty.
 """
@@ -29,7 +29,7 @@ CHECK_COUNTS = (
     "query_holds",
     "corollary_holds",
 )
-# Counts of the bounds that do hold (`nphcli.bounds`), and their tightness (bound / error).
+# Counts of the bounds that do hold (`nphcli.theory.bounds`), and their tightness (bound / error).
 BOUND_COUNTS = ("lemma_holds", "tight_holds", "weight_holds", "stated_self_holds_premises")
 TIGHTNESS = (
     "stated_tightness_min",
@@ -67,8 +67,8 @@ def id_columns(
 def theory_columns(memory: Any, report: Any) -> dict[str, Any]:
     """The THEORY_FIELDS of one run: separation of its memory always, the per-query checks when
     Theorem 4.1 covers the model (else empty)."""
-    from nphcli.separation import separation
-    from nphcli.theory import check_report
+    from nphcli.theory.checks import check_report
+    from nphcli.theory.separation import separation
 
     sep = separation(memory.patterns, max_rows=None)
     delta = sep.delta_summary()

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.masks import check_k, resolve_k
-from nphcli.separation import separation
+from nphcli.theory.separation import separation
 
 # Largest rows · k² distances the support reading computes; beyond it, fewer rows are checked.
 MAX_PAIRS = 1 << 24

@@ -2,7 +2,7 @@
 
 Each function returns float64 `patterns` (M, d), one `query` (1, d), its `target` μ (0-based),
 `beta`, the model and its parameters (`model`, `params`), and a one-line `claim` saying what the
-example contradicts. `check(example)` runs the model and the float64 checks of `nphcli.theory`.
+example contradicts. `check(example)` runs the model and the float64 checks of `theory.checks`.
 
 Indices in the docstrings are 1-based as in the paper (ξ_1 is row 0).
 """
@@ -14,12 +14,36 @@ from typing import Any
 import torch
 
 from nphcli.models import create_model
-from nphcli.theory import (
-    QueryCheck,
-    check_queries,
-    corollary_counterexample,
-    stated_bound_counterexample,
-)
+from nphcli.theory.checks import QueryCheck, check_queries
+
+
+def stated_bound_counterexample() -> dict[str, Any]:
+    """Three patterns and a query on which the stated Theorem 4.1 bound fails although every
+    premise holds (x ∈ S_μ, μ in the support, pattern μ well separated), dense retrieval (k = M).
+
+    ξ_1 = e_1, ξ_2 = e_2, ξ_3 = e_2 + 0.1·e_3: m = 1, R = 0.05 (ξ_2 and ξ_3 are close), Δ_1 = 1.
+    With β = 10 the condition needs Δ_1 ≥ 0.1·ln(4/0.05) + 0.1 ≈ 0.54: it holds. The query
+    x = ξ_1 + 0.045·e_2 lies inside the sphere around ξ_1 and leans towards ξ_2 and ξ_3, so
+    ⟨x, ξ_ν⟩ = 0.045 > ⟨ξ_1, ξ_ν⟩ = 0: the competitors gain weight the stated bound ignores
+    (error ≈ 2.0e-4, stated bound ≈ 1.8e-4, query-gap bound ≈ 2.9e-4).
+    """
+    patterns = torch.tensor(
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.1]], dtype=torch.float64
+    )  # (3, 3)
+    query = torch.tensor([[1.0, 0.045, 0.0]], dtype=torch.float64)  # (1, 3)
+    return {"patterns": patterns, "query": query, "target": 0, "beta": 10.0}
+
+
+def corollary_counterexample() -> dict[str, Any]:
+    """Patterns and a query on which top-k retrieval (target in its support) has a larger error
+    than dense retrieval: two competitors on either side of ξ_1 pull in opposite directions and
+    cancel under dense weights; top-2 keeps only one of them.
+
+    ξ_1 = e_2, ξ_2 = e_2 + e_1, ξ_3 = e_2 − e_1; the query x = e_2 + 0.01·e_1 ranks ξ_2 above ξ_3.
+    """
+    patterns = torch.tensor([[0.0, 1.0], [1.0, 1.0], [-1.0, 1.0]], dtype=torch.float64)
+    query = torch.tensor([[0.01, 1.0]], dtype=torch.float64)
+    return {"patterns": patterns, "query": query, "target": 0, "beta": 1.0, "k": 2}
 
 
 def _example(rows: list[list[float]], query: list[float], **rest: Any) -> dict[str, Any]:
@@ -90,7 +114,7 @@ def stated_bound_with_self() -> dict[str, Any]:
 
 def corollary_cancellation() -> dict[str, Any]:
     """Corollary 4.1 per query fails: top-2 error 0.50 against dense 0.0067
-    (`theory.corollary_counterexample`: ξ_1 = e_2, ξ_2,3 = e_2 ± e_1, β = 1, x = e_2 + 0.01e_1).
+    (`corollary_counterexample` above: ξ_1 = e_2, ξ_2,3 = e_2 ± e_1, β = 1, x = e_2 + 0.01e_1).
     The target is not well separated here; `corollary_top_scoring` is the stronger example."""
     base = corollary_counterexample()
     return {
@@ -154,8 +178,8 @@ def closest_pair_well_separated(
     Never (True, True) when the threshold's log term is ≥ 0: ‖ξ_a − ξ_b‖ = 2R gives
     Δ_a ≤ ⟨ξ_a, ξ_a − ξ_b⟩ ≤ 2mR, below (1/β)·ln((M + k − 2)m/R) + 2mR, and the same for b.
     """
-    from nphcli.readings import closest_pair
-    from nphcli.theory import well_separation
+    from nphcli.theory.checks import well_separation
+    from nphcli.theory.readings import closest_pair
 
     X = patterns.to(torch.float64)
     a, b = closest_pair(X)

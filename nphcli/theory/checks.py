@@ -9,7 +9,7 @@ sparse-structured model: softmax over a support set S(x) ⊆ {1 … M} of k memo
 Dense retrieval is the case S = everything (k = M); top-k, random and window are the others.
 
 - m = max_μ ‖ξ_μ‖, R = ½ min_{μ≠ν} ‖ξ_μ − ξ_ν‖, Δ_μ = ⟨ξ_μ, ξ_μ⟩ − max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩
-  (computed by `nphcli.separation`);
+  (computed by `nphcli.theory.separation`);
 - well-separation of pattern μ:  Δ_μ ≥ (1/β)·ln((M + k − 2)·m / R) + 2mR;
 - Theorem 4.1 as stated (the bound read from the paper and issue 5), for x in the sphere
   S_μ = {x : ‖x − ξ_μ‖ ≤ R} and μ ∈ S(x):
@@ -29,8 +29,8 @@ The two bounds agree at x = ξ_μ. Elsewhere the stated one uses ⟨ξ_μ, ξ_ν
 has ⟨ξ_μ, x⟩ − Max_{ν≠μ}⟨ξ_μ, ξ_ν⟩); they differ by ⟨x − ξ_μ, ξ_ν⟩, up to m‖x − ξ_μ‖, which inside
 S_μ can outweigh the constant's slack: `stated_bound_counterexample` is a well-separated,
 in-sphere, in-support query on which the stated bound fails while the query-gap bound holds;
-`nphcli.counterexamples` has a sparse (top-3) one that fails 136-fold, one for the reading whose
-max includes ν = μ, and the bounds that do hold are in `nphcli.bounds`.
+`theory.counterexamples` has a sparse (top-3) one that fails 136-fold, one for the reading whose
+max includes ν = μ, and the bounds that do hold are in `nphcli.theory.bounds`.
 
 - Corollary 4.1, read per query: when μ ∈ S(x), the sparse-structured error is at most the dense
   error ‖T_dense(x) − ξ_μ‖. The bounds obey this (M + k − 2 ≤ 2(M − 1)); the errors need not,
@@ -55,10 +55,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.bounds import bound_summary, tight_bound
 from nphcli.engine.masks import check_k, resolve_k
 from nphcli.models import HopfieldModel, create_model
-from nphcli.separation import Separation, separation
+from nphcli.theory.bounds import bound_summary, tight_bound
+from nphcli.theory.separation import Separation, separation
 
 # Relative slack when comparing an error with a bound: float64 rounding, nothing more.
 RELATIVE_SLACK = 1e-9
@@ -173,7 +173,7 @@ class QueryCheck:
     stated_bound: Tensor  # m(M + k − 2) exp(−β(⟨ξ_μ, x⟩ − max_{ν≠μ}⟨ξ_μ, ξ_ν⟩))
     query_bound: Tensor  # m(M + k − 2) exp(−β Δ̃_μ(x))
     dense_error: Tensor  # ‖T_dense(x) − ξ_μ‖, float64
-    # The bounds of `nphcli.bounds` (see there), and the stated bound with ν = μ in its max.
+    # The bounds of `nphcli.theory.bounds` (see there), and the stated bound with ν = μ in its max.
     stated_self_bound: Tensor  # m(M + k − 2) exp(−β(⟨ξ_μ, x⟩ − max_ν⟨ξ_μ, ξ_ν⟩))
     lemma_bound: Tensor  # m(M + k − 2) exp(−β(Δ_μ − 2m‖x − ξ_μ‖))
     tight_bound: Tensor  # 2m(k − 1) exp(−β Δ̃_μ(x))
@@ -408,35 +408,6 @@ def check_report(memory: Any, report: Any) -> QueryCheck | None:
         model=config["model"],
         params=params,
     )
-
-
-def stated_bound_counterexample() -> dict[str, Any]:
-    """Three patterns and a query on which the stated Theorem 4.1 bound fails although every
-    premise holds (x ∈ S_μ, μ in the support, pattern μ well separated), dense retrieval (k = M).
-
-    ξ_1 = e_1, ξ_2 = e_2, ξ_3 = e_2 + 0.1·e_3: m = 1, R = 0.05 (ξ_2 and ξ_3 are close), Δ_1 = 1.
-    With β = 10 the condition needs Δ_1 ≥ 0.1·ln(4/0.05) + 0.1 ≈ 0.54: it holds. The query
-    x = ξ_1 + 0.045·e_2 lies inside the sphere around ξ_1 and leans towards ξ_2 and ξ_3, so
-    ⟨x, ξ_ν⟩ = 0.045 > ⟨ξ_1, ξ_ν⟩ = 0: the competitors gain weight the stated bound ignores
-    (error ≈ 2.0e-4, stated bound ≈ 1.8e-4, query-gap bound ≈ 2.9e-4).
-    """
-    patterns = torch.tensor(
-        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.1]], dtype=torch.float64
-    )  # (3, 3)
-    query = torch.tensor([[1.0, 0.045, 0.0]], dtype=torch.float64)  # (1, 3)
-    return {"patterns": patterns, "query": query, "target": 0, "beta": 10.0}
-
-
-def corollary_counterexample() -> dict[str, Any]:
-    """Patterns and a query on which top-k retrieval (target in its support) has a larger error
-    than dense retrieval: two competitors on either side of ξ_1 pull in opposite directions and
-    cancel under dense weights; top-2 keeps only one of them.
-
-    ξ_1 = e_2, ξ_2 = e_2 + e_1, ξ_3 = e_2 − e_1; the query x = e_2 + 0.01·e_1 ranks ξ_2 above ξ_3.
-    """
-    patterns = torch.tensor([[0.0, 1.0], [1.0, 1.0], [-1.0, 1.0]], dtype=torch.float64)
-    query = torch.tensor([[0.01, 1.0]], dtype=torch.float64)
-    return {"patterns": patterns, "query": query, "target": 0, "beta": 1.0, "k": 2}
 
 
 def _finite(value: float) -> float | None:

@@ -1,6 +1,6 @@
 """Retrieval-error bounds for softmax over a support set, and how tight they are.
 
-Notation as in `nphcli.theory`: patterns ξ_1 … ξ_M, m = max_μ ‖ξ_μ‖, a query x with target μ in
+Notation as in `theory.checks`: patterns ξ_1 … ξ_M, m = max_μ ‖ξ_μ‖, a query x with target μ in
 its support S(x) of k memories, p the softmax of β⟨x, ξ_ν⟩ over S(x), Δ_μ the pattern gap and
 Δ̃_μ(x) = ⟨x, ξ_μ⟩ − max_{ν≠μ} ⟨x, ξ_ν⟩ the query's own gap. With μ ∈ S(x),
 

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.energy import trace
 from nphcli.models import create_model
+from nphcli.theory.energy import trace
 
 MONOTONE_SLACK = 1e-12
 ERROR_SLACK = 1e-9
