@@ -1,7 +1,7 @@
 """`nph analyze FILE`: the paper's §4 theory on a memory file (separation, well-separation,
 and with --model the Theorem 4.1 / Corollary 4.1 checks on corrupted queries).
 
-Parsing and rendering only; `nphcli.theory.checks` does the work.
+Parsing and rendering only; `nphcli.theory.analysis` does the work.
 """
 
 from __future__ import annotations
@@ -88,84 +88,25 @@ def analyze_command(
     bound m(M + k − 2)·exp(−β(⟨ξ_μ,x⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩)); README, "Sweeps", and
     docs/reproduction.md.
     """
-    from nphcli.errors import NphError
-    from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.evaluate import evaluate
-    from nphcli.evaluation.settings import RetrieveSettings
     from nphcli.memory.file import load_memory
-    from nphcli.theory.checks import check_report, is_structured, well_separation
-    from nphcli.theory.readings import support_reading
+    from nphcli.theory.analysis import AnalysisRequest, analyze
 
-    if sample < 0:
-        raise NphError(f"--sample must be 0 or more, got {sample}")
-    if beta is not None and not beta > 0:
-        raise NphError(f"--beta must be > 0, got {beta}")
-    extra = {name: parse_single(name, text) for name, text in model_params.items()}
-    used = (mask, noise, queries, per_query, fixed_point)
-    if model is None and (extra or any(v for v in used if v not in (None, 0, 0.0, False))):
-        flags = "".join(f"--{name}, " for name in extra)
-        raise NphError(
-            f"{flags}--mask, --noise, --queries, --per-query and --fixed-point go with --model"
-        )
-    if fixed_point < 0:
-        raise NphError(f"--fixed-point must be 0 or more steps, got {fixed_point}")
-    memory = load_memory(file)
-    used_beta = DEFAULT_BETA if beta is None else beta
-    check = None
-    report = None
-    if model is not None:
-        params = {"beta": used_beta, "k": k, **extra}
-        settings = RetrieveSettings(
-            model=model,
-            params=params,
-            corruption=Corruption(mask=mask, noise=noise),
-            queries=queries,
-            seed=seed,
-            dtype="float64",
-        )
-        report = evaluate(memory, settings, sources={"memory": str(file)})
-        if not is_structured(model, report.config["params"]):
-            raise NphError(
-                f"Theorem 4.1 covers softmax over a support set (dense, topk, random, window) "
-                f"with one step; {model!r} with these parameters is not one of them"
-            )
-        check = check_report(memory, report)
-        if check is None:
-            raise NphError("Theorem 4.1 needs M ≥ 2 and a memory without separate values")
-        if k is None:  # the conditions with the model's own support size
-            k = int(check.k.max())
-    separated = well_separation(memory.patterns, used_beta, k, max_rows=sample or None, seed=seed)
-    result = {
-        "file": str(file),
-        "M": memory.num_memories,
-        "d": memory.dim,
-        "well_separation": separated.to_json(per_pattern=per_pattern),
-        "well_separation_support": support_reading(
-            memory.patterns, used_beta, k, max_rows=sample or None, seed=seed
-        ).to_json(),
-    }
-    if check is not None:
-        result["queries"] = {
-            "model": model,
-            "params": report.config["params"],
-            "corruption": report.config["corruption"],
-            "R": check.R,
-            "summary": check.summary(),
-        }
-        if per_query:
-            result["queries"]["per_query"] = check.per_query()
-        if fixed_point:
-            from nphcli.theory.convergence import fixed_point_check
-
-            result["fixed_point"] = fixed_point_check(
-                model,
-                report.config["params"],
-                memory.patterns,
-                report.queries,
-                report.per_query["target_index"],
-                report.per_query["query_row"],
-                steps=fixed_point,
-            )
+    request = AnalysisRequest(
+        beta=beta,
+        k=k,
+        model=model,
+        params={name: parse_single(name, text) for name, text in model_params.items()},
+        mask=mask,
+        noise=noise,
+        queries=queries,
+        seed=seed,
+        sample=sample,
+        fixed_point=fixed_point,
+        per_pattern=per_pattern,
+        per_query=per_query,
+    )
+    request.check()
+    result = analyze(load_memory(file), request, source=str(file))
     if as_json:
         print_json(result)
         return

@@ -1,0 +1,125 @@
+"""`nph analyze` as a library call: the §4 theory on one memory, optionally with a model's
+retrieval of corrupted stored patterns checked query by query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nphcli.defaults import DEFAULT_BETA
+from nphcli.errors import NphError
+from nphcli.memory.bank import Memory
+
+
+@dataclass
+class AnalysisRequest:
+    """What to analyse; the fields mirror `nph analyze`'s options."""
+
+    beta: float | None = None  # None: DEFAULT_BETA
+    k: float | None = None  # support size of the conditions; None: M, or the model's support
+    model: str | None = None  # also retrieve with this model and check it per query
+    params: dict[str, Any] = field(default_factory=dict)  # the model's other parameters
+    mask: float = 0.0
+    noise: float = 0.0
+    queries: int | None = None
+    seed: int = 0
+    sample: int = 2000  # patterns sampled for R and Δ when M is larger; 0: all
+    fixed_point: int = 0  # iterate this many steps (Corollary 4.3); 0: skip
+    per_pattern: bool = False
+    per_query: bool = False
+
+    def check(self) -> None:
+        """Refuse option combinations that cannot mean anything, before any work."""
+        if self.sample < 0:
+            raise NphError(f"--sample must be 0 or more, got {self.sample}")
+        if self.beta is not None and not self.beta > 0:
+            raise NphError(f"--beta must be > 0, got {self.beta}")
+        if self.fixed_point < 0:
+            raise NphError(f"--fixed-point must be 0 or more steps, got {self.fixed_point}")
+        used = (self.mask, self.noise, self.queries, self.per_query, self.fixed_point)
+        if self.model is None and (self.params or any(v not in (None, 0, False) for v in used)):
+            flags = "".join(f"--{name}, " for name in self.params)
+            raise NphError(
+                f"{flags}--mask, --noise, --queries, --per-query and --fixed-point go with --model"
+            )
+
+
+def analyze(memory: Memory, request: AnalysisRequest, *, source: str | None = None) -> dict:
+    """The JSON-ready result of `nph analyze` (see its --help and the README)."""
+    from nphcli.theory.checks import well_separation
+    from nphcli.theory.readings import support_reading
+
+    request.check()
+    beta = DEFAULT_BETA if request.beta is None else request.beta
+    k = request.k
+    checked = None
+    if request.model is not None:
+        checked = _check_model(memory, request, beta, source)
+        if k is None:  # the conditions with the model's own support size
+            k = int(checked["check"].k.max())
+    rows = request.sample or None
+    separated = well_separation(memory.patterns, beta, k, max_rows=rows, seed=request.seed)
+    support = support_reading(memory.patterns, beta, k, max_rows=rows, seed=request.seed)
+    result: dict[str, Any] = {
+        "file": source,
+        "M": memory.num_memories,
+        "d": memory.dim,
+        "well_separation": separated.to_json(per_pattern=request.per_pattern),
+        "well_separation_support": support.to_json(),
+    }
+    if checked is not None:
+        result.update(_query_results(memory, request, checked["report"], checked["check"]))
+    return result
+
+
+def _check_model(memory: Memory, request: AnalysisRequest, beta: float, source: str | None):
+    """Retrieve corrupted stored patterns with the model (float64) and check Theorem 4.1."""
+    from nphcli.evaluation.corruption import Corruption
+    from nphcli.evaluation.evaluate import evaluate
+    from nphcli.evaluation.settings import RetrieveSettings
+    from nphcli.theory.checks import check_report, is_structured
+
+    settings = RetrieveSettings(
+        model=request.model,
+        params={"beta": beta, "k": request.k, **request.params},
+        corruption=Corruption(mask=request.mask, noise=request.noise),
+        queries=request.queries,
+        seed=request.seed,
+        dtype="float64",
+    )
+    report = evaluate(memory, settings, sources={"memory": source})
+    if not is_structured(request.model, report.config["params"]):
+        raise NphError(
+            f"Theorem 4.1 covers softmax over a support set (dense, topk, random, window) "
+            f"with one step; {request.model!r} with these parameters is not one of them"
+        )
+    check = check_report(memory, report)
+    if check is None:
+        raise NphError("Theorem 4.1 needs M ≥ 2 and a memory without separate values")
+    return {"report": report, "check": check}
+
+
+def _query_results(memory: Memory, request: AnalysisRequest, report, check) -> dict[str, Any]:
+    queries: dict[str, Any] = {
+        "model": request.model,
+        "params": report.config["params"],
+        "corruption": report.config["corruption"],
+        "R": check.R,
+        "summary": check.summary(),
+    }
+    if request.per_query:
+        queries["per_query"] = check.per_query()
+    out: dict[str, Any] = {"queries": queries}
+    if request.fixed_point:
+        from nphcli.theory.convergence import fixed_point_check
+
+        out["fixed_point"] = fixed_point_check(
+            request.model,
+            report.config["params"],
+            memory.patterns,
+            report.queries,
+            report.per_query["target_index"],
+            report.per_query["query_row"],
+            steps=request.fixed_point,
+        )
+    return out
