@@ -281,22 +281,7 @@ def check_queries(
     M = X.shape[0]
     beta = float(params["beta"])
     sep = sep or separation(X, max_rows=None)
-    own_norm2 = (X * X).sum(dim=1)  # (M,)
-    competitor = own_norm2 - sep.delta  # (M,) max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩ (all rows: not sampled)
-    parts: dict[str, list[Tensor]] = {}
-    for start in range(0, x_all.shape[0], QUERY_BLOCK):
-        block = slice(start, start + QUERY_BLOCK)
-        step = _check_block(
-            X, x_all[block], y_all[block], targets[block], positions[block], structured, beta
-        )
-        step["stated_gap"] = (x_all[block] * X[targets[block]]).sum(1) - competitor[
-            targets[block]
-        ]  # (B,) ⟨ξ_μ, x⟩ − max_{ν≠μ}⟨ξ_μ, ξ_ν⟩
-        with_self = torch.maximum(competitor, own_norm2)[targets[block]]  # max_ν ⟨ξ_μ, ξ_ν⟩
-        step["stated_self_gap"] = (x_all[block] * X[targets[block]]).sum(1) - with_self
-        for key, value in step.items():
-            parts.setdefault(key, []).append(value)
-    got = {key: torch.cat(values) for key, values in parts.items()}
+    got = _check_blocks(X, x_all, y_all, targets, positions, structured, beta, sep)
     k = got["k"]
     R = sep.R
     distance = torch.linalg.vector_norm(x_all - X[targets], dim=1)  # (Q,)
@@ -331,6 +316,33 @@ def check_queries(
         tight_bound=tight_bound(beta, k, sep.m, got["query_gap"]),
         weight_bound=2 * sep.m * got["rest_weight"],
     )
+
+
+def _check_blocks(
+    X: Tensor,
+    x_all: Tensor,
+    y_all: Tensor,
+    targets: Tensor,
+    positions: Tensor,
+    model: HopfieldModel,
+    beta: float,
+    sep: Separation,
+) -> dict[str, Tensor]:
+    """`_check_block` over blocks of QUERY_BLOCK queries, plus the stated bound's gaps (with ν ≠ μ
+    and with ν = μ allowed in its max); per-query tensors (Q,) concatenated."""
+    own_norm2 = (X * X).sum(dim=1)  # (M,)
+    competitor = own_norm2 - sep.delta  # (M,) max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩ (all rows: not sampled)
+    parts: dict[str, list[Tensor]] = {}
+    for start in range(0, x_all.shape[0], QUERY_BLOCK):
+        block = slice(start, start + QUERY_BLOCK)
+        mu = targets[block]  # (B,)
+        step = _check_block(X, x_all[block], y_all[block], mu, positions[block], model, beta)
+        target_score = (x_all[block] * X[mu]).sum(1)  # (B,) ⟨ξ_μ, x⟩
+        step["stated_gap"] = target_score - competitor[mu]  # − max_{ν≠μ}⟨ξ_μ, ξ_ν⟩
+        step["stated_self_gap"] = target_score - torch.maximum(competitor, own_norm2)[mu]
+        for key, value in step.items():
+            parts.setdefault(key, []).append(value)
+    return {key: torch.cat(values) for key, values in parts.items()}
 
 
 def _check_block(
