@@ -148,9 +148,12 @@ def _print(result: dict) -> None:
             ["row", "Δ_μ", "well separated"],
             zip(per["row"], per["delta"], per["well_separated"], strict=True),
         )
-    queries = result.get("queries")
-    if not queries:
-        return
+    if result.get("queries"):
+        _print_queries(result)
+
+
+def _print_queries(result: dict) -> None:
+    queries = result["queries"]
     s = queries["summary"]
     rows = [
         ("model", f"{queries['model']} (k mean {format_value(s['k_mean'])})"),
