@@ -165,10 +165,12 @@ def _inputs(options: dict[str, Any], cache: MemoryCache) -> Inputs:
         raise NphError("targets go with own queries: add queries_file")
     memory_path = options.get("memory", DEFAULT_MEMORY)
     memory, load_s = cache.get(memory_path, stream=options.get("stream", False))
-    t0 = time.perf_counter()
-    queries = None if queries_file is None else read_rows(queries_file, "queries", memory)
-    targets = None if targets_file is None else read_rows(targets_file, "targets", memory)
-    load_s += time.perf_counter() - t0
+    queries = targets = None
+    if queries_file is not None:  # own queries are read for each job (they are small)
+        t0 = time.perf_counter()
+        queries = read_rows(queries_file, "queries", memory)
+        targets = None if targets_file is None else read_rows(targets_file, "targets", memory)
+        load_s += time.perf_counter() - t0
     return Inputs(
         memory=memory,
         queries=queries,
