@@ -97,3 +97,30 @@ def test_quick_start_and_tour_run_as_written(tmp_path, shell_env):
     # the quick start can be run again in the same folder
     quick = tour_commands()[0]
     assert subprocess.run(["bash", "-c", quick], cwd=work, env=shell_env).returncode == 0
+
+
+def test_plot_of_a_headerless_csv_says_how_to_fix_it(invoke, tmp_path, monkeypatch):
+    """The old tour's loop wrote rows with no header; `nph plot` then suggested the very metric
+    it had rejected. It must say the header is missing and how to write one."""
+    import torch
+
+    from nphcli.memory.file import save_memory
+
+    monkeypatch.chdir(tmp_path)
+    save_memory(
+        "memory.safetensors", torch.randn(20, 8, generator=torch.Generator().manual_seed(0))
+    )
+    rows = [invoke("retrieve", "--model", "topk", "--k", k, "--csv", "--no-header") for k in "12"]
+    assert all(r.exit_code == 0 for r in rows)
+    Path("runs.csv").write_text("".join(r.stdout for r in rows))
+    result = invoke("plot", "runs.csv", "--out", "runs.png")
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "no header row" in line and "--csv > FILE" in line and "try one of" not in line
+    assert not Path("runs.png").exists()
+
+    Path("runs.csv").write_text(invoke("retrieve", "--k", "1,2", "--model", "topk", "--csv").stdout)
+    result = invoke("plot", "runs.csv", "--metric", "speed", "--out", "runs.png")
+    (line,) = result.stderr.strip().splitlines()
+    suggested = line.split("try one of:")[1]
+    assert "sse" in suggested and "support" in suggested and "speed" not in suggested

@@ -20,12 +20,11 @@ def batch_command(
     jobs: Annotated[
         str,
         typer.Argument(
-            metavar="JOBS",
             help="JSON Lines file of jobs, one JSON object per line, or - for stdin. Keys: those "
             "of `nph retrieve` with _ for - (memory, model, seed, queries, queries_file, "
             "targets_file, target_indices, mask, mask_mode, fill, noise, device, dtype, "
             "batch_size, repeat, memory_budget in bytes, stream, per_query) and model "
-            "parameters by name (k, beta, alpha, ...).",
+            "parameters by name (k, beta, alpha, ...); README, section Retrieving.",
         ),
     ],
 ) -> None:
