@@ -156,6 +156,37 @@ def test_json_lines_and_csv_rows_equal_single_calls(invoke, memory_file):
     assert len(lines) == 3 and all(line.startswith("topk,") for line in lines)
 
 
+def test_per_query_csv_rows_say_their_setting(invoke, memory_file):
+    args = ["--memory", memory_file, "--model", "dense,topk", "--k", "2", "--queries", "3"]
+    result = invoke("retrieve", *args, "--per-query", "--csv")
+    assert result.exit_code == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["setting"], r["model"], r["query"]) for r in rows] == [
+        ("0", "dense", "0"),
+        ("0", "dense", "1"),
+        ("0", "dense", "2"),
+        ("1", "topk", "0"),
+        ("1", "topk", "1"),
+        ("1", "topk", "2"),
+    ]
+    alone = invoke(
+        "retrieve",
+        *args[:2],
+        "--model",
+        "topk",
+        "--k",
+        "2",
+        "--queries",
+        "3",
+        "--per-query",
+        "--csv",
+    )
+    reference = list(csv.DictReader(io.StringIO(alone.stdout)))
+    assert [{k: v for k, v in r.items() if k not in ("setting", "model")} for r in rows[3:]] == (
+        reference
+    )
+
+
 def test_table_has_one_row_per_setting(invoke, memory_file):
     result = invoke(
         "retrieve", "--memory", memory_file, "--model", "dense,sparse", "--beta", "0.1,0.5"

@@ -230,8 +230,12 @@ def _print_many(grid, reports, *, as_json: bool, as_csv: bool, per_query: bool, 
         return
     if as_csv:
         rows = []
-        for report in reports:
-            rows.extend(report.per_query_rows() if per_query else [report.to_row()])
+        for i, report in enumerate(reports):
+            if per_query:  # which setting each query row belongs to
+                model = report.config["model"]
+                rows.extend({"setting": i, "model": model, **r} for r in report.per_query_rows())
+            else:
+                rows.append(report.to_row())
         print_csv(rows, header=header)
         return
     columns = ["model", "parameters", "mask", "noise", "sse", "success", "cosine", "support"]
