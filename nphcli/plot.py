@@ -58,8 +58,23 @@ def metric_column(rows: list[dict[str, Any]], metric: str) -> str:
     for column in (f"{metric}_mean", metric):
         if any(_number(row.get(column)) is not None for row in rows):
             return column
+    if rows and "model" not in rows[0] and "label" not in rows[0]:
+        # a CSV appended with --no-header only: its first data row was read as the header
+        raise NphError(
+            "these results have no header row (their first line is data, e.g. written only "
+            "with `nph retrieve --csv --no-header`): put the header first, e.g. write the first "
+            "run with `nph retrieve --csv > FILE` and append the others with --no-header, or "
+            "run every setting in one call (`--k 1,5,10 --csv > FILE`)"
+        )
+    usable = [
+        name
+        for name in METRIC_LABELS
+        if name != metric
+        and any(_number(row.get(f"{name}_mean", row.get(name))) is not None for row in rows)
+    ]
     raise NphError(
-        f"no values for metric {metric!r} in these results; try one of: {', '.join(METRIC_LABELS)}"
+        f"no values for metric {metric!r} in these results; "
+        + (f"try one of: {', '.join(usable)}" if usable else "they hold no metric at all")
     )
 
 

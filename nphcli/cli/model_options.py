@@ -53,6 +53,11 @@ def parse_single(name: str, text: str) -> Any:
     return values[0]
 
 
+def parse_lists(model_params: dict[str, str]) -> dict[str, list[Any]]:
+    """Every given `--NAME TEXT` as its list of values (one or more)."""
+    return {name: parse_values(_card(name), text) for name, text in model_params.items()}
+
+
 def with_model_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """`command` with the catalog's model parameters added as options (see the module
     docstring); it must take a `model_params: dict[str, str]` keyword argument."""

@@ -11,10 +11,11 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
-from nphcli.cli.model_options import parse_single, with_model_options
-from nphcli.cli.options import Force, JsonOutput, Mask, Noise, QueryCount, Seed
+from nphcli.cli.model_options import parse_lists, with_model_options
+from nphcli.cli.options import Force, JsonOutput, QueryCount, Seed
 from nphcli.cli.parsing import parse_indices, parse_size
 from nphcli.cli.render import format_value, print_csv, print_json, print_table
+from nphcli.errors import NphError
 
 
 @app.command("retrieve")
@@ -27,8 +28,10 @@ def retrieve_command(
         str,
         typer.Option(
             "--model",
-            help="Retrieval model; `nph models` lists them with their parameters, which are "
-            "the options below that name the models taking them.",
+            help="Retrieval model, or a comma list of them (e.g. dense,topk,sparse); `nph models` "
+            "lists them with their parameters, which are the options below that name the models "
+            "taking them. Model options, --mask and --noise also take comma lists: every "
+            "combination is evaluated on the memory read once.",
         ),
     ] = "dense",
     seed: Seed = 0,
@@ -51,7 +54,14 @@ def retrieve_command(
             "--target-indices", help="Stored row of each own query's target, e.g. 3,17,42."
         ),
     ] = None,
-    mask: Mask = 0.0,
+    mask: Annotated[
+        str,
+        typer.Option(
+            "--mask",
+            metavar="NUMBER",
+            help="Fraction of each query to hide, in [0, 1] (or a comma list of them).",
+        ),
+    ] = "0",
     mask_mode: Annotated[
         str | None,
         typer.Option(
@@ -61,7 +71,14 @@ def retrieve_command(
         ),
     ] = None,
     fill: Annotated[float, typer.Option("--fill", help="Value written into hidden entries.")] = 0.0,
-    noise: Noise = 0.0,
+    noise: Annotated[
+        str,
+        typer.Option(
+            "--noise",
+            metavar="NUMBER",
+            help="Gaussian noise standard deviation σ (for a variance v: √v), or a comma list.",
+        ),
+    ] = "0",
     noise_clip: Annotated[
         bool,
         typer.Option(
@@ -115,7 +132,9 @@ def retrieve_command(
         ),
     ] = False,
     as_json: JsonOutput = False,
-    as_csv: Annotated[bool, typer.Option("--csv", help="Print a CSV header and one row.")] = False,
+    as_csv: Annotated[
+        bool, typer.Option("--csv", help="Print a CSV header and one row per setting.")
+    ] = False,
     no_header: Annotated[
         bool,
         typer.Option("--no-header", help="With --csv: omit the header, for appending to a file."),
@@ -143,9 +162,8 @@ def retrieve_command(
     noise) and the uncorrupted pattern is the target. Metrics and timings are defined in the
     README, section "Retrieving".
     """
-    from nphcli.errors import NphError
     from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.evaluate import evaluate_inputs
+    from nphcli.evaluation.grid import evaluate_grid, settings_product
     from nphcli.evaluation.inputs import check_output_path, load_inputs
     from nphcli.evaluation.report import save_results
     from nphcli.evaluation.settings import RetrieveSettings
@@ -161,11 +179,14 @@ def retrieve_command(
         check_output_path(
             path, force=force, protect=[memory, *(p for p in (queries_file, targets_file) if p)]
         )
-    settings = RetrieveSettings(
-        model=model,
-        params={name: parse_single(name, text) for name, text in model_params.items()},
+    masks, noises = _floats("--mask", mask), _floats("--noise", noise)
+    base = RetrieveSettings(
         corruption=Corruption(
-            mask=mask, mask_mode=mask_mode, fill=fill, noise=noise, noise_clip=noise_clip
+            mask=masks[0],
+            mask_mode=mask_mode,
+            fill=fill,
+            noise=noises[0],
+            noise_clip=noise_clip,
         ),
         queries=queries,
         seed=seed,
@@ -175,6 +196,20 @@ def retrieve_command(
         repeat=repeat,
         memory_budget=None if memory_budget is None else parse_size(memory_budget),
     )
+    grid = settings_product(
+        base,
+        models=[name.strip() for name in model.split(",")],
+        params=parse_lists(model_params),
+        masks=masks,
+        noises=noises,
+    )
+    if len(grid) > 1 and outputs:
+        raise NphError(
+            f"--out and --save-grid take one setting; these options give {len(grid)}: "
+            "run those settings one at a time"
+        )
+    if len(grid) > 1 and per_query and not (as_json or as_csv):
+        raise NphError("--per-query with several settings needs --json or --csv")
     inputs = load_inputs(
         memory,
         queries_file=queries_file,
@@ -186,11 +221,17 @@ def retrieve_command(
         from nphcli.image_grid import check_drawable, save_retrieval_grid
 
         check_drawable(inputs.memory)
-    if trace and (stream or as_csv):
-        from nphcli.errors import NphError
-
-        raise NphError("--trace goes with --json or the table, not with --stream or --csv")
-    report = evaluate_inputs(inputs, settings)
+    if trace and (stream or as_csv or len(grid) > 1):
+        raise NphError(
+            "--trace goes with one setting and --json or the table, not with --stream or --csv"
+        )
+    reports = evaluate_grid(inputs, grid)
+    if len(reports) > 1:
+        _print_many(
+            grid, reports, as_json=as_json, as_csv=as_csv, per_query=per_query, header=not no_header
+        )
+        return
+    report = reports[0]
     steps_trace = None
     if trace:
         from nphcli.theory.energy import trace_report
@@ -215,6 +256,54 @@ def retrieve_command(
             names = ["step", "energy_mean", "energy_rise_max", "residual_mean", "residual_max"]
             rows = [[item[name] for name in names] for item in steps_trace]
             print_table("Trace (float64)", names, rows)
+
+
+def _print_many(grid, reports, *, as_json: bool, as_csv: bool, per_query: bool, header: bool):
+    """Several settings: a JSON Lines stream, one CSV (header once), or a comparison table."""
+    from nphcli.evaluation.grid import given_params
+
+    if as_json:
+        for report in reports:
+            print_json(report.to_json(per_query=per_query))
+        return
+    if as_csv:
+        rows = []
+        for i, report in enumerate(reports):
+            if per_query:  # which setting each query row belongs to
+                model = report.config["model"]
+                rows.extend({"setting": i, "model": model, **r} for r in report.per_query_rows())
+            else:
+                rows.append(report.to_row())
+        print_csv(rows, header=header)
+        return
+    columns = ["model", "parameters", "mask", "noise", "sse", "success", "cosine", "support"]
+    rows = []
+    for settings, report in zip(grid, reports, strict=True):
+        corruption, metrics = report.config["corruption"], report.metrics
+        means = [
+            None if metrics[name] is None else metrics[name]["mean"]
+            for name in ("sse", "success", "cosine", "support")
+        ]
+        timing = report.timing["retrieve_median_s"]
+        rows.append(
+            [settings.model, given_params(settings), corruption["mask"], corruption["noise"]]
+            + means
+            + [timing]
+        )
+    first = reports[0].config
+    title = (
+        f"{len(reports)} settings: {first['memory']['file']} (M={first['memory']['M']}), "
+        f"{first['queries']['Q']} queries, seed {first['seed']}; metric means per query"
+    )
+    print_table(title, [*columns, "retrieve s"], rows, width=120)
+
+
+def _floats(flag: str, text: str) -> list[float]:
+    """A number or a comma list of numbers."""
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise NphError(f"{flag} takes a number (or a comma list of them), got {text!r}") from None
 
 
 def _print_tables(report, *, per_query: bool) -> None:

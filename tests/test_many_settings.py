@@ -1,0 +1,304 @@
+"""Many settings per process: `nph retrieve` comma lists (their product, on a memory read once),
+`nph batch` (JSON Lines jobs), and static commands that never import torch.
+
+The reference for every multi-setting result is the same setting run on its own: apart from
+timings, a setting's object, CSV row or metrics must be identical to a single-setting call's.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nphcli.errors import NphError
+from nphcli.evaluation.batch import MemoryCache, run_jobs
+from nphcli.evaluation.grid import evaluate_grid, settings_product
+from nphcli.evaluation.inputs import load_inputs
+from nphcli.evaluation.settings import RetrieveSettings
+from nphcli.memory.file import save_memory
+
+TIMING_COLUMNS = {
+    "load_s",
+    "corrupt_s",
+    "transfer_s",
+    "warmup_s",
+    "retrieve_min_s",
+    "retrieve_median_s",
+    "metrics_s",
+    "total_s",
+    "queries_per_s",
+    "us_per_query",
+}
+
+
+@pytest.fixture(scope="module")
+def memory_file(tmp_path_factory):
+    """40 Gaussian patterns of 16 values (seeded), as a memory file."""
+    path = tmp_path_factory.mktemp("grid") / "mem.safetensors"
+    generator = torch.Generator().manual_seed(3)
+    save_memory(path, torch.randn(40, 16, generator=generator))
+    return path
+
+
+def _untimed(obj: dict) -> dict:
+    return {key: value for key, value in obj.items() if key != "timing"}
+
+
+def _json_lines(result) -> list[dict]:
+    assert result.exit_code == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+# -- the product, in the library ------------------------------------------------------------
+
+
+def test_product_order_and_each_model_gets_only_its_parameters():
+    base = RetrieveSettings(seed=4, queries=5)
+    grid = settings_product(
+        base,
+        models=["dense", "topk"],
+        params={"k": [1.0, 5.0], "beta": [0.1]},
+        masks=[0.0, 0.5],
+    )
+    got = [(s.model, s.params, s.corruption.mask, s.corruption.noise) for s in grid]
+    assert got == [
+        ("dense", {"beta": 0.1}, 0.0, 0.0),
+        ("dense", {"beta": 0.1}, 0.5, 0.0),
+        ("topk", {"k": 1.0, "beta": 0.1}, 0.0, 0.0),
+        ("topk", {"k": 1.0, "beta": 0.1}, 0.5, 0.0),
+        ("topk", {"k": 5.0, "beta": 0.1}, 0.0, 0.0),
+        ("topk", {"k": 5.0, "beta": 0.1}, 0.5, 0.0),
+    ]
+    assert all(s.seed == 4 and s.queries == 5 for s in grid)
+    single = settings_product(base, models=["dense"])
+    assert single == [base]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"models": ["dense", "sparse"], "params": {"k": [3.0]}}, ["--k", "topk"]),
+        ({"models": ["hopscotch"]}, ["hopscotch"]),
+        ({"models": []}, ["--model"]),
+        ({"models": ["topk"], "params": {"k": ["x"]}}, ["--k"]),
+        ({"models": ["window"], "params": {"window": [2.5]}}, ["--window", "whole"]),
+        ({"models": ["dense"], "masks": [1.5]}, ["--mask"]),
+        ({"models": ["dense"], "noises": []}, ["--noise"]),
+    ],
+)
+def test_product_refuses_bad_settings(kwargs, words):
+    with pytest.raises(NphError) as error:
+        settings_product(RetrieveSettings(), **kwargs)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_every_setting_sees_the_same_queries_and_matches_its_own_run(memory_file):
+    base = RetrieveSettings(queries=12, seed=7)
+    grid = settings_product(base, models=["dense", "sparse"], noises=[0.3, 0.3, 0.6])
+    inputs = load_inputs(memory_file)
+    reports = evaluate_grid(inputs, grid)
+    assert len(reports) == 6
+    rows = [r.per_query["query_row"] for r in reports]
+    assert all(torch.equal(rows[0], row) for row in rows)
+    # same seed and corruption → the same corrupted queries, whichever model
+    assert torch.equal(reports[0].queries, reports[1].queries)
+    assert torch.equal(reports[0].queries, reports[3].queries)
+    assert not torch.equal(reports[0].queries, reports[2].queries)  # σ differs
+    for settings, report in zip(grid, reports, strict=True):
+        alone = evaluate_grid(load_inputs(memory_file), [settings])[0]
+        assert torch.equal(alone.retrieved, report.retrieved)
+        assert alone.metrics == report.metrics
+        assert alone.config == report.config
+    # the memory was read once: its time is the first report's
+    assert reports[0].timing["load_s"] > 0
+    assert all(r.timing["load_s"] == 0 for r in reports[1:])
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+def test_json_lines_and_csv_rows_equal_single_calls(invoke, memory_file):
+    common = ["retrieve", "--memory", memory_file, "--queries", "8"]
+    many = _json_lines(
+        invoke(*common, "--model", "dense,topk", "--k", "3", "--noise", "0,0.4", "--json")
+    )
+    singles = [
+        ["--model", "dense", "--noise", "0"],
+        ["--model", "dense", "--noise", "0.4"],
+        ["--model", "topk", "--k", "3", "--noise", "0"],
+        ["--model", "topk", "--k", "3", "--noise", "0.4"],
+    ]
+    assert len(many) == len(singles)
+    for obj, args in zip(many, singles, strict=True):
+        (alone,) = _json_lines(invoke(*common, *args, "--json"))
+        assert _untimed(obj) == _untimed(alone)
+        assert set(obj["timing"]) == set(alone["timing"])
+
+    result = invoke(*common, "--model", "topk", "--k", "1,2,5", "--csv")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("model,") == 1  # one header
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [row["k"] for row in rows] == ["1.0", "2.0", "5.0"]
+    alone = invoke(*common, "--model", "topk", "--k", "2", "--csv").stdout
+    (reference,) = csv.DictReader(io.StringIO(alone))
+    assert {k: v for k, v in rows[1].items() if k not in TIMING_COLUMNS} == {
+        k: v for k, v in reference.items() if k not in TIMING_COLUMNS
+    }
+    no_header = invoke(*common, "--model", "topk", "--k", "1,2,5", "--csv", "--no-header")
+    lines = no_header.stdout.splitlines()
+    assert len(lines) == 3 and all(line.startswith("topk,") for line in lines)
+
+
+def test_per_query_csv_rows_say_their_setting(invoke, memory_file):
+    args = ["--memory", memory_file, "--model", "dense,topk", "--k", "2", "--queries", "3"]
+    result = invoke("retrieve", *args, "--per-query", "--csv")
+    assert result.exit_code == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["setting"], r["model"], r["query"]) for r in rows] == [
+        ("0", "dense", "0"),
+        ("0", "dense", "1"),
+        ("0", "dense", "2"),
+        ("1", "topk", "0"),
+        ("1", "topk", "1"),
+        ("1", "topk", "2"),
+    ]
+    alone = invoke(
+        "retrieve",
+        *args[:2],
+        "--model",
+        "topk",
+        "--k",
+        "2",
+        "--queries",
+        "3",
+        "--per-query",
+        "--csv",
+    )
+    reference = list(csv.DictReader(io.StringIO(alone.stdout)))
+    assert [{k: v for k, v in r.items() if k not in ("setting", "model")} for r in rows[3:]] == (
+        reference
+    )
+
+
+def test_table_has_one_row_per_setting(invoke, memory_file):
+    result = invoke(
+        "retrieve", "--memory", memory_file, "--model", "dense,sparse", "--beta", "0.1,0.5"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "4 settings" in result.stdout
+    lines = [line for line in result.stdout.splitlines() if "dense" in line or "sparse" in line]
+    assert len(lines) == 4
+    assert sum("beta=0.1" in line for line in lines) == 2
+
+
+def test_one_setting_prints_todays_output(invoke, memory_file):
+    result = invoke("retrieve", "--memory", memory_file, "--model", "topk", "--k", "3")
+    assert result.exit_code == 0, result.stderr
+    for title in ("Run", "Metrics (per query)", "Timing (seconds)"):
+        assert title in result.stdout
+    assert len(_json_lines(invoke("retrieve", "--memory", memory_file, "--json"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--model", "dense,sparse", "--k", "2"], ["--k"]),
+        (["--k", "2,3", "--model", "topk", "--out", "r.safetensors"], ["--out", "give 2"]),
+        (["--model", "dense,topk", "--save-grid", "g.png"], ["--save-grid"]),
+        (["--model", "dense,topk", "--per-query"], ["--per-query", "--json"]),
+        (["--noise", "0.1,x"], ["--noise"]),
+        (["--mask", "0.1,2"], ["--mask"]),
+        (["--model", "dense,,topk"], ["model"]),
+    ],
+)
+def test_bad_lists_are_one_error_line_and_write_nothing(
+    invoke, memory_file, tmp_path, monkeypatch, args, words
+):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("retrieve", "--memory", memory_file, *args)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    for word in words:
+        assert word in lines[0]
+    assert result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- nph batch ------------------------------------------------------------------------------
+
+
+def test_batch_results_errors_and_exit_status(invoke, memory_file, tmp_path):
+    jobs = [
+        {"memory": str(memory_file), "model": "topk", "k": 3, "noise": 0.4, "queries": 8},
+        "not json",
+        {"memory": str(memory_file), "model": "dense", "k": 3},
+        {"memory": str(memory_file), "beta": "high"},
+        {"memory": str(tmp_path / "absent.safetensors")},
+        {"memory": str(memory_file), "colour": "red"},
+        {"memory": str(memory_file), "model": "sparse", "seed": 2, "per_query": True},
+    ]
+    text = "\n".join(job if isinstance(job, str) else json.dumps(job) for job in jobs) + "\n\n"
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(text)
+    result = invoke("batch", path)
+    assert result.exit_code == 1
+    assert "Traceback" not in result.stderr
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(out) == len(jobs)
+    errors = {obj["job"]: obj["error"] for obj in out if "error" in obj}
+    assert sorted(errors) == [2, 3, 4, 5, 6]
+    assert "--k" in errors[3] and "beta" in errors[4] and "absent" in errors[5]
+    assert "colour" in errors[6]
+    common = ["retrieve", "--memory", memory_file]
+    (reference,) = _json_lines(
+        invoke(*common, "--model", "topk", "--k", "3", "--noise", "0.4", "--queries", "8", "--json")
+    )
+    assert _untimed(out[0]) == _untimed(reference)
+    (reference,) = _json_lines(
+        invoke(*common, "--model", "sparse", "--seed", "2", "--per-query", "--json")
+    )
+    assert _untimed(out[6]) == _untimed(reference)
+
+    good = json.dumps({"memory": str(memory_file), "model": "dense"})
+    result = invoke("batch", "-", input=good + "\n" + good + "\n")
+    assert result.exit_code == 0, result.stderr
+    first, second = _json_lines(result)
+    assert _untimed(first) == _untimed(second)
+    assert first["timing"]["load_s"] > 0 and second["timing"]["load_s"] == 0  # cached
+
+
+def test_memory_cache_reads_a_replaced_file_again(tmp_path):
+    path = tmp_path / "m.safetensors"
+    save_memory(path, torch.ones(3, 4))
+    cache = MemoryCache()
+    first, load_s = cache.get(str(path), stream=False)
+    again, cached_s = cache.get(str(path), stream=False)
+    assert again is first and load_s > 0 and cached_s == 0
+    save_memory(path, torch.zeros(5, 4), force=True)
+    replaced, _ = cache.get(str(path), stream=False)
+    assert replaced.num_memories == 5
+    results = list(run_jobs([json.dumps({"memory": str(path), "queries": 2})], cache))
+    assert results[0]["config"]["memory"]["M"] == 5
+
+
+def test_static_commands_do_not_import_torch():
+    code = (
+        "import sys\n"
+        "from nphcli.cli import app\n"
+        "for args in (['models'], ['models', '--json'], ['--help'], ['--version'],"
+        " ['retrieve', '--help'], ['batch', '--help']):\n"
+        "    try:\n"
+        "        app(args)\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code in (0, None), (args, exit.code)\n"
+        "    assert 'torch' not in sys.modules, args\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
