@@ -19,6 +19,7 @@ from torch import Tensor
 
 from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
 from nphcli.devices import same_device
+from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
 from nphcli.errors import NphError, score_overflow
 from nphcli.memory.bank import MemoryBank, as_bank
@@ -124,6 +125,12 @@ class HopfieldModel:
 
         None for models that are not of that kind. The theory checks (Theorem 4.1) ask the model
         for its support here instead of knowing each model by name.
+        """
+        return None
+
+    def candidate_rule(self, num_memories: int) -> CandidateRule | None:
+        """How to retrieve from each query's highest-scoring candidates alone (an approximate
+        nearest-neighbour index, `nph retrieve --index`); None for models that need every score.
         """
         return None
 

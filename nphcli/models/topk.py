@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.blocks import weighted_rows
+from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.exact_search import exact_topk
 from nphcli.engine.masks import K_HELP, check_k, resolve_k, topk_mask
 from nphcli.engine.planning import itemsize
@@ -64,6 +65,21 @@ class TopK(HopfieldModel):
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
         patterns = weighted_rows(bank, index, weights, block_rows=block_rows)  # (Q, d_v)
         return Update(patterns, support=support)
+
+    def candidate_rule(self, num_memories: int) -> CandidateRule:
+        """Softmax over the k best candidates (ties: lower index, as candidates arrive in index
+        order); exact when every other memory scores below the k-th."""
+        k = resolve_k(self.k, num_memories)
+
+        def apply(scores: Tensor) -> tuple[Tensor, Tensor]:
+            kept = min(k, scores.shape[1])
+            order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :kept]
+            top = scores.gather(1, order)  # (Q, k)
+            weights = torch.zeros_like(scores).scatter(1, order, torch.softmax(self.beta * top, 1))
+            cut = top[:, -1] if kept == k else torch.full_like(top[:, 0], -torch.inf)  # (Q,)
+            return weights, cut
+
+        return CandidateRule(minimum=k, report_k=k, apply=apply)
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size = itemsize(bank.dtype)
