@@ -60,6 +60,7 @@ class IndexedModel:
     nprobe: int | None = None  # IVF kinds
     ef: int | None = None  # HNSW
     certified: Tensor | None = field(default=None, repr=False)  # (Q,) of the last retrieve
+    _by_position: dict[int, bool] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         kind = self.index.kind
@@ -78,7 +79,7 @@ class IndexedModel:
 
     def __getattr__(self, name: str) -> Any:
         # Parameters (beta, k, alpha, ...) are the model's.
-        if name in ("model", "index"):
+        if name in ("model", "index") or name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.model, name)
 
@@ -141,9 +142,17 @@ class IndexedModel:
         patterns = memory.weighted_sum(found.ids, weights.to(memory.dtype))  # (Q, d_v)
         _check_output(patterns)
         self.certified = found.bound < cut  # (Q,)
+        if positions is not None:
+            self._by_position.update(zip(positions.tolist(), self.certified.tolist(), strict=True))
         support = (weights > 0).sum(dim=1)  # (Q,)
         steps = torch.ones(queries.shape[0], dtype=torch.int64)
         return Retrieval(patterns=patterns.to(queries.dtype), steps=steps, support=support)
+
+    def certified_at(self, positions: Tensor) -> Tensor | None:
+        """Whether the latest retrieval of each query position (Q,) was certified exact."""
+        if not self._by_position:
+            return None
+        return torch.tensor([self._by_position.get(p, False) for p in positions.tolist()])
 
     def compare_exact(
         self,
