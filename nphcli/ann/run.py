@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from nphcli.ann.index_file import check_index_file, open_index
-from nphcli.ann.search import IndexedModel
+from nphcli.ann.search import DEFAULT_EF, DEFAULT_NPROBE, IndexedModel
 from nphcli.ann.settings import IndexSettings
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
@@ -68,8 +68,8 @@ def index_report(
         "file": str(index.path),
         "kind": index.kind,
         "params": index.meta.get("params", {}),
-        "nprobe": settings.nprobe,
-        "ef": settings.ef,
+        "nprobe": settings.nprobe or DEFAULT_NPROBE if index.kind in ("ivf", "ivfpq") else None,
+        "ef": settings.ef or DEFAULT_EF if index.kind == "hnsw" else None,
         "candidates": model.count(memory.num_memories),
         "certified_fraction": None if certified is None else float(certified.float().mean()),
         "check_exact": None,
