@@ -205,7 +205,7 @@ def test_bad_indexes_are_refused(scene, invoke):
         "cannot use an index",
     )
     refused(invoke, [*base, "--memory", memory, "--index", good, "--ef", "9"], "hnsw")
-    refused(invoke, [*base, "--memory", memory, "--nprobe", "3"], "go with --index")
+    refused(invoke, [*base, "--memory", memory, "--nprobe", "3"], "--check-exact go with --index")
     index, meta, extra = build_index(load_memory(memory), memory, kind="flat")
     for field, value, pattern in (
         ("nph_version", "99.0.0", "newer than this nph"),

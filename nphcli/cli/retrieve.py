@@ -156,13 +156,13 @@ def retrieve_command(
         ),
     ] = None,
     check_exact: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--check-exact",
             help="With --index: compare this many seeded queries with exact retrieval "
-            "(recall@k, pattern and error differences); 0 skips it.",
+            "(recall@k, pattern and error differences); 0 skips it [default: 100].",
         ),
-    ] = 100,
+    ] = None,
     *,
     model_params: dict[str, str],
 ) -> None:
@@ -194,11 +194,12 @@ def retrieve_command(
     if index is not None:
         from nphcli.ann.settings import IndexSettings
 
+        check = {} if check_exact is None else {"check_exact": check_exact}
         index_settings = IndexSettings(
-            path=str(index), nprobe=nprobe, ef=ef, candidates=candidates, check_exact=check_exact
+            path=str(index), nprobe=nprobe, ef=ef, candidates=candidates, **check
         )
-    elif nprobe is not None or ef is not None or candidates is not None:
-        raise NphError("--nprobe, --ef and --candidates go with --index")
+    elif any(value is not None for value in (nprobe, ef, candidates, check_exact)):
+        raise NphError("--nprobe, --ef, --candidates and --check-exact go with --index")
     settings = RetrieveSettings(
         model=model,
         params={name: parse_single(name, text) for name, text in model_params.items()},
