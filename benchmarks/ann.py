@@ -158,6 +158,7 @@ def large(args) -> dict:
         del faiss_index
         index = open_index(index_path, path)
         record = {"build_s": build_s, "bytes": index_path.stat().st_size, "params": meta["params"]}
+        print(f"{kind} build: {json.dumps(record)}", file=sys.stderr)
         settings = {"ivf": "nprobe", "ivfpq": "nprobe", "hnsw": "ef"}.get(kind)
         values = {"nprobe": args.nprobe, "ef": args.ef}.get(settings, [None])
         record["search"] = {}
@@ -184,6 +185,8 @@ def large(args) -> dict:
             record["search"][label] = result
             print(f"{kind} {label}: {json.dumps(result)}", file=sys.stderr)
         out["indexes"][kind] = record
+        if args.out:  # partial results survive an interrupted run
+            args.out.write_text(json.dumps({"large": out}, indent=1) + "\n")
         index_path.unlink()
     path.unlink()
     folder.rmdir()
