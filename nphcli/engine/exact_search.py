@@ -26,10 +26,11 @@ from torch import Tensor
 
 from nphcli.engine.blocks import TopKAccumulator
 from nphcli.errors import NphError
-from nphcli.memory.bank import MemoryBank
+from nphcli.memory.bank import MemoryBank, TensorBank
 
 ENVIRONMENT = "NPH_EXACT_SEARCH"
 CHOICES = ("auto", "torch", "faiss")
+TIED_BLOCK_ELEMENTS = 1 << 24  # scores per block when rows tied across the cut are redone
 
 
 @lru_cache(maxsize=1)
@@ -127,8 +128,8 @@ def faiss_topk(queries: Tensor, keys: Tensor, k: int) -> tuple[Tensor, Tensor]:
     scores, index = scores.gather(1, order), index.gather(1, order)
     if bool(tied.any()):
         rows = tied.nonzero().squeeze(1)  # (T,)
-        exact = queries[rows] @ keys.T  # (T, M)
-        stable = torch.sort(exact, dim=1, descending=True, stable=True)
-        scores = scores.index_copy(0, rows, stable.values[:, :k].contiguous())
-        index = index.index_copy(0, rows, stable.indices[:, :k].contiguous())
+        block = max(k + 1, TIED_BLOCK_ELEMENTS // rows.numel())  # (T, block) scores at a time
+        redo = torch_topk(queries[rows], TensorBank(keys), k, block_rows=block)
+        scores = scores.index_copy(0, rows, redo[0])
+        index = index.index_copy(0, rows, redo[1])
     return scores, index
