@@ -4,12 +4,13 @@ index, and the report of what the approximation cost (`nph retrieve --index`).""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from nphcli.ann.index_file import check_index_file, open_index
+from nphcli.ann.index_file import AnnIndex, open_index
 from nphcli.ann.search import DEFAULT_EF, DEFAULT_NPROBE, IndexedModel
 from nphcli.ann.settings import IndexSettings
 from nphcli.errors import NphError
@@ -23,8 +24,8 @@ def check_index_run(
     newer, built from another memory, a model that needs every score, options of another kind."""
     if not str(device).startswith("cpu"):
         raise NphError("--index searches on the CPU; use --device cpu")
-    meta = check_index_file(settings.path, memory_path)
-    kind = meta["kind"]
+    opened = _open(settings.path, memory_path)  # every file check, the FAISS bytes included
+    meta, kind = opened.meta, opened.kind
     if settings.nprobe is not None and kind not in ("ivf", "ivfpq"):
         raise NphError(f"--nprobe applies to ivf and ivfpq indexes; {settings.path} is {kind}")
     if settings.ef is not None and kind != "hnsw":
@@ -38,11 +39,32 @@ def check_index_run(
         )
 
 
+# The index opened by the checks, reused by the run (keyed by the files' identities).
+_OPENED: dict[tuple, AnnIndex] = {}
+
+
+def _open(path: str | os.PathLike, memory_path: str | os.PathLike) -> AnnIndex:
+    key = tuple(_identity(p) for p in (path, memory_path))
+    if key not in _OPENED:
+        _OPENED.clear()  # hold one index at a time
+        _OPENED[key] = open_index(path, memory_path)
+    return _OPENED[key]
+
+
+def _identity(path: str | os.PathLike) -> tuple:
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return (str(path),)  # open_index reports the missing file
+    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
 def indexed_model(model: Any, settings: IndexSettings, memory: MemoryBank) -> IndexedModel:
     """The model retrieving over the opened, verified index of `memory`'s file."""
     if memory.path is None:
         raise NphError("--index needs the memory's file, to check the index was built from it")
-    index = open_index(settings.path, memory.path)
+    index = _open(settings.path, memory.path)
     indexed = IndexedModel(
         model, index, candidates=settings.candidates, nprobe=settings.nprobe, ef=settings.ef
     )
