@@ -153,6 +153,37 @@ def retrieve_command(
             "--save-grid", help="PNG of corrupted / retrieved / target for the first queries."
         ),
     ] = None,
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            help="Approximate index built by `nph index` for this memory (topk, sparse, entmax): "
+            "candidates from the index, their scores exact; see docs/ann.md.",
+        ),
+    ] = None,
+    nprobe: Annotated[
+        int | None,
+        typer.Option("--nprobe", help="With an ivf/ivfpq --index: lists searched [default: 16]."),
+    ] = None,
+    ef: Annotated[
+        int | None,
+        typer.Option("--ef", help="With an hnsw --index: search breadth [default: 128]."),
+    ] = None,
+    candidates: Annotated[
+        int | None,
+        typer.Option(
+            "--candidates",
+            help="With --index: candidates per query [default: max(64, topk's k)].",
+        ),
+    ] = None,
+    check_exact: Annotated[
+        int | None,
+        typer.Option(
+            "--check-exact",
+            help="With --index: compare this many seeded queries with exact retrieval "
+            "(recall@k, pattern and error differences); 0 skips it [default: 100].",
+        ),
+    ] = None,
     *,
     model_params: dict[str, str],
 ) -> None:
@@ -179,6 +210,16 @@ def retrieve_command(
         check_output_path(
             path, force=force, protect=[memory, *(p for p in (queries_file, targets_file) if p)]
         )
+    index_settings = None
+    if index is not None:
+        from nphcli.ann.settings import IndexSettings
+
+        check = {} if check_exact is None else {"check_exact": check_exact}
+        index_settings = IndexSettings(
+            path=str(index), nprobe=nprobe, ef=ef, candidates=candidates, **check
+        )
+    elif any(value is not None for value in (nprobe, ef, candidates, check_exact)):
+        raise NphError("--nprobe, --ef, --candidates and --check-exact go with --index")
     masks, noises = _floats("--mask", mask), _floats("--noise", noise)
     base = RetrieveSettings(
         corruption=Corruption(
@@ -195,6 +236,7 @@ def retrieve_command(
         batch_size=batch_size,
         repeat=repeat,
         memory_budget=None if memory_budget is None else parse_size(memory_budget),
+        index=index_settings,
     )
     grid = settings_product(
         base,
@@ -210,6 +252,12 @@ def retrieve_command(
         )
     if len(grid) > 1 and per_query and not (as_json or as_csv):
         raise NphError("--per-query with several settings needs --json or --csv")
+    if index_settings is not None:
+        from nphcli.ann.run import check_index_run
+        from nphcli.evaluation.settings import build_model
+
+        for settings in grid:
+            check_index_run(index_settings, memory, build_model(settings), device)
     inputs = load_inputs(
         memory,
         queries_file=queries_file,
@@ -351,9 +399,32 @@ def _print_tables(report, *, per_query: bool) -> None:
         ("throughput", "", f"{format_value(timing['queries_per_s'])} queries/s"),
     ]
     print_table("Timing (seconds)", ["phase", "s", "note"], timing_rows)
+    if config.get("index"):
+        _print_index(config["index"])
     if per_query:
         rows = report.per_query_rows()
         print_table("Per query", list(rows[0]), [list(row.values()) for row in rows])
+
+
+def _print_index(index: dict) -> None:
+    search = ", ".join(
+        f"{name} {index[name]}" for name in ("nprobe", "ef", "candidates") if index[name]
+    )
+    rows = [
+        ("index", f"{index['file']} ({index['kind']}; {search})"),
+        ("certified exact", index["certified_fraction"]),
+    ]
+    check = index["check_exact"]
+    if check:
+        rows += [
+            (f"recall@{check['k']} (sample of {check['queries']})", check["recall_at_k"]),
+            (
+                "‖T − T_exact‖ mean / max",
+                f"{check['pattern_gap_mean']:.3g} / {check['pattern_gap_max']:.3g}",
+            ),
+            ("sse − sse_exact (mean)", check["sse_difference_mean"]),
+        ]
+    print_table("Index (approximation cost)", ["measure", "value"], rows)
 
 
 def _query_text(queries: dict) -> str:

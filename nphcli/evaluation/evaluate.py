@@ -73,6 +73,12 @@ def evaluate(
     dtype = resolve_dtype(settings.dtype, device)
     model = build_model(settings)
     model.check_memory(memory)
+    if settings.index is not None:
+        from nphcli.ann.run import check_index_run, indexed_model
+
+        if memory.path is not None:
+            check_index_run(settings.index, memory.path, model, str(device))
+        model = indexed_model(model, settings.index, memory)
     scale = memory_scale(memory)
     generator = torch.Generator().manual_seed(settings.seed)
     chosen = select(memory, settings.queries, generator, queries, targets, target_indices)
@@ -90,6 +96,18 @@ def evaluate(
     timing = _timing(measured.timing, corrupt_s, start, chosen.rows.shape[0])
     config = _config(model, settings, memory, chosen, corrupted, sources or {}, device, dtype)
     config["batch_size"] = measured.batch
+    if settings.index is not None:
+        from nphcli.ann.run import index_report
+
+        config["index"] = index_report(
+            model,
+            settings.index,
+            memory,
+            corrupted.queries,
+            chosen.rows,
+            chosen.targets,
+            seed=settings.seed,
+        )
     return RetrievalReport(
         config=config,
         metrics={

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nphcli.ann.settings import IndexSettings
 from nphcli.errors import NphError
 from nphcli.evaluation.corruption import Corruption
 
@@ -24,6 +25,7 @@ class RetrieveSettings:
     batch_size: int | None = None  # queries per model call; None: all (the model bounds memory)
     repeat: int = 1  # how many times the timed retrieval runs (min and median are reported)
     memory_budget: int | None = None  # bytes of model working memory; None: the engine default
+    index: IndexSettings | None = None  # retrieve over an approximate index (`nph index`)
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
 from nphcli.devices import same_device
+from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
 from nphcli.errors import NphError, score_overflow
 from nphcli.memory.bank import MemoryBank, as_bank
@@ -139,6 +140,12 @@ class HopfieldModel:
         from nphcli.theory.energy import support_energy
 
         return support_energy(self, queries, memories, positions)
+
+    def candidate_rule(self, num_memories: int) -> CandidateRule | None:
+        """How to retrieve from each query's highest-scoring candidates alone (an approximate
+        nearest-neighbour index, `nph retrieve --index`); None for models that need every score.
+        """
+        return None
 
     # -- shared -------------------------------------------------------------------------------
     def retrieve(

@@ -14,6 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
+from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_update, candidate_working_set
 from nphcli.engine.functional import entmax_bisect
 from nphcli.errors import NphError
@@ -70,6 +71,16 @@ class Entmax(HopfieldModel):
         from nphcli.theory.energy import energy
 
         return energy(queries, memories, self.beta, alpha=float(self.alpha))
+
+    def candidate_rule(self, num_memories: int) -> CandidateRule:
+        """The map on the candidates' exact scores; exact when every other memory scores below
+        the threshold."""
+        return threshold_rule(
+            beta=self.beta,
+            alpha=float(self.alpha),
+            simplex_map=lambda scores: entmax_bisect(scores, self.alpha),
+            num_memories=num_memories,
+        )
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         return candidate_working_set(bank)

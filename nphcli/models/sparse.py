@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import Tensor
 
+from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_update, candidate_working_set
 from nphcli.engine.functional import sparsemax
 from nphcli.memory.bank import MemoryBank
@@ -49,6 +50,16 @@ class Sparse(HopfieldModel):
         from nphcli.theory.energy import energy
 
         return energy(queries, memories, self.beta, alpha=2.0)
+
+    def candidate_rule(self, num_memories: int) -> CandidateRule:
+        """The map on the candidates' exact scores; exact when every other memory scores below
+        the threshold."""
+        return threshold_rule(
+            beta=self.beta,
+            alpha=2.0,
+            simplex_map=sparsemax,
+            num_memories=num_memories,
+        )
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         return candidate_working_set(bank)

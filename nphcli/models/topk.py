@@ -7,7 +7,8 @@ lower memory index. The support is always k.
 
 Blockwise: a running top-k (`TopKAccumulator`) over memory blocks keeps each query's k best
 scores and their indices, then the softmax runs over those k and the k value rows are summed.
-No (Q, M) matrix is formed beyond one block of scores.
+No (Q, M) matrix is formed beyond one block of scores. On CPUs with the `ann` extra, FAISS's
+flat search finds the same k (`engine/exact_search.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.engine.blocks import TopKAccumulator, weighted_rows
+from nphcli.engine.blocks import weighted_rows
+from nphcli.engine.candidate_rule import CandidateRule
+from nphcli.engine.exact_search import exact_topk
 from nphcli.engine.masks import K_HELP, check_k, resolve_k, topk_mask
 from nphcli.engine.planning import itemsize
 from nphcli.memory.bank import MemoryBank
@@ -56,13 +59,27 @@ class TopK(HopfieldModel):
         block_rows: int,
     ) -> Update:
         k = resolve_k(self.k, bank.num_memories)
-        top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=queries.dtype)
-        for start, keys in bank.key_blocks(block_rows):
-            top.add(queries @ keys.T, start)  # (Q, B) xᵀk: β > 0 does not change the order
-        weights = torch.softmax(self.beta * top.scores, dim=1)  # (Q, k)
+        # (Q, k) unscaled scores xᵀk: β > 0 does not change the order. FAISS or torch.
+        scores, index = exact_topk(queries, bank, k, block_rows=block_rows)
+        weights = torch.softmax(self.beta * scores, dim=1)  # (Q, k)
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
-        patterns = weighted_rows(bank, top.index, weights, block_rows=block_rows)  # (Q, d_v)
+        patterns = weighted_rows(bank, index, weights, block_rows=block_rows)  # (Q, d_v)
         return Update(patterns, support=support)
+
+    def candidate_rule(self, num_memories: int) -> CandidateRule:
+        """Softmax over the k best candidates (ties: lower index, as candidates arrive in index
+        order); exact when every other memory scores below the k-th."""
+        k = resolve_k(self.k, num_memories)
+
+        def apply(scores: Tensor) -> tuple[Tensor, Tensor]:
+            kept = min(k, scores.shape[1])
+            order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :kept]
+            top = scores.gather(1, order)  # (Q, k)
+            weights = torch.zeros_like(scores).scatter(1, order, torch.softmax(self.beta * top, 1))
+            cut = top[:, -1] if kept == k else torch.full_like(top[:, 0], -torch.inf)  # (Q,)
+            return weights, cut
+
+        return CandidateRule(minimum=k, report_k=k, apply=apply)
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size = itemsize(bank.dtype)

@@ -1,0 +1,1 @@
+"""Approximate nearest-neighbour indexes (the `ann` extra, FAISS): build, verify, search."""

@@ -1,0 +1,108 @@
+"""A retrieval run over an index: the checks made before any work, the model that searches the
+index, and the report of what the approximation cost (`nph retrieve --index`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nphcli.ann.index_file import AnnIndex, open_index
+from nphcli.ann.search import DEFAULT_EF, DEFAULT_NPROBE, IndexedModel
+from nphcli.ann.settings import IndexSettings
+from nphcli.errors import NphError
+from nphcli.memory.bank import MemoryBank
+
+
+def check_index_run(
+    settings: IndexSettings, memory_path: str | os.PathLike, model: Any, device: str
+) -> None:
+    """Refuse, before the memory is loaded, an index that does not fit the run: unreadable,
+    newer, built from another memory, a model that needs every score, options of another kind."""
+    if not str(device).startswith("cpu"):
+        raise NphError("--index searches on the CPU; use --device cpu")
+    opened = _open(settings.path, memory_path)  # every file check, the FAISS bytes included
+    meta, kind = opened.meta, opened.kind
+    if settings.nprobe is not None and kind not in ("ivf", "ivfpq"):
+        raise NphError(f"--nprobe applies to ivf and ivfpq indexes; {settings.path} is {kind}")
+    if settings.ef is not None and kind != "hnsw":
+        raise NphError(f"--ef applies to hnsw indexes; {settings.path} is {kind}")
+    if model.steps != 1:
+        raise NphError("--index retrieves one step; use --steps 1")
+    if model.candidate_rule(meta["M"]) is None:
+        raise NphError(
+            f"--model {model.name} needs every memory's score and cannot use an index; "
+            "use topk, sparse or entmax, or drop --index"
+        )
+
+
+# The index opened by the checks, reused by the run (keyed by the files' identities).
+_OPENED: dict[tuple, AnnIndex] = {}
+
+
+def _open(path: str | os.PathLike, memory_path: str | os.PathLike) -> AnnIndex:
+    key = tuple(_identity(p) for p in (path, memory_path))
+    if key not in _OPENED:
+        _OPENED.clear()  # hold one index at a time
+        _OPENED[key] = open_index(path, memory_path)
+    return _OPENED[key]
+
+
+def _identity(path: str | os.PathLike) -> tuple:
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return (str(path),)  # open_index reports the missing file
+    return (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+def indexed_model(model: Any, settings: IndexSettings, memory: MemoryBank) -> IndexedModel:
+    """The model retrieving over the opened, verified index of `memory`'s file."""
+    if memory.path is None:
+        raise NphError("--index needs the memory's file, to check the index was built from it")
+    index = _open(settings.path, memory.path)
+    indexed = IndexedModel(
+        model, index, candidates=settings.candidates, nprobe=settings.nprobe, ef=settings.ef
+    )
+    indexed.check_memory(memory)
+    return indexed
+
+
+def index_report(
+    model: IndexedModel,
+    settings: IndexSettings,
+    memory: MemoryBank,
+    queries: Tensor,
+    positions: Tensor,
+    targets: Tensor | None,
+    *,
+    seed: int,
+) -> dict[str, Any]:
+    """The report's `index` section: the index, the search settings, the share of queries
+    certified exact in the run, and the comparison with exact retrieval on a sample."""
+    index = model.index
+    certified = model.certified_at(positions)
+    report: dict[str, Any] = {
+        "file": str(index.path),
+        "kind": index.kind,
+        "params": index.meta.get("params", {}),
+        "nprobe": settings.nprobe or DEFAULT_NPROBE if index.kind in ("ivf", "ivfpq") else None,
+        "ef": settings.ef or DEFAULT_EF if index.kind == "hnsw" else None,
+        "candidates": model.count(memory.num_memories),
+        "certified_fraction": None if certified is None else float(certified.float().mean()),
+        "check_exact": None,
+    }
+    if settings.check_exact > 0:
+        cpu_memory = memory.to(device="cpu")
+        report["check_exact"] = model.compare_exact(
+            queries.to(device="cpu", dtype=cpu_memory.dtype),
+            cpu_memory,
+            sample=settings.check_exact,
+            seed=seed,
+            targets=None if targets is None else targets.to(device="cpu", dtype=torch.float32),
+        )
+    return report
