@@ -108,16 +108,23 @@ def retrieve_command(
         Path | None,
         typer.Option(
             "--out",
-            help="Save retrieved patterns, nearest stored index and queries (.safetensors).",
+            help="Save retrieved patterns, nearest stored index and queries: .safetensors or "
+            ".npz, as the extension says.",
         ),
     ] = None,
     force: Force = False,
     save_grid: Annotated[
         Path | None,
         typer.Option(
-            "--save-grid", help="PNG of corrupted / retrieved / target for the first queries."
+            "--save-grid",
+            help="Picture of corrupted / retrieved / target for the first queries, rows "
+            "labelled: .png, .jpg or .webp, as the extension says.",
         ),
     ] = None,
+    scale: Annotated[
+        int,
+        typer.Option("--scale", help="With --save-grid: enlarge every image pixel N times."),
+    ] = 2,
     *,
     model_params: dict[str, str],
 ) -> None:
@@ -145,6 +152,14 @@ def retrieve_command(
         check_output_path(
             path, force=force, protect=[memory, *(p for p in (queries_file, targets_file) if p)]
         )
+    if out is not None:
+        from nphcli.evaluation.report import check_results_output
+
+        check_results_output(out)
+    if save_grid is not None:
+        from nphcli.image_grid import check_grid_output
+
+        check_grid_output(save_grid, scale=scale)
     settings = RetrieveSettings(
         model=model,
         params={name: parse_single(name, text) for name, text in model_params.items()},
@@ -172,7 +187,7 @@ def retrieve_command(
     if out is not None:
         save_results(out, report, force=force)
     if save_grid is not None:
-        save_retrieval_grid(save_grid, report, inputs.memory, force=force)
+        save_retrieval_grid(save_grid, report, inputs.memory, force=force, scale=scale)
 
     if as_json:
         print_json(report.to_json(per_query=per_query))
