@@ -245,7 +245,8 @@ def _print_tables(report, *, per_query: bool) -> None:
     print_table("Timing (seconds)", ["phase", "s", "note"], timing_rows)
     if per_query:
         rows = report.per_query_rows()
-        print_table("Per query", list(rows[0]), [list(row.values()) for row in rows])
+        # piped: as wide as the columns need, never squeezed into rich's default 80
+        print_table("Per query", list(rows[0]), [list(row.values()) for row in rows], width=1000)
 
 
 def _query_text(queries: dict) -> str:
