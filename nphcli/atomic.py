@@ -87,11 +87,11 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
         os.replace(tmp, path)
         fsync_folder(path.parent)
     except OSError as error:
-        raise NphRuntimeError(f"could not write {path}: {_reason(error)}") from error
+        raise NphRuntimeError(f"could not write {path}: {write_failure_reason(error)}") from error
     except Exception as error:
         if not _is_serializer_io_error(error):
             raise
-        raise NphRuntimeError(f"could not write {path}: {_reason(error)}") from error
+        raise NphRuntimeError(f"could not write {path}: {write_failure_reason(error)}") from error
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -105,7 +105,7 @@ def _is_serializer_io_error(error: Exception) -> bool:
     return isinstance(error, SafetensorError) and "IoError" in str(error)
 
 
-def _reason(error: Exception) -> str:
+def write_failure_reason(error: Exception) -> str:
     """Why a write failed, in words: a full disk says so and what to do."""
     text = str(error)
     if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
