@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from typer.testing import CliRunner
 
 import nphcli
 from nphcli.memory.file import save_memory
@@ -41,12 +40,10 @@ def _files(folder: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    """20 real MNIST digits as `nph store mnist --n 20` writes them."""
-    from nphcli.cli import app
-
+    """20 random 28 × 28 grey images in [0, 1] as a memory file (fast: no dataset is read)."""
     path = tmp_path_factory.mktemp("digits") / "memory.safetensors"
-    result = CliRunner().invoke(app, ["store", "mnist", "--n", "20", "--out", str(path)])
-    assert result.exit_code == 0, result.stderr
+    images = torch.rand(20, 784, generator=torch.Generator().manual_seed(0))
+    save_memory(path, images, meta={"kind": "image", "item_shape": [1, 28, 28]})
     return path
 
 
