@@ -140,13 +140,13 @@ def store_command(
     from nphcli.memory.file import dtype_from_name, read_metadata, save_memory
     from nphcli.sources import SourceOptions, prepare_memory
 
+    check_not_input(out, [p for p in (source, values, labels) if p and Path(p).exists()])
+    check_writable(out, force=force)  # before any loading: fail fast, leave the file alone
     if out.suffix.lower() != ".safetensors":
         raise NphError(
             f"a memory file is a safetensors file: name it .safetensors, not {out.name} "
             "(nph reads .npy, .npz, .csv and .pt as SOURCE)"
         )
-    check_not_input(out, [p for p in (source, values, labels) if p and Path(p).exists()])
-    check_writable(out, force=force)  # before any loading: fail fast, leave the file alone
     options = SourceOptions(
         n=n,
         seed=seed,
