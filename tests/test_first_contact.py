@@ -169,6 +169,7 @@ def test_quiet_silences_notices_not_errors(invoke, tmp_path):
         (["retrieve", "--memory", "missing.safetensors", "--json"], 2),
         (["store", "random", "--n", "0", "--json", "--out", "m.safetensors"], 2),
         (["retrieve", "--json", "--no-such-option"], 2),
+        (["retrieve", "--json", "--csv"], 2),
     ],
 )
 def test_errors_under_json_are_a_json_object_on_stderr(invoke, tmp_path, monkeypatch, args, code):

@@ -445,7 +445,7 @@ def _model_without(flag: str) -> str:
         (["--dtype", "int8"], ["dtype"]),
         (["--queries", "0"], ["--queries"]),
         (["--queries", "101"], ["--queries"]),
-        (["--json", "--csv"], ["--json", "--csv"]),
+        # `--json --csv` fails as a JSON object (under --json): tests/test_first_contact.py
         (["--no-header"], ["--csv"]),
         (["--target-indices", "1,2"], ["--queries-file"]),
         (["--target-indices", "a,b"], ["--target-indices"]),
