@@ -66,11 +66,12 @@ def entmax_bisect(scores: Tensor, alpha: float) -> Tensor:
 _BISECTION_STEPS = {torch.float32: 23 + 3, torch.float64: 52 + 3}
 
 
-def _entmax_weights(z: Tensor, lam: Tensor, eps: float) -> Tensor:
-    """Unnormalised α-entmax weights exp(log1p(ε·z·e^{ελ}) / ε − λ) for scores z ≤ 0 (Q, M),
-    thresholds λ (Q, 1) and ε = α − 1 > 0; 0 where ε·z·e^{ελ} ≤ −1 (outside the support)."""
-    u = (eps * z * torch.exp(eps * lam)).clamp(min=-1)  # (Q, M); −1 → log1p = −inf → weight 0
-    return torch.exp(torch.log1p(u) / eps - lam)  # (Q, M)
+def _entmax_weights(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
+    """Unnormalised α-entmax weights exp(log1p(ε·z·e^{ελ}) / ε − λ) from scaled = ε·z (Q, M),
+    z ≤ 0 the shifted scores, thresholds λ (Q, 1) and ε = α − 1 > 0; 0 where ε·z·e^{ελ} ≤ −1
+    (outside the support)."""
+    u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, M); −1 → log1p = −inf → weight 0
+    return torch.log1p_(u).mul_(1 / eps).sub_(lam).exp_()  # (Q, M)
 
 
 class _EntmaxBisect(torch.autograd.Function):
@@ -93,15 +94,16 @@ class _EntmaxBisect(torch.autograd.Function):
         # forming ε·z_i − τ ≈ 1 first and raising it to 1/ε loses every digit in float32.
         # λ = 0 gives the top memory weight 1 (mass ≥ 1); λ = log M gives every memory weight
         # ≤ 1/M (mass ≤ 1). The bracket [lo, hi] keeps mass(lo) ≥ 1 ≥ mass(hi).
+        scaled = eps * z  # (Q, M)
         lo = torch.zeros_like(z[:, :1])  # (Q, 1)
         hi = torch.full_like(z[:, :1], math.log(num_memories))  # (Q, 1)
         for _ in range(_BISECTION_STEPS[compute]):
             mid = (lo + hi) / 2
-            mass = _entmax_weights(z, mid, eps).sum(dim=-1, keepdim=True)  # (Q, 1)
+            mass = _entmax_weights(scaled, mid, eps).sum(dim=-1, keepdim=True)  # (Q, 1)
             low_enough = mass >= 1
             lo = torch.where(low_enough, mid, lo)
             hi = torch.where(low_enough, hi, mid)
-        p = _entmax_weights(z, lo, eps)  # (Q, M); mass(lo) ≥ 1, so no 0/0 below
+        p = _entmax_weights(scaled, lo, eps)  # (Q, M); mass(lo) ≥ 1, so no 0/0 below
         p = p / p.sum(dim=-1, keepdim=True)
         ctx.alpha = alpha
         ctx.save_for_backward(p)
