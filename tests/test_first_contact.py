@@ -123,7 +123,7 @@ def test_grid_scale_out_of_range_is_refused(invoke, digits, tmp_path):
     result = invoke(
         "retrieve", "--memory", digits, "--save-grid", tmp_path / "g.png", "--scale", "0"
     )
-    assert result.exit_code == 2 and "--scale" in result.stderr
+    assert result.exit_code == 2 and "--scale must be a whole number from 1 to" in result.stderr
     assert not (tmp_path / "g.png").exists()
 
 
