@@ -11,6 +11,7 @@ the same machine removes those whose process is gone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import socket
@@ -86,10 +87,32 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
         os.replace(tmp, path)
         fsync_folder(path.parent)
     except OSError as error:
-        raise NphRuntimeError(f"could not write {path}: {error.strerror or error}") from error
+        raise NphRuntimeError(f"could not write {path}: {write_failure_reason(error)}") from error
+    except Exception as error:
+        if not _is_serializer_io_error(error):
+            raise
+        raise NphRuntimeError(f"could not write {path}: {write_failure_reason(error)}") from error
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _is_serializer_io_error(error: Exception) -> bool:
+    """A writer library's wrapped I/O failure (safetensors raises its own SafetensorError, not
+    OSError, when the disk fills up)."""
+    from safetensors import SafetensorError  # a dependency; cheap, and no torch
+
+    return isinstance(error, SafetensorError) and "IoError" in str(error)
+
+
+def write_failure_reason(error: Exception) -> str:
+    """Why a write failed, in words: a full disk says so and what to do."""
+    text = str(error)
+    if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+        "No space left" in text or "StorageFull" in text or "QuotaExceeded" in text
+    ):
+        return "no space left on the device; free some space or write elsewhere"
+    return getattr(error, "strerror", None) or text
 
 
 def _host() -> str:

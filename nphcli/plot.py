@@ -4,8 +4,9 @@ One line per model setting (the rows' `label`, plus any other grid value that va
 on the x axis), drawn at the mean over trials of each run's mean metric, with a band of ±1
 standard deviation over trials (population). matplotlib is an optional dependency
 (`pip install "nph[plot]"`); it is imported only here, and only its object-oriented API with the
-Agg canvas is used, so no global backend is switched and no display is needed. The PNG is
-written atomically and has exactly the requested size in pixels.
+Agg canvas is used, so no global backend is switched and no display is needed. The file's
+extension picks its format (.png, .svg or .pdf); it is written atomically and a PNG has exactly
+the requested size in pixels (SVG and PDF the same size at 100 dpi).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ METRIC_LABELS = {
     "steps": "update steps",
     "us_per_query": "retrieval time per query (µs)",
 }
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}  # extension → matplotlib format
 DEFAULT_SIZE = (800, 500)
 DPI = 100
 
@@ -127,6 +129,16 @@ def curves(
     return x, column, lines
 
 
+def check_plot_output(out: str | os.PathLike) -> str:
+    """The format `out`'s extension names, checked before any work: an extension matplotlib is
+    not asked to write, or matplotlib missing, is an NphError now rather than after a sweep."""
+    suffix = Path(out).suffix.lower()
+    if suffix not in FORMATS:
+        raise NphError(f"cannot tell the plot format of {out}: name it .png, .svg or .pdf")
+    _matplotlib()
+    return FORMATS[suffix]
+
+
 def plot_results(
     rows: list[dict[str, Any]],
     out: str | os.PathLike,
@@ -137,7 +149,9 @@ def plot_results(
     title: str | None = None,
     force: bool = False,
 ) -> Path:
-    """Draw `metric` against `x` for sweep result rows and save a PNG of `size` pixels."""
+    """Draw `metric` against `x` for sweep result rows and save it as the extension of `out`
+    says (PNG, SVG or PDF) at `size` pixels."""
+    file_format = check_plot_output(out)
     x, column, lines = curves(rows, metric=metric, x=x)
     figure_cls, canvas_cls = _matplotlib()
     width, height = size
@@ -163,7 +177,7 @@ def plot_results(
     trial_text = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
     axes.set_title(title or _title(rows, metric_name, x, trial_text), fontsize=10, loc="left")
     with atomic_write(out, force=force) as tmp:
-        figure.savefig(tmp, format="png", dpi=DPI)
+        figure.savefig(tmp, format=file_format, dpi=DPI)
     return Path(out)
 
 

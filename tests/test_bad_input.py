@@ -379,7 +379,10 @@ def test_a_full_disk_during_a_sweep_is_one_line_exit_1(invoke, scene, monkeypatc
     result = invoke(*SWEEP)
     assert result.exit_code == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert errors == ["Error: could not write r.jsonl: No space left on device"], result.stderr
+    assert errors == [
+        "Error: could not write r.jsonl: no space left on the device; free some space or write "
+        "elsewhere"
+    ], result.stderr
     assert "Traceback" not in result.stderr
 
 

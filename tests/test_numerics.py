@@ -265,11 +265,13 @@ def test_non_finite_model_output_is_an_error_not_a_null(memories, monkeypatch):
     monkeypatch.setattr(retrieval, "build_model", lambda settings: _Poisoned(real(settings)))
     code, out, err = _run("retrieve", "--memory", memories["normal"], "--beta", "1", "--json")
     assert code == 1 and out == ""
-    assert err.strip().splitlines() == [
-        "Error: model 'dense' produced non-finite values (NaN or infinity) for 1 of 8 queries at "
-        "--dtype float32; try --dtype float64, a smaller --beta, or patterns stored rescaled "
-        "(nph store --normalize)"
-    ]
+    assert len(err.strip().splitlines()) == 1  # under --json: one JSON object
+    assert json.loads(err) == {
+        "error": "model 'dense' produced non-finite values (NaN or infinity) for 1 of 8 queries "
+        "at --dtype float32; try --dtype float64, a smaller --beta, or patterns stored rescaled "
+        "(nph store --normalize)",
+        "exit_code": 1,
+    }
 
 
 # -- library level: finite inputs whose scores overflow float32 ------------------------------

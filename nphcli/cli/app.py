@@ -7,6 +7,8 @@ library, and render. Library modules (and so torch) are imported inside command 
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import os
 import sys
@@ -17,9 +19,9 @@ import typer
 from typer.core import TyperGroup
 
 try:  # recent typer vendors click; older releases depend on the click package
-    from typer._click.exceptions import ClickException
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover
-    from click.exceptions import ClickException
+    from click.exceptions import ClickException, NoArgsIsHelpError
 
 from nphcli import __version__
 from nphcli.errors import NphError
@@ -32,14 +34,30 @@ class _StderrHandler(logging.Handler):
         print(f"note: {record.getMessage()}", file=sys.stderr)
 
 
-# Set by the root option --debug for the current invocation only (reset in NphGroup.main, so
-# in-process runners such as the tests' do not carry it over to the next command).
+# Set by the root options --debug and --quiet, and by --json anywhere on the command line, for the
+# current invocation only (reset in NphGroup.main, so in-process runners such as the tests' do not
+# carry them over to the next command).
 _debug_flag = False
+_quiet_flag = False
+_json_errors = False
+
+# Exit status when stdout is closed early (`nph ... | head`): what a shell reports for a Unix tool
+# stopped by SIGPIPE (128 + 13), without a message.
+BROKEN_PIPE_EXIT = 141
 
 
 def _debug() -> bool:
     """--debug, or NPH_DEBUG set to anything but empty or 0."""
     return _debug_flag or os.environ.get("NPH_DEBUG", "") not in ("", "0")
+
+
+def quiet() -> bool:
+    """--quiet: no notices, progress or `wrote FILE` lines on stderr; errors still print."""
+    return _quiet_flag
+
+
+class _BrokenPipe(Exception):
+    """stdout was closed by its reader; raised past click, which would exit 1 instead."""
 
 
 class _Interrupted(NphError):
@@ -51,23 +69,34 @@ class _Interrupted(NphError):
 class NphGroup(TyperGroup):
     """Turns user errors (ours and click's) into one `Error: ...` line and an exit code.
 
-    Exit codes: 0 success, 2 usage or input error, 1 other failure, 130 interrupted.
-    With --debug (or NPH_DEBUG=1) a user error also prints its traceback first; the error line
-    and the exit code stay the same.
+    Exit codes: 0 success, 2 usage or input error, 1 other failure (a full disk, out of
+    memory), 130 interrupted, 141 stdout closed early. With --debug (or NPH_DEBUG=1) a user error
+    also prints its traceback first; the error line and the exit code stay the same. With --json
+    on the command line the error is a JSON object on stderr instead of the `Error:` line.
     """
 
     def invoke(self, ctx: Any) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+            return result
         except KeyboardInterrupt:  # typer would turn it into a silent exit 130
             raise _Interrupted("interrupted") from None
+        except BrokenPipeError:
+            raise _BrokenPipe() from None
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
-        global _debug_flag
-        _debug_flag = False
+        global _debug_flag, _quiet_flag, _json_errors
+        argv = args[0] if args else kwargs.get("args")
+        argv = sys.argv[1:] if argv is None else list(argv)
+        _debug_flag, _quiet_flag = False, False
+        _json_errors = "--json" in argv
         _setup_notices()
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
+        except NoArgsIsHelpError as error:  # bare `nph`: the usual help, not an error line
+            print(error.ctx.get_help())
+            code = 0
         except NphError as error:
             if _debug():
                 traceback.print_exc(file=sys.stderr)
@@ -76,6 +105,16 @@ class NphGroup(TyperGroup):
             code = _fail(error.format_message(), error.exit_code)
         except (typer.Abort, KeyboardInterrupt):
             code = _fail("interrupted", 130)
+        except _BrokenPipe:
+            _silence_stdout()
+            code = BROKEN_PIPE_EXIT
+        except Exception as error:
+            message = _resource_message(error)
+            if message is None:  # a bug: keep its traceback
+                raise
+            if _debug():
+                traceback.print_exc(file=sys.stderr)
+            code = _fail(message, 1)
         code = code if isinstance(code, int) else 0
         if standalone_mode:
             sys.exit(code)
@@ -84,8 +123,50 @@ class NphGroup(TyperGroup):
 
 def _fail(message: str, code: int) -> int:
     one_line = " ".join(message.split())
-    print(f"Error: {one_line}", file=sys.stderr)
+    if _json_errors:
+        print(json.dumps({"error": one_line, "exit_code": code}), file=sys.stderr)
+    else:
+        print(f"Error: {one_line}", file=sys.stderr)
     return code
+
+
+_REDUCE = (
+    "reduce the work: fewer patterns (--n) or values per pattern (--dim), fewer queries "
+    "(--queries, --batch-size), a smaller --memory-budget, or --stream"
+)
+
+
+def _resource_message(error: BaseException) -> str | None:
+    """The one-line message for a failure of the machine rather than of nph or its input: out
+    of memory (CPU or CUDA) or no space left on the disk. None for anything else."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        name = f" writing {error.filename}" if error.filename else ""
+        return f"no space left on the device{name}; free some space or write elsewhere"
+    torch = sys.modules.get("torch")  # only loaded modules can have raised it
+    torch_oom = getattr(torch, "OutOfMemoryError", None) or getattr(
+        getattr(torch, "cuda", None), "OutOfMemoryError", None
+    )
+    text = str(error)
+    if (
+        isinstance(error, MemoryError)
+        or (torch_oom is not None and isinstance(error, torch_oom))
+        or (
+            isinstance(error, RuntimeError)
+            and any(s in text for s in ("can't allocate memory", "out of memory"))
+        )
+    ):
+        first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        return f"out of memory ({first[:200]}); {_REDUCE}"
+    return None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (in-process runners)
+        pass
 
 
 def _setup_notices() -> None:
@@ -104,7 +185,7 @@ app = typer.Typer(
         "Store patterns in a memory file with `nph store`, then retrieve them from corrupted "
         "queries with `nph retrieve`."
     ),
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -126,10 +207,19 @@ def _root(
     debug: bool = typer.Option(
         False, "--debug", help="Also show the traceback of user errors (as NPH_DEBUG=1 does)."
     ),
+    quiet_: bool = typer.Option(
+        False,
+        "--quiet",
+        "-q",
+        help="Print no notices, progress or `wrote FILE` lines on stderr (errors still print).",
+    ),
 ) -> None:
     """Associative-memory retrieval with the Nonparametric Modern Hopfield model family."""
-    global _debug_flag
+    global _debug_flag, _quiet_flag
     _debug_flag = debug
+    _quiet_flag = quiet_
+    if quiet_:
+        logging.getLogger("nph").setLevel(logging.ERROR)
 
 
 def main() -> None:

@@ -143,14 +143,17 @@ def retrieve_command(
         Path | None,
         typer.Option(
             "--out",
-            help="Save retrieved patterns, nearest stored index and queries (.safetensors).",
+            help="Save retrieved patterns, nearest stored index and queries: .safetensors or "
+            ".npz, as the extension says.",
         ),
     ] = None,
     force: Force = False,
     save_grid: Annotated[
         Path | None,
         typer.Option(
-            "--save-grid", help="PNG of corrupted / retrieved / target for the first queries."
+            "--save-grid",
+            help="Picture of corrupted / retrieved / target for the first queries, rows "
+            "labelled: .png, .jpg or .webp, as the extension says.",
         ),
     ] = None,
     index: Annotated[
@@ -184,6 +187,10 @@ def retrieve_command(
             "(recall@k, pattern and error differences); 0 skips it [default: 100].",
         ),
     ] = None,
+    scale: Annotated[
+        int,
+        typer.Option("--scale", help="With --save-grid: enlarge every image pixel N times."),
+    ] = 2,
     *,
     model_params: dict[str, str],
 ) -> None:
@@ -210,6 +217,14 @@ def retrieve_command(
         check_output_path(
             path, force=force, protect=[memory, *(p for p in (queries_file, targets_file) if p)]
         )
+    if out is not None:
+        from nphcli.evaluation.report import check_results_output
+
+        check_results_output(out)
+    if save_grid is not None:
+        from nphcli.image_grid import check_grid_output
+
+        check_grid_output(save_grid, scale=scale)
     index_settings = None
     if index is not None:
         from nphcli.ann.settings import IndexSettings
@@ -288,7 +303,7 @@ def retrieve_command(
     if out is not None:
         save_results(out, report, force=force)
     if save_grid is not None:
-        save_retrieval_grid(save_grid, report, inputs.memory, force=force)
+        save_retrieval_grid(save_grid, report, inputs.memory, force=force, scale=scale)
 
     if as_json:
         result = report.to_json(per_query=per_query)
@@ -403,7 +418,8 @@ def _print_tables(report, *, per_query: bool) -> None:
         _print_index(config["index"])
     if per_query:
         rows = report.per_query_rows()
-        print_table("Per query", list(rows[0]), [list(row.values()) for row in rows])
+        # piped: as wide as the columns need, never squeezed into rich's default 80
+        print_table("Per query", list(rows[0]), [list(row.values()) for row in rows], width=1000)
 
 
 def _print_index(index: dict) -> None:

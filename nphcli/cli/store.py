@@ -59,7 +59,25 @@ def store_command(
             help="mnist, fashion-mnist, cifar10, random, a file, or a folder of images."
         ),
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Memory file to write.")] = DEFAULT_OUT,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Memory file to write (.safetensors).")
+    ] = DEFAULT_OUT,
+    values: Annotated[
+        Path | None,
+        typer.Option(
+            "--values",
+            help="Hetero-association: a file of values (M, d_v), row i belonging to row i of "
+            "SOURCE before --n (any file format SOURCE may be); retrieval then returns values.",
+        ),
+    ] = None,
+    labels: Annotated[
+        Path | None,
+        typer.Option(
+            "--labels",
+            help="Integer labels, one per row of SOURCE before --n: .npy, or .csv/.txt with one "
+            "number per line. Replaces a dataset's own labels.",
+        ),
+    ] = None,
     n: Annotated[
         int | None,
         typer.Option(
@@ -118,12 +136,17 @@ def store_command(
     as_json: JsonOutput = False,
 ) -> None:
     from nphcli.atomic import check_not_input, check_writable
+    from nphcli.errors import NphError
     from nphcli.memory.file import dtype_from_name, read_metadata, save_memory
     from nphcli.sources import SourceOptions, prepare_memory
 
-    if Path(source).exists():
-        check_not_input(out, [source])
+    check_not_input(out, [p for p in (source, values, labels) if p and Path(p).exists()])
     check_writable(out, force=force)  # before any loading: fail fast, leave the file alone
+    if out.suffix.lower() != ".safetensors":
+        raise NphError(
+            f"a memory file is a safetensors file: name it .safetensors, not {out.name} "
+            "(nph reads .npy, .npz, .csv and .pt as SOURCE)"
+        )
     options = SourceOptions(
         n=n,
         seed=seed,
@@ -138,16 +161,30 @@ def store_command(
     prepared = prepare_memory(
         source, options, normalize=normalize and normalize.value, dtype=dtype.value
     )
+    meta = prepared.meta
+    stored_labels, stored_values = prepared.labels, None
+    if values is not None:
+        from nphcli.sources.pairing import in_store_dtype, load_values
+
+        stored_values = in_store_dtype(load_values(values, meta), dtype.value)
+        meta = {**meta, "values_file": values.name, "d_v": stored_values.shape[1]}
+    if labels is not None:
+        from nphcli.sources.pairing import load_labels
+
+        stored_labels = load_labels(labels, meta)
+        meta = {**meta, "labels_file": labels.name}
+        meta.pop("classes", None)  # the dataset's class names no longer apply
     save_memory(
         out,
         prepared.patterns,
-        labels=prepared.labels,
-        meta=prepared.meta,
+        labels=stored_labels,
+        values=stored_values,
+        meta=meta,
         dtype=dtype_from_name(prepared.dtype),
         force=force,
     )
     meta = read_metadata(out)
-    has_labels = prepared.labels is not None
+    has_labels = stored_labels is not None
     size_bytes = out.stat().st_size
     if as_json:
         report = {"path": str(out), "bytes": size_bytes, "labels": has_labels}
@@ -180,6 +217,11 @@ def _summary_rows(meta: dict, size_bytes: int, has_labels: bool) -> list[tuple[s
         ("split", meta.get("split") or "-"),
         ("patterns", patterns),
         ("labels", labels),
+        *(
+            [("values", f"{meta['M']} × {meta['d_v']} from {meta.get('values_file')}")]
+            if "d_v" in meta
+            else []
+        ),
         ("selection", chosen),
         ("normalize", f"{norm.get('method', '?')}: {norm.get('definition', '')}"),
         ("value range", f"[{format_value(low)}, {format_value(high)}]"),

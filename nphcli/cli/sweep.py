@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from nphcli.cli.app import app
+from nphcli.cli.app import app, quiet
 from nphcli.cli.options import Force, JsonOutput
 from nphcli.cli.render import format_value, print_json, print_table, stderr_console
 from nphcli.sweeps.config import list_presets
@@ -134,7 +134,10 @@ def sweep_command(
     ] = False,
     plot: Annotated[
         Path | None,
-        typer.Option("--plot", help="Also draw mean SSE against the varying axis to this PNG."),
+        typer.Option(
+            "--plot",
+            help="Also draw mean SSE against the varying axis to this file (.png, .svg or .pdf).",
+        ),
     ] = None,
     theory: Annotated[
         bool,
@@ -211,6 +214,9 @@ def sweep_command(
         if plot.resolve() == out.resolve():
             raise NphError("--out and --plot name the same file")
         check_writable(plot, force=force)
+        from nphcli.plot import check_plot_output
+
+        check_plot_output(plot)  # matplotlib present, format known: before the grid runs
 
     from nphcli.sweeps.results import Results
     from nphcli.sweeps.runner import execute
@@ -304,7 +310,7 @@ class _Progress:
         self._task = None
 
     def __enter__(self) -> _Progress:
-        if sys.stderr.isatty():
+        if sys.stderr.isatty() and not quiet():
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -343,9 +349,9 @@ class _Progress:
 @app.command("plot")
 def plot_command(
     results: Annotated[Path, typer.Argument(help="Results file of nph sweep (.jsonl or .csv).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write.")] = Path(
-        "sweep.png"
-    ),
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Plot file to write: .png, .svg or .pdf.")
+    ] = Path("sweep.png"),
     metric: Annotated[
         str,
         typer.Option(
@@ -373,10 +379,11 @@ def plot_command(
     model setting, shaded ±1 std. Needs matplotlib (pip install "nph[plot]")."""
     from nphcli.atomic import check_writable
     from nphcli.errors import NphError
-    from nphcli.plot import parse_pixels, plot_results
+    from nphcli.plot import check_plot_output, parse_pixels, plot_results
     from nphcli.sweeps.results import read_results
 
     pixels = parse_pixels(size)
+    check_plot_output(out)
     if out.resolve() == results.resolve():
         raise NphError("--out would replace the results file; choose another name")
     check_writable(out, force=force)
@@ -384,4 +391,5 @@ def plot_command(
         raise NphError(f"results file {results} not found")
     loaded = read_results(results)
     plot_results(loaded.rows, out, metric=metric, x=x, size=pixels, title=title, force=force)
-    stderr_console().print(f"wrote {out}", highlight=False)
+    if not quiet():
+        stderr_console().print(f"wrote {out}", highlight=False)

@@ -8,6 +8,8 @@ to 1e4. They compute in float32 or float64 (models receive half inputs already u
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -50,7 +52,8 @@ def entmax_bisect(scores: Tensor, alpha: float) -> Tensor:
 
     The solution is p_i = [(α−1)·s_i − τ]_+^{1/(α−1)} with τ set so that Σ p = 1; τ is found by
     bisection, in float64 for float64 scores and float32 otherwise, with one halving per
-    mantissa bit (plus margin) so it is exact to rounding, then p is renormalised.
+    mantissa bit (plus margin) so it is exact to rounding, then p is renormalised. The power is
+    evaluated as exp(log1p(·)/(α−1)), accurate in float32 even for α − 1 = 1e-12.
     α = 1 is softmax (returned directly) and α = 2 is sparsemax.
     """
     if alpha == 1:
@@ -58,9 +61,17 @@ def entmax_bisect(scores: Tensor, alpha: float) -> Tensor:
     return _EntmaxBisect.apply(scores, float(alpha))
 
 
-# One halving per mantissa bit plus margin: the bracket starts narrower than 1 and |τ| ≤ 1, so
-# this many steps pins τ to rounding.
+# One halving per mantissa bit plus margin: the bracket [0, log M] is at most ~50 wide and λ is
+# stored to relative rounding, so this many steps pins λ as well as its dtype can hold it.
 _BISECTION_STEPS = {torch.float32: 23 + 3, torch.float64: 52 + 3}
+
+
+def _entmax_weights(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
+    """Unnormalised α-entmax weights exp(log1p(ε·z·e^{ελ}) / ε − λ) from scaled = ε·z (Q, M),
+    z ≤ 0 the shifted scores, thresholds λ (Q, 1) and ε = α − 1 > 0; 0 where ε·z·e^{ελ} ≤ −1
+    (outside the support)."""
+    u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, M); −1 → log1p = −inf → weight 0
+    return torch.log1p_(u).mul_(1 / eps).sub_(lam).exp_()  # (Q, M)
 
 
 class _EntmaxBisect(torch.autograd.Function):
@@ -74,20 +85,25 @@ class _EntmaxBisect(torch.autograd.Function):
     def forward(ctx, scores: Tensor, alpha: float) -> Tensor:
         compute = torch.float64 if scores.dtype == torch.float64 else torch.float32
         s = scores.to(compute)
-        x = (alpha - 1) * (s - s.amax(dim=-1, keepdim=True))  # (Q, M), row max 0
-        num_memories = x.shape[-1]
-        exponent = 1 / (alpha - 1)
-        # τ = −1 gives the top memory weight 1 alone (mass ≥ 1); τ = −M^{1−α} gives every
-        # memory weight ≤ 1/M (mass ≤ 1). The bracket [lo, hi] keeps mass(lo) ≥ 1 ≥ mass(hi).
-        lo = torch.full_like(x[:, :1], -1.0)  # (Q, 1)
-        hi = torch.full_like(x[:, :1], -(num_memories ** (1 - alpha)))  # (Q, 1)
+        z = s - s.amax(dim=-1, keepdim=True)  # (Q, M), row max 0
+        num_memories = z.shape[-1]
+        eps = alpha - 1
+        # Written as τ = −exp(−ε·λ) with ε = α − 1, the weights are
+        #   p_i = [ε·z_i − τ]_+^{1/ε} = exp(log1p(ε·z_i·e^{ελ}) / ε − λ),
+        # which stays exact to rounding as ε → 0 (it tends to exp(z_i − λ), softmax), where
+        # forming ε·z_i − τ ≈ 1 first and raising it to 1/ε loses every digit in float32.
+        # λ = 0 gives the top memory weight 1 (mass ≥ 1); λ = log M gives every memory weight
+        # ≤ 1/M (mass ≤ 1). The bracket [lo, hi] keeps mass(lo) ≥ 1 ≥ mass(hi).
+        scaled = eps * z  # (Q, M)
+        lo = torch.zeros_like(z[:, :1])  # (Q, 1)
+        hi = torch.full_like(z[:, :1], math.log(num_memories))  # (Q, 1)
         for _ in range(_BISECTION_STEPS[compute]):
             mid = (lo + hi) / 2
-            mass = (x - mid).clamp(min=0).pow(exponent).sum(dim=-1, keepdim=True)  # (Q, 1)
+            mass = _entmax_weights(scaled, mid, eps).sum(dim=-1, keepdim=True)  # (Q, 1)
             low_enough = mass >= 1
             lo = torch.where(low_enough, mid, lo)
             hi = torch.where(low_enough, hi, mid)
-        p = (x - lo).clamp(min=0).pow(exponent)  # (Q, M); mass(lo) ≥ 1, so no 0/0 below
+        p = _entmax_weights(scaled, lo, eps)  # (Q, M); mass(lo) ≥ 1, so no 0/0 below
         p = p / p.sum(dim=-1, keepdim=True)
         ctx.alpha = alpha
         ctx.save_for_backward(p)

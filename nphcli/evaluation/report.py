@@ -16,6 +16,7 @@ from typing import Any
 from torch import Tensor
 
 from nphcli.atomic import atomic_write
+from nphcli.errors import NphError
 
 METRICS = (
     "success",
@@ -138,11 +139,23 @@ def csv_value(value: Any) -> Any:
     return value
 
 
+RESULT_FORMATS = (".safetensors", ".npz")
+
+
+def check_results_output(path: str | os.PathLike) -> str:
+    """The results format `path`'s extension names (before any work); NphError for others."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in RESULT_FORMATS:
+        raise NphError(f"cannot tell the results format of {path}: name it .safetensors or .npz")
+    return suffix
+
+
 def save_results(path: str | os.PathLike, report: RetrievalReport, *, force: bool = False) -> Path:
     """Write `retrieved` (Q, d_v), `nearest` (Q,), `queries` (Q, d), `query_row` (Q,) and, when
-    known, `target_index` (Q,) to a safetensors file, atomically; the config goes in the
-    file's metadata as JSON under "config"."""
-    from safetensors.torch import save_file
+    known, `target_index` (Q,) atomically, as the extension of `path` says: a safetensors file
+    with the config as JSON in its metadata under "config", or a NumPy .npz with the config as
+    a JSON string array `config` (bfloat16 tensors become float32: NumPy has no bfloat16)."""
+    suffix = check_results_output(path)
 
     tensors = {
         "retrieved": report.retrieved,
@@ -153,6 +166,20 @@ def save_results(path: str | os.PathLike, report: RetrievalReport, *, force: boo
     if "target_index" in report.per_query:
         tensors["target_index"] = report.per_query["target_index"]
     tensors = {key: value.contiguous() for key, value in tensors.items()}
+    if suffix == ".npz":
+        import numpy as np
+        import torch
+
+        arrays = {
+            key: (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+            for key, value in tensors.items()
+        }
+        arrays["config"] = np.array(json.dumps(report.config))
+        with atomic_write(path, force=force) as tmp, open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)  # a handle: savez would add .npz to a name
+        return Path(path)
+    from safetensors.torch import save_file
+
     meta = {"format": "nph-retrieval", "config": json.dumps(report.config)}
     with atomic_write(path, force=force) as tmp:
         save_file(tensors, str(tmp), metadata=meta)

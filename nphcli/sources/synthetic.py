@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nphcli.errors import NphError
+from nphcli.resources import check_allocation
 from nphcli.sources.base import VECTOR, Loaded, SourceOptions, register_source
 
 DEFAULT_N = 1000
@@ -36,6 +37,13 @@ def load_random(spec: str, options: SourceOptions) -> Loaded:
         raise NphError(
             f"--distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}"
         )
+    # Integer bits take 8 bytes per entry before the float32 copy: check the larger need.
+    check_allocation(
+        (n, dim),
+        4 if distribution == "gaussian" else 12,
+        what="these patterns",
+        reduce="lower --n or --dim",
+    )
     generator = torch.Generator().manual_seed(options.seed)
     if distribution == "gaussian":
         patterns = torch.randn(n, dim, generator=generator)  # (M, d)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nphcli.atomic import check_folder, fsync_folder
+from nphcli.atomic import check_folder, fsync_folder, write_failure_reason
 from nphcli.errors import NphError, NphRuntimeError
 from nphcli.notices import notice
 from nphcli.sweeps.config import SweepConfig
@@ -226,7 +226,7 @@ class Results:
             os.fsync(self._handle.fileno())
         except OSError as error:  # e.g. the disk filled up: not the input's fault
             raise NphRuntimeError(
-                f"could not write {self.write_path}: {error.strerror or error}"
+                f"could not write {self.write_path}: {write_failure_reason(error)}"
             ) from error
 
     def finish(self) -> None:
