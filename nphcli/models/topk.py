@@ -59,6 +59,7 @@ class TopK(HopfieldModel):
         top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=queries.dtype)
         for start, keys in bank.key_blocks(block_rows):
             top.add(queries @ keys.T, start)  # (Q, B) xᵀk: β > 0 does not change the order
+        top.merge(bank.collective)
         weights = torch.softmax(self.beta * top.scores, dim=1)  # (Q, k)
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
         patterns = weighted_rows(bank, top.index, weights, block_rows=block_rows)  # (Q, d_v)

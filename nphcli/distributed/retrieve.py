@@ -1,0 +1,67 @@
+"""One retrieval run on every rank of a process group, over the rank's shards of a manifest.
+
+Every rank runs the same `evaluate` (same seed, so the same queries and corruption), reading only
+its own rows; the engine's merges (`Collective`) make each step's result the single-process one
+on every rank. Only rank 0's report is used for output: the caller prints and writes it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from nphcli.distributed.group import join_group, open_rank_memory
+from nphcli.evaluation.evaluate import evaluate_inputs
+from nphcli.evaluation.inputs import Inputs, read_rows
+from nphcli.evaluation.report import RetrievalReport
+from nphcli.evaluation.settings import RetrieveSettings
+from nphcli.memory.collective import GroupCollective
+
+
+def evaluate_on_rank(
+    collective: GroupCollective,
+    memory_path: str | os.PathLike,
+    settings: RetrieveSettings,
+    *,
+    stream: bool = False,
+    queries_file: str | os.PathLike | None = None,
+    targets_file: str | os.PathLike | None = None,
+    target_indices: list[int] | None = None,
+) -> RetrievalReport:
+    """`evaluate` on this rank's shards; the report (equal on every rank) records the number of
+    ranks and the bytes this rank sent in collectives."""
+    t0 = time.perf_counter()
+    bank = open_rank_memory(memory_path, stream=stream, collective=collective)
+    queries = None if queries_file is None else read_rows(queries_file, "queries", bank)
+    targets = None if targets_file is None else read_rows(targets_file, "targets", bank)
+    indices = None if target_indices is None else torch.tensor(target_indices, dtype=torch.int64)
+    inputs = Inputs(
+        memory=bank,
+        queries=queries,
+        targets=targets,
+        target_indices=indices,
+        sources={
+            "memory": str(memory_path),
+            "queries": None if queries_file is None else str(queries_file),
+            "targets": None if targets_file is None else str(targets_file),
+        },
+        load_s=time.perf_counter() - t0,
+    )
+    report = evaluate_inputs(inputs, settings)
+    report.config["memory"]["stream"] = stream
+    report.config["distributed"] = {
+        "ranks": collective.world_size,
+        "rank_rows": bank.local_rows,
+        "bytes_sent": collective.bytes_sent,
+    }
+    return report
+
+
+def evaluate_torchrun(memory_path: str | Path, settings: RetrieveSettings, **kwargs):
+    """`evaluate_on_rank` in a process torchrun started: joins the group from the environment.
+    Returns (rank, report)."""
+    collective = join_group()
+    return collective.rank, evaluate_on_rank(collective, memory_path, settings, **kwargs)
