@@ -20,7 +20,11 @@ from nphcli.cli.render import format_value, print_csv, print_json, print_table
 @with_model_options
 def retrieve_command(
     memory: Annotated[
-        Path, typer.Option("--memory", help="Memory file written by `nph store`.")
+        Path,
+        typer.Option(
+            "--memory",
+            help="Memory file written by `nph store`, or a shard manifest from `nph shard`.",
+        ),
     ] = Path("memory.safetensors"),
     model: Annotated[
         str,
@@ -106,6 +110,22 @@ def retrieve_command(
             "file larger than RAM can be searched.",
         ),
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            help="Run on N local processes (gloo), each reading its own shards of a --memory "
+            "manifest from `nph shard`; results equal one process's. Under torchrun, leave at 1.",
+        ),
+    ] = 1,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds a rank waits for the others (--workers, torchrun) before every rank "
+            "stops with an error naming the rank.",
+        ),
+    ] = 120.0,
     per_query: Annotated[
         bool,
         typer.Option("--per-query", help="Also report every query's metrics (JSON, CSV or table)."),
@@ -141,10 +161,12 @@ def retrieve_command(
     noise) and the uncorrupted pattern is the target. Metrics and timings are defined in the
     README, section "Retrieving".
     """
+    from nphcli.distributed.group import launched_by_torchrun
+    from nphcli.distributed.retrieve import distributed_retrieve
     from nphcli.errors import NphError
     from nphcli.evaluation.corruption import Corruption
     from nphcli.evaluation.evaluate import evaluate_inputs
-    from nphcli.evaluation.inputs import check_output_path, load_inputs
+    from nphcli.evaluation.inputs import check_output_path, load_inputs, open_stream
     from nphcli.evaluation.report import save_results
     from nphcli.evaluation.settings import RetrieveSettings
 
@@ -171,22 +193,35 @@ def retrieve_command(
         repeat=repeat,
         memory_budget=None if memory_budget is None else parse_size(memory_budget),
     )
-    inputs = load_inputs(
-        memory,
-        queries_file=queries_file,
-        targets_file=targets_file,
-        target_indices=None if target_indices is None else parse_indices(target_indices),
-        stream=stream,
-    )
-    if save_grid is not None:
-        from nphcli.image_grid import check_drawable, save_retrieval_grid
+    load = {
+        "queries_file": queries_file,
+        "targets_file": targets_file,
+        "target_indices": None if target_indices is None else parse_indices(target_indices),
+        "stream": stream,
+    }
+    if workers != 1 or launched_by_torchrun():
+        grid_memory = open_stream(memory) if save_grid is not None else None
+        if grid_memory is not None:
+            from nphcli.image_grid import check_drawable
 
-        check_drawable(inputs.memory)
-    report = evaluate_inputs(inputs, settings)
+            check_drawable(grid_memory)
+        report = distributed_retrieve(memory, settings, workers=workers, timeout=timeout, **load)
+        if report is None:  # a torchrun rank other than 0: rank 0 prints and writes
+            return
+    else:
+        inputs = load_inputs(memory, **load)
+        grid_memory = inputs.memory
+        if save_grid is not None:
+            from nphcli.image_grid import check_drawable
+
+            check_drawable(grid_memory)
+        report = evaluate_inputs(inputs, settings)
     if out is not None:
         save_results(out, report, force=force)
     if save_grid is not None:
-        save_retrieval_grid(save_grid, report, inputs.memory, force=force)
+        from nphcli.image_grid import save_retrieval_grid
+
+        save_retrieval_grid(save_grid, report, grid_memory, force=force)
 
     if as_json:
         print_json(report.to_json(per_query=per_query))

@@ -12,7 +12,13 @@ from datetime import timedelta
 
 from nphcli.errors import NphError
 from nphcli.memory.collective import GroupCollective
-from nphcli.memory.shards import ShardedBank, is_manifest, open_sharded, read_manifest
+from nphcli.memory.shards import (
+    Manifest,
+    ShardedBank,
+    is_manifest,
+    open_sharded,
+    read_manifest,
+)
 
 # Seconds a rank waits for the others in one collective before it gives up: a rank that died
 # or hangs makes every other rank fail within this time instead of waiting for ever.
@@ -72,11 +78,16 @@ def owned_parts(parts: int, rank: int, world_size: int) -> range:
 def open_rank_memory(path, *, stream: bool, collective: GroupCollective) -> ShardedBank:
     """This rank's shards of the manifest at `path` as a `ShardedBank` over the process group.
     Every rank validates the whole shard set (headers only) before any compute."""
+    manifest = read_shard_set(path)
+    owned = owned_parts(len(manifest.parts), collective.rank, collective.world_size)
+    return open_sharded(path, stream=stream, owned=owned, collective=collective)
+
+
+def read_shard_set(path) -> Manifest:
+    """The validated manifest at `path`; a plain memory file is refused with what to do."""
     if not is_manifest(path):
         raise NphError(
             f"{path} is one memory file; several ranks need a shard set: split it with "
             "`nph shard MEMORY --parts N --out-dir DIR` and pass the manifest (DIR/*.shards.json)"
         )
-    manifest = read_manifest(path)
-    owned = owned_parts(len(manifest.parts), collective.rank, collective.world_size)
-    return open_sharded(path, stream=stream, owned=owned, collective=collective)
+    return read_manifest(path)

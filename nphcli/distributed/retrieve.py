@@ -7,13 +7,15 @@ on every rank. Only rank 0's report is used for output: the caller prints and wr
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
 
 import torch
 
-from nphcli.distributed.group import join_group, open_rank_memory
+from nphcli.distributed.group import join_group, open_rank_memory, read_shard_set
+from nphcli.errors import NphError
 from nphcli.evaluation.evaluate import evaluate_inputs
 from nphcli.evaluation.inputs import Inputs, read_rows
 from nphcli.evaluation.report import RetrievalReport
@@ -65,3 +67,30 @@ def evaluate_torchrun(memory_path: str | Path, settings: RetrieveSettings, **kwa
     Returns (rank, report)."""
     collective = join_group()
     return collective.rank, evaluate_on_rank(collective, memory_path, settings, **kwargs)
+
+
+def distributed_retrieve(
+    memory_path: str | os.PathLike,
+    settings: RetrieveSettings,
+    *,
+    workers: int,
+    timeout: float,
+    **load,
+) -> RetrievalReport | None:
+    """A retrieval over a shard manifest on several ranks: `workers` local processes started
+    here, or, under torchrun (workers = 1), the group torchrun set up. Returns the report on the
+    process that outputs it (this one with local workers, rank 0 under torchrun), else None."""
+    from nphcli.distributed.group import launched_by_torchrun
+    from nphcli.distributed.launch import run_workers
+
+    if not (timeout > 0):
+        raise NphError(f"--timeout must be a number of seconds > 0, got {timeout}")
+    if workers != 1 and launched_by_torchrun():
+        raise NphError("--workers starts its own processes; under torchrun leave it at 1")
+    if workers == 1 and launched_by_torchrun():
+        collective = join_group(timeout=timeout)
+        report = evaluate_on_rank(collective, memory_path, settings, **load)
+        return report if collective.rank == 0 else None
+    read_shard_set(memory_path)  # a bad shard set fails here, before any process starts
+    work = functools.partial(evaluate_on_rank, memory_path=memory_path, settings=settings, **load)
+    return run_workers(workers, work, timeout=timeout)

@@ -60,7 +60,8 @@ class SoftmaxAccumulator:
         new_max = collective.all_max(self.max)  # (*batch, Q)
         shift = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
         rescale = torch.exp(self.max - shift)  # (*batch, Q)
-        packed = torch.cat([self.total * rescale.unsqueeze(-1), (self.norm * rescale)[..., None]], -1)
+        norm = (self.norm * rescale).unsqueeze(-1)  # (*batch, Q, 1)
+        packed = torch.cat([self.total * rescale.unsqueeze(-1), norm], dim=-1)
         packed = collective.all_sum(packed)  # (*batch, Q, d_v + 1): one message, not two
         self.total, self.norm = packed[..., :-1], packed[..., -1]
         self.support = collective.all_sum(self.support)
