@@ -110,7 +110,9 @@ class TopKAccumulator:
         """Select the k best of every rank's k best (each with global indices): the global k
         best are among them, since a memory beaten by k others on its own rank is beaten by k
         others overall. Ranks hold fewer than k rows pad with (−inf, index beyond any row).
-        Sorting by index, then stably by score, gives ties to the lowest global index."""
+        Ranks hold rows in rank order and each list is sorted by (score desc, index asc), so in
+        the concatenation equal scores are in index order, and a stable sort by score gives
+        ties to the lowest global index, as one process would."""
         if collective.world_size == 1:
             return
         missing = self.k - self.scores.shape[1]
@@ -119,8 +121,6 @@ class TopKAccumulator:
         index = torch.cat([self.index, self.index.new_full((rows, missing), _NO_ROW)], 1)
         scores = collective.all_cat(scores, dim=1)  # (Q, W·k)
         index = collective.all_cat(index, dim=1)  # (Q, W·k)
-        by_index = torch.sort(index, dim=1).indices  # (Q, W·k)
-        scores, index = scores.gather(1, by_index), index.gather(1, by_index)
         order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, : self.k]
         self.scores, self.index = scores.gather(1, order), index.gather(1, order)
 
