@@ -95,6 +95,7 @@ def _check(reports, runs, memories):
                 )
 
 
+@pytest.mark.slow
 def test_three_ranks_equal_one_process(tmp_path):
     random_path, tied_path = _memories(tmp_path)
     one_row = _shard(random_path, tmp_path / "one-row", [1, 25, 14])

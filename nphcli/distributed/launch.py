@@ -2,8 +2,12 @@
 gloo process group on a free localhost port, runs `work(collective)` on each, and returns rank
 0's result. No torchrun needed.
 
-Processes are forked while CUDA is not initialised in this process (cheap, nothing to pickle),
-else spawned (CUDA cannot be used in a forked child); with spawn, `work` must be picklable.
+Processes start from a fork server ("forkserver"): one fresh interpreter that imports torch
+and nph once, then forks each worker cheaply. Not a plain fork of this process: a forked child
+of a process whose OpenMP pool already runs can hang in its first parallel region (seen here),
+and CUDA cannot be used in a forked child. Not spawn by default: a fresh interpreter per worker
+pays torch's import every time. `work` must be picklable (a module-level function, or a
+functools.partial of one).
 
 Faults: a worker that raises reports its error; one that dies (killed, out of memory) is seen by
 its exit code; one that hangs makes the others fail once their collective times out (the
@@ -46,19 +50,22 @@ def run_workers(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     threads: int | None = None,
+    method: str | None = None,
 ) -> Any:
     """Run `work(collective)` on `workers` local ranks and return rank 0's result.
 
     `timeout` (seconds) bounds each collective wait; `threads` is each worker's torch thread
-    count (default: this machine's cores shared evenly).
+    count (default: this machine's cores shared evenly); `method` "forkserver" (default), "spawn"
+    or "fork" (see the module docstring).
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise NphError(f"--workers must be a whole number ≥ 1, got {workers!r}")
     if not (timeout > 0):
         raise NphError(f"the worker timeout must be > 0 seconds, got {timeout}")
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
-    method = "spawn" if torch.cuda.is_initialized() else "fork"
-    context = torch.multiprocessing.get_context(method)
+    context = torch.multiprocessing.get_context(method or "forkserver")
+    if context.get_start_method() == "forkserver":
+        context.set_forkserver_preload(["nphcli.distributed.retrieve"])
     address = f"tcp://127.0.0.1:{free_port()}"
     messages = context.SimpleQueue()
     processes = [

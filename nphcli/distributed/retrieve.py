@@ -14,7 +14,12 @@ from pathlib import Path
 
 import torch
 
-from nphcli.distributed.group import join_group, open_rank_memory, read_shard_set
+from nphcli.distributed.group import (
+    join_group,
+    open_rank_memory,
+    owned_parts,
+    read_shard_set,
+)
 from nphcli.errors import NphError
 from nphcli.evaluation.evaluate import evaluate_inputs
 from nphcli.evaluation.inputs import Inputs, read_rows
@@ -91,6 +96,7 @@ def distributed_retrieve(
         collective = join_group(timeout=timeout)
         report = evaluate_on_rank(collective, memory_path, settings, **load)
         return report if collective.rank == 0 else None
-    read_shard_set(memory_path)  # a bad shard set fails here, before any process starts
+    manifest = read_shard_set(memory_path)  # a bad shard set fails here, before any start
+    owned_parts(len(manifest.parts), 0, workers)  # so does a shard set with too few shards
     work = functools.partial(evaluate_on_rank, memory_path=memory_path, settings=settings, **load)
     return run_workers(workers, work, timeout=timeout)
