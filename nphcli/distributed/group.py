@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from datetime import timedelta
+
+import torch
 
 from nphcli.errors import NphError
 from nphcli.memory.collective import GroupCollective
@@ -77,17 +80,41 @@ def owned_parts(parts: int, rank: int, world_size: int) -> range:
 
 def open_rank_memory(path, *, stream: bool, collective: GroupCollective) -> ShardedBank:
     """This rank's shards of the manifest at `path` as a `ShardedBank` over the process group.
-    Every rank validates the whole shard set (headers only) before any compute."""
-    manifest = read_shard_set(path)
-    owned = owned_parts(len(manifest.parts), collective.rank, collective.world_size)
-    return open_sharded(path, stream=stream, owned=owned, collective=collective)
+
+    Before any compute, each rank checks its own shards (headers; loaded shards also their
+    rows) and the ranks compare outcomes and set ids: if any rank refuses its shards, or the
+    ranks read different shard sets, every rank stops with an error naming the rank.
+    """
+    problem, set_id = None, 0
+    try:
+        manifest = read_shard_set(path, check=())
+        owned = owned_parts(len(manifest.parts), collective.rank, collective.world_size)
+        bank = open_sharded(path, stream=stream, owned=owned, collective=collective)
+        set_id = int(manifest.set_id[:15], 16)  # 60 bits of the id: fits an int64
+    except NphError as error:
+        problem = error
+    status = torch.tensor([[1 if problem else 0, set_id]], dtype=torch.int64)
+    every = collective.all_cat(status, dim=0)  # (W, 2)
+    if problem is not None:
+        raise problem
+    failed = every[:, 0].nonzero()[:, 0].tolist()
+    if failed:
+        raise NphError(f"rank {failed[0]} refused its shards (its own error says why)")
+    other = (every[:, 1] != set_id).nonzero()[:, 0].tolist()
+    if other:
+        raise NphError(
+            f"rank {other[0]} reads another shard set than rank {collective.rank} "
+            "(the manifests differ between machines)"
+        )
+    return bank
 
 
-def read_shard_set(path) -> Manifest:
-    """The validated manifest at `path`; a plain memory file is refused with what to do."""
+def read_shard_set(path, check: Iterable[int] | None = None) -> Manifest:
+    """The validated manifest at `path` (shards `check` checked, default all); a plain memory
+    file is refused with what to do."""
     if not is_manifest(path):
         raise NphError(
             f"{path} is one memory file; several ranks need a shard set: split it with "
             "`nph shard MEMORY --parts N --out-dir DIR` and pass the manifest (DIR/*.shards.json)"
         )
-    return read_manifest(path)
+    return read_manifest(path, check=check)

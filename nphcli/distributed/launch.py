@@ -136,6 +136,7 @@ def _failure(processes, codes, done, errors, timeout: float) -> NphError:
     else the rank that stopped answering, else the first rank's own error."""
     texts = {text for text, _ in errors.values()}
     user = [r for r, (_, code) in sorted(errors.items()) if code == NphError.exit_code]
+    user.sort(key=lambda r: errors[r][0].startswith("rank "))  # a rank's own error first
     if user and len(texts) == 1 and len(errors) == len(processes):
         text, code = errors[user[0]]
         return NphError(text)

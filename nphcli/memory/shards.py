@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,8 +184,10 @@ def _set_id(source: Path, sizes: list[int]) -> str:
     return digest.hexdigest()[:32]
 
 
-def read_manifest(path: str | os.PathLike) -> Manifest:
-    """Read a manifest and check every shard's header against it (see the module docstring)."""
+def read_manifest(path: str | os.PathLike, check: Iterable[int] | None = None) -> Manifest:
+    """Read a manifest and check the headers of shards `check` (default: all) against it (see
+    the module docstring). A rank on one of several machines checks only its own shards, which
+    may be the only ones its machine holds."""
     path = Path(path)
     if not path.is_file():
         raise NphError(f"shard manifest {path} not found; create one with `nph shard`")
@@ -236,8 +238,8 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     if expected != total:
         raise NphError(f"{path}: the shards hold {expected} rows, the manifest says M = {total}")
     manifest = Manifest(path, set_id, total, dim, value_dim, dtype, hetero, parts)
-    for index, part in enumerate(parts):
-        _check_part(manifest, index, part)
+    for index in range(len(parts)) if check is None else check:
+        _check_part(manifest, index, parts[index])
     return manifest
 
 
@@ -313,7 +315,7 @@ def open_sharded(
     """A `ShardedBank` over a manifest's shards `owned` (default: all), each loaded or streamed."""
     from nphcli.memory.streamed import StreamedBank
 
-    manifest = read_manifest(path)
+    manifest = read_manifest(path, check=owned)
     owned = range(len(manifest.parts)) if owned is None else owned
     banks = []
     for index in owned:
