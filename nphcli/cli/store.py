@@ -118,6 +118,14 @@ def store_command(
             "probability 1/2 each.",
         ),
     ] = None,
+    parts: Annotated[
+        int | None,
+        typer.Option(
+            "--parts",
+            help="Also split the memory into N shards and a manifest beside --out, as "
+            "`nph shard` does (docs/distributed.md).",
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of a table.")
@@ -144,6 +152,10 @@ def store_command(
     prepared = prepare_memory(
         source, options, normalize=normalize and normalize.value, dtype=dtype.value
     )
+    if parts is not None:  # refused before anything is written
+        from nphcli.memory.shards import split_rows
+
+        split_rows(prepared.patterns.shape[0], parts)
     save_memory(
         out,
         prepared.patterns,
@@ -152,6 +164,10 @@ def store_command(
         dtype=dtype_from_name(prepared.dtype),
         force=force,
     )
+    if parts is not None:
+        from nphcli.memory.shards import write_shards
+
+        write_shards(out, out.parent if str(out.parent) else Path("."), parts=parts, force=force)
     meta = read_metadata(out)
     has_labels = prepared.labels is not None
     size_bytes = out.stat().st_size
