@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -186,3 +187,37 @@ def test_workers_refuse_a_plain_file_and_too_few_shards(tmp_path, invoke):
     assert few.exit_code == 2 and "2 shards but 3 ranks" in few.stderr
     with pytest.raises(NphError, match="--workers"):
         run_workers(0, print)
+
+
+@pytest.mark.slow
+def test_torchrun_standalone_equals_one_process(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    if not Path(torchrun).exists():
+        pytest.skip("torchrun is not installed")
+    random_path, _ = _memories(tmp_path)
+    manifest = _shard(random_path, tmp_path / "set", [13, 27])
+    args = ["--model", "topk", "--k", "3", "--beta", "1", "--noise", "0.3", "--queries", "7"]
+    args += ["--dtype", "float64", "--per-query", "--json"]
+    command = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "nphcli", "retrieve"]
+    spread = subprocess.run(
+        [*command, "--memory", str(manifest), *args], capture_output=True, text=True, check=True
+    )
+    single = subprocess.run(
+        [sys.executable, "-m", "nphcli", "retrieve", "--memory", str(random_path), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got, want = json.loads(spread.stdout), json.loads(single.stdout)  # rank 0 alone printed
+    assert got["per_query"]["nearest"] == want["per_query"]["nearest"]
+    assert got["config"]["distributed"]["ranks"] == 2
+    torch.testing.assert_close(
+        torch.tensor(got["per_query"]["sse"]),
+        torch.tensor(want["per_query"]["sse"]),
+        atol=1e-12,
+        rtol=0,
+    )
