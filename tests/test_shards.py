@@ -23,7 +23,7 @@ PARAMS = {
     "window": {"window": 1},
     "entmax": {"alpha": 1.5},
 }
-SPLITS = {"one-row": [1, 25, 14], "uneven": [7, 3, 19, 1, 10], "whole": [40]}
+SPLITS = {"one-row": [1, 25, 14], "uneven": [7, 3, 19, 1, 10]}
 
 
 def _memory(folder, *, values: bool = False, dtype=torch.float64):

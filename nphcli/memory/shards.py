@@ -322,7 +322,7 @@ def open_sharded(
         part = manifest.parts[index]
         bank = StreamedBank(part.path) if stream else load_memory(part.path)
         banks.append((part.offset, bank))
-    first_meta = banks[0][1].meta if banks else read_metadata(manifest.parts[0].path)
+    first_meta = banks[0][1].meta  # every shard records the source's metadata
     return ShardedBank(
         banks,
         num_memories=manifest.num_memories,
@@ -350,17 +350,14 @@ class ShardedBank(MemoryBank):
         path: Path | None = None,
         collective: Collective = LOCAL,
     ):
-        if not parts and collective.world_size == 1:
-            raise NphError("a sharded memory needs at least one shard")
+        if not parts:
+            raise NphError("a sharded memory needs at least one shard in each process")
         self.parts = parts  # [(offset, bank)] in row order
         self.num_memories = num_memories
         self.collective = collective
-        template = parts[0][1] if parts else None
-        self.dim = template.dim if template else 0
-        self.value_dim = template.value_dim if template else 0
-        self.hetero = template.hetero if template else False
-        self.device = template.device if template else torch.device("cpu")
-        self.dtype = template.dtype if template else torch.float32
+        template = parts[0][1]
+        self.dim, self.value_dim = template.dim, template.value_dim
+        self.hetero, self.device, self.dtype = template.hetero, template.device, template.dtype
         self.meta = {} if meta is None else meta
         self.path = path
 
@@ -426,13 +423,10 @@ class ShardedBank(MemoryBank):
         return self.collective.all_sum(total)
 
     def to(self, device=None, dtype=None) -> ShardedBank:
-        other = ShardedBank(
+        return ShardedBank(
             [(offset, bank.to(device=device, dtype=dtype)) for offset, bank in self.parts],
             num_memories=self.num_memories,
             meta=self.meta,
             path=self.path,
             collective=self.collective,
         )
-        if not self.parts:
-            other.dim, other.value_dim, other.hetero = self.dim, self.value_dim, self.hetero
-        return other
