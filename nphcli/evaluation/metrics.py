@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from nphcli.memory.bank import MemoryBank, as_bank
+from nphcli.memory.collective import Collective
 
 # Elements of one (queries × memories) distance block: 2²⁴ float32 = 64 MiB.
 BLOCK_ELEMENTS = 1 << 24
@@ -109,7 +110,9 @@ def nearest(
     return best, distance
 
 
-def _merge_ranks(collective, best_score: Tensor, best_index: Tensor, tol: Tensor) -> Tensor:
+def _merge_ranks(
+    collective: Collective, best_score: Tensor, best_index: Tensor, tol: Tensor
+) -> Tensor:
     """The nearest row over all ranks from each rank's nearest (B,): ranks hold rows in rank
     order, so they are taken in turn with the same tie rule as memory blocks."""
     scores = collective.all_cat(best_score[:, None], dim=1)  # (B, W)
