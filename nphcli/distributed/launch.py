@@ -17,7 +17,6 @@ every worker and raises one error naming the rank; nothing is returned, so nothi
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import socket
@@ -68,10 +67,11 @@ def run_workers(
         context.set_forkserver_preload(["nphcli.distributed.retrieve"])
     address = f"tcp://127.0.0.1:{free_port()}"
     messages = context.SimpleQueue()
+    received = context.Event()  # rank 0 stays alive until its result has been read
     processes = [
         context.Process(
             target=_worker,
-            args=(rank, workers, address, timeout, threads, work, messages),
+            args=(rank, workers, address, timeout, threads, work, messages, received),
             daemon=True,
         )
         for rank in range(workers)
@@ -79,23 +79,22 @@ def run_workers(
     for process in processes:
         process.start()
     try:
-        return _collect(processes, messages, timeout)
+        return _collect(processes, messages, received, timeout)
     finally:
         _stop(processes)
 
 
-def _worker(rank, world_size, address, timeout, threads, work, messages) -> None:
+def _worker(rank, world_size, address, timeout, threads, work, messages, received) -> None:
     torch.set_num_threads(threads)
     code = 0
     try:
         collective = join_group(rank=rank, world_size=world_size, address=address, timeout=timeout)
         result = work(collective)
-        payload = None
+        # Tensors travel through shared memory that this process serves until the parent has
+        # read them, so rank 0 waits for the parent before it exits.
+        messages.put(("done", rank, result if rank == 0 else None, 0))
         if rank == 0:
-            buffer = io.BytesIO()
-            torch.save(result, buffer)
-            payload = buffer.getvalue()
-        messages.put(("done", rank, payload, 0))
+            received.wait(timeout)
         leave_group()
     except NphError as error:
         code = error.exit_code
@@ -106,9 +105,9 @@ def _worker(rank, world_size, address, timeout, threads, work, messages) -> None
     sys.exit(code)
 
 
-def _collect(processes, messages, timeout: float) -> Any:
+def _collect(processes, messages, received, timeout: float) -> Any:
     """Rank 0's result once every worker finished cleanly; else one error naming a rank."""
-    done: dict[int, bytes | None] = {}
+    done: dict[int, Any] = {}
     errors: dict[int, tuple[str, int]] = {}
     failed_at = None
     while True:
@@ -116,11 +115,13 @@ def _collect(processes, messages, timeout: float) -> Any:
             kind, rank, payload, code = messages.get()
             if kind == "done":
                 done[rank] = payload
+                if rank == 0:
+                    received.set()
             else:
                 errors[rank] = (payload, code)
         codes = [process.exitcode for process in processes]
         if len(done) == len(processes) and all(code is not None for code in codes):
-            return torch.load(io.BytesIO(done[0]), weights_only=False)
+            return done[0]
         broken = errors or any(code not in (None, 0) for code in codes)
         if broken and failed_at is None:
             failed_at = time.monotonic()
