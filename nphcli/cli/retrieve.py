@@ -22,7 +22,11 @@ from nphcli.errors import NphError
 @with_model_options
 def retrieve_command(
     memory: Annotated[
-        Path, typer.Option("--memory", help="Memory file written by `nph store`.")
+        Path,
+        typer.Option(
+            "--memory",
+            help="Memory file written by `nph store`, or a shard manifest from `nph shard`.",
+        ),
     ] = Path("memory.safetensors"),
     model: Annotated[
         str,
@@ -119,6 +123,22 @@ def retrieve_command(
             "file larger than RAM can be searched.",
         ),
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            help="Run on N local processes (gloo), each reading its own shards of a --memory "
+            "manifest from `nph shard`; results equal one process's. Under torchrun, leave at 1.",
+        ),
+    ] = 1,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds a rank waits for the others (--workers, torchrun) before every rank "
+            "stops with an error naming the rank.",
+        ),
+    ] = 120.0,
     per_query: Annotated[
         bool,
         typer.Option("--per-query", help="Also report every query's metrics (JSON, CSV or table)."),
@@ -200,9 +220,11 @@ def retrieve_command(
     noise) and the uncorrupted pattern is the target. Metrics and timings are defined in the
     README, section "Retrieving".
     """
+    from nphcli.distributed.group import launched_by_torchrun
+    from nphcli.distributed.retrieve import distributed_retrieve
     from nphcli.evaluation.corruption import Corruption
     from nphcli.evaluation.grid import evaluate_grid, settings_product
-    from nphcli.evaluation.inputs import check_output_path, load_inputs
+    from nphcli.evaluation.inputs import check_output_path, load_inputs, open_stream
     from nphcli.evaluation.report import save_results
     from nphcli.evaluation.settings import RetrieveSettings
 
@@ -273,37 +295,59 @@ def retrieve_command(
 
         for settings in grid:
             check_index_run(index_settings, memory, build_model(settings), device)
-    inputs = load_inputs(
-        memory,
-        queries_file=queries_file,
-        targets_file=targets_file,
-        target_indices=None if target_indices is None else parse_indices(target_indices),
-        stream=stream,
-    )
-    if save_grid is not None:
-        from nphcli.image_grid import check_drawable, save_retrieval_grid
-
-        check_drawable(inputs.memory)
-    if trace and (stream or as_csv or len(grid) > 1):
-        raise NphError(
-            "--trace goes with one setting and --json or the table, not with --stream or --csv"
-        )
-    reports = evaluate_grid(inputs, grid)
-    if len(reports) > 1:
-        _print_many(
-            grid, reports, as_json=as_json, as_csv=as_csv, per_query=per_query, header=not no_header
-        )
-        return
-    report = reports[0]
+    load = {
+        "queries_file": queries_file,
+        "targets_file": targets_file,
+        "target_indices": None if target_indices is None else parse_indices(target_indices),
+        "stream": stream,
+    }
     steps_trace = None
-    if trace:
-        from nphcli.theory.energy import trace_report
+    if workers != 1 or launched_by_torchrun():
+        if len(grid) > 1 or trace or index_settings is not None:
+            raise NphError(
+                "--workers and torchrun runs take one setting, without --trace or --index"
+            )
+        grid_memory = open_stream(memory) if save_grid is not None else None
+        if grid_memory is not None:
+            from nphcli.image_grid import check_drawable
 
-        steps_trace = trace_report(inputs.memory, report).to_json(per_query=per_query)
+            check_drawable(grid_memory)
+        report = distributed_retrieve(memory, grid[0], workers=workers, timeout=timeout, **load)
+        if report is None:  # a torchrun rank other than 0: rank 0 prints and writes
+            return
+    else:
+        inputs = load_inputs(memory, **load)
+        grid_memory = inputs.memory
+        if save_grid is not None:
+            from nphcli.image_grid import check_drawable
+
+            check_drawable(grid_memory)
+        if trace and (stream or as_csv or len(grid) > 1):
+            raise NphError(
+                "--trace goes with one setting and --json or the table, not with --stream or --csv"
+            )
+        reports = evaluate_grid(inputs, grid)
+        if len(reports) > 1:
+            _print_many(
+                grid,
+                reports,
+                as_json=as_json,
+                as_csv=as_csv,
+                per_query=per_query,
+                header=not no_header,
+            )
+            return
+        report = reports[0]
+        if trace:
+            from nphcli.theory.energy import trace_report
+
+            steps_trace = trace_report(inputs.memory, report).to_json(per_query=per_query)
     if out is not None:
         save_results(out, report, force=force)
     if save_grid is not None:
-        save_retrieval_grid(save_grid, report, inputs.memory, force=force, scale=scale)
+        from nphcli.image_grid import save_retrieval_grid
+
+        save_retrieval_grid(save_grid, report, grid_memory, force=force, scale=scale)
 
     if as_json:
         result = report.to_json(per_query=per_query)

@@ -132,6 +132,14 @@ def store_command(
             "probability 1/2 each.",
         ),
     ] = None,
+    parts: Annotated[
+        int | None,
+        typer.Option(
+            "--parts",
+            help="Also split the memory into N shards and a manifest beside --out, as "
+            "`nph shard` does (docs/distributed.md).",
+        ),
+    ] = None,
     force: Force = False,
     as_json: JsonOutput = False,
 ) -> None:
@@ -174,6 +182,10 @@ def store_command(
         stored_labels = load_labels(labels, meta)
         meta = {**meta, "labels_file": labels.name}
         meta.pop("classes", None)  # the dataset's class names no longer apply
+    if parts is not None:  # refused before anything is written
+        from nphcli.memory.shards import split_rows
+
+        split_rows(prepared.patterns.shape[0], parts)
     save_memory(
         out,
         prepared.patterns,
@@ -183,6 +195,10 @@ def store_command(
         dtype=dtype_from_name(prepared.dtype),
         force=force,
     )
+    if parts is not None:
+        from nphcli.memory.shards import write_shards
+
+        write_shards(out, out.parent if str(out.parent) else Path("."), parts=parts, force=force)
     meta = read_metadata(out)
     has_labels = stored_labels is not None
     size_bytes = out.stat().st_size

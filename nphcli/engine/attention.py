@@ -54,6 +54,7 @@ def softmax_attention(
     for _, keys, values in bank.blocks(block_rows):
         k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
         acc.add(scaled @ k.transpose(1, 2), v)  # scores (H, Q, B)
+    acc.merge(bank.collective)
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
 
@@ -107,6 +108,7 @@ def masked_attention(
     for start, keys, values in bank.blocks(block_rows):
         scores = scaled @ keys.T  # (Q, B)
         acc.add(scores.masked_fill(~keep(start, keys.shape[0]), -torch.inf), values)
+    acc.merge(bank.collective)
     return acc.result(), acc.support
 
 

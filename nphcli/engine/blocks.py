@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.collective import Collective
 
 
 class SoftmaxAccumulator:
@@ -48,6 +49,22 @@ class SoftmaxAccumulator:
         self.norm = self.norm * rescale + weights.sum(dim=-1)
         self.total = self.total * rescale.unsqueeze(-1) + weights @ values
         self.support += torch.isfinite(scores).sum(dim=-1)
+        self.max = new_max
+
+    def merge(self, collective: Collective) -> None:
+        """Combine every rank's running sums (log-sum-exp merge): the global max is the maximum
+        of the ranks' maxima, and each rank's sums are rescaled by exp(m_rank − m) before they
+        are added, exactly as a later block rescales earlier ones in `add`."""
+        if collective.world_size == 1:
+            return
+        new_max = collective.all_max(self.max)  # (*batch, Q)
+        shift = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
+        rescale = torch.exp(self.max - shift)  # (*batch, Q)
+        norm = (self.norm * rescale).unsqueeze(-1)  # (*batch, Q, 1)
+        packed = torch.cat([self.total * rescale.unsqueeze(-1), norm], dim=-1)
+        packed = collective.all_sum(packed)  # (*batch, Q, d_v + 1): one message, not two
+        self.total, self.norm = packed[..., :-1], packed[..., -1]
+        self.support = collective.all_sum(self.support)
         self.max = new_max
 
     def result(self) -> Tensor:
@@ -89,6 +106,27 @@ class TopKAccumulator:
         self.scores = merged_scores.gather(1, order)
         self.index = merged_index.gather(1, order)
 
+    def merge(self, collective: Collective) -> None:
+        """Select the k best of every rank's k best (each with global indices): the global k
+        best are among them, since a memory beaten by k others on its own rank is beaten by k
+        others overall. Ranks hold fewer than k rows pad with (−inf, index beyond any row).
+        Ranks hold rows in rank order and each list is sorted by (score desc, index asc), so in
+        the concatenation equal scores are in index order, and a stable sort by score gives
+        ties to the lowest global index, as one process would."""
+        if collective.world_size == 1:
+            return
+        missing = self.k - self.scores.shape[1]
+        rows = self.scores.shape[0]
+        scores = torch.cat([self.scores, self.scores.new_full((rows, missing), -torch.inf)], 1)
+        index = torch.cat([self.index, self.index.new_full((rows, missing), _NO_ROW)], 1)
+        scores = collective.all_cat(scores, dim=1)  # (Q, W·k)
+        index = collective.all_cat(index, dim=1)  # (Q, W·k)
+        order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, : self.k]
+        self.scores, self.index = scores.gather(1, order), index.gather(1, order)
+
+
+_NO_ROW = torch.iinfo(torch.int64).max  # the index of a padding entry: after every real row
+
 
 def _block_topk(scores: Tensor, k: int) -> Tensor:
     """Indices (Q, k), ascending, of each row's k largest scores; ties go to the lower index."""
@@ -126,4 +164,4 @@ def weighted_rows(bank: MemoryBank, index: Tensor, weights: Tensor, *, block_row
         block = weights.new_zeros(num_queries, rows + 1)  # (Q, B + 1)
         block = block.scatter(1, column, torch.where(inside, weights, 0))
         total = total + block[:, :rows] @ values
-    return total
+    return bank.collective.all_sum(total)  # other ranks' rows

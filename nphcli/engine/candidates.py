@@ -59,6 +59,7 @@ def candidate_update(
             x = scaled[rows]  # (G, d)
             for start, keys in bank.key_blocks(block_rows):
                 top.add(x @ keys.T, start)  # (G, B) scores
+            top.merge(bank.collective)  # every rank now holds the same global top c
             if not bool(torch.isfinite(top.scores).all()):  # no threshold exists among ±inf
                 raise score_overflow(top.scores.dtype)
             weights = simplex_map(top.scores)  # (G, c)

@@ -55,6 +55,7 @@ def _faiss_fits(queries: Tensor, bank: MemoryBank) -> bool:
     resident = bank.resident()
     return (
         resident is not None
+        and bank.collective.world_size == 1  # a rank's own rows: the merge is torch's
         and queries.device.type == "cpu"
         and bank.device.type == "cpu"
         and queries.dtype == torch.float32
@@ -101,6 +102,7 @@ def torch_topk(
     top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=queries.dtype)
     for start, keys in bank.key_blocks(block_rows):
         top.add(queries @ keys.T, start)  # (Q, B)
+    top.merge(bank.collective)  # rows spread over ranks: the global k best
     return top.scores, top.index
 
 

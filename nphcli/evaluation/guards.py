@@ -41,6 +41,12 @@ def memory_scale(bank: MemoryBank, rows: int = 1 << 13) -> MemoryScale:
         total += float(norm2.to(torch.float64).sum())
         if bank.hetero:
             value_abs = max(value_abs, float(values.abs().max()))
+    if bank.collective.world_size > 1:  # rows spread over ranks: combine every rank's pass
+        peaks = bank.collective.all_max(
+            torch.tensor([key_abs, key_norm, value_abs], dtype=torch.float64)
+        )
+        key_abs, key_norm, value_abs = peaks.tolist()
+        total = float(bank.collective.all_sum(torch.tensor([total], dtype=torch.float64)))
     mean_norm2 = total / bank.num_memories
     return MemoryScale(key_abs, key_norm, mean_norm2, value_abs if bank.hetero else key_abs)
 

@@ -15,6 +15,7 @@ from nphcli.atomic import check_not_input, check_writable
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.file import FORMAT_NAME, check_format_version, load_memory
+from nphcli.memory.shards import is_manifest, open_sharded
 from nphcli.memory.streamed import StreamedBank
 from nphcli.normalize import apply_record
 from nphcli.notices import notice
@@ -69,10 +70,13 @@ def load_inputs(
     )
 
 
-def open_stream(path: str | os.PathLike) -> StreamedBank:
+def open_stream(path: str | os.PathLike) -> MemoryBank:
     """A memory file opened for streaming (its header read, no rows), checked like
-    `load_memory` checks it; rows are checked for NaN and infinity as they are read."""
+    `load_memory` checks it; rows are checked for NaN and infinity as they are read. A shard
+    manifest opens each shard for streaming (`ShardedBank`)."""
     path = Path(path)
+    if is_manifest(path):
+        return open_sharded(path, stream=True)
     bank = StreamedBank(path)
     if bank.meta.get("format") == FORMAT_NAME:  # a foreign file: StreamedBank gave its notice
         check_format_version(path, bank.meta)

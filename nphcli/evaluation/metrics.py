@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from nphcli.memory.bank import MemoryBank, as_bank
+from nphcli.memory.collective import Collective
 
 # Elements of one (queries × memories) distance block: 2²⁴ float32 = 64 MiB.
 BLOCK_ELEMENTS = 1 << 24
@@ -100,13 +101,14 @@ def nearest(
     device = points.device
     num_points, num_stored = points.shape[0], bank.num_memories
     relative = 16 * math.sqrt(points.shape[1]) * torch.finfo(dtype).eps
-    stored_norm2 = torch.cat(
-        [
-            values.to(device=device, dtype=dtype).square().sum(dim=1)
-            for _, _, values in bank.blocks(1 << 16)
-        ]
-    )  # (M,)
-    largest = stored_norm2.max()
+    largest = bank.collective.all_max(
+        torch.stack(
+            [
+                values.to(device=device, dtype=dtype).square().sum(dim=1).max()
+                for _, _, values in bank.blocks(1 << 16)
+            ]
+        ).max()
+    )  # max_μ ‖s_μ‖² over every rank's rows
     best = torch.empty(num_points, dtype=torch.int64, device=device)
     memory_block = max(1, min(num_stored, block_elements, block_rows or num_stored))
     query_block = max(1, block_elements // memory_block)
@@ -117,19 +119,36 @@ def nearest(
         best_index = torch.zeros(p.shape[0], dtype=torch.int64, device=device)  # (B,)
         for m0, _, values in bank.blocks(memory_block):
             s = values.to(device=device, dtype=dtype)  # (b, d_v)
-            scores = stored_norm2[m0 : m0 + s.shape[0]][None, :] - 2.0 * (p @ s.T)  # (B, b)
+            scores = s.square().sum(dim=1)[None, :] - 2.0 * (p @ s.T)  # (B, b)
             block_score = scores.min(dim=1).values  # (B,)
             near = scores <= (block_score + tol)[:, None]  # (B, b) ties within rounding
             block_index = near.to(torch.uint8).argmax(dim=1)  # (B,) first, i.e. lowest index
             better = block_score < best_score - tol  # an earlier block keeps a tie
             best_index = torch.where(better, block_index + m0, best_index)
             best_score = torch.minimum(best_score, block_score)
+        if bank.collective.world_size > 1:  # each rank's best, merged in row order
+            best_index = _merge_ranks(bank.collective, best_score, best_index, tol)
         best[q0 : q0 + query_block] = best_index
     _, nearest_rows = bank.gather(best.to(bank.device))  # (Q, d_v)
     distance = torch.linalg.vector_norm(
         points.to(dtype) - nearest_rows.to(device=device, dtype=dtype), dim=1
     )  # (Q,)
     return best, distance
+
+
+def _merge_ranks(
+    collective: Collective, best_score: Tensor, best_index: Tensor, tol: Tensor
+) -> Tensor:
+    """The nearest row over all ranks from each rank's nearest (B,): ranks hold rows in rank
+    order, so they are taken in turn with the same tie rule as memory blocks."""
+    scores = collective.all_cat(best_score[:, None], dim=1)  # (B, W)
+    index = collective.all_cat(best_index[:, None], dim=1)  # (B, W)
+    chosen_score, chosen = scores[:, 0], index[:, 0]  # (B,)
+    for rank in range(1, scores.shape[1]):
+        better = scores[:, rank] < chosen_score - tol  # an earlier rank keeps a tie
+        chosen = torch.where(better, index[:, rank], chosen)
+        chosen_score = torch.minimum(chosen_score, scores[:, rank])
+    return chosen
 
 
 def per_query(

@@ -5,7 +5,7 @@ optional labels (M,) and the metadata its file recorded. Implementations differ 
 the rows live, so retrieval never branches on the kind of memory:
 - `TensorBank`: rows in RAM or on a device (what `load_memory` returns, as `Memory`);
 - `nphcli.memory.streamed.StreamedBank`: rows read from a memory file block by block.
-A sharded memory (rows spread over processes) is meant to implement the same interface.
+- `nphcli.memory.shards.ShardedBank`: rows in several shard files, or spread over processes.
 
 Blocks and gathered rows come in the bank's `dtype` on its `device`.
 """
@@ -21,6 +21,7 @@ import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.errors import NphError
+from nphcli.memory.collective import LOCAL, Collective
 
 
 class MemoryBank:
@@ -34,6 +35,9 @@ class MemoryBank:
     hetero: bool  # values differ from keys (hetero-association)
     meta: dict[str, Any]  # what the memory file records ({} for tensors built in Python)
     path: Path | None  # the file the memory came from, if any
+    # How partial results over this process's rows combine with other processes' (see
+    # `collective.py`); LOCAL, the identity, unless the rows are spread over ranks.
+    collective: Collective = LOCAL
 
     @property
     def item_shape(self) -> tuple[int, ...] | None:

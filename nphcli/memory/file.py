@@ -84,8 +84,13 @@ def save_memory(
 
 
 def load_memory(path: str | os.PathLike) -> Memory:
-    """Read and validate a memory file (nph's own, or a foreign single-matrix safetensors file)."""
+    """Read and validate a memory file (nph's own, or a foreign single-matrix safetensors file),
+    or a shard manifest (`nph shard`), whose shards are read and joined in row order."""
     path = Path(path)
+    if path.suffix.lower() == ".json":
+        from nphcli.memory.shards import load_sharded
+
+        return load_sharded(path)
     with open_safetensors(path) as handle:
         raw_meta = handle.metadata() or {}
         keys = list(handle.keys())

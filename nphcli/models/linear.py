@@ -23,6 +23,7 @@ from torch import Tensor
 
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.collective import Collective
 from nphcli.models.base import HopfieldModel, Update
 from nphcli.models.registry import register_model
 
@@ -59,6 +60,19 @@ def summarise_keys(blocks: Iterable[tuple[Tensor, Tensor]]) -> FeatureSummary:
         normaliser = normaliser * rescale + key_features.sum(dim=0)
         column_max = new_max
     return FeatureSummary(column_max, summary, normaliser)
+
+
+def merge_summaries(keys: FeatureSummary, collective: Collective) -> FeatureSummary:
+    """Add up the summaries of memories spread over ranks: each rank's sums are rescaled from
+    its own column maximum to the global one (as `summarise_keys` does between blocks), then
+    summed; the result is the one-process summary up to rounding."""
+    if collective.world_size == 1:
+        return keys
+    column_max = collective.all_max(keys.column_max)  # (F,)
+    rescale = torch.exp(keys.column_max - column_max)  # (F,)
+    packed = torch.cat([keys.summary * rescale[:, None], (keys.normaliser * rescale)[:, None]], 1)
+    packed = collective.all_sum(packed)  # (F, d_v + 1)
+    return FeatureSummary(column_max, packed[:, :-1], packed[:, -1])
 
 
 def readout(query_logits: Tensor, keys: FeatureSummary) -> Tensor:
@@ -121,10 +135,11 @@ class Linear(HopfieldModel):
 
     def prepare(self, bank: MemoryBank, block_rows: int) -> FeatureSummary:
         scale = math.sqrt(self.beta)
-        return summarise_keys(
+        local = summarise_keys(
             (log_elu_plus_one(scale * keys), values)  # (B, d), (B, d_v)
             for _, keys, values in bank.blocks(block_rows)
         )
+        return merge_summaries(local, bank.collective)
 
     def update(
         self,

@@ -34,7 +34,13 @@ from torch import Tensor
 from nphcli.engine.planning import Plan
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
-from nphcli.models.linear import FeatureSummary, feature_plan, readout, summarise_keys
+from nphcli.models.linear import (
+    FeatureSummary,
+    feature_plan,
+    merge_summaries,
+    readout,
+    summarise_keys,
+)
 from nphcli.models.registry import register_model
 
 
@@ -100,9 +106,10 @@ class RandomFeature(HopfieldModel):
             scaled = scale * keys  # (B, d)
             return scaled @ weights.T - 0.5 * (scaled * scaled).sum(dim=1, keepdim=True)  # (B, m)
 
-        return summarise_keys(
+        local = summarise_keys(
             (key_logits(keys), values) for _, keys, values in bank.blocks(block_rows)
         )
+        return merge_summaries(local, bank.collective)
 
     def update(
         self,

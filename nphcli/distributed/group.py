@@ -1,0 +1,120 @@
+"""Joining a `torch.distributed` process group, and this rank's part of a sharded memory.
+
+torch.distributed's rendezvous (a TCP store) has no authentication: anyone who can reach the
+master port can join or disturb a group. Run it on trusted networks only (docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from datetime import timedelta
+
+import torch
+
+from nphcli.errors import NphError
+from nphcli.memory.collective import GroupCollective
+from nphcli.memory.shards import (
+    Manifest,
+    ShardedBank,
+    is_manifest,
+    open_sharded,
+    read_manifest,
+)
+
+# Seconds a rank waits for the others in one collective before it gives up: a rank that died
+# or hangs makes every other rank fail within this time instead of waiting for ever.
+DEFAULT_TIMEOUT = 120.0
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process is one rank of a group that torchrun (or a similar launcher) set up
+    through the environment (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def join_group(
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    address: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> GroupCollective:
+    """Join the default process group (gloo on CPU) as `rank` of `world_size` at `address`
+    ("tcp://host:port"); all None: from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT)."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise NphError("this torch build has no torch.distributed; install a standard build")
+    if not dist.is_initialized():
+        kwargs = {"timeout": timedelta(seconds=timeout)}
+        if address is not None:
+            kwargs.update(init_method=address, rank=rank, world_size=world_size)
+        dist.init_process_group(backend="gloo", **kwargs)
+    collective = GroupCollective()
+    if collective.rank > 0:  # every rank would say the same; rank 0 speaks for all
+        logging.getLogger("nph").setLevel(logging.ERROR)
+    return collective
+
+
+def leave_group() -> None:
+    """Leave the default process group, if joined."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def owned_parts(parts: int, rank: int, world_size: int) -> range:
+    """The shards rank `rank` reads: a contiguous run, as even as possible, in rank order (so
+    ranks hold rows in rank order, which the merges' tie rules rely on)."""
+    if parts < world_size:
+        raise NphError(
+            f"the shard set has {parts} shards but {world_size} ranks; every rank needs a shard: "
+            f"re-shard with `nph shard --parts {world_size}` or use fewer ranks"
+        )
+    return range(rank * parts // world_size, (rank + 1) * parts // world_size)
+
+
+def open_rank_memory(path, *, stream: bool, collective: GroupCollective) -> ShardedBank:
+    """This rank's shards of the manifest at `path` as a `ShardedBank` over the process group.
+
+    Before any compute, each rank checks its own shards (headers; loaded shards also their
+    rows) and the ranks compare outcomes and set ids: if any rank refuses its shards, or the
+    ranks read different shard sets, every rank stops with an error naming the rank.
+    """
+    problem, set_id = None, 0
+    try:
+        manifest = read_shard_set(path, check=())
+        owned = owned_parts(len(manifest.parts), collective.rank, collective.world_size)
+        bank = open_sharded(path, stream=stream, owned=owned, collective=collective)
+        set_id = int(manifest.set_id[:15], 16)  # 60 bits of the id: fits an int64
+    except NphError as error:
+        problem = error
+    status = torch.tensor([[1 if problem else 0, set_id]], dtype=torch.int64)
+    every = collective.all_cat(status, dim=0)  # (W, 2)
+    if problem is not None:
+        raise problem
+    failed = every[:, 0].nonzero()[:, 0].tolist()
+    if failed:
+        raise NphError(f"rank {failed[0]} refused its shards (its own error says why)")
+    other = (every[:, 1] != set_id).nonzero()[:, 0].tolist()
+    if other:
+        raise NphError(
+            f"rank {other[0]} reads another shard set than rank {collective.rank} "
+            "(the manifests differ between machines)"
+        )
+    return bank
+
+
+def read_shard_set(path, check: Iterable[int] | None = None) -> Manifest:
+    """The validated manifest at `path` (shards `check` checked, default all); a plain memory
+    file is refused with what to do."""
+    if not is_manifest(path):
+        raise NphError(
+            f"{path} is one memory file; several ranks need a shard set: split it with "
+            "`nph shard MEMORY --parts N --out-dir DIR` and pass the manifest (DIR/*.shards.json)"
+        )
+    return read_manifest(path, check=check)

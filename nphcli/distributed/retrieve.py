@@ -1,0 +1,102 @@
+"""One retrieval run on every rank of a process group, over the rank's shards of a manifest.
+
+Every rank runs the same `evaluate` (same seed, so the same queries and corruption), reading only
+its own rows; the engine's merges (`Collective`) make each step's result the single-process one
+on every rank. Only rank 0's report is used for output: the caller prints and writes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from nphcli.distributed.group import (
+    join_group,
+    open_rank_memory,
+    owned_parts,
+    read_shard_set,
+)
+from nphcli.errors import NphError
+from nphcli.evaluation.evaluate import evaluate_inputs
+from nphcli.evaluation.inputs import Inputs, read_rows
+from nphcli.evaluation.report import RetrievalReport
+from nphcli.evaluation.settings import RetrieveSettings
+from nphcli.memory.collective import GroupCollective
+
+
+def evaluate_on_rank(
+    collective: GroupCollective,
+    memory_path: str | os.PathLike,
+    settings: RetrieveSettings,
+    *,
+    stream: bool = False,
+    queries_file: str | os.PathLike | None = None,
+    targets_file: str | os.PathLike | None = None,
+    target_indices: list[int] | None = None,
+) -> RetrievalReport:
+    """`evaluate` on this rank's shards; the report (equal on every rank) records the number of
+    ranks and the bytes this rank sent in collectives."""
+    t0 = time.perf_counter()
+    bank = open_rank_memory(memory_path, stream=stream, collective=collective)
+    queries = None if queries_file is None else read_rows(queries_file, "queries", bank)
+    targets = None if targets_file is None else read_rows(targets_file, "targets", bank)
+    indices = None if target_indices is None else torch.tensor(target_indices, dtype=torch.int64)
+    inputs = Inputs(
+        memory=bank,
+        queries=queries,
+        targets=targets,
+        target_indices=indices,
+        sources={
+            "memory": str(memory_path),
+            "queries": None if queries_file is None else str(queries_file),
+            "targets": None if targets_file is None else str(targets_file),
+        },
+        load_s=time.perf_counter() - t0,
+    )
+    report = evaluate_inputs(inputs, settings)
+    report.config["memory"]["stream"] = stream
+    report.config["distributed"] = {
+        "ranks": collective.world_size,
+        "rank_rows": bank.local_rows,
+        "bytes_sent": collective.bytes_sent,
+    }
+    return report
+
+
+def evaluate_torchrun(memory_path: str | Path, settings: RetrieveSettings, **kwargs):
+    """`evaluate_on_rank` in a process torchrun started: joins the group from the environment.
+    Returns (rank, report)."""
+    collective = join_group()
+    return collective.rank, evaluate_on_rank(collective, memory_path, settings, **kwargs)
+
+
+def distributed_retrieve(
+    memory_path: str | os.PathLike,
+    settings: RetrieveSettings,
+    *,
+    workers: int,
+    timeout: float,
+    **load,
+) -> RetrievalReport | None:
+    """A retrieval over a shard manifest on several ranks: `workers` local processes started
+    here, or, under torchrun (workers = 1), the group torchrun set up. Returns the report on the
+    process that outputs it (this one with local workers, rank 0 under torchrun), else None."""
+    from nphcli.distributed.group import launched_by_torchrun
+    from nphcli.distributed.launch import run_workers
+
+    if not (timeout > 0):
+        raise NphError(f"--timeout must be a number of seconds > 0, got {timeout}")
+    if workers != 1 and launched_by_torchrun():
+        raise NphError("--workers starts its own processes; under torchrun leave it at 1")
+    if workers == 1 and launched_by_torchrun():
+        collective = join_group(timeout=timeout)
+        report = evaluate_on_rank(collective, memory_path, settings, **load)
+        return report if collective.rank == 0 else None
+    manifest = read_shard_set(memory_path)  # a bad shard set fails here, before any start
+    owned_parts(len(manifest.parts), 0, workers)  # so does a shard set with too few shards
+    work = functools.partial(evaluate_on_rank, memory_path=memory_path, settings=settings, **load)
+    return run_workers(workers, work, timeout=timeout)

@@ -1,0 +1,432 @@
+"""Sharded memories: one memory split into N memory files by rows, plus a JSON manifest.
+
+Why: a memory larger than one machine is spread over several processes (`nphcli.distributed`),
+each reading only its shard. Each shard is a valid nph memory file on its own; its metadata
+(`shard`) records the shard set's id, its index, its first global row (`offset`), its rows and
+the total M. The manifest lists the shards in row order:
+
+    {"format": "nph-shards", "format_version": 1, "set_id": "…", "M": 1000, "d": 784,
+     "d_v": 784, "dtype": "float32", "hetero": false,
+     "parts": [{"file": "memory.part-0-of-2.safetensors", "offset": 0, "rows": 500}, …]}
+
+`read_manifest` refuses, from file headers alone and before any compute, a shard set with a
+missing, duplicated or foreign shard (another set's id), overlapping or missing rows, or shards
+whose d, d_v, dtype or kind of memory differ. The set id is a hash of the source file's bytes
+and the split, so shards of two different splittings never mix.
+
+`ShardedBank` reads a manifest's shards as one `MemoryBank` (rows in global order). Given a
+process group (`collective`) and only some shards, it is one rank's view of a memory spread
+over ranks: blocks come from its own shards, and `gather`/`weighted_sum` combine all ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (torch's own convention)
+from torch import Tensor
+
+from nphcli.atomic import atomic_write, check_folder
+from nphcli.errors import NphError
+from nphcli.memory.bank import Memory, MemoryBank
+from nphcli.memory.collective import LOCAL, Collective
+from nphcli.memory.file import (
+    FORMAT_NAME,
+    check_format_version,
+    load_memory,
+    open_safetensors,
+    read_metadata,
+    save_memory,
+)
+
+MANIFEST_FORMAT = "nph-shards"
+MANIFEST_VERSION = 1
+# Metadata keys `save_memory` writes itself; a shard's other metadata is the source's.
+_OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dtype", "shard"}
+
+
+def is_manifest(path: str | os.PathLike) -> bool:
+    """Whether `path` names a shard manifest (a .json file) rather than a memory file."""
+    return Path(path).suffix.lower() == ".json"
+
+
+def split_rows(num_memories: int, parts: int) -> list[int]:
+    """Rows per shard for `parts` shards as even as possible (sizes differ by at most 1)."""
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise NphError(f"--parts must be a whole number ≥ 1, got {parts!r}")
+    if parts > num_memories:
+        raise NphError(f"--parts {parts} exceeds the memory's {num_memories} patterns")
+    base, extra = divmod(num_memories, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+@dataclass(frozen=True)
+class ShardPart:
+    """One shard as the manifest lists it."""
+
+    path: Path
+    offset: int  # global row of its first pattern
+    rows: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A validated shard set."""
+
+    path: Path
+    set_id: str
+    num_memories: int
+    dim: int
+    value_dim: int
+    dtype: str
+    hetero: bool
+    parts: list[ShardPart]
+
+
+def write_shards(
+    memory_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    parts: int | None = None,
+    sizes: list[int] | None = None,
+    force: bool = False,
+) -> Path:
+    """Split a memory file into shards (`parts` even ones, or rows per shard `sizes`) and a
+    manifest in `out_dir`; returns the manifest's path. Reads one shard's rows at a time."""
+    from nphcli.memory.streamed import StreamedBank
+
+    source = Path(memory_path)
+    if is_manifest(source):
+        raise NphError(f"{source} is already a shard manifest; shard the memory file itself")
+    bank = StreamedBank(source)
+    if bank.meta.get("format") == FORMAT_NAME:
+        check_format_version(source, bank.meta)
+    total = bank.num_memories
+    if sizes is None:
+        sizes = split_rows(total, 1 if parts is None else parts)
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+        raise NphError(f"every shard needs at least one row, got sizes {sizes}")
+    if sum(sizes) != total:
+        raise NphError(f"shard sizes {sizes} add up to {sum(sizes)}, not M = {total}")
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise NphError(f"--out-dir {out_dir} is not an existing folder; create it first")
+    stem = source.stem
+    count = len(sizes)
+    names = [f"{stem}.part-{i}-of-{count}.safetensors" for i in range(count)]
+    manifest_path = out_dir / f"{stem}.shards.json"
+    for target in [manifest_path, *(out_dir / name for name in names)]:
+        check_folder(target)
+        if target.exists() and not force:
+            raise NphError(f"{target} already exists; pass --force to replace it")
+        if target.resolve() == source.resolve():
+            raise NphError(f"{target} is the memory being sharded; choose another --out-dir")
+    set_id = _set_id(source, sizes)
+    meta = {key: value for key, value in bank.meta.items() if key not in _OWN_KEYS}
+    labels = bank.labels
+    offset = 0
+    listed = []
+    for index, (name, rows) in enumerate(zip(names, sizes, strict=True)):
+        keys, values = bank.gather(torch.arange(offset, offset + rows))  # (rows, d), (rows, d_v)
+        shard_meta = {
+            **meta,
+            "shard": {
+                "set_id": set_id,
+                "index": index,
+                "parts": count,
+                "offset": offset,
+                "rows": rows,
+                "total_M": total,
+            },
+        }
+        save_memory(
+            out_dir / name,
+            keys,
+            labels=None if labels is None else labels[offset : offset + rows],
+            values=values if bank.hetero else None,
+            meta=shard_meta,
+            dtype=bank.dtype,
+            force=force,
+        )
+        listed.append({"file": name, "offset": offset, "rows": rows})
+        offset += rows
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "format_version": MANIFEST_VERSION,
+        "set_id": set_id,
+        "source": source.name,
+        "M": total,
+        "d": bank.dim,
+        "d_v": bank.value_dim,
+        "dtype": str(bank.dtype).removeprefix("torch."),
+        "hetero": bank.hetero,
+        "parts": listed,
+    }
+    with atomic_write(manifest_path, force=force) as tmp:
+        Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest_path
+
+
+def _set_id(source: Path, sizes: list[int]) -> str:
+    """sha256 of the source file's bytes and the split: the same split of the same file gives
+    the same id, anything else another."""
+    digest = hashlib.sha256(json.dumps(sizes).encode())
+    with open(source, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+def read_manifest(path: str | os.PathLike, check: Iterable[int] | None = None) -> Manifest:
+    """Read a manifest and check the headers of shards `check` (default: all) against it (see
+    the module docstring). A rank on one of several machines checks only its own shards, which
+    may be the only ones its machine holds."""
+    path = Path(path)
+    if not path.is_file():
+        raise NphError(f"shard manifest {path} not found; create one with `nph shard`")
+    try:
+        raw = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise NphError(f"{path} is not a JSON shard manifest ({error})") from None
+    if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
+        raise NphError(f"{path} is not an nph shard manifest (written by `nph shard`)")
+    version = raw.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version > MANIFEST_VERSION:
+        raise NphError(f"{path} uses manifest format {version!r}; upgrade nph")
+    try:
+        set_id = str(raw["set_id"])
+        total, dim, value_dim = (_whole(raw[key], key) for key in ("M", "d", "d_v"))
+        dtype, hetero = str(raw["dtype"]), bool(raw["hetero"])
+        entries = raw["parts"]
+        parts = [
+            ShardPart(
+                path.parent / str(e["file"]),
+                _whole(e["offset"], "offset"),
+                _whole(e["rows"], "rows"),
+            )
+            for e in entries
+        ]
+    except (KeyError, TypeError, ValueError) as error:
+        raise NphError(f"{path}: malformed shard manifest ({error})") from None
+    if not parts:
+        raise NphError(f"{path} lists no shards")
+    seen: dict[Path, int] = {}
+    expected = 0
+    for index, part in enumerate(parts):
+        resolved = part.path.resolve()
+        if resolved in seen:
+            raise NphError(
+                f"{path}: shard {part.path.name} is listed twice (parts {seen[resolved]} and "
+                f"{index})"
+            )
+        seen[resolved] = index
+        if part.offset < expected:
+            raise NphError(
+                f"{path}: shard {index} ({part.path.name}) overlaps rows "
+                f"{part.offset}…{expected - 1} of the shard before it"
+            )
+        if part.offset > expected:
+            raise NphError(f"{path}: rows {expected}…{part.offset - 1} are in no shard")
+        expected = part.offset + part.rows
+    if expected != total:
+        raise NphError(f"{path}: the shards hold {expected} rows, the manifest says M = {total}")
+    manifest = Manifest(path, set_id, total, dim, value_dim, dtype, hetero, parts)
+    for index in range(len(parts)) if check is None else check:
+        _check_part(manifest, index, parts[index])
+    return manifest
+
+
+def _whole(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    return value
+
+
+def _check_part(manifest: Manifest, index: int, part: ShardPart) -> None:
+    """Refuse a shard file that is missing, foreign, or disagrees with the manifest."""
+    where = f"{manifest.path}: shard {index} ({part.path})"
+    if not part.path.is_file():
+        raise NphError(f"{where} is missing")
+    meta = read_metadata(part.path)
+    shard = meta.get("shard")
+    if meta.get("format") != FORMAT_NAME or not isinstance(shard, dict):
+        raise NphError(f"{where} is not a shard written by `nph shard`")
+    if shard.get("set_id") != manifest.set_id:
+        raise NphError(f"{where} belongs to another shard set (id {shard.get('set_id')})")
+    claimed = (shard.get("index"), shard.get("offset"), shard.get("rows"))
+    if claimed != (index, part.offset, part.rows):
+        raise NphError(
+            f"{where} holds shard {claimed[0]} (rows from {claimed[1]}, {claimed[2]} rows), "
+            f"not shard {index} (rows from {part.offset}, {part.rows} rows)"
+        )
+    with open_safetensors(part.path) as handle:
+        names = list(handle.keys())
+        keys = handle.get_slice("patterns")
+        rows, dim = keys.get_shape()
+        value_dim = handle.get_slice("values").get_shape()[1] if "values" in names else dim
+    dtype = meta.get("dtype")
+    found = (rows, dim, value_dim, dtype, "values" in names)
+    wanted = (part.rows, manifest.dim, manifest.value_dim, manifest.dtype, manifest.hetero)
+    if found != wanted:
+        labels = ("rows", "d", "d_v", "dtype", "hetero")
+        diffs = ", ".join(
+            f"{label} {a} ≠ {b}"
+            for label, a, b in zip(labels, found, wanted, strict=True)
+            if a != b
+        )
+        raise NphError(f"{where} does not match the manifest: {diffs}")
+
+
+def load_sharded(path: str | os.PathLike) -> Memory:
+    """A shard set read whole into RAM, as the unsharded file would load (`load_memory`)."""
+    manifest = read_manifest(path)
+    memories = [load_memory(part.path) for part in manifest.parts]
+    patterns = torch.cat([m.patterns for m in memories])  # (M, d)
+    values = torch.cat([m.values for m in memories]) if manifest.hetero else None  # (M, d_v)
+    labelled = [m.labels for m in memories]
+    labels = None if any(x is None for x in labelled) else torch.cat(labelled)  # (M,)
+    return Memory(
+        patterns, labels, values, meta=_set_meta(manifest, memories[0].meta), path=manifest.path
+    )
+
+
+def _set_meta(manifest: Manifest, first: dict[str, Any]) -> dict[str, Any]:
+    """The metadata of the whole set: shard 0's, with M the total and the shard record removed."""
+    meta = {key: value for key, value in first.items() if key != "shard"}
+    meta["M"] = manifest.num_memories
+    meta["shard_set"] = {"set_id": manifest.set_id, "parts": len(manifest.parts)}
+    return meta
+
+
+def open_sharded(
+    path: str | os.PathLike,
+    *,
+    stream: bool,
+    owned: range | None = None,
+    collective: Collective = LOCAL,
+) -> ShardedBank:
+    """A `ShardedBank` over a manifest's shards `owned` (default: all), each loaded or streamed."""
+    from nphcli.memory.streamed import StreamedBank
+
+    manifest = read_manifest(path, check=owned)
+    owned = range(len(manifest.parts)) if owned is None else owned
+    banks = []
+    for index in owned:
+        part = manifest.parts[index]
+        bank = StreamedBank(part.path) if stream else load_memory(part.path)
+        banks.append((part.offset, bank))
+    first_meta = banks[0][1].meta  # every shard records the source's metadata
+    return ShardedBank(
+        banks,
+        num_memories=manifest.num_memories,
+        meta=_set_meta(manifest, first_meta),
+        path=manifest.path,
+        collective=collective,
+    )
+
+
+class ShardedBank(MemoryBank):
+    """Rows of one memory held in several banks (shards), each at its global `offset`.
+
+    With `collective` LOCAL the shards must cover all M rows: one process reads the whole set.
+    With a process group, this rank's shards are a contiguous part of the rows and the other
+    ranks hold the rest; `gather` and `weighted_sum` are then collective (every rank calls them
+    with the same index) and combine each row from the rank that holds it.
+    """
+
+    def __init__(
+        self,
+        parts: list[tuple[int, MemoryBank]],
+        *,
+        num_memories: int,
+        meta: dict[str, Any] | None = None,
+        path: Path | None = None,
+        collective: Collective = LOCAL,
+    ):
+        if not parts:
+            raise NphError("a sharded memory needs at least one shard in each process")
+        self.parts = parts  # [(offset, bank)] in row order
+        self.num_memories = num_memories
+        self.collective = collective
+        template = parts[0][1]
+        self.dim, self.value_dim = template.dim, template.value_dim
+        self.hetero, self.device, self.dtype = template.hetero, template.device, template.dtype
+        self.meta = {} if meta is None else meta
+        self.path = path
+
+    @property
+    def local_rows(self) -> int:
+        """Rows held by this process."""
+        return sum(bank.num_memories for _, bank in self.parts)
+
+    @property
+    def labels(self) -> Tensor | None:
+        """(M,) labels when this process holds every shard and each has labels, else None."""
+        if self.local_rows != self.num_memories:
+            return None
+        labelled = [bank.labels for _, bank in self.parts]
+        return None if any(x is None for x in labelled) else torch.cat(labelled)
+
+    def blocks(self, rows: int) -> Iterator[tuple[int, Tensor, Tensor]]:
+        for offset, bank in self.parts:
+            for start, keys, values in bank.blocks(rows):
+                yield offset + start, keys, values
+
+    def key_blocks(self, rows: int) -> Iterator[tuple[int, Tensor]]:
+        for offset, bank in self.parts:
+            for start, keys in bank.key_blocks(rows):
+                yield offset + start, keys
+
+    def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        flat = index.reshape(-1)  # (N,)
+        keys = torch.zeros(flat.numel(), self.dim, device=self.device, dtype=self.dtype)
+        values = (
+            torch.zeros(flat.numel(), self.value_dim, device=self.device, dtype=self.dtype)
+            if self.hetero
+            else None
+        )
+        for offset, bank in self.parts:
+            inside = ((flat >= offset) & (flat < offset + bank.num_memories)).nonzero()[:, 0]
+            if inside.numel() == 0:
+                continue
+            part_keys, part_values = bank.gather(flat[inside] - offset)  # (n, d), (n, d_v)
+            keys[inside] = part_keys
+            if values is not None:
+                values[inside] = part_values
+        # Each row is held by exactly one rank, the others add zeros: the sum is exact.
+        keys = self.collective.all_sum(keys)
+        values = keys if values is None else self.collective.all_sum(values)
+        return keys.reshape(*index.shape, self.dim), values.reshape(*index.shape, self.value_dim)
+
+    def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
+        """Each shard sums its own rows' terms; the partial sums (Q, d_v) are added across
+        shards and ranks, so only Q·d_v numbers per rank cross the network."""
+        total = weights.new_zeros(index.shape[0], self.value_dim)  # (Q, d_v)
+        for offset, bank in self.parts:
+            inside = (index >= offset) & (index < offset + bank.num_memories)  # (Q, c)
+            if not bool(inside.any()):
+                continue
+            local = torch.where(inside, index - offset, 0)  # (Q, c)
+            rows, inverse = torch.unique(local, return_inverse=True)  # (U,), (Q, c)
+            _, part_values = bank.gather(rows)  # (U, d_v)
+            masked = torch.where(inside, weights, 0)  # (Q, c)
+            total = total + F.embedding_bag(
+                inverse, part_values, per_sample_weights=masked, mode="sum"
+            )
+        return self.collective.all_sum(total)
+
+    def to(self, device=None, dtype=None) -> ShardedBank:
+        return ShardedBank(
+            [(offset, bank.to(device=device, dtype=dtype)) for offset, bank in self.parts],
+            num_memories=self.num_memories,
+            meta=self.meta,
+            path=self.path,
+            collective=self.collective,
+        )

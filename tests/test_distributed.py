@@ -1,0 +1,223 @@
+"""Exact retrieval over 2 and 3 local gloo processes: every model, several shard splittings
+(a shard of one row, uneven shards), loaded and streamed, float32 and float64, equals the
+single-process result; ties go to the lowest global index; a rank that dies or hangs stops every
+rank with one error naming it, and nothing is written."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from nphcli.distributed.launch import GRACE_S, run_workers
+from nphcli.distributed.retrieve import evaluate_on_rank
+from nphcli.errors import NphError, NphRuntimeError
+from nphcli.evaluation.corruption import Corruption
+from nphcli.evaluation.evaluate import evaluate
+from nphcli.evaluation.settings import RetrieveSettings
+from nphcli.memory.file import load_memory, save_memory
+from nphcli.memory.shards import read_manifest, write_shards
+from nphcli.models import model_names
+
+PARAMS = {
+    "multihead": {"heads": 2},
+    "random-feature": {"features": 24},
+    "topk": {"k": 3},
+    "random": {"k": 2, "seed": 1},
+    "window": {"window": 1},
+    "entmax": {"alpha": 1.5},
+}
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
+
+
+def _settings(name: str, dtype: str, *, noise: float = 0.3, **extra) -> RetrieveSettings:
+    params = {"beta": 1.0, **PARAMS.get(name, {}), **extra}
+    return RetrieveSettings(
+        model=name, params=params, dtype=dtype, corruption=Corruption(noise=noise), queries=9
+    )
+
+
+def _cases() -> list[tuple[str, RetrieveSettings]]:
+    cases = [(name, _settings(name, "float64")) for name in model_names()]
+    cases += [(name, _settings(name, "float32")) for name in ("dense", "topk", "sparse")]
+    cases.append(("dense", _settings("dense", "float64", steps=3)))  # iteration across ranks
+    cases.append(("sparse", _settings("sparse", "float64", steps=2)))
+    cases.append(("topk", _settings("topk", "float64", noise=0.0, k=2)))  # exact ties
+    return cases
+
+
+def _every_case(collective, runs):
+    """On each rank: every (memory, stream, settings) run; rank 0's reports come back."""
+    return [
+        evaluate_on_rank(collective, manifest, settings, stream=stream)
+        for manifest, stream, settings in runs
+    ]
+
+
+def _memories(folder):
+    """A random memory and one whose rows repeat (each pattern on several shards: ties)."""
+    generator = torch.Generator().manual_seed(0)
+    keys = torch.randn(40, 6, generator=generator, dtype=torch.float64)
+    random_path = folder / "random.safetensors"
+    save_memory(random_path, keys, dtype=torch.float64)
+    # Tied keys with distinct values, so which copy wins shows in the result. Small integers
+    # make every score exact, so copies tie bitwise whatever the matrix-product blocking.
+    tied_keys = torch.randint(-3, 4, (12, 6), generator=generator).to(torch.float64)
+    values = torch.randn(40, 6, generator=generator, dtype=torch.float64)
+    tied_path = folder / "tied.safetensors"
+    save_memory(tied_path, tied_keys[torch.arange(40) % 12], values=values, dtype=torch.float64)
+    return random_path, tied_path
+
+
+def _shard(path, folder, sizes):
+    folder.mkdir()
+    return write_shards(path, folder, sizes=sizes)
+
+
+def _check(reports, runs, memories):
+    for report, (manifest, _, settings) in zip(reports, runs, strict=True):
+        expected = evaluate(memories[manifest], settings)
+        tolerance = TOLERANCE[settings.dtype]
+        torch.testing.assert_close(report.retrieved, expected.retrieved, rtol=0, atol=tolerance)
+        for key, values in expected.per_query.items():
+            if values.dtype == torch.int64:
+                assert torch.equal(report.per_query[key], values), (settings.model, key)
+            else:
+                torch.testing.assert_close(
+                    report.per_query[key], values, rtol=0, atol=100 * tolerance
+                )
+
+
+@pytest.mark.slow
+def test_three_ranks_equal_one_process(tmp_path):
+    random_path, tied_path = _memories(tmp_path)
+    one_row = _shard(random_path, tmp_path / "one-row", [1, 25, 14])
+    uneven = _shard(random_path, tmp_path / "uneven", [7, 3, 19, 1, 10])
+    tied = _shard(tied_path, tmp_path / "tied", [13, 13, 14])
+    memories = {one_row: load_memory(random_path), uneven: load_memory(random_path)}
+    memories[tied] = load_memory(tied_path)
+    runs = [(one_row, False, settings) for _, settings in _cases()]
+    runs += [(uneven, True, settings) for _, settings in _cases()[:9]]
+    runs += [(tied, False, settings) for name, settings in _cases() if name == "topk"]
+    reports = run_workers(3, functools.partial(_every_case, runs=runs), timeout=60)
+    _check(reports, runs, memories)
+    assert reports[0].config["distributed"]["ranks"] == 3
+
+
+def test_two_ranks_equal_one_process(tmp_path):
+    random_path, tied_path = _memories(tmp_path)
+    one_row = _shard(random_path, tmp_path / "one-row", [1, 25, 14])
+    tied = _shard(tied_path, tmp_path / "tied", [5, 35])
+    memories = {one_row: load_memory(random_path), tied: load_memory(tied_path)}
+    runs = [(one_row, True, settings) for _, settings in _cases()]
+    runs += [(tied, False, _settings("topk", "float64", noise=0.0, k=2))]
+    reports = run_workers(2, functools.partial(_every_case, runs=runs), timeout=60)
+    _check(reports, runs, memories)
+
+
+def _die_or_hang(collective, how):
+    collective.all_sum(torch.ones(3))
+    if collective.rank == 1:
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(120)
+    collective.all_sum(torch.ones(3))
+    return "finished"
+
+
+def test_a_killed_rank_stops_every_rank():
+    start = time.monotonic()
+    with pytest.raises(NphRuntimeError, match="worker rank 1 died \\(signal SIGKILL\\)"):
+        run_workers(2, functools.partial(_die_or_hang, how="kill"), timeout=20)
+    assert time.monotonic() - start < 20 + GRACE_S
+
+
+@pytest.mark.slow
+def test_a_hung_rank_is_named_after_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(NphRuntimeError, match="worker rank 1 stopped answering"):
+        run_workers(3, functools.partial(_die_or_hang, how="hang"), timeout=2)
+    assert time.monotonic() - start < 2 + GRACE_S + 10
+
+
+def test_cli_workers_equal_one_process_and_a_failing_rank_writes_nothing(tmp_path, invoke):
+    random_path, _ = _memories(tmp_path)
+    manifest = _shard(random_path, tmp_path / "set", [20, 20])
+    args = ["--model", "sparse", "--beta", "1", "--noise", "0.3", "--queries", "7", "--json"]
+    args += ["--dtype", "float64", "--per-query"]
+    single = invoke("retrieve", "--memory", random_path, *args)
+    out = tmp_path / "out.safetensors"
+    spread = invoke("retrieve", "--memory", manifest, "--workers", "2", "--out", out, *args)
+    assert single.exit_code == 0 and spread.exit_code == 0, spread.output
+    got, want = json.loads(spread.stdout)["per_query"], json.loads(single.stdout)["per_query"]
+    assert got["nearest"] == want["nearest"] and got["support"] == want["support"]
+    with safe_open(str(out), framework="pt") as handle:
+        assert torch.equal(handle.get_tensor("nearest"), torch.tensor(want["nearest"]))
+
+    # Shard 1 gets a NaN row, found only by rank 1 while streaming: every rank stops.
+    part = read_manifest(manifest).parts[1].path
+    with safe_open(str(part), framework="pt") as handle:
+        meta, tensors = handle.metadata(), {k: handle.get_tensor(k) for k in handle.keys()}
+    tensors["patterns"][3, 0] = torch.nan
+    save_file(tensors, str(part), metadata=meta)
+    broken_out = tmp_path / "broken.safetensors"
+    failed = invoke(
+        "retrieve", "--memory", manifest, "--workers", "2", "--stream", "--out", broken_out, *args
+    )
+    assert failed.exit_code != 0
+    lines = failed.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: rank 1:") and "NaN" in lines[0]
+    assert not broken_out.exists()
+
+
+def test_workers_refuse_a_plain_file_and_too_few_shards(tmp_path, invoke):
+    random_path, _ = _memories(tmp_path)
+    manifest = _shard(random_path, tmp_path / "set", [20, 20])
+    plain = invoke("retrieve", "--memory", random_path, "--workers", "2")
+    assert plain.exit_code == 2 and "nph shard" in plain.stderr
+    few = invoke("retrieve", "--memory", manifest, "--workers", "3")
+    assert few.exit_code == 2 and "2 shards but 3 ranks" in few.stderr
+    with pytest.raises(NphError, match="--workers"):
+        run_workers(0, print)
+
+
+@pytest.mark.slow
+def test_torchrun_standalone_equals_one_process(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    if not Path(torchrun).exists():
+        pytest.skip("torchrun is not installed")
+    random_path, _ = _memories(tmp_path)
+    manifest = _shard(random_path, tmp_path / "set", [13, 27])
+    args = ["--model", "topk", "--k", "3", "--beta", "1", "--noise", "0.3", "--queries", "7"]
+    args += ["--dtype", "float64", "--per-query", "--json"]
+    command = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "nphcli", "retrieve"]
+    spread = subprocess.run(
+        [*command, "--memory", str(manifest), *args], capture_output=True, text=True, check=True
+    )
+    single = subprocess.run(
+        [sys.executable, "-m", "nphcli", "retrieve", "--memory", str(random_path), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got, want = json.loads(spread.stdout), json.loads(single.stdout)  # rank 0 alone printed
+    assert got["per_query"]["nearest"] == want["per_query"]["nearest"]
+    assert got["config"]["distributed"]["ranks"] == 2
+    torch.testing.assert_close(
+        torch.tensor(got["per_query"]["sse"]),
+        torch.tensor(want["per_query"]["sse"]),
+        atol=1e-12,
+        rtol=0,
+    )
