@@ -57,13 +57,15 @@ def cosine(retrieved: Tensor, targets: Tensor) -> Tensor:
 
 
 def value_range(stored: Tensor | MemoryBank) -> tuple[float, float]:
-    """(min, max) over every entry of the stored rows (M, d_v), read block by block."""
+    """(min, max) over every entry of the stored rows (M, d_v), read block by block (over every
+    rank's rows when the memory is spread over ranks)."""
     bank = as_bank(stored)
-    lows, highs = [], []
+    low, high = math.inf, -math.inf
     for _, _, values in bank.blocks(1 << 16):
-        lows.append(float(values.min()))
-        highs.append(float(values.max()))
-    return min(lows), max(highs)
+        low, high = min(low, float(values.min())), max(high, float(values.max()))
+    extremes = torch.tensor([-low, high], dtype=torch.float64)  # one message for both
+    extremes = bank.collective.all_max(extremes.to(bank.device)).cpu()
+    return -float(extremes[0]), float(extremes[1])
 
 
 def pixel_success(
