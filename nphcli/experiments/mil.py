@@ -428,23 +428,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bag-sizes", default=None, help="comma-separated sizes")
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--root", type=Path, default=None, help="MNIST root")
     args = parser.parse_args(argv)
-    config = configure(
-        args.preset,
-        models=args.models,
-        bag_sizes=args.bag_sizes,
-        epochs=args.epochs,
-        runs=args.runs,
-    )
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
     try:
-        records = run_experiment(config, args.out, seed=args.seed, resume=args.resume)
+        config = configure(
+            args.preset,
+            models=args.models,
+            bag_sizes=args.bag_sizes,
+            epochs=args.epochs,
+            runs=args.runs,
+        )
+        records = run_experiment(
+            config, args.out, seed=args.seed, resume=args.resume, root=args.root
+        )
         if args.plot:
             plot_results(records, args.plot, convergence_bag_size=config.convergence_bag_size)
     except NphError as error:
         print(f"Error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
-    print(json.dumps({"preset": args.preset, "config": asdict(config), **_json(records)}))
+    print(
+        json.dumps(
+            {"preset": args.preset, "config": asdict(config), **summary_json(summarise(records))}
+        )
+    )
 
 
 def configure(
@@ -478,11 +485,12 @@ def configure(
     return config
 
 
-def _json(records: list[dict[str, Any]]) -> dict[str, Any]:
+def summary_json(summary: dict[str, dict[int, tuple[float, float, int]]]) -> dict[str, Any]:
+    """`summarise`'s table as JSON-ready dicts."""
     return {
         "final_test_accuracy": {
             model: {str(size): {"mean": m, "std": s, "runs": n} for size, (m, s, n) in row.items()}
-            for model, row in summarise(records).items()
+            for model, row in summary.items()
         }
     }
 
