@@ -212,3 +212,15 @@ def test_cuda_layer_matches_cpu_retrieval(name):
     out = layer(queries[None].cuda(), stored[None].cuda())[0].cpu()
     expected = create_model(name, beta=0.7, **_params(name)).retrieve(queries, stored).patterns
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_docs_example_runs(tmp_path, monkeypatch):
+    """docs/layers.md's Python example runs as written (and checks itself with asserts)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "layers.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    exec(compile(code, "docs/layers.md", "exec"), {})
+    assert (tmp_path / "pool.safetensors").is_file()
