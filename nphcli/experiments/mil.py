@@ -94,7 +94,8 @@ PRESETS = {
         runs=10,
     ),
     # The paper's numbers of bags, with 20 epochs, 4 bag sizes, one run and batch 128 (so
-    # that 20 epochs take 320 optimiser steps). About 35 minutes on 2 busy CPU cores.
+    # that 20 epochs take 320 optimiser steps). Sizes 5, 20, 50 took 99 core-minutes on a busy
+    # shared CPU (docs/reproduction.md); not the 15-minute run the issue hoped for.
     "quick": MILConfig(
         bag_sizes=(5, 20, 50, 100),
         train_bags=2000,
