@@ -20,7 +20,7 @@ def mil_command(
         str,
         typer.Option(
             "--preset",
-            help="quick: a scaled-down grid (about an hour or more on 2 CPU cores); paper: the paper's grid.",
+            help="quick: a scaled-down grid (an hour or more on 2 CPU cores); paper: the paper's.",
         ),
     ] = "quick",
     out: Annotated[Path, typer.Option("--out", help="Per-epoch results as JSON Lines.")] = Path(
