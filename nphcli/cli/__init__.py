@@ -8,6 +8,7 @@ from nphcli.cli import (
     batch,  # noqa: F401  (registers commands)
     index,  # noqa: F401  (registers commands)
     info,  # noqa: F401  (registers commands)
+    mil,  # noqa: F401  (registers commands)
     models,  # noqa: F401  (registers commands)
     retrieve,  # noqa: F401  (registers commands)
     shard,  # noqa: F401  (registers commands)

@@ -30,8 +30,11 @@ def sparsemax(scores: Tensor) -> Tensor:
 
     Closed form p_i = [s_i − τ]_+ with the scores sorted as z_(1) ≥ … ≥ z_(M),
     k* = max{k : 1 + k·z_(k) > Σ_{j≤k} z_(j)} and τ = (Σ_{j≤k*} z_(j) − 1) / k*.
-    Memories below τ get weight exactly 0. Differentiable by autograd (through the sort).
+    Memories below τ get weight exactly 0. Differentiable with the closed-form Jacobian
+    ∂p/∂s = diag(1_S) − 1_S 1_Sᵀ / |S| on the support S (`_Sparsemax`), as the entmax package does.
     """
+    if torch.is_grad_enabled() and scores.requires_grad:
+        return _Sparsemax.apply(scores)
     # Exactly shift-invariant, so the max carries no gradient.
     z = scores - scores.amax(dim=-1, keepdim=True).detach()  # (Q, M), row max 0
     num_memories = z.shape[-1]
@@ -44,6 +47,26 @@ def sparsemax(scores: Tensor) -> Tensor:
     k_star = torch.where(in_support, ranks, 0).amax(dim=-1, keepdim=True)  # (Q, 1)
     tau = (cumsum.gather(-1, k_star - 1) - 1) / k_star.to(z.dtype)  # (Q, 1)
     return torch.clamp(z - tau, min=0)
+
+
+class _Sparsemax(torch.autograd.Function):
+    """Sparsemax forward (`sparsemax` itself, run without autograd); backward in closed form:
+    the vector-Jacobian product is g ↦ 1_S ⊙ (g − Σ_S g / |S|), with no pass through the sort."""
+
+    @staticmethod
+    def forward(ctx, scores: Tensor) -> Tensor:
+        p = sparsemax(scores)
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor) -> Tensor:
+        (p,) = ctx.saved_tensors
+        support = (p > 0).to(grad_output.dtype)  # (Q, M)
+        shift = (grad_output * support).sum(dim=-1, keepdim=True) / support.sum(
+            dim=-1, keepdim=True
+        )  # (Q, 1)
+        return support * (grad_output - shift)
 
 
 def entmax_bisect(scores: Tensor, alpha: float) -> Tensor:

@@ -1,0 +1,74 @@
+"""`nph mil`: the paper's multiple-instance-learning experiment on MNIST bags.
+
+Parsing and rendering only; `nphcli.experiments.mil` does the work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nphcli.cli.app import app
+from nphcli.cli.render import print_json, print_table
+
+
+@app.command("mil")
+def mil_command(
+    preset: Annotated[
+        str,
+        typer.Option(
+            "--preset",
+            help="quick: a scaled-down grid (an hour or more on 2 CPU cores); paper: the paper's.",
+        ),
+    ] = "quick",
+    out: Annotated[Path, typer.Option("--out", help="Per-epoch results as JSON Lines.")] = Path(
+        "mil.jsonl"
+    ),
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Also draw accuracy vs bag size and convergence (PNG)."),
+    ] = None,
+    models: Annotated[
+        str | None,
+        typer.Option(
+            "--models",
+            help="Comma-separated subset of: dense, sparse, topk-20%, topk-50%, topk-80%, "
+            "random-feature, random-masked, linear.",
+        ),
+    ] = None,
+    bag_sizes: Annotated[
+        str | None, typer.Option("--bag-sizes", help="Comma-separated bag sizes M.")
+    ] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="Override the epochs.")] = None,
+    runs: Annotated[int | None, typer.Option("--runs", help="Override the runs per cell.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of bags, weights, batches.")] = 0,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue --out, skipping finished training runs.")
+    ] = False,
+    root: Annotated[
+        Path | None,
+        typer.Option("--root", help="MNIST root (else $NPH_DATA, else the bundled 5,000 digits)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size."""
+    from nphcli.experiments import mil
+
+    config = mil.configure(preset, models=models, bag_sizes=bag_sizes, epochs=epochs, runs=runs)
+    records = mil.run_experiment(config, out, seed=seed, resume=resume, root=root)
+    if plot is not None:
+        mil.plot_results(records, plot, convergence_bag_size=config.convergence_bag_size)
+    summary = mil.summarise(records)
+    if as_json:
+        print_json({"preset": preset, "results": str(out), **mil.summary_json(summary)})
+        return
+    sizes = sorted({size for row in summary.values() for size in row})
+    rows = [
+        (model, *(f"{row[s][0]:.3f}" if s in row else "" for s in sizes))
+        for model, row in summary.items()
+    ]
+    print_table(
+        "MIL test accuracy (final epoch, mean over runs)", ["model", *map(str, sizes)], rows
+    )

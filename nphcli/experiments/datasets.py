@@ -1,0 +1,176 @@
+"""Loaders for the paper's real-world data sets, from files the user downloads (none ship).
+
+No machine of this project reaches a dataset host, so these read the files in the layouts they
+are distributed in; the formats are documented in docs/layers.md ("Real-world data").
+
+- MIL benchmarks Elephant, Fox, Tiger (Andrews et al. 2003), as `{name}_100x100_matlab.mat`
+  (the files the hopfield-layers and sparse-Hopfield benchmarks read): `features` (N, 230),
+  sparse or dense, `bag_ids` (1, N) the bag of each instance, `labels` (1, N) each instance's
+  label, a bag being positive when any of its instances is (> 0). Reading .mat needs scipy.
+- UCSB breast cancer (and any MIL set in the same CSV layout): no header, one instance per row,
+  column 0 the bag label, column 1 the bag id, the remaining columns the features.
+- Time series (ETTh1, ETTm1, weather, ...): CSV with a header row, an optional first date
+  column, then one numeric column per variable; cut into (input, horizon) windows.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from nphcli.errors import NphError
+
+
+@dataclass
+class MILData:
+    """Bags of different sizes and their labels."""
+
+    bags: list[Tensor]  # each (M_i, d) float32
+    labels: Tensor  # (B,) float32 in {0, 1}
+
+
+def _group(bag_ids: list, features: Tensor, instance_labels: list[float]) -> MILData:
+    order: dict = {}
+    for row, bag in enumerate(bag_ids):
+        order.setdefault(bag, []).append(row)
+    bags = [features[rows] for rows in order.values()]
+    labels = torch.tensor(
+        [float(max(instance_labels[r] for r in rows) > 0) for rows in order.values()]
+    )
+    return MILData(bags, labels)
+
+
+def load_mil_csv(path: str | os.PathLike) -> MILData:
+    """A MIL set in UCSB breast cancer's CSV layout: rows `bag label, bag id, features...`;
+    bags in order of first appearance, labelled positive when a row's label is > 0."""
+    rows = _read_rows(path)
+    try:
+        labels = [float(r[0]) for r in rows]
+        bag_ids = [r[1].strip() for r in rows]
+        features = torch.tensor([[float(v) for v in r[2:]] for r in rows], dtype=torch.float32)
+    except (ValueError, IndexError):
+        raise NphError(
+            f"{path}: expected rows of 'bag label, bag id, feature, ...' numbers"
+        ) from None
+    if any(len(r) != len(rows[0]) for r in rows) or len(rows[0]) < 3:
+        raise NphError(f"{path}: every row needs the same number (≥ 3) of columns")
+    return _group(bag_ids, features, labels)
+
+
+def load_mil_mat(path: str | os.PathLike) -> MILData:
+    """Elephant, Fox or Tiger as `{name}_100x100_matlab.mat` (`features`, `bag_ids`, `labels`)."""
+    try:
+        import scipy.io
+    except ImportError:
+        raise NphError("reading .mat files needs scipy: pip install scipy") from None
+    try:
+        data = scipy.io.loadmat(str(path))
+    except (OSError, ValueError) as error:
+        raise NphError(f"cannot read {path}: {error}") from None
+    missing = [key for key in ("features", "bag_ids", "labels") if key not in data]
+    if missing:
+        raise NphError(f"{path} has no {', '.join(missing)}; is it a *_100x100_matlab.mat file?")
+
+    def dense(value):
+        return value.toarray() if hasattr(value, "toarray") else value
+
+    features = torch.as_tensor(dense(data["features"]), dtype=torch.float32)  # (N, d)
+    bag_ids = dense(data["bag_ids"]).reshape(-1).tolist()  # (N,)
+    labels = dense(data["labels"]).reshape(-1).astype(float).tolist()  # (N,)
+    if not (len(bag_ids) == len(labels) == features.shape[0]):
+        raise NphError(f"{path}: features, bag_ids and labels disagree on the instance count")
+    return _group(bag_ids, features, labels)
+
+
+def pad_bags(bags: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """Stack bags of different sizes into (B, M, d) zeros-padded, with the key padding mask
+    (B, M) the layers take (True at padded rows)."""
+    size = max(bag.shape[0] for bag in bags)
+    padded = bags[0].new_zeros(len(bags), size, bags[0].shape[1])  # (B, M, d)
+    mask = torch.ones(len(bags), size, dtype=torch.bool)  # (B, M)
+    for i, bag in enumerate(bags):
+        padded[i, : bag.shape[0]] = bag
+        mask[i, : bag.shape[0]] = False
+    return padded, mask
+
+
+@dataclass
+class Windows:
+    """Sliding windows of a multivariate series, normalised with the training part's statistics."""
+
+    inputs: Tensor  # (W, L, C) the L steps before each target
+    targets: Tensor  # (W, H, C) the H steps to predict
+    columns: list[str]  # variable names
+    mean: Tensor  # (C,) of the training part
+    std: Tensor  # (C,)
+
+
+def load_time_series_csv(
+    path: str | os.PathLike,
+    *,
+    input_length: int,
+    horizon: int,
+    split: str = "train",
+    fractions: tuple[float, float] = (0.7, 0.1),
+) -> Windows:
+    """Windows of `split` (train, val or test) from a time-series CSV with a header.
+
+    The series is cut chronologically: the first `fractions[0]` of the steps train, the next
+    `fractions[1]` validate, the rest test (as the Informer benchmarks do for weather and ECL);
+    a window's input may reach back into the previous part, its targets never leave its own.
+    Values are standardised with the training part's mean and standard deviation.
+    """
+    if split not in ("train", "val", "test"):
+        raise NphError(f"split must be train, val or test, got {split!r}")
+    if input_length < 1 or horizon < 1:
+        raise NphError("input_length and horizon must be ≥ 1")
+    header, *rows = _read_rows(path)
+    first_numeric = 0 if rows and _is_number(rows[0][0]) else 1  # skip a date column
+    try:
+        series = torch.tensor(
+            [[float(v) for v in row[first_numeric:]] for row in rows], dtype=torch.float32
+        )  # (T, C)
+    except ValueError:
+        raise NphError(f"{path}: every column after the first must be numeric") from None
+    steps = series.shape[0]
+    train_end = int(steps * fractions[0])
+    val_end = train_end + int(steps * fractions[1])
+    bounds = {"train": (0, train_end), "val": (train_end, val_end), "test": (val_end, steps)}
+    start, stop = bounds[split]
+    train = series[:train_end]
+    mean, std = train.mean(dim=0), train.std(dim=0).clamp(min=1e-8)
+    normed = (series - mean) / std  # (T, C)
+    first_target = max(start, input_length)
+    origins = range(first_target, stop - horizon + 1)  # index of each window's first target
+    if len(origins) == 0:
+        raise NphError(
+            f"{path}: the {split} part ({stop - start} steps) is too short for windows of "
+            f"{input_length} + {horizon} steps"
+        )
+    inputs = torch.stack([normed[t - input_length : t] for t in origins])  # (W, L, C)
+    targets = torch.stack([normed[t : t + horizon] for t in origins])  # (W, H, C)
+    return Windows(inputs, targets, header[first_numeric:], mean, std)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_rows(path: str | os.PathLike) -> list[list[str]]:
+    try:
+        with open(Path(path), newline="") as handle:
+            rows = [row for row in csv.reader(handle) if row]
+    except OSError as error:
+        raise NphError(f"cannot read {path}: {error.strerror or error}") from None
+    if not rows:
+        raise NphError(f"{path} is empty")
+    return rows

@@ -1,0 +1,288 @@
+"""The paper's deep-learning layers: every retrieval rule of the family as a `torch.nn.Module`.
+
+    NPH(R, Y) = T(β · R W_Q (Y W_K)ᵀ) · Y W_K W_V,   then an output projection W_O,
+
+with T the retrieval rule of a registered model (by name: "dense", "sparse", "topk", ...) applied
+per head. Three configurations, as in the paper:
+
+- `NPH`: queries R (B, N, d), keys and values from Y (B, M, d); self-attention when Y is R.
+- `NPHPooling`: S learnable prototype queries pool each set Y (B, M, d) into (B, S, d_out).
+- `NPHLayer`: input R only; the stored patterns (keys) are learnable parameters.
+
+With identity projections (`identity_()`), β equal to the model's and one head, each layer is
+exactly `create_model(...).retrieve` (tests check this for every model). The weights come from
+`association.associate`, which reuses the models' functional core.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from nphcli.errors import NphError
+from nphcli.layers.association import associate, supports
+from nphcli.models.registry import create_model
+
+
+class _Retriever(nn.Module):
+    """What the three layers share: the retrieval rule, heads, β, the value and output maps."""
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        model: str,
+        heads: int,
+        head_dim: int | None,
+        value_dim: int | None,
+        out_dim: int | None,
+        beta: float | None,
+        learn_beta: bool,
+        dropout: float,
+        bias: bool,
+        params: dict[str, Any],
+    ) -> None:
+        super().__init__()
+        for label, value in (("d_model", d_model), ("heads", heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise NphError(f"{label} must be a whole number ≥ 1, got {value!r}")
+        head_dim = head_dim or max(1, d_model // heads)
+        value_dim = value_dim or head_dim
+        out_dim = out_dim or d_model
+        if beta is None:
+            beta = 1 / math.sqrt(head_dim)  # the attention convention, as in hopfield-layers
+        if not (0 <= dropout < 1):
+            raise NphError(f"dropout must be in [0, 1), got {dropout}")
+        if params.get("steps", 1) != 1:
+            raise NphError("a layer applies one retrieval step; leave `steps` unset")
+        # For "multihead" the layer's heads are the model's heads: each head is dense.
+        self.rule = create_model(model, beta=beta, **params)  # validates the parameters
+        if not supports(self.rule):
+            raise NphError(f"model {model!r} has no layer form")
+        self.config: dict[str, Any] = {
+            "d_model": d_model,
+            "model": model,
+            "heads": heads,
+            "head_dim": head_dim,
+            "value_dim": value_dim,
+            "out_dim": out_dim,
+            "beta": float(beta),
+            "learn_beta": learn_beta,
+            "dropout": dropout,
+            "bias": bias,
+            **params,
+        }
+        self.heads, self.head_dim, self.value_dim = heads, head_dim, value_dim
+        self.dropout = dropout
+        log_beta = torch.tensor(math.log(beta), dtype=torch.float64)  # exact for float64 use
+        if learn_beta:
+            self.log_beta = nn.Parameter(log_beta)  # β = e^log_beta stays positive
+        else:
+            self.register_buffer("log_beta", log_beta)
+        self.value = nn.Linear(heads * head_dim, heads * value_dim, bias=bias)  # W_V
+        self.out = nn.Linear(heads * value_dim, out_dim, bias=bias)  # W_O
+
+    @property
+    def beta(self) -> Tensor:
+        """The inverse temperature β (0-d tensor, learnable when `learn_beta`)."""
+        return self.log_beta.exp()
+
+    def _split(self, x: Tensor) -> Tensor:
+        return x.unflatten(-1, (self.heads, -1)).transpose(-3, -2)  # (B, H, rows, width)
+
+    def _retrieve(self, q: Tensor, keys: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """q (B, N, H·d_h), keys Y W_K (B, M, H·d_h) -> W_O(T(β q kᵀ) keys W_V) (B, N, d_out)."""
+        values = self.value(keys)  # (B, M, H·d_v)
+        out = associate(
+            self.rule,
+            self._split(q),  # (B, H, N, d_h)
+            self._split(keys),  # (B, H, M, d_h)
+            self._split(values),  # (B, H, M, d_v)
+            beta=self.beta.to(q.dtype),
+            key_padding_mask=key_padding_mask,
+            dropout=self.dropout,
+            training=self.training,
+        )  # (B, H, N, d_v)
+        return self.out(out.transpose(-3, -2).flatten(-2))  # (B, N, d_out)
+
+    def _identity(self, linears: list[nn.Linear]) -> None:
+        with torch.no_grad():
+            for linear in linears:
+                rows, cols = linear.weight.shape
+                if rows != cols:
+                    raise NphError(
+                        f"identity weights need square projections, but one maps {cols} to {rows}"
+                        "; use heads·head_dim = heads·value_dim = d_model = out_dim"
+                    )
+                linear.weight.copy_(torch.eye(rows))
+                if linear.bias is not None:
+                    linear.bias.zero_()
+
+    def extra_repr(self) -> str:
+        return f"model={self.config['model']!r}, heads={self.heads}, head_dim={self.head_dim}"
+
+
+def _check_input(x: Tensor, label: str, dim: int) -> None:
+    if x.ndim != 3 or x.shape[-1] != dim:
+        raise NphError(f"{label} must have shape (batch, rows, {dim}), got {tuple(x.shape)}")
+
+
+class NPH(_Retriever):
+    """NPH(R, Y) = W_O · T(β R W_Q W_Kᵀ Yᵀ) · Y W_K W_V with learnable W_Q, W_K, W_V, W_O.
+
+    `model` names the retrieval rule T and `**params` its parameters (e.g. k=0.2 for "topk"), as
+    `create_model` takes them. β defaults to 1/√head_dim; `learn_beta` makes it a parameter.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        model: str = "dense",
+        heads: int = 1,
+        head_dim: int | None = None,
+        value_dim: int | None = None,
+        out_dim: int | None = None,
+        beta: float | None = None,
+        learn_beta: bool = False,
+        dropout: float = 0.0,
+        bias: bool = False,
+        **params: Any,
+    ) -> None:
+        super().__init__(
+            d_model,
+            model=model,
+            heads=heads,
+            head_dim=head_dim,
+            value_dim=value_dim,
+            out_dim=out_dim,
+            beta=beta,
+            learn_beta=learn_beta,
+            dropout=dropout,
+            bias=bias,
+            params=params,
+        )
+        self.query = nn.Linear(d_model, heads * self.head_dim, bias=bias)  # W_Q
+        self.key = nn.Linear(d_model, heads * self.head_dim, bias=bias)  # W_K
+
+    def forward(
+        self, queries: Tensor, stored: Tensor | None = None, key_padding_mask: Tensor | None = None
+    ) -> Tensor:
+        """queries R (B, N, d), stored Y (B, M, d) (default R: self-attention), key_padding_mask
+        (B, M) bool, True at padded rows of Y -> (B, N, d_out)."""
+        stored = queries if stored is None else stored
+        _check_input(queries, "queries", self.config["d_model"])
+        _check_input(stored, "stored patterns", self.config["d_model"])
+        return self._retrieve(self.query(queries), self.key(stored), key_padding_mask)
+
+    def identity_(self) -> NPH:
+        """Set every projection to the identity: the layer is then memory retrieval."""
+        self._identity([self.query, self.key, self.value, self.out])
+        return self
+
+
+class NPHPooling(_Retriever):
+    """Pool each set Y (B, M, d) with S learnable prototype queries Q (S, H·d_h):
+    W_O · T(β Q W_Kᵀ Yᵀ) · Y W_K W_V -> (B, S, d_out)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        prototypes: int = 1,
+        model: str = "dense",
+        heads: int = 1,
+        head_dim: int | None = None,
+        value_dim: int | None = None,
+        out_dim: int | None = None,
+        beta: float | None = None,
+        learn_beta: bool = False,
+        dropout: float = 0.0,
+        bias: bool = False,
+        **params: Any,
+    ) -> None:
+        if isinstance(prototypes, bool) or not isinstance(prototypes, int) or prototypes < 1:
+            raise NphError(f"prototypes must be a whole number ≥ 1, got {prototypes!r}")
+        super().__init__(
+            d_model,
+            model=model,
+            heads=heads,
+            head_dim=head_dim,
+            value_dim=value_dim,
+            out_dim=out_dim,
+            beta=beta,
+            learn_beta=learn_beta,
+            dropout=dropout,
+            bias=bias,
+            params=params,
+        )
+        self.config["prototypes"] = prototypes
+        self.prototypes = nn.Parameter(torch.empty(prototypes, heads * self.head_dim))  # Q
+        nn.init.normal_(self.prototypes)
+        self.key = nn.Linear(d_model, heads * self.head_dim, bias=bias)  # W_K
+
+    def forward(self, stored: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """stored Y (B, M, d), key_padding_mask (B, M) bool (True = padded) -> (B, S, d_out)."""
+        _check_input(stored, "stored patterns", self.config["d_model"])
+        q = self.prototypes.to(stored.dtype).expand(stored.shape[0], -1, -1)  # (B, S, H·d_h)
+        return self._retrieve(q, self.key(stored), key_padding_mask)
+
+    def identity_(self) -> NPHPooling:
+        """Identity W_K, W_V, W_O (the prototypes are left as they are)."""
+        self._identity([self.key, self.value, self.out])
+        return self
+
+
+class NPHLayer(_Retriever):
+    """Retrieve from M learnable stored patterns W_K (M, H·d_h) for input R (B, N, d):
+    W_O · T(β R W_Q W_Kᵀ) · W_K W_V -> (B, N, d_out)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        memories: int,
+        model: str = "dense",
+        heads: int = 1,
+        head_dim: int | None = None,
+        value_dim: int | None = None,
+        out_dim: int | None = None,
+        beta: float | None = None,
+        learn_beta: bool = False,
+        dropout: float = 0.0,
+        bias: bool = False,
+        **params: Any,
+    ) -> None:
+        if isinstance(memories, bool) or not isinstance(memories, int) or memories < 1:
+            raise NphError(f"memories must be a whole number ≥ 1, got {memories!r}")
+        super().__init__(
+            d_model,
+            model=model,
+            heads=heads,
+            head_dim=head_dim,
+            value_dim=value_dim,
+            out_dim=out_dim,
+            beta=beta,
+            learn_beta=learn_beta,
+            dropout=dropout,
+            bias=bias,
+            params=params,
+        )
+        self.config["memories"] = memories
+        self.query = nn.Linear(d_model, heads * self.head_dim, bias=bias)  # W_Q
+        self.memories = nn.Parameter(torch.empty(memories, heads * self.head_dim))  # W_K
+        nn.init.normal_(self.memories, std=1 / math.sqrt(self.head_dim))
+
+    def forward(self, queries: Tensor) -> Tensor:
+        """queries R (B, N, d) -> (B, N, d_out)."""
+        _check_input(queries, "queries", self.config["d_model"])
+        keys = self.memories.to(queries.dtype).expand(queries.shape[0], -1, -1)  # (B, M, H·d_h)
+        return self._retrieve(self.query(queries), keys, None)
+
+    def identity_(self) -> NPHLayer:
+        """Identity W_Q, W_V, W_O (the stored patterns are left as they are)."""
+        self._identity([self.query, self.value, self.out])
+        return self

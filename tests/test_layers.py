@@ -1,0 +1,226 @@
+"""The layers (`nphcli.layers`) against memory retrieval, the formula, padding and gradcheck."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nphcli.errors import NphError
+from nphcli.layers import NPH, NPHLayer, NPHPooling, load_layer, save_layer
+from nphcli.models import create_model, model_names
+from nphcli.engine.functional import sparsemax
+
+# Parameters per model that make every rule non-trivial on a handful of keys.
+PARAMS = {
+    "entmax": {"alpha": 1.5},
+    "topk": {"k": 0.4},
+    "random": {"k": 3, "seed": 7},
+    "window": {"window": 1},
+    "random-feature": {"features": 32, "seed": 3},
+    "multihead": {"heads": 2},
+}
+
+
+def _params(name: str) -> dict:
+    return dict(PARAMS.get(name, {}))
+
+
+def _layer_kwargs(name: str) -> dict:
+    # For the layers "multihead" means: the layer's heads, each dense.
+    params = _params(name)
+    heads = params.pop("heads", 1)
+    return {"heads": heads, **params}
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_identity_nph_is_memory_retrieval(name, device):
+    gen = torch.Generator().manual_seed(1)
+    queries = torch.randn(5, 8, generator=gen, dtype=torch.float64).to(device)  # (N, d)
+    stored = torch.randn(9, 8, generator=gen, dtype=torch.float64).to(device)  # (M, d)
+    layer = NPH(8, model=name, beta=0.7, **_layer_kwargs(name)).double().to(device).identity_()
+    out = layer(queries[None], stored[None])[0]  # (N, d)
+    expected = create_model(name, beta=0.7, **_params(name)).retrieve(queries, stored).patterns
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["dense", "sparse", "topk", "linear"])
+def test_identity_pooling_and_stored_layer_are_memory_retrieval(name):
+    gen = torch.Generator().manual_seed(2)
+    queries = torch.randn(3, 6, generator=gen, dtype=torch.float64)
+    stored = torch.randn(7, 6, generator=gen, dtype=torch.float64)
+    expected = create_model(name, beta=0.4, **_params(name)).retrieve(queries, stored).patterns
+    pooling = NPHPooling(6, prototypes=3, model=name, beta=0.4, **_params(name)).double()
+    with torch.no_grad():
+        pooling.prototypes.copy_(queries)
+    torch.testing.assert_close(pooling.identity_()(stored[None])[0], expected)
+    layer = NPHLayer(6, memories=7, model=name, beta=0.4, **_params(name)).double()
+    with torch.no_grad():
+        layer.memories.copy_(stored)
+    torch.testing.assert_close(layer.identity_()(queries[None])[0], expected)
+
+
+@pytest.mark.parametrize("name", ["sparse", "topk", "linear", "entmax"])
+def test_heads_are_retrievals_on_slices(name):
+    """With identity weights, H heads are H retrievals on contiguous slices, concatenated."""
+    gen = torch.Generator().manual_seed(3)
+    queries = torch.randn(4, 12, generator=gen, dtype=torch.float64)
+    stored = torch.randn(10, 12, generator=gen, dtype=torch.float64)
+    layer = NPH(12, model=name, heads=3, beta=0.9, **_params(name)).double().identity_()
+    model = create_model(name, beta=0.9, **_params(name))
+    expected = torch.cat(
+        [
+            model.retrieve(q, k).patterns
+            for q, k in zip(queries.split(4, 1), stored.split(4, 1), strict=True)
+        ],
+        1,
+    )
+    torch.testing.assert_close(layer(queries[None], stored[None])[0], expected)
+
+
+def test_dense_layer_matches_the_formula_with_learned_weights():
+    """W_O · concat_h softmax(β R W_Q,h (Y W_K)_hᵀ) (Y W_K W_V)_h, written out per head."""
+    torch.manual_seed(4)
+    layer = NPH(8, model="dense", heads=2, head_dim=3, value_dim=5, out_dim=7, beta=0.6).double()
+    r = torch.randn(2, 4, 8, dtype=torch.float64)  # (B, N, d)
+    y = torch.randn(2, 6, 8, dtype=torch.float64)  # (B, M, d)
+    q = r @ layer.query.weight.T  # (B, N, 6)
+    k = y @ layer.key.weight.T  # (B, M, 6)
+    v = k @ layer.value.weight.T  # (B, M, 10)
+    heads = []
+    for h in range(2):
+        scores = 0.6 * q[..., 3 * h : 3 * h + 3] @ k[..., 3 * h : 3 * h + 3].transpose(1, 2)
+        heads.append(torch.softmax(scores, -1) @ v[..., 5 * h : 5 * h + 5])
+    expected = torch.cat(heads, -1) @ layer.out.weight.T  # (B, N, 7)
+    torch.testing.assert_close(layer(r, y), expected)
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_padded_keys_get_no_weight_and_no_gradient(name):
+    """A padded set gives what its unpadded rows alone give; padded rows get gradient exactly 0
+    (their contents, however large, change nothing)."""
+    torch.manual_seed(5)
+    layer = NPH(8, model=name, **_layer_kwargs(name)).double()
+    queries = torch.randn(2, 3, 8, dtype=torch.float64)
+    stored = torch.randn(2, 7, 8, dtype=torch.float64)
+    stored[1, 5:] = 50.0  # padding that would dominate every score if it were seen
+    stored.requires_grad_(True)
+    pad = torch.zeros(2, 7, dtype=torch.bool)
+    pad[1, 5:] = True
+    out = layer(queries, stored, key_padding_mask=pad)
+    alone = layer(queries[1:], stored[1:, :5].detach())
+    torch.testing.assert_close(out[1:], alone)
+    torch.testing.assert_close(out[:1], layer(queries[:1], stored[:1].detach()))
+    out.square().sum().backward()
+    assert torch.equal(stored.grad[1, 5:], torch.zeros(2, 8, dtype=torch.float64))
+    assert stored.grad[1, :5].abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_gradcheck_every_model_in_layer_form(name):
+    torch.manual_seed(6)
+    layer = NPH(4, model=name, learn_beta=True, beta=0.8, **_layer_kwargs(name)).double()
+    queries = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    stored = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    pad = torch.tensor([[False] * 5, [False] * 4 + [True]])
+    assert torch.autograd.gradcheck(
+        lambda r, y: layer(r, y, key_padding_mask=pad), (queries, stored), atol=1e-6
+    )
+    layer(queries, stored).sum().backward()
+    assert all(p.grad is not None for p in layer.parameters())
+
+
+def test_sparsemax_backward_is_the_closed_form_jacobian():
+    """J = diag(1_S) − 1_S 1_Sᵀ / |S| on the support S (written out), not autograd's sort path."""
+    scores = torch.tensor([[0.3, 1.2, -0.5, 1.0, 0.9]], dtype=torch.float64, requires_grad=True)
+    p = sparsemax(scores)
+    support = (p[0] > 0).to(torch.float64)
+    expected = torch.diag(support) - torch.outer(support, support) / support.sum()
+    jacobian = torch.autograd.functional.jacobian(lambda s: sparsemax(s)[0], scores)[:, 0]
+    torch.testing.assert_close(jacobian, expected)
+    assert 1 < support.sum() < 5
+
+
+def test_dropout_acts_in_training_only():
+    torch.manual_seed(7)
+    layer = NPH(8, model="topk", k=0.5, dropout=0.5)
+    r, y = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+    layer.eval()
+    torch.testing.assert_close(layer(r, y), layer(r, y))
+    layer.train()
+    assert not torch.equal(layer(r, y), layer(r, y))
+
+
+def test_learnable_beta_stays_positive_and_learns():
+    layer = NPHPooling(8, model="sparse", beta=0.1, learn_beta=True)
+    assert layer.beta.item() == pytest.approx(0.1)
+    layer(torch.randn(3, 5, 8)).sum().backward()
+    assert layer.log_beta.grad is not None and layer.log_beta.grad != 0
+
+
+def test_save_and_load_round_trip(tmp_path):
+    torch.manual_seed(8)
+    layer = NPHPooling(8, prototypes=2, model="topk", k=0.5, heads=2, learn_beta=True, beta=0.3)
+    with torch.no_grad():
+        layer.log_beta.add_(0.25)  # a "trained" β must survive too
+    path = tmp_path / "pool.safetensors"
+    save_layer(layer, path)
+    loaded = load_layer(path)
+    assert type(loaded) is NPHPooling and loaded.config == layer.config
+    y = torch.randn(3, 6, 8)
+    torch.testing.assert_close(loaded(y), layer(y))
+    with pytest.raises(NphError, match="exists"):
+        save_layer(layer, path)
+    (tmp_path / "junk.safetensors").write_bytes(b"not a file")
+    with pytest.raises(NphError, match="cannot read"):
+        load_layer(tmp_path / "junk.safetensors")
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: NPH(8, model="nope"), "unknown model"),
+        (lambda: NPH(8, model="dense", k=3), "does not take"),
+        (lambda: NPH(8, model="dense", steps=2), "one retrieval step"),
+        (lambda: NPH(8, dropout=1.0), "dropout"),
+        (lambda: NPHPooling(8, prototypes=0), "prototypes"),
+    ],
+)
+def test_bad_configuration_is_a_user_error(build, message):
+    with pytest.raises(NphError, match=message):
+        build()
+
+
+def test_bad_inputs_are_user_errors():
+    layer = NPH(8, model="topk", k=4)
+    r, y = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    with pytest.raises(NphError, match="shape"):
+        layer(r[0], y[0])
+    with pytest.raises(NphError, match="whole set"):
+        layer(r, y, key_padding_mask=torch.tensor([[True] * 5, [False] * 5]))
+    with pytest.raises(NphError, match="exceeds"):  # k = 4 but a set holds 3 keys
+        layer(r, y, key_padding_mask=torch.tensor([[False] * 5, [False] * 3 + [True] * 2]))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", model_names())
+def test_cuda_layer_matches_cpu_retrieval(name):
+    gen = torch.Generator().manual_seed(9)
+    queries = torch.randn(5, 8, generator=gen, dtype=torch.float64)
+    stored = torch.randn(9, 8, generator=gen, dtype=torch.float64)
+    layer = NPH(8, model=name, beta=0.7, **_layer_kwargs(name)).double().identity_().cuda()
+    out = layer(queries[None].cuda(), stored[None].cuda())[0].cpu()
+    expected = create_model(name, beta=0.7, **_params(name)).retrieve(queries, stored).patterns
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_docs_example_runs(tmp_path, monkeypatch):
+    """docs/layers.md's Python example runs as written (and checks itself with asserts)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "layers.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    exec(compile(code, "docs/layers.md", "exec"), {})
+    assert (tmp_path / "pool.safetensors").is_file()
