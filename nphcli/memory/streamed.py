@@ -171,7 +171,13 @@ class StreamedBank(MemoryBank):
         if not torch.isfinite(block).all():
             where = f" in rows from {start}" if start is not None else ""
             raise NphError(f"{self.path}: '{name}' contains NaN or infinite values{where}")
-        return block.to(device=self.device, dtype=self.dtype)
+        block = block.to(dtype=self.dtype)
+        if self.device.type == "cuda":
+            # A pinned copy is sent asynchronously: the GPU computes on this block while the
+            # generator already reads the next one from disk. torch's pinned-memory allocator
+            # keeps the host buffer alive until the copy has run.
+            return block.pin_memory().to(self.device, non_blocking=True)
+        return block.to(device=self.device)
 
 
 def _layout(path: Path, name: str) -> tuple[int, int, torch.dtype]:
