@@ -15,7 +15,7 @@ from torch.utils._pytree import tree_leaves
 from nphcli.engine.attention import fused_attention_available, fused_attention_chosen
 from nphcli.engine.candidates import INITIAL_CANDIDATES
 from nphcli.engine.functional import entmax_bisect, sparsemax
-from nphcli.engine.masks import random_mask, random_subset
+from nphcli.engine.masks import random_choice, random_keys, random_mask, random_subset
 from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank, TensorBank
@@ -198,12 +198,22 @@ def test_candidate_set_grows_until_support_fits(device, name, params):
 
 
 @pytest.mark.parametrize("block_rows", [1, 6, 25, 100])
-def test_random_subset_equals_one_shot_mask(device, block_rows):
+def test_random_subset_equals_one_shot_smallest_hashes(device, block_rows):
     positions = torch.tensor([0, 5, 2**33 + 7, 3], device=device)
     chosen = random_subset(9, positions, 25, 4, block_rows=block_rows)
-    mask = random_mask(9, positions, 25, 4)
+    hashes = random_keys(9, positions, torch.arange(25, device=device))  # (Q, M)
+    smallest = torch.topk(hashes, 4, dim=1, largest=False).indices
+    assert torch.equal(chosen, smallest.sort(dim=1).values)
+
+
+@pytest.mark.parametrize("k", [1, 4, 25])
+def test_random_mask_is_the_chosen_set(device, k):
+    positions = torch.tensor([0, 5, 2**33 + 7, 3], device=device)
+    chosen = random_choice(9, positions, 25, k, block_rows=7)
+    mask = random_mask(9, positions, 25, k)
     assert torch.equal(torch.zeros_like(mask).scatter_(1, chosen, True), mask)
     assert torch.equal(chosen, chosen.sort(dim=1).values)
+    assert (mask.sum(dim=1) == k).all()
 
 
 # -- the memory budget ----------------------------------------------------------------------------

@@ -15,7 +15,14 @@ import pytest
 import torch
 
 from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
-from nphcli.engine.masks import check_k, random_keys, random_mask, resolve_k, topk_mask
+from nphcli.engine.masks import (
+    check_k,
+    floyd_subset,
+    random_keys,
+    random_mask,
+    resolve_k,
+    topk_mask,
+)
 from nphcli.errors import NphError
 
 
@@ -211,3 +218,23 @@ def test_random_mask_pairs_of_positions_are_independent():
     mask = random_mask(0, torch.arange(10000), 20, 5).double()  # (Q, M)
     overlap = (mask[:-1] * mask[1:]).sum(-1).mean()  # expected k²/M = 1.25
     assert abs(float(overlap) - 1.25) < 0.05
+
+
+def test_floyd_subset_is_uniform_over_k_subsets_of_a_large_memory():
+    # Floyd's draws for k ≤ 256: each of the C(6, 3) = 20 subsets equally often.
+    draws = 20000
+    chosen = floyd_subset(5, torch.arange(draws), 6, 3)  # (Q, 3)
+    subsets = Counter(tuple(row) for row in chosen.tolist())
+    assert set(subsets) == set(combinations(range(6), 3))
+    expected = draws / 20
+    chi2 = sum((count - expected) ** 2 / expected for count in subsets.values())
+    assert chi2 < 50  # 19 degrees of freedom: P(χ² > 50) ≈ 1e-4
+
+
+def test_floyd_subset_distinct_and_independent_of_the_batch():
+    positions = torch.tensor([7, 2**40 + 1, 0, 123456])
+    whole = floyd_subset(3, positions, 10**6, 10)
+    assert all(len(set(row)) == 10 for row in whole.tolist())
+    assert int(whole.max()) < 10**6 and int(whole.min()) >= 0
+    for row in range(4):
+        assert torch.equal(floyd_subset(3, positions[row : row + 1], 10**6, 10)[0], whole[row])

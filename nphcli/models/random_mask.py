@@ -1,17 +1,20 @@
 """Random-masked Hopfield retrieval (BigBird-like): softmax over k memories drawn per query.
 
-Each query keeps the k memories with the smallest hash h(seed, query position, memory index)
-(`masks.random_mask`), a uniformly random k-subset; all others get weight exactly 0. Because the
-mask is a pure function of (seed, position, index), it does not depend on how queries are
-batched or memories blocked, and it does not change between iteration steps: T is one fixed
-map, so its fixed points are well defined. A different `--seed` draws different subsets.
-The reported support is k (the kept memories, even where a weight underflows to 0).
+Each query keeps a uniformly random k-subset of the memories (`masks.random_choice`); all others
+get weight exactly 0. The subset is a pure function of (seed, query position, M, k):
+- k ≤ 256 (`masks.FLOYD_MAX_K`): Floyd's sampling algorithm, its k uniform draws taken from a
+  hash of (seed, position, step), O(k²) work per query and no other memory index touched, so
+  selection costs O(Q·k²) whatever M is;
+- larger k: the k memories with the smallest hash h(seed, position, index), O(M) per query.
+So it does not depend on how queries are batched or memories blocked, and it does not change
+between iteration steps: T is one fixed map, so its fixed points are well defined. A different
+`--seed` draws different subsets. The reported support is k (the kept memories, even where a
+weight underflows to 0).
 
-Blockwise: the k smallest hashes are found over blocks of memory indices without reading any
-key (`masks.random_subset`), and only those k memories are read and scored. For large k, the k-th
-smallest of each query's M hashes is found first; then every memory block is scored and masked
-where the hash exceeds it (online softmax): a matrix product reads memory
-far faster than per-query gathers. Hashes are cheap next to either (a few ns each).
+Reading: for k ≤ M/8 only the k chosen memories are gathered and scored, O(Q·k·d). For larger k
+every memory block is scored and masked (online softmax): a matrix product reads memory far
+faster than per-query gathers; the mask is the chosen set scattered into (Q, M), or, for
+k > 256, the hashes up to each query's k-th smallest.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from torch import Tensor
 from nphcli.engine.attention import gathered_attention, masked_attention
 from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.masks import (
+    FLOYD_MAX_K,
     K_HELP,
     check_k,
+    random_choice,
     random_keys,
     random_mask,
-    random_subset,
     resolve_k,
 )
 from nphcli.engine.planning import itemsize
@@ -42,7 +46,10 @@ from nphcli.models.registry import register_model
     "random",
     summary="softmax over k memories drawn per query by a seeded hash (BigBird-like random mask)",
     formula="T(x) = Vᵀ softmax(β K x) restricted to k random memories R(seed, position)",
-    cost="time O(Q·M) hashes + O(Q·k·d) gathered or O(Q·M·d) masked; extra memory O(Q·k + Q·B)",
+    cost=(
+        "time O(Q·k·(k + d)) for k ≤ 256 and k ≤ M/8, else O(Q·M·d) masked; "
+        "extra memory O(Q·k + Q·B), O(Q·M) masked"
+    ),
 )
 @dataclass(kw_only=True)
 class RandomMask(HopfieldModel):
@@ -74,8 +81,17 @@ class RandomMask(HopfieldModel):
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
         num_memories = bank.num_memories
         if _gathers(k, num_memories):
-            chosen = random_subset(self.seed, positions, num_memories, k, block_rows=block_rows)
+            chosen = random_choice(self.seed, positions, num_memories, k, block_rows=block_rows)
             patterns = gathered_attention(queries, bank, chosen, None, beta=self.beta)
+        elif k <= FLOYD_MAX_K:  # few memories kept from a small memory: a (Q, M) mask
+            mask = random_mask(self.seed, positions, num_memories, k)  # (Q, M)
+
+            def keep(start: int, rows: int) -> Tensor:
+                return mask[:, start : start + rows]  # (Q, B)
+
+            patterns, _ = masked_attention(
+                queries, bank, keep, beta=self.beta, block_rows=block_rows
+            )
         else:
             memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
             hashes = random_keys(self.seed, positions, memory_index)  # (Q, M)
