@@ -12,7 +12,7 @@ Blocks and gathered rows come in the bank's `dtype` on its `device`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,12 @@ class MemoryBank:
     def resident(self) -> tuple[Tensor, Tensor] | None:
         """All keys and values as tensors when they already are in RAM or on the device (so a
         kernel may take them in one piece), else None."""
+        return None
+
+    def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
+        """(token, anchors) saying what these memories are, for reusing work derived from them
+        (`nphcli.engine.summary_cache`): the token changes whenever the contents may have, and
+        the work is forgotten once any anchor is freed. None: never reuse (the default)."""
         return None
 
     def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
@@ -124,6 +130,19 @@ class TensorBank(MemoryBank):
 
     def resident(self) -> tuple[Tensor, Tensor]:
         return self.keys, self.values
+
+    def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
+        """The tensors' identity and version (bumped by every in-place change); None when a
+        summary would have to carry their gradient."""
+        tensors = (self.keys, self.values)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return None
+        if any(t.is_inference() for t in tensors):  # they keep no version counter
+            return None
+        token = tuple(
+            (id(t), t._version, t.data_ptr(), t.shape, t.dtype, t.device) for t in tensors
+        )
+        return token, tensors
 
     def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
         return F.embedding_bag(index, self.values, per_sample_weights=weights, mode="sum")

@@ -25,8 +25,9 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -130,6 +131,21 @@ class StreamedBank(MemoryBank):
         if device is not None:
             other.device = canonical_device(device)
         return other
+
+    def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
+        """The file as it is now (path, inode, size, modification time) and how it is read."""
+        status = os.stat(self.path)
+        token = (
+            str(self.path.resolve()),
+            status.st_ino,
+            status.st_size,
+            status.st_mtime_ns,
+            self.key_name,
+            self.value_name,
+            self.dtype,
+            self.device,
+        )
+        return token, ()
 
     @property
     def labels(self) -> Tensor | None:

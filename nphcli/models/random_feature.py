@@ -31,10 +31,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from nphcli.engine.features import FeatureSummary, feature_plan, readout, summarise_keys
 from nphcli.engine.planning import Plan
+from nphcli.engine.summary_cache import cached_summary
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
-from nphcli.models.linear import FeatureSummary, feature_plan, readout, summarise_keys
 from nphcli.models.registry import register_model
 
 
@@ -100,9 +101,13 @@ class RandomFeature(HopfieldModel):
             scaled = scale * keys  # (B, d)
             return scaled @ weights.T - 0.5 * (scaled * scaled).sum(dim=1, keepdim=True)  # (B, m)
 
-        return summarise_keys(
-            (key_logits(keys), values) for _, keys, values in bank.blocks(block_rows)
-        )
+        def build() -> FeatureSummary:
+            return summarise_keys(
+                (key_logits(keys), values) for _, keys, values in bank.blocks(block_rows)
+            )
+
+        key = (self.name, self.beta, self.features, self.seed, block_rows)
+        return cached_summary(bank, key, build)
 
     def update(
         self,
