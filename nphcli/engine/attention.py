@@ -29,6 +29,7 @@ from torch import Tensor
 
 from nphcli.engine.blocks import SoftmaxAccumulator
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
+from nphcli.engine.precision import accumulation_dtype, matmul
 from nphcli.memory.bank import MemoryBank
 
 
@@ -47,13 +48,13 @@ def softmax_attention(
         num_queries,
         bank.value_dim // heads,
         device=queries.device,
-        dtype=queries.dtype,
+        dtype=accumulation_dtype(queries.dtype),
         batch=(heads,),
     )
     scaled = beta * x  # (H, Q, d/H); scaling Q·d entries instead of Q·M scores
     for _, keys, values in bank.blocks(block_rows):
         k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
-        acc.add(scaled @ k.transpose(1, 2), v)  # scores (H, Q, B)
+        acc.add(matmul(scaled, k.transpose(1, 2)), v)  # scores (H, Q, B)
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
 
@@ -116,11 +117,14 @@ def masked_attention(
     Online softmax with excluded scores at −inf gives them weight exactly 0. Returns the
     patterns (Q, d_v) and how many memories each query kept (Q,)."""
     acc = SoftmaxAccumulator(
-        queries.shape[0], bank.value_dim, device=queries.device, dtype=queries.dtype
+        queries.shape[0],
+        bank.value_dim,
+        device=queries.device,
+        dtype=accumulation_dtype(queries.dtype),
     )
     scaled = beta * queries  # (Q, d)
     for start, keys, values in bank.blocks(block_rows):
-        scores = scaled @ keys.T  # (Q, B)
+        scores = matmul(scaled, keys.T)  # (Q, B)
         acc.add(scores.masked_fill(~keep(start, keys.shape[0]), -torch.inf), values)
     return acc.result(), acc.support
 
@@ -131,8 +135,8 @@ def gathered_attention(
     """Vᵀ softmax(β K x) over the memories index (Q, c) of each query (where `valid` (Q, c), if
     given, is true): only those c keys and values are read, with no work over the other M − c."""
     keys, values = bank.gather(index)  # (Q, c, d), (Q, c, d_v)
-    scores = (keys @ (beta * queries).unsqueeze(2)).squeeze(2)  # (Q, c)
+    scores = matmul(keys, (beta * queries).unsqueeze(2)).squeeze(2)  # (Q, c)
     if valid is not None:
         scores = scores.masked_fill(~valid, -torch.inf)
     weights = torch.softmax(scores, dim=1)  # (Q, c)
-    return (weights.unsqueeze(1) @ values).squeeze(1)  # (Q, d_v)
+    return matmul(weights.unsqueeze(1), values).squeeze(1)  # (Q, d_v)

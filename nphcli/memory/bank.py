@@ -81,7 +81,7 @@ class MemoryBank:
         """
         rows, inverse = torch.unique(index, return_inverse=True)  # (U,), (Q, c)
         _, values = self.gather(rows)  # (U, d_v)
-        return F.embedding_bag(inverse, values, per_sample_weights=weights, mode="sum")
+        return _embedding_sum(inverse, values, weights)
 
 
 class TensorBank(MemoryBank):
@@ -145,7 +145,7 @@ class TensorBank(MemoryBank):
         return token, tensors
 
     def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
-        return F.embedding_bag(index, self.values, per_sample_weights=weights, mode="sum")
+        return _embedding_sum(index, self.values, weights)
 
 
 class Memory(TensorBank):
@@ -161,6 +161,15 @@ class Memory(TensorBank):
         path: Path | None = None,
     ):
         super().__init__(patterns, values, labels=labels, meta=meta, path=path)
+
+
+def _embedding_sum(index: Tensor, values: Tensor, weights: Tensor) -> Tensor:
+    """Σ_j weights[q, j] · values[index[q, j]]: (Q, d_v) in the weights' dtype (half values are
+    summed in their dtype with the weights rounded to it, as the matrix products are)."""
+    summed = F.embedding_bag(
+        index, values, per_sample_weights=weights.to(values.dtype), mode="sum"
+    )  # (Q, d_v)
+    return summed.to(weights.dtype)
 
 
 def as_bank(memory: Tensor | MemoryBank, values: Tensor | None = None) -> MemoryBank:

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from nphcli.engine.features import FeatureSummary, feature_plan, readout, summarise_keys
 from nphcli.engine.planning import Plan
+from nphcli.engine.precision import accumulation_dtype
 from nphcli.engine.summary_cache import cached_summary
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update
@@ -46,10 +47,11 @@ class Linear(HopfieldModel):
 
     def prepare(self, bank: MemoryBank, block_rows: int) -> FeatureSummary:
         scale = math.sqrt(self.beta)
+        dtype = accumulation_dtype(bank.dtype)  # half memories are summed in float32
 
         def build() -> FeatureSummary:
             return summarise_keys(
-                (log_elu_plus_one(scale * keys), values)  # (B, d), (B, d_v)
+                (log_elu_plus_one(scale * keys.to(dtype)), values.to(dtype))  # (B, d), (B, d_v)
                 for _, keys, values in bank.blocks(block_rows)
             )
 
@@ -64,6 +66,7 @@ class Linear(HopfieldModel):
         *,
         block_rows: int,
     ) -> Update:
+        queries = queries.to(accumulation_dtype(queries.dtype))
         query_logits = log_elu_plus_one(math.sqrt(self.beta) * queries)  # (Q, d)
         return Update(readout(query_logits, prepared))
 

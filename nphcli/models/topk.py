@@ -21,6 +21,7 @@ from torch import Tensor
 from nphcli.engine.blocks import TopKAccumulator, weighted_rows
 from nphcli.engine.masks import K_HELP, check_k, resolve_k, topk_mask
 from nphcli.engine.planning import itemsize
+from nphcli.engine.precision import accumulation_dtype, matmul
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
@@ -56,9 +57,10 @@ class TopK(HopfieldModel):
         block_rows: int,
     ) -> Update:
         k = resolve_k(self.k, bank.num_memories)
-        top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=queries.dtype)
+        scores_dtype = accumulation_dtype(queries.dtype)
+        top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=scores_dtype)
         for start, keys in bank.key_blocks(block_rows):
-            top.add(queries @ keys.T, start)  # (Q, B) xᵀk: β > 0 does not change the order
+            top.add(matmul(queries, keys.T), start)  # (Q, B) xᵀk: β > 0 does not change the order
         weights = torch.softmax(self.beta * top.scores, dim=1)  # (Q, k)
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
         patterns = weighted_rows(bank, top.index, weights, block_rows=block_rows)  # (Q, d_v)
