@@ -80,6 +80,14 @@ def retrieve_command(
     dtype: Annotated[
         str, typer.Option("--dtype", help="float32, float16, bfloat16, float64.")
     ] = "float32",
+    tf32: Annotated[
+        bool,
+        typer.Option(
+            "--tf32",
+            help="float32 matrix products on TF32 tensor cores (CUDA, Ampere and later): faster, "
+            "relative error ~1e-3 instead of ~1e-6. Off by default.",
+        ),
+    ] = False,
     batch_size: Annotated[
         int | None,
         typer.Option(
@@ -170,6 +178,7 @@ def retrieve_command(
         batch_size=batch_size,
         repeat=repeat,
         memory_budget=None if memory_budget is None else parse_size(memory_budget),
+        tf32=tf32,
     )
     inputs = load_inputs(
         memory,

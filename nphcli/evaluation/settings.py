@@ -24,6 +24,7 @@ class RetrieveSettings:
     batch_size: int | None = None  # queries per model call; None: all (the model bounds memory)
     repeat: int = 1  # how many times the timed retrieval runs (min and median are reported)
     memory_budget: int | None = None  # bytes of model working memory; None: the engine default
+    tf32: bool = False  # float32 matrix products on TF32 tensor cores (CUDA); changes results
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
