@@ -206,11 +206,11 @@ def test_random_subset_equals_one_shot_smallest_hashes(device, block_rows):
     assert torch.equal(chosen, smallest.sort(dim=1).values)
 
 
-@pytest.mark.parametrize("k", [1, 4, 25])
-def test_random_mask_is_the_chosen_set(device, k):
+@pytest.mark.parametrize(("num_memories", "k"), [(25, 1), (25, 4), (25, 25), (700, 10)])
+def test_random_mask_is_the_chosen_set(device, num_memories, k):
     positions = torch.tensor([0, 5, 2**33 + 7, 3], device=device)
-    chosen = random_choice(9, positions, 25, k, block_rows=7)
-    mask = random_mask(9, positions, 25, k)
+    chosen = random_choice(9, positions, num_memories, k, block_rows=7)
+    mask = random_mask(9, positions, num_memories, k)
     assert torch.equal(torch.zeros_like(mask).scatter_(1, chosen, True), mask)
     assert torch.equal(chosen, chosen.sort(dim=1).values)
     assert (mask.sum(dim=1) == k).all()

@@ -81,12 +81,12 @@ def _fmix32(x: int) -> int:
 
 def _random_keep(seed: int, position: int, num_memories: int, k: int) -> list[int]:
     """The memories the random model keeps, by plain Python ints: Floyd's algorithm with hashed
-    draws for k ≤ 256, else the k smallest hashes h(seed, position, memory)."""
+    draws for k ≤ 256 and 64·k ≤ M, else the k smallest hashes h(seed, position, memory)."""
     state = _fmix32((seed % 2**32) ^ 0x6A09E667)
     state = _fmix32(state ^ (seed >> 32))
     state = _fmix32(state ^ (position % 2**32))
     state = _fmix32(state ^ (position >> 32))
-    if k > 256:
+    if k > 256 or 64 * k > num_memories:
         return sorted(range(num_memories), key=lambda m: _fmix32(state ^ m))[:k]
     kept: set[int] = set()
     for j in range(num_memories - k, num_memories):

@@ -132,19 +132,26 @@ def random_mask(seed: int, positions: Tensor, num_memories: int, k: int) -> Tens
     return mask.scatter_(-1, chosen, True)  # (Q, M)
 
 
-# Up to this k, a query's subset is drawn by Floyd's algorithm in O(k²) work per query, touching
-# no other memory index; above it, by the k smallest of M hashes (O(M) per query), which the
-# masked path (k > M/8) pays for anyway while it scores every memory.
+# A query's subset is drawn by Floyd's algorithm (O(k²) work per query, no other memory index
+# touched) while k ≤ FLOYD_MAX_K and k · FLOYD_RATIO ≤ M; otherwise by the k smallest of M hashes
+# (O(M) per query, a few ns each), which is cheaper there: Floyd's k sequential steps cost a few
+# small tensor operations each, and the masked path (k > M/8) reads every memory anyway.
 FLOYD_MAX_K = 256
+FLOYD_RATIO = 64
+
+
+def uses_floyd(num_memories: int, k: int) -> bool:
+    """Whether `random_choice` draws by Floyd's algorithm (else by the smallest hashes)."""
+    return k <= FLOYD_MAX_K and k * FLOYD_RATIO <= num_memories
 
 
 def random_choice(
     seed: int, positions: Tensor, num_memories: int, k: int, *, block_rows: int
 ) -> Tensor:
-    """The k memories a query at each position keeps, (Q, k) ascending: `floyd_subset` for
-    k ≤ FLOYD_MAX_K, else the k smallest hashes h(seed, position, index) (`random_subset`).
-    Both draw every k-subset with equal probability."""
-    if k <= FLOYD_MAX_K:
+    """The k memories a query at each position keeps, (Q, k) ascending: `floyd_subset` where
+    `uses_floyd`, else the k smallest hashes h(seed, position, index) (`random_subset`). Both
+    draw every k-subset with equal probability."""
+    if uses_floyd(num_memories, k):
         return floyd_subset(seed, positions, num_memories, k)
     return random_subset(seed, positions, num_memories, k, block_rows=block_rows)
 
@@ -168,15 +175,18 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
     practice), so the draw is a pure function of (seed, position, M, k). Work O(k²) per query:
     each step compares t with the k kept so far; no other memory index is touched.
     """
-    state = _query_state(seed, positions)  # (Q,)
-    chosen = torch.empty(positions.shape[0], k, dtype=torch.int64, device=positions.device)
-    for step, j in enumerate(range(num_memories - k, num_memories)):
-        high = _fmix32(state ^ (j & _MASK32))  # (Q,)
-        high = _fmix32(high ^ ((j >> 32) & _MASK32) ^ 0x3C6EF372)
-        low = _fmix32(high ^ 0xBB67AE85)
-        draw = ((high >> 1) << 31 | (low >> 1)) % (j + 1)  # (Q,) in [0, j]
-        taken = (chosen[:, :step] == draw[:, None]).any(dim=1)  # (Q,)
-        chosen[:, step] = torch.where(taken, j, draw)
+    state = _query_state(seed, positions)[:, None]  # (Q, 1)
+    steps = torch.arange(num_memories - k, num_memories, device=positions.device)  # (k,) j
+    # Every draw depends on (state, j) alone, so all k are hashed at once; only the choice
+    # between t and j is sequential.
+    high = _fmix32(state ^ (steps & _MASK32))  # (Q, k)
+    high = _fmix32(high ^ ((steps >> 32) & _MASK32) ^ 0x3C6EF372)
+    low = _fmix32(high ^ 0xBB67AE85)
+    draws = ((high >> 1) << 31 | (low >> 1)) % (steps + 1)  # (Q, k), column j in [0, j]
+    chosen = draws.clone()  # (Q, k)
+    for step in range(1, k):
+        taken = (chosen[:, :step] == draws[:, step : step + 1]).any(dim=1)  # (Q,)
+        chosen[:, step] = torch.where(taken, steps[step], draws[:, step])
     return torch.sort(chosen, dim=1).values  # (Q, k)
 
 

@@ -2,10 +2,10 @@
 
 Each query keeps a uniformly random k-subset of the memories (`masks.random_choice`); all others
 get weight exactly 0. The subset is a pure function of (seed, query position, M, k):
-- k ≤ 256 (`masks.FLOYD_MAX_K`): Floyd's sampling algorithm, its k uniform draws taken from a
-  hash of (seed, position, step), O(k²) work per query and no other memory index touched, so
-  selection costs O(Q·k²) whatever M is;
-- larger k: the k memories with the smallest hash h(seed, position, index), O(M) per query.
+- k ≤ 256 and 64·k ≤ M (`masks.uses_floyd`): Floyd's sampling algorithm, its k uniform draws
+  taken from a hash of (seed, position, step), O(k²) work per query and no other memory index
+  touched, so selection costs O(Q·k²) whatever M is;
+- otherwise: the k memories with the smallest hash h(seed, position, index), O(M) per query.
 So it does not depend on how queries are batched or memories blocked, and it does not change
 between iteration steps: T is one fixed map, so its fixed points are well defined. A different
 `--seed` draws different subsets. The reported support is k (the kept memories, even where a
@@ -13,8 +13,7 @@ weight underflows to 0).
 
 Reading: for k ≤ M/8 only the k chosen memories are gathered and scored, O(Q·k·d). For larger k
 every memory block is scored and masked (online softmax): a matrix product reads memory far
-faster than per-query gathers; the mask is the chosen set scattered into (Q, M), or, for
-k > 256, the hashes up to each query's k-th smallest.
+faster than per-query gathers; the mask is each query's hashes up to its k-th smallest.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from torch import Tensor
 from nphcli.engine.attention import gathered_attention, masked_attention
 from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.masks import (
-    FLOYD_MAX_K,
     K_HELP,
     check_k,
     random_choice,
@@ -80,18 +78,9 @@ class RandomMask(HopfieldModel):
         k = resolve_k(self.k, bank.num_memories)
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
         num_memories = bank.num_memories
-        if _gathers(k, num_memories):
+        if _gathers(k, num_memories):  # (every k that `uses_floyd` gathers: 64·k ≤ M)
             chosen = random_choice(self.seed, positions, num_memories, k, block_rows=block_rows)
             patterns = gathered_attention(queries, bank, chosen, None, beta=self.beta)
-        elif k <= FLOYD_MAX_K:  # few memories kept from a small memory: a (Q, M) mask
-            mask = random_mask(self.seed, positions, num_memories, k)  # (Q, M)
-
-            def keep(start: int, rows: int) -> Tensor:
-                return mask[:, start : start + rows]  # (Q, B)
-
-            patterns, _ = masked_attention(
-                queries, bank, keep, beta=self.beta, block_rows=block_rows
-            )
         else:
             memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
             hashes = random_keys(self.seed, positions, memory_index)  # (Q, M)
