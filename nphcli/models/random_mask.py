@@ -45,7 +45,8 @@ from nphcli.models.registry import register_model
     summary="softmax over k memories drawn per query by a seeded hash (BigBird-like random mask)",
     formula="T(x) = Vᵀ softmax(β K x) restricted to k random memories R(seed, position)",
     cost=(
-        "time O(Q·k·(k + d)) for k ≤ 256 and k ≤ M/8, else O(Q·M·d) masked; "
+        "time O(Q·k·(k + d)) for k ≤ 256 and 64·k ≤ M, O(Q·M + Q·k·d) for k ≤ M/8, "
+        "else O(Q·M·d) masked; "
         "extra memory O(Q·k + Q·B), O(Q·M) masked"
     ),
 )
