@@ -10,7 +10,8 @@ after a warm-up, synchronising CUDA); the baselines (the two GEMMs X·Kᵀ and P
 full-matrix path of the paper's code, FAISS IndexFlatIP exact search + the weighted sum, the copy
 bandwidth); peak resident memory for Q = M = 60,000 and for streaming a memory file of about 6 GB
 (each in a fresh subprocess); and the start-up time of `nph --help` and of a small
-`nph retrieve`. The targets are those of issue 6.
+`nph retrieve`. The targets are those of issue 6. On CUDA (or with `--large on|dry-run`) it
+adds the M = 10⁶ float32/bfloat16 cases of `large.py` (issue 12).
 """
 
 from __future__ import annotations
