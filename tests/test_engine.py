@@ -12,10 +12,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from nphcli.engine.attention import fused_attention_available
+from nphcli.engine.attention import fused_attention_available, fused_attention_chosen
 from nphcli.engine.candidates import INITIAL_CANDIDATES
 from nphcli.engine.functional import entmax_bisect, sparsemax
-from nphcli.engine.masks import random_mask, random_subset
+from nphcli.engine.masks import random_choice, random_keys, random_mask, random_subset
 from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank, TensorBank
@@ -152,9 +152,14 @@ def test_fused_attention_is_used_in_ram_and_exact(device, dtype):
     queries, keys, _, _ = _data("auto", device, seed=3)
     queries, keys = queries.to(dtype), keys.to(dtype)
     x, k = queries[None, None], keys[None, None]  # (1, 1, Q, d), (1, 1, M, d)
-    assert fused_attention_available(x, k, k)
     model = create_model("dense", beta=2.0)
-    assert model.plan(NUM_QUERIES, TensorBank(keys), 2**20) == ONE_SHOT
+    # The fused kernel is chosen on the CPU only (on CUDA at d = 784 torch's SDPA falls back to
+    # its math path, measured slower than the blockwise one); whichever runs must be exact.
+    chosen = fused_attention_chosen(TensorBank(keys), 1)
+    assert chosen == (device.type == "cpu")
+    if chosen:
+        assert fused_attention_available(x, k, k)
+        assert model.plan(NUM_QUERIES, TensorBank(keys), 2**20) == ONE_SHOT
     fused = model.retrieve(queries, keys).patterns
     blockwise = model.retrieve(queries, keys, plan=Plan(NUM_QUERIES, 7)).patterns
     formula = torch.softmax(2.0 * queries.double() @ keys.double().T, dim=1) @ keys.double()
@@ -193,12 +198,22 @@ def test_candidate_set_grows_until_support_fits(device, name, params):
 
 
 @pytest.mark.parametrize("block_rows", [1, 6, 25, 100])
-def test_random_subset_equals_one_shot_mask(device, block_rows):
+def test_random_subset_equals_one_shot_smallest_hashes(device, block_rows):
     positions = torch.tensor([0, 5, 2**33 + 7, 3], device=device)
     chosen = random_subset(9, positions, 25, 4, block_rows=block_rows)
-    mask = random_mask(9, positions, 25, 4)
+    hashes = random_keys(9, positions, torch.arange(25, device=device))  # (Q, M)
+    smallest = torch.topk(hashes, 4, dim=1, largest=False).indices
+    assert torch.equal(chosen, smallest.sort(dim=1).values)
+
+
+@pytest.mark.parametrize(("num_memories", "k"), [(25, 1), (25, 4), (25, 25), (700, 10)])
+def test_random_mask_is_the_chosen_set(device, num_memories, k):
+    positions = torch.tensor([0, 5, 2**33 + 7, 3], device=device)
+    chosen = random_choice(9, positions, num_memories, k, block_rows=7)
+    mask = random_mask(9, positions, num_memories, k)
     assert torch.equal(torch.zeros_like(mask).scatter_(1, chosen, True), mask)
     assert torch.equal(chosen, chosen.sort(dim=1).values)
+    assert (mask.sum(dim=1) == k).all()
 
 
 # -- the memory budget ----------------------------------------------------------------------------

@@ -15,8 +15,16 @@ import pytest
 import torch
 
 from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
-from nphcli.engine.masks import check_k, random_keys, random_mask, resolve_k, topk_mask
+from nphcli.engine.masks import (
+    check_k,
+    floyd_subset,
+    random_keys,
+    random_mask,
+    resolve_k,
+    topk_mask,
+)
 from nphcli.errors import NphError
+from nphcli.models import create_model
 
 
 def _scores(rows: int, cols: int, seed: int, scale: float = 1.0, dtype=torch.float64):
@@ -211,3 +219,62 @@ def test_random_mask_pairs_of_positions_are_independent():
     mask = random_mask(0, torch.arange(10000), 20, 5).double()  # (Q, M)
     overlap = (mask[:-1] * mask[1:]).sum(-1).mean()  # expected k²/M = 1.25
     assert abs(float(overlap) - 1.25) < 0.05
+
+
+def test_floyd_subset_is_uniform_over_k_subsets_of_a_large_memory():
+    # Floyd's draws for k ≤ 256: each of the C(6, 3) = 20 subsets equally often.
+    draws = 20000
+    chosen = floyd_subset(5, torch.arange(draws), 6, 3)  # (Q, 3)
+    subsets = Counter(tuple(row) for row in chosen.tolist())
+    assert set(subsets) == set(combinations(range(6), 3))
+    expected = draws / 20
+    chi2 = sum((count - expected) ** 2 / expected for count in subsets.values())
+    assert chi2 < 50  # 19 degrees of freedom: P(χ² > 50) ≈ 1e-4
+
+
+def test_floyd_subset_distinct_and_independent_of_the_batch():
+    positions = torch.tensor([7, 2**40 + 1, 0, 123456])
+    whole = floyd_subset(3, positions, 10**6, 10)
+    assert all(len(set(row)) == 10 for row in whole.tolist())
+    assert int(whole.max()) < 10**6 and int(whole.min()) >= 0
+    for row in range(4):
+        assert torch.equal(floyd_subset(3, positions[row : row + 1], 10**6, 10)[0], whole[row])
+
+
+def _floyd_reference(seed: int, position: int, num_memories: int, k: int) -> list[int]:
+    """Floyd's algorithm with hashed draws, in plain Python integers."""
+    state = _query_state_reference(seed, position)
+    kept: set[int] = set()
+    for j in range(num_memories - k, num_memories):
+        high = _fmix32_reference(_fmix32_reference(state ^ (j % 2**32)) ^ (j >> 32) ^ 0x3C6EF372)
+        low = _fmix32_reference(high ^ 0xBB67AE85)
+        draw = ((high // 2) * 2**31 + low // 2) % (j + 1)
+        kept.add(j if draw in kept else draw)
+    return sorted(kept)
+
+
+def _query_state_reference(seed: int, position: int) -> int:
+    state = _fmix32_reference((seed % 2**32) ^ 0x6A09E667)
+    state = _fmix32_reference(state ^ (seed >> 32))
+    state = _fmix32_reference(state ^ (position % 2**32))
+    return _fmix32_reference(state ^ (position >> 32))
+
+
+def test_random_mask_small_k_is_floyds_draw():
+    positions = [0, 3, 2**35 + 1]
+    mask = random_mask(7, torch.tensor(positions), 1000, 12)  # 64·k ≤ M: Floyd
+    for row, position in zip(mask.tolist(), positions, strict=True):
+        kept = [m for m, keep in enumerate(row) if keep]
+        assert kept == _floyd_reference(7, position, 1000, 12)
+
+
+def test_random_model_with_floyds_mask_equals_the_formula():
+    generator = torch.Generator().manual_seed(2)
+    keys = torch.randn(1000, 5, generator=generator, dtype=torch.float64)
+    queries = torch.randn(6, 5, generator=generator, dtype=torch.float64)
+    out = create_model("random", k=12, seed=7, beta=0.8).retrieve(queries, keys).patterns
+    keep = torch.zeros(6, 1000, dtype=torch.bool)
+    for row in range(6):
+        keep[row, _floyd_reference(7, row, 1000, 12)] = True
+    weights = torch.softmax((0.8 * queries @ keys.T).masked_fill(~keep, -torch.inf), dim=1)
+    torch.testing.assert_close(out, weights @ keys, rtol=0, atol=1e-12)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nphcli.engine.functional import sparsemax
 from nphcli.errors import NphError
 from nphcli.layers import NPH, NPHLayer, NPHPooling, load_layer, save_layer
 from nphcli.models import create_model, model_names
-from nphcli.engine.functional import sparsemax
 
 # Parameters per model that make every rule non-trivial on a handful of keys.
 PARAMS = {

@@ -80,12 +80,21 @@ def _fmix32(x: int) -> int:
 
 
 def _random_keep(seed: int, position: int, num_memories: int, k: int) -> list[int]:
-    """The k memories with the smallest hash h(seed, position, memory), by plain Python ints."""
+    """The memories the random model keeps, by plain Python ints: Floyd's algorithm with hashed
+    draws for k ≤ 256 and 64·k ≤ M, else the k smallest hashes h(seed, position, memory)."""
     state = _fmix32((seed % 2**32) ^ 0x6A09E667)
     state = _fmix32(state ^ (seed >> 32))
     state = _fmix32(state ^ (position % 2**32))
     state = _fmix32(state ^ (position >> 32))
-    return sorted(range(num_memories), key=lambda m: _fmix32(state ^ m))[:k]
+    if k > 256 or 64 * k > num_memories:
+        return sorted(range(num_memories), key=lambda m: _fmix32(state ^ m))[:k]
+    kept: set[int] = set()
+    for j in range(num_memories - k, num_memories):
+        high = _fmix32(_fmix32(state ^ (j % 2**32)) ^ (j >> 32) ^ 0x3C6EF372)
+        low = _fmix32(high ^ 0xBB67AE85)
+        draw = ((high // 2) * 2**31 + low // 2) % (j + 1)
+        kept.add(j if draw in kept else draw)
+    return sorted(kept)
 
 
 def _reference_weights(name: str, params: dict, scores: torch.Tensor, positions) -> torch.Tensor:

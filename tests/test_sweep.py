@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from nphcli.devices import canonical_device
 from nphcli.errors import NphError
 from nphcli.sweeps import config as sweep_config
 from nphcli.sweeps.columns import ID_FIELDS
@@ -74,7 +75,8 @@ def test_sweep_on_the_test_device(invoke, pool, tmp_path, device):
     result = sweep(invoke, pool, out, "--device", str(device), "--theory")
     assert result.exit_code == 0, result.stderr
     rows = read_results(out).rows
-    assert len(rows) == 8 and {r["device"] for r in rows} == {str(device)}
+    # Reports name the device with its index ("cuda" runs on, and is reported as, "cuda:0").
+    assert len(rows) == 8 and {r["device"] for r in rows} == {str(canonical_device(device))}
     assert all(r["theory_query_holds"] == r["theory_in_support"] for r in rows)
 
 

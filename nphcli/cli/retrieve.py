@@ -97,6 +97,14 @@ def retrieve_command(
     dtype: Annotated[
         str, typer.Option("--dtype", help="float32, float16, bfloat16, float64.")
     ] = "float32",
+    tf32: Annotated[
+        bool,
+        typer.Option(
+            "--tf32",
+            help="float32 matrix products on TF32 tensor cores (CUDA, Ampere and later): faster, "
+            "relative error ~1e-3 instead of ~1e-6. Off by default.",
+        ),
+    ] = False,
     batch_size: Annotated[
         int | None,
         typer.Option(
@@ -274,6 +282,7 @@ def retrieve_command(
         repeat=repeat,
         memory_budget=None if memory_budget is None else parse_size(memory_budget),
         index=index_settings,
+        tf32=tf32,
     )
     grid = settings_product(
         base,

@@ -8,9 +8,10 @@ Two exact ways to compute it:
   flash-attention kernel (online softmax over tiles that stay in cache), so it never forms the
   (Q, M) score matrix, needs only per-thread tile buffers, and reads each key and value tile
   once; it beats the two matrix products X·Kᵀ and P·V run one after the other.
-- blockwise, for anything else (memories streamed from disk, or when torch would not pick a fused
-  kernel, e.g. d_v ≠ d or float64 on CUDA): online softmax (`SoftmaxAccumulator`) over memory
-  blocks of `block_rows`, each block one X·K_bᵀ and one P_b·V_b product.
+- blockwise, for anything else (memories streamed from disk, memories on a GPU, or when torch
+  would not pick a fused kernel, e.g. d_v ≠ d; see `fused_attention_chosen`): online softmax
+  (`SoftmaxAccumulator`) over memory blocks of `block_rows`, each block one X·K_bᵀ and one
+  P_b·V_b product.
 
 Both equal the softmax formula up to float rounding (tests compare them in float64).
 
@@ -28,6 +29,7 @@ from torch import Tensor
 
 from nphcli.engine.blocks import SoftmaxAccumulator
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
+from nphcli.engine.precision import accumulation_dtype, matmul
 from nphcli.memory.bank import MemoryBank
 
 
@@ -37,23 +39,22 @@ def softmax_attention(
     """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): shape (Q, d_v)."""
     num_queries = queries.shape[0]
     x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
-    whole = bank.resident() if block_rows >= bank.num_memories else None
-    if whole is not None:
-        k, v = _split_heads(whole[0], heads), _split_heads(whole[1], heads)
-        if fused_attention_available(x, k, v):
-            out = F.scaled_dot_product_attention(x[None], k[None], v[None], scale=beta)[0]
-            return out.transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
+    if block_rows >= bank.num_memories and fused_attention_chosen(bank, heads):
+        keys, values = bank.resident()
+        k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, M, ·)
+        out = F.scaled_dot_product_attention(x[None], k[None], v[None], scale=beta)[0]
+        return out.transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
     acc = SoftmaxAccumulator(
         num_queries,
         bank.value_dim // heads,
         device=queries.device,
-        dtype=queries.dtype,
+        dtype=accumulation_dtype(queries.dtype),
         batch=(heads,),
     )
     scaled = beta * x  # (H, Q, d/H); scaling Q·d entries instead of Q·M scores
     for _, keys, values in bank.blocks(block_rows):
         k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
-        acc.add(scaled @ k.transpose(1, 2), v)  # scores (H, Q, B)
+        acc.add(matmul(scaled, k.transpose(1, 2)), v)  # scores (H, Q, B)
     acc.merge(bank.collective)
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
@@ -63,15 +64,30 @@ def attention_plan(
 ) -> Plan:
     """The fused kernel's working memory does not grow with M, so in RAM it takes all memories
     at once; blockwise, each (query, memory) pair of a block holds H scores and temporaries."""
-    whole = bank.resident()
-    if whole is not None:
-        probe = whole[0].new_empty(1, heads, 1, bank.dim // heads)  # (1, H, 1, d/H)
-        k, v = _split_heads(whole[0], heads), _split_heads(whole[1], heads)
-        if fused_attention_available(probe, k[None], v[None]):
-            query_rows = max(1, min(num_queries, budget // row_bytes))
-            return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
+    if fused_attention_chosen(bank, heads):
+        query_rows = max(1, min(num_queries, budget // row_bytes))
+        return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
     cell_bytes = 3 * heads * itemsize(bank.dtype)
     return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
+
+
+def fused_attention_chosen(bank: MemoryBank, heads: int) -> bool:
+    """Whether `softmax_attention` runs torch's fused kernel on this bank: memories resident on
+    the CPU, where torch would pick a fused kernel for them.
+
+    Chosen per device by measurement: on the CPU the fused kernel beats the two matrix products;
+    on CUDA at d = 784 torch's flash kernels do not apply (head size > 256) and SDPA took 458 ms
+    against the blockwise path's 82 ms (H200, Q = 1024, M = 10⁶), so CUDA is blockwise. The
+    answer depends on the bank and H alone, never on the query batch, so `attention_plan` and
+    `softmax_attention` always agree: a plan that takes all M memories at once is only made for
+    the kernel that never forms the (Q, M) scores, which keeps `--memory-budget` honest.
+    """
+    whole = bank.resident()
+    if whole is None or bank.device.type != "cpu":
+        return False
+    probe = whole[0].new_empty(1, heads, 1, bank.dim // heads)  # (1, H, 1, d/H)
+    k, v = _split_heads(whole[0], heads), _split_heads(whole[1], heads)  # (H, M, ·)
+    return fused_attention_available(probe, k[None], v[None])
 
 
 def fused_attention_available(x: Tensor, k: Tensor, v: Tensor) -> bool:
@@ -102,11 +118,14 @@ def masked_attention(
     Online softmax with excluded scores at −inf gives them weight exactly 0. Returns the
     patterns (Q, d_v) and how many memories each query kept (Q,)."""
     acc = SoftmaxAccumulator(
-        queries.shape[0], bank.value_dim, device=queries.device, dtype=queries.dtype
+        queries.shape[0],
+        bank.value_dim,
+        device=queries.device,
+        dtype=accumulation_dtype(queries.dtype),
     )
     scaled = beta * queries  # (Q, d)
     for start, keys, values in bank.blocks(block_rows):
-        scores = scaled @ keys.T  # (Q, B)
+        scores = matmul(scaled, keys.T)  # (Q, B)
         acc.add(scores.masked_fill(~keep(start, keys.shape[0]), -torch.inf), values)
     acc.merge(bank.collective)
     return acc.result(), acc.support
@@ -118,8 +137,8 @@ def gathered_attention(
     """Vᵀ softmax(β K x) over the memories index (Q, c) of each query (where `valid` (Q, c), if
     given, is true): only those c keys and values are read, with no work over the other M − c."""
     keys, values = bank.gather(index)  # (Q, c, d), (Q, c, d_v)
-    scores = (keys @ (beta * queries).unsqueeze(2)).squeeze(2)  # (Q, c)
+    scores = matmul(keys, (beta * queries).unsqueeze(2)).squeeze(2)  # (Q, c)
     if valid is not None:
         scores = scores.masked_fill(~valid, -torch.inf)
     weights = torch.softmax(scores, dim=1)  # (Q, c)
-    return (weights.unsqueeze(1) @ values).squeeze(1)  # (Q, d_v)
+    return matmul(weights.unsqueeze(1), values).squeeze(1)  # (Q, d_v)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from nphcli.engine.precision import matmul
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
 
@@ -47,7 +48,7 @@ class SoftmaxAccumulator:
         rescale = torch.exp(self.max - shift)  # (*batch, Q); exp(−inf) = 0 for empty rows
         weights = torch.exp(scores - shift.unsqueeze(-1))  # (*batch, Q, B)
         self.norm = self.norm * rescale + weights.sum(dim=-1)
-        self.total = self.total * rescale.unsqueeze(-1) + weights @ values
+        self.total = self.total * rescale.unsqueeze(-1) + matmul(weights, values)
         self.support += torch.isfinite(scores).sum(dim=-1)
         self.max = new_max
 
@@ -163,5 +164,5 @@ def weighted_rows(bank: MemoryBank, index: Tensor, weights: Tensor, *, block_row
         column = torch.where(inside, index - start, rows)  # (Q, c); outside → spare column
         block = weights.new_zeros(num_queries, rows + 1)  # (Q, B + 1)
         block = block.scatter(1, column, torch.where(inside, weights, 0))
-        total = total + block[:, :rows] @ values
+        total = total + matmul(block[:, :rows], values)
     return bank.collective.all_sum(total)  # other ranks' rows

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from nphcli.engine.blocks import TopKAccumulator, weighted_rows
 from nphcli.engine.planning import itemsize
+from nphcli.engine.precision import accumulation_dtype, matmul
 from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
 
@@ -47,7 +48,8 @@ def candidate_update(
     """
     num_queries, num_memories = queries.shape[0], bank.num_memories
     scaled = beta * queries  # (Q, d)
-    patterns = queries.new_zeros(num_queries, bank.value_dim)  # (Q, d_v)
+    scores_dtype = accumulation_dtype(queries.dtype)
+    patterns = queries.new_zeros(num_queries, bank.value_dim, dtype=scores_dtype)  # (Q, d_v)
     support = torch.zeros(num_queries, dtype=torch.int64, device=queries.device)  # (Q,)
     pending = torch.arange(num_queries, device=queries.device)  # (P,) rows still to solve
     count = min(num_memories, INITIAL_CANDIDATES)
@@ -55,10 +57,10 @@ def candidate_update(
         group = max(1, num_queries * max(block_rows, INITIAL_CANDIDATES) // count)
         unsolved = []
         for rows in pending.split(group):
-            top = TopKAccumulator(rows.numel(), count, device=queries.device, dtype=queries.dtype)
+            top = TopKAccumulator(rows.numel(), count, device=queries.device, dtype=scores_dtype)
             x = scaled[rows]  # (G, d)
             for start, keys in bank.key_blocks(block_rows):
-                top.add(x @ keys.T, start)  # (G, B) scores
+                top.add(matmul(x, keys.T), start)  # (G, B) scores
             top.merge(bank.collective)  # every rank now holds the same global top c
             if not bool(torch.isfinite(top.scores).all()):  # no threshold exists among ±inf
                 raise score_overflow(top.scores.dtype)

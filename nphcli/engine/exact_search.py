@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.blocks import TopKAccumulator
+from nphcli.engine.precision import accumulation_dtype, matmul
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank, TensorBank
 
@@ -99,9 +100,10 @@ def torch_topk(
     queries: Tensor, bank: MemoryBank, k: int, *, block_rows: int
 ) -> tuple[Tensor, Tensor]:
     """`exact_topk` by a running top-k over memory blocks (any device, dtype, memory kind)."""
-    top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=queries.dtype)
+    scores_dtype = accumulation_dtype(queries.dtype)  # float32 scores for half inputs
+    top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=scores_dtype)
     for start, keys in bank.key_blocks(block_rows):
-        top.add(queries @ keys.T, start)  # (Q, B)
+        top.add(matmul(queries, keys.T), start)  # (Q, B)
     top.merge(bank.collective)  # rows spread over ranks: the global k best
     return top.scores, top.index
 

@@ -94,11 +94,7 @@ def random_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
     time, h ← fmix32(h ⊕ word), then the memory index. For one (seed, position) the last step
     is a bijection of the memory index, so the memories of one query never tie.
     """
-    state = _fmix32((seed & _MASK32) ^ 0x6A09E667)
-    state = _fmix32(state ^ ((seed >> 32) & _MASK32))
-    positions = positions.to(torch.int64)
-    state = _fmix32(state ^ (positions & _MASK32))  # (Q,)
-    state = _fmix32(state ^ ((positions >> 32) & _MASK32))  # (Q,)
+    state = _query_state(seed, positions)  # (Q,)
     memory_indices = memory_indices.to(device=positions.device, dtype=torch.int64) & _MASK32
     num_queries, num_memories = state.shape[0], memory_indices.shape[0]
     out = torch.empty(num_queries, num_memories, dtype=torch.int64, device=positions.device)
@@ -129,20 +125,75 @@ def _fmix32_(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
 
 
 def random_mask(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
-    """Mask (Q, M) keeping, per query, the k memories with the smallest hash
-    h(seed, position, index): a uniformly random k-subset that is a pure function of
-    (seed, position), whatever batch the query arrives in."""
-    memory_indices = torch.arange(num_memories, device=positions.device)  # (M,)
-    hashes = random_keys(seed, positions, memory_indices)  # (Q, M)
-    chosen = torch.topk(hashes, k, dim=-1, largest=False).indices  # (Q, k)
-    mask = torch.zeros(hashes.shape, dtype=torch.bool, device=hashes.device)  # (Q, M)
-    return mask.scatter_(-1, chosen, True)
+    """Mask (Q, M) of the memories `random_choice` draws for each query: a uniformly random
+    k-subset that is a pure function of (seed, position, M, k), whatever batch the query is in."""
+    chosen = random_choice(seed, positions, num_memories, k, block_rows=num_memories)  # (Q, k)
+    mask = torch.zeros(positions.shape[0], num_memories, dtype=torch.bool, device=chosen.device)
+    return mask.scatter_(-1, chosen, True)  # (Q, M)
+
+
+# A query's subset is drawn by Floyd's algorithm (O(k²) work per query, no other memory index
+# touched) while k ≤ FLOYD_MAX_K and k · FLOYD_RATIO ≤ M; otherwise by the k smallest of M hashes
+# (O(M) per query, a few ns each), which is cheaper there: Floyd's k sequential steps cost a few
+# small tensor operations each, and the masked path (k > M/8) reads every memory anyway.
+FLOYD_MAX_K = 256
+FLOYD_RATIO = 64
+
+
+def uses_floyd(num_memories: int, k: int) -> bool:
+    """Whether `random_choice` draws by Floyd's algorithm (else by the smallest hashes)."""
+    return k <= FLOYD_MAX_K and k * FLOYD_RATIO <= num_memories
+
+
+def random_choice(
+    seed: int, positions: Tensor, num_memories: int, k: int, *, block_rows: int
+) -> Tensor:
+    """The k memories a query at each position keeps, (Q, k) ascending: `floyd_subset` where
+    `uses_floyd`, else the k smallest hashes h(seed, position, index) (`random_subset`). Both
+    draw every k-subset with equal probability."""
+    if uses_floyd(num_memories, k):
+        return floyd_subset(seed, positions, num_memories, k)
+    return random_subset(seed, positions, num_memories, k, block_rows=block_rows)
+
+
+def _query_state(seed: int, positions: Tensor) -> Tensor:
+    """The per-query hash state (Q,) from the seed's and the position's 32-bit words."""
+    state = _fmix32((seed & _MASK32) ^ 0x6A09E667)
+    state = _fmix32(state ^ ((seed >> 32) & _MASK32))
+    positions = positions.to(torch.int64)
+    state = _fmix32(state ^ (positions & _MASK32))  # (Q,)
+    return _fmix32(state ^ ((positions >> 32) & _MASK32))  # (Q,)
+
+
+def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
+    """k distinct memories per query, (Q, k) ascending, by Floyd's sampling algorithm:
+
+        for j = M − k … M − 1:  t ← uniform in [0, j];  keep j if t is kept already, else t
+
+    which gives every k-subset of [0, M) probability 1 / C(M, k) (Floyd, CACM 1987). The uniform
+    t comes from a 62-bit hash of (query state, j) reduced mod j + 1 (bias ≤ j / 2⁶², nil in
+    practice), so the draw is a pure function of (seed, position, M, k). Work O(k²) per query:
+    each step compares t with the k kept so far; no other memory index is touched.
+    """
+    state = _query_state(seed, positions)[:, None]  # (Q, 1)
+    steps = torch.arange(num_memories - k, num_memories, device=positions.device)  # (k,) j
+    # Every draw depends on (state, j) alone, so all k are hashed at once; only the choice
+    # between t and j is sequential.
+    high = _fmix32(state ^ (steps & _MASK32))  # (Q, k)
+    high = _fmix32(high ^ ((steps >> 32) & _MASK32) ^ 0x3C6EF372)
+    low = _fmix32(high ^ 0xBB67AE85)
+    draws = ((high >> 1) << 31 | (low >> 1)) % (steps + 1)  # (Q, k), column j in [0, j]
+    chosen = draws.clone()  # (Q, k)
+    for step in range(1, k):
+        taken = (chosen[:, :step] == draws[:, step : step + 1]).any(dim=1)  # (Q,)
+        chosen[:, step] = torch.where(taken, steps[step], draws[:, step])
+    return torch.sort(chosen, dim=1).values  # (Q, k)
 
 
 def random_subset(
     seed: int, positions: Tensor, num_memories: int, k: int, *, block_rows: int
 ) -> Tensor:
-    """The memories `random_mask` keeps, as indices (Q, k) in ascending order, found blockwise.
+    """The k memories with the smallest hash per query, as indices (Q, k) ascending, blockwise.
 
     Hashes are computed for `block_rows` memory indices at a time; each block's k smallest are
     merged with the k kept so far. No keys are read and no (Q, M) tensor is formed. A query's

@@ -26,7 +26,13 @@ from torch import Tensor
 
 from nphcli import __version__
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET
-from nphcli.devices import dtype_name, resolve_device, resolve_dtype, synchronize
+from nphcli.devices import (
+    dtype_name,
+    resolve_device,
+    resolve_dtype,
+    synchronize,
+    tf32_matmuls,
+)
 from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
 from nphcli.evaluation.guards import check_default_beta, check_finite, check_range, memory_scale
@@ -160,7 +166,10 @@ def _run_on_device(
 
     batch = settings.batch_size or chosen.rows.shape[0]
     positions = chosen.rows.to(device)  # (Q,)
-    result, warmup_s, times = _timed_retrieve(model, queries_d, bank, positions, batch, settings)
+    with tf32_matmuls(settings.tf32):
+        result, warmup_s, times = _timed_retrieve(
+            model, queries_d, bank, positions, batch, settings
+        )
 
     t0 = time.perf_counter()
     indices = chosen.target_indices
@@ -271,6 +280,7 @@ def _config(
         "seed": settings.seed,
         "device": str(device),
         "dtype": dtype_name(dtype),
+        "tf32": settings.tf32,
         "memory": {
             "file": sources.get("memory"),
             "M": memory.num_memories,

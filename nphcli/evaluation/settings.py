@@ -26,6 +26,7 @@ class RetrieveSettings:
     repeat: int = 1  # how many times the timed retrieval runs (min and median are reported)
     memory_budget: int | None = None  # bytes of model working memory; None: the engine default
     index: IndexSettings | None = None  # retrieve over an approximate index (`nph index`)
+    tf32: bool = False  # float32 matrix products on TF32 tensor cores (CUDA); changes results
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -22,13 +22,14 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
+from nphcli.engine.features import feature_readout
+from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
+from nphcli.engine.masks import random_keys, random_mask, resolve_k, topk_mask, window_mask
 from nphcli.errors import NphError
 from nphcli.models.base import HopfieldModel
 from nphcli.models.dense import Dense
 from nphcli.models.entmax import Entmax
-from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
-from nphcli.models.linear import Linear, feature_readout, log_elu_plus_one
-from nphcli.engine.masks import random_keys, random_mask, resolve_k, topk_mask, window_mask
+from nphcli.models.linear import Linear, log_elu_plus_one
 from nphcli.models.multihead import MultiHead
 from nphcli.models.random_feature import RandomFeature
 from nphcli.models.random_mask import RandomMask

@@ -12,7 +12,7 @@ Blocks and gathered rows come in the bank's `dtype` on its `device`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,12 @@ class MemoryBank:
         kernel may take them in one piece), else None."""
         return None
 
+    def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
+        """(token, anchors) saying what these memories are, for reusing work derived from them
+        (`nphcli.engine.summary_cache`): the token changes whenever the contents may have, and
+        the work is forgotten once any anchor is freed. None: never reuse (the default)."""
+        return None
+
     def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
         """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): shape (Q, d_v).
 
@@ -79,7 +85,7 @@ class MemoryBank:
         """
         rows, inverse = torch.unique(index, return_inverse=True)  # (U,), (Q, c)
         _, values = self.gather(rows)  # (U, d_v)
-        return F.embedding_bag(inverse, values, per_sample_weights=weights, mode="sum")
+        return _embedding_sum(inverse, values, weights)
 
 
 class TensorBank(MemoryBank):
@@ -129,8 +135,21 @@ class TensorBank(MemoryBank):
     def resident(self) -> tuple[Tensor, Tensor]:
         return self.keys, self.values
 
+    def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
+        """The tensors' identity and version (bumped by every in-place change); None when a
+        summary would have to carry their gradient."""
+        tensors = (self.keys, self.values)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return None
+        if any(t.is_inference() for t in tensors):  # they keep no version counter
+            return None
+        token = tuple(
+            (id(t), t._version, t.data_ptr(), t.shape, t.dtype, t.device) for t in tensors
+        )
+        return token, tensors
+
     def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
-        return F.embedding_bag(index, self.values, per_sample_weights=weights, mode="sum")
+        return _embedding_sum(index, self.values, weights)
 
 
 class Memory(TensorBank):
@@ -146,6 +165,15 @@ class Memory(TensorBank):
         path: Path | None = None,
     ):
         super().__init__(patterns, values, labels=labels, meta=meta, path=path)
+
+
+def _embedding_sum(index: Tensor, values: Tensor, weights: Tensor) -> Tensor:
+    """Σ_j weights[q, j] · values[index[q, j]]: (Q, d_v) in the weights' dtype (half values are
+    summed in their dtype with the weights rounded to it, as the matrix products are)."""
+    summed = F.embedding_bag(
+        index, values, per_sample_weights=weights.to(values.dtype), mode="sum"
+    )  # (Q, d_v)
+    return summed.to(weights.dtype)
 
 
 def as_bank(memory: Tensor | MemoryBank, values: Tensor | None = None) -> MemoryBank:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -131,6 +132,21 @@ class StreamedBank(MemoryBank):
             other.device = canonical_device(device)
         return other
 
+    def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
+        """The file as it is now (path, inode, size, modification time) and how it is read."""
+        status = os.stat(self.path)
+        token = (
+            str(self.path.resolve()),
+            status.st_ino,
+            status.st_size,
+            status.st_mtime_ns,
+            self.key_name,
+            self.value_name,
+            self.dtype,
+            self.device,
+        )
+        return token, ()
+
     @property
     def labels(self) -> Tensor | None:
         """The file's `labels` (M,) int64, or None; small enough to read whole (once)."""
@@ -171,7 +187,13 @@ class StreamedBank(MemoryBank):
         if not torch.isfinite(block).all():
             where = f" in rows from {start}" if start is not None else ""
             raise NphError(f"{self.path}: '{name}' contains NaN or infinite values{where}")
-        return block.to(device=self.device, dtype=self.dtype)
+        block = block.to(dtype=self.dtype)
+        if self.device.type == "cuda":
+            # A pinned copy is sent asynchronously: the GPU computes on this block while the
+            # generator already reads the next one from disk. torch's pinned-memory allocator
+            # keeps the host buffer alive until the copy has run.
+            return block.pin_memory().to(self.device, non_blocking=True)
+        return block.to(device=self.device)
 
 
 def _layout(path: Path, name: str) -> tuple[int, int, torch.dtype]:

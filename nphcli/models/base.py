@@ -21,6 +21,7 @@ from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
 from nphcli.devices import same_device
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
+from nphcli.engine.precision import HALF_DTYPES
 from nphcli.errors import NphError, score_overflow
 from nphcli.memory.bank import MemoryBank, as_bank
 
@@ -162,7 +163,8 @@ class HopfieldModel:
         `values` (M, d_v), or a `MemoryBank` (in RAM, or streamed from a file).
 
         Applies x ← T(x) up to `steps` times; a query stops once ‖T(x) − x‖₂ ≤ tol. Half-precision
-        inputs are computed in float32 and the result is cast back to the queries' dtype.
+        inputs keep their matrix products in the half dtype and everything else in float32
+        (`engine.precision`); the result is cast back to the queries' dtype.
 
         `memory_budget` (bytes, default `DEFAULT_MEMORY_BUDGET`) bounds the working memory beyond
         the inputs and the result: queries are taken in batches and memories in blocks sized by
@@ -181,11 +183,13 @@ class HopfieldModel:
         if positions is None:
             positions = torch.arange(num_queries, device=queries.device)
         out_dtype = queries.dtype
-        if queries.dtype in (torch.float16, torch.bfloat16):
-            queries = queries.to(torch.float32)
         if bank.dtype != queries.dtype:
             bank = bank.to(dtype=queries.dtype)
-        plan = plan or self.plan(num_queries, bank, budget)
+        if plan is None:
+            # Working sets are counted in the bank's dtype, but half inputs keep scores and sums
+            # in float32 (`engine.precision`), at most twice as wide: half the budget covers it.
+            half = queries.dtype in HALF_DTYPES
+            plan = self.plan(num_queries, bank, max(1, budget // 2) if half else budget)
         prepared = self.prepare(bank, plan.memory_rows)
 
         state = queries
@@ -213,8 +217,9 @@ class HopfieldModel:
             active = active[change > self.tol]
             if active.numel() == 0:
                 break
-        _check_output(state)
-        return Retrieval(patterns=state.to(out_dtype), steps=steps, support=support)
+        result = state.to(out_dtype)
+        _check_output(result)
+        return Retrieval(patterns=result, steps=steps, support=support)
 
     def _update_batches(
         self,

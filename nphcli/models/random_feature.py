@@ -31,16 +31,18 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nphcli.engine.planning import Plan
-from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
-from nphcli.models.linear import (
+from nphcli.engine.features import (
     FeatureSummary,
     feature_plan,
     merge_summaries,
     readout,
     summarise_keys,
 )
+from nphcli.engine.planning import Plan
+from nphcli.engine.precision import accumulation_dtype
+from nphcli.engine.summary_cache import cached_summary
+from nphcli.memory.bank import MemoryBank
+from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.registry import register_model
 
 
@@ -100,16 +102,21 @@ class RandomFeature(HopfieldModel):
 
     def prepare(self, bank: MemoryBank, block_rows: int) -> FeatureSummary:
         scale = math.sqrt(self.beta)
-        weights = self.projection(bank.dim, bank.device, bank.dtype)  # (m, d)
+        dtype = accumulation_dtype(bank.dtype)  # half memories are summed in float32
+        weights = self.projection(bank.dim, bank.device, dtype)  # (m, d)
 
         def key_logits(keys: Tensor) -> Tensor:
-            scaled = scale * keys  # (B, d)
+            scaled = scale * keys.to(dtype)  # (B, d)
             return scaled @ weights.T - 0.5 * (scaled * scaled).sum(dim=1, keepdim=True)  # (B, m)
 
-        local = summarise_keys(
-            (key_logits(keys), values) for _, keys, values in bank.blocks(block_rows)
-        )
-        return merge_summaries(local, bank.collective)
+        def build() -> FeatureSummary:
+            return summarise_keys(
+                (key_logits(keys), values.to(dtype)) for _, keys, values in bank.blocks(block_rows)
+            )
+
+        key = (self.name, self.beta, self.features, self.seed, block_rows)
+        local = cached_summary(bank, key, build)
+        return merge_summaries(local, bank.collective)  # rows spread over ranks
 
     def update(
         self,
@@ -120,8 +127,9 @@ class RandomFeature(HopfieldModel):
         *,
         block_rows: int,
     ) -> Update:
-        weights = self.projection(bank.dim, bank.device, bank.dtype)  # (m, d)
-        query_logits = (math.sqrt(self.beta) * queries) @ weights.T  # (Q, m)
+        dtype = accumulation_dtype(queries.dtype)
+        weights = self.projection(bank.dim, bank.device, dtype)  # (m, d)
+        query_logits = (math.sqrt(self.beta) * queries.to(dtype)) @ weights.T  # (Q, m)
         return Update(readout(query_logits, prepared))
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:

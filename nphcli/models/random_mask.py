@@ -1,17 +1,19 @@
 """Random-masked Hopfield retrieval (BigBird-like): softmax over k memories drawn per query.
 
-Each query keeps the k memories with the smallest hash h(seed, query position, memory index)
-(`masks.random_mask`), a uniformly random k-subset; all others get weight exactly 0. Because the
-mask is a pure function of (seed, position, index), it does not depend on how queries are
-batched or memories blocked, and it does not change between iteration steps: T is one fixed
-map, so its fixed points are well defined. A different `--seed` draws different subsets.
-The reported support is k (the kept memories, even where a weight underflows to 0).
+Each query keeps a uniformly random k-subset of the memories (`masks.random_choice`); all others
+get weight exactly 0. The subset is a pure function of (seed, query position, M, k):
+- k ≤ 256 and 64·k ≤ M (`masks.uses_floyd`): Floyd's sampling algorithm, its k uniform draws
+  taken from a hash of (seed, position, step), O(k²) work per query and no other memory index
+  touched, so selection costs O(Q·k²) whatever M is;
+- otherwise: the k memories with the smallest hash h(seed, position, index), O(M) per query.
+So it does not depend on how queries are batched or memories blocked, and it does not change
+between iteration steps: T is one fixed map, so its fixed points are well defined. A different
+`--seed` draws different subsets. The reported support is k (the kept memories, even where a
+weight underflows to 0).
 
-Blockwise: the k smallest hashes are found over blocks of memory indices without reading any
-key (`masks.random_subset`), and only those k memories are read and scored. For large k, the k-th
-smallest of each query's M hashes is found first; then every memory block is scored and masked
-where the hash exceeds it (online softmax): a matrix product reads memory
-far faster than per-query gathers. Hashes are cheap next to either (a few ns each).
+Reading: for k ≤ M/8 only the k chosen memories are gathered and scored, O(Q·k·d). For larger k
+every memory block is scored and masked (online softmax): a matrix product reads memory far
+faster than per-query gathers; the mask is each query's hashes up to its k-th smallest.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.masks import (
     K_HELP,
     check_k,
+    random_choice,
     random_keys,
     random_mask,
-    random_subset,
     resolve_k,
 )
 from nphcli.engine.planning import itemsize
@@ -42,7 +44,11 @@ from nphcli.models.registry import register_model
     "random",
     summary="softmax over k memories drawn per query by a seeded hash (BigBird-like random mask)",
     formula="T(x) = Vᵀ softmax(β K x) restricted to k random memories R(seed, position)",
-    cost="time O(Q·M) hashes + O(Q·k·d) gathered or O(Q·M·d) masked; extra memory O(Q·k + Q·B)",
+    cost=(
+        "time O(Q·k·(k + d)) for k ≤ 256 and 64·k ≤ M, O(Q·M + Q·k·d) for k ≤ M/8, "
+        "else O(Q·M·d) masked; "
+        "extra memory O(Q·k + Q·B), O(Q·M) masked"
+    ),
 )
 @dataclass(kw_only=True)
 class RandomMask(HopfieldModel):
@@ -73,8 +79,8 @@ class RandomMask(HopfieldModel):
         k = resolve_k(self.k, bank.num_memories)
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
         num_memories = bank.num_memories
-        if _gathers(k, num_memories):
-            chosen = random_subset(self.seed, positions, num_memories, k, block_rows=block_rows)
+        if _gathers(k, num_memories):  # (every k that `uses_floyd` gathers: 64·k ≤ M)
+            chosen = random_choice(self.seed, positions, num_memories, k, block_rows=block_rows)
             patterns = gathered_attention(queries, bank, chosen, None, beta=self.beta)
         else:
             memory_index = torch.arange(num_memories, device=positions.device)  # (M,)

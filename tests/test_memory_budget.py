@@ -1,0 +1,113 @@
+"""`--memory-budget` holds: the working memory of `retrieve` beyond inputs and result stays within
+it. Measured by tracking every tensor storage the call allocates (a dispatch mode sees each op's
+outputs; a storage counts while it lives), so a (Q, M) score matrix made in one piece shows up
+whatever the device. The same check on CUDA with torch.cuda.max_memory_allocated runs under
+NPH_TEST_DEVICE=cuda.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from nphcli.models import create_model
+
+NUM_QUERIES, NUM_MEMORIES, DIM, VALUE_DIM = 64, 3000, 32, 16
+BUDGET = 256 * 2**10  # bytes; one (Q, M) float32 score matrix would take 750 KiB
+
+
+class PeakTracker(TorchDispatchMode):
+    """Peak bytes of tensor storages alive at once among those allocated while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._seen: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.is_view:  # a view shares its input's storage: nothing allocated
+            return out
+        given = {
+            t.untyped_storage().data_ptr()
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor)
+        }
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                if storage.data_ptr() not in given:  # in-place and out= ops write into inputs
+                    self._count(storage)
+        return out
+
+    def _count(self, storage) -> None:
+        key = storage.data_ptr()
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.live += storage.nbytes()
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(storage, self._release, key, storage.nbytes())
+
+    def _release(self, key: int, nbytes: int) -> None:
+        self._seen.discard(key)
+        self.live -= nbytes
+
+
+# Models whose working set the budget bounds (all of them, with parameters that exercise the
+# blockwise paths: hetero values keep dense and multihead off the fused kernel).
+CASES = [
+    ("dense", {}),
+    ("multihead", {"heads": 4}),
+    ("topk", {"k": 10}),
+    ("random", {"k": 10}),
+    ("random", {"k": 0.5}),
+    ("sparse", {}),
+    ("entmax", {}),
+    ("window", {}),
+    # feature_plan undercounts the temporaries of prepare's feature blocks: measured ~1.25× the
+    # budget here. Known and left open; strict, so a fix shows up as an unexpected pass.
+    pytest.param("linear", {}, marks=pytest.mark.xfail(strict=True, reason="feature_plan")),
+    pytest.param(
+        "random-feature",
+        {"features": 64},
+        marks=pytest.mark.xfail(strict=True, reason="feature_plan"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), CASES)
+def test_working_memory_within_budget_on_the_cpu(name, params):
+    dtype = torch.float32
+    generator = torch.Generator().manual_seed(0)
+    queries = torch.randn(NUM_QUERIES, DIM, generator=generator, dtype=dtype)
+    keys = torch.randn(NUM_MEMORIES, DIM, generator=generator, dtype=dtype)
+    values = torch.randn(NUM_MEMORIES, VALUE_DIM, generator=generator, dtype=dtype)
+    model = create_model(name, beta=0.5, **params)
+    with PeakTracker() as tracker:
+        result = model.retrieve(queries, keys, values, memory_budget=BUDGET)
+    result_bytes = result.patterns.untyped_storage().nbytes() + result.steps.nbytes
+    assert tracker.peak <= BUDGET + result_bytes, (tracker.peak, BUDGET)
+
+
+@pytest.mark.parametrize(("name", "params"), CASES)
+def test_peak_gpu_memory_within_budget(device, name, params):
+    if device.type != "cuda":
+        pytest.skip("torch.cuda.max_memory_allocated needs a CUDA device")
+    generator = torch.Generator().manual_seed(0)
+    queries = torch.randn(NUM_QUERIES, DIM, generator=generator).to(device)
+    keys = torch.randn(NUM_MEMORIES, DIM, generator=generator).to(device)
+    model = create_model(name, beta=0.5, **params)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    result = model.retrieve(queries, keys, memory_budget=BUDGET)
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    result_bytes = result.patterns.untyped_storage().nbytes() + result.steps.nbytes
+    assert peak <= BUDGET + result_bytes, (peak, BUDGET)
