@@ -287,6 +287,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "pattern"), [pytest.param(a, p, id=i) for i, a, p in CASES])
 def test_bad_input(invoke, scene, args, pattern):
     if args[-1] == "cuda:7" and torch.cuda.device_count() > 7:

@@ -96,6 +96,7 @@ def test_batch_size_changes_only_the_last_bits(memory, model):
         _close(_without_timing(report), _without_timing(everything), f"batch {batch}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", model_names())
 def test_block_sizes_and_streaming_change_only_the_last_bits(memory, model):
     """A tiny --memory-budget makes the models work in small blocks of memories; --stream

@@ -27,6 +27,8 @@ from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.shards import read_manifest, write_shards
 from nphcli.models import model_names
 
+pytestmark = pytest.mark.slow  # several processes per test
+
 PARAMS = {
     "multihead": {"heads": 2},
     "random-feature": {"features": 24},

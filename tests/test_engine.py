@@ -264,6 +264,7 @@ class _OpaqueBank(MemoryBank):
 BUDGET = 32 * 2**10  # bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bank_kind", ["tensor", "opaque"])
 @pytest.mark.parametrize(("name", "params"), CASES, ids=IDS)
 def test_memory_budget_is_respected(device, name, params, bank_kind):

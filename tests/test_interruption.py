@@ -21,7 +21,8 @@ import torch
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.sweeps.results import read_results
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+# Real processes killed and interrupted: slow.
+pytestmark = [pytest.mark.skipif(os.name != "posix", reason="POSIX signals"), pytest.mark.slow]
 
 # Runs `nph` with a hook. NPH_TEST_STAGE: `empty` pauses right after the temporary file is
 # created, `half` after half of it is written, `full` after all of it (before the rename);

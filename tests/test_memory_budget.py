@@ -20,6 +20,9 @@ NUM_QUERIES, NUM_MEMORIES, DIM, VALUE_DIM = 64, 3000, 32, 16
 BUDGET = 256 * 2**10  # bytes; one (Q, M) float32 score matrix would take 750 KiB
 
 
+pytestmark = pytest.mark.slow  # allocation tracking
+
+
 class PeakTracker(TorchDispatchMode):
     """Peak bytes of tensor storages alive at once among those allocated while active."""
 

@@ -109,6 +109,7 @@ def _check_retrieve_json(stdout: str, model: str) -> dict:
     return report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", BETAS)
 @pytest.mark.parametrize("memory", list(MEMORIES))
 @pytest.mark.parametrize("model", model_names())

@@ -87,6 +87,7 @@ def test_stream_equals_in_memory(retrieve, mnist, model, dtype, rel):
     assert loaded["config"] == streamed["config"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("dtype", "rel"), DTYPES)
 @pytest.mark.parametrize("model", model_names())
 def test_small_memory_budget_gives_the_same_metrics(retrieve, mnist, model, dtype, rel):
