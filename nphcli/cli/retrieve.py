@@ -6,6 +6,7 @@ Parsing and rendering only; `nphcli.evaluation.evaluate` does the work.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated
 
 import typer
@@ -14,7 +15,7 @@ from nphcli.cli.app import app
 from nphcli.cli.model_options import parse_lists, with_model_options
 from nphcli.cli.options import Force, JsonOutput, QueryCount, Seed
 from nphcli.cli.parsing import parse_indices, parse_size
-from nphcli.cli.render import format_value, print_csv, print_json, print_table
+from nphcli.cli.retrieve_output import print_many, print_report
 from nphcli.errors import NphError
 
 
@@ -228,69 +229,9 @@ def retrieve_command(
     noise) and the uncorrupted pattern is the target. Metrics and timings are defined in the
     README, section "Retrieving".
     """
-    from nphcli.distributed.group import launched_by_torchrun
-    from nphcli.distributed.retrieve import distributed_retrieve
-    from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.grid import evaluate_grid, settings_product
-    from nphcli.evaluation.inputs import check_output_path, load_inputs, open_stream
-    from nphcli.evaluation.report import save_results
-    from nphcli.evaluation.settings import RetrieveSettings
-
-    if as_json and as_csv:
-        raise NphError("choose one of --json and --csv")
-    if no_header and not as_csv:
-        raise NphError("--no-header goes with --csv")
-    outputs = [path for path in (out, save_grid) if path is not None]
-    if len(outputs) == 2 and out.resolve() == save_grid.resolve():
-        raise NphError("--out and --save-grid name the same file")
-    for path in outputs:
-        check_output_path(
-            path, force=force, protect=[memory, *(p for p in (queries_file, targets_file) if p)]
-        )
-    if out is not None:
-        from nphcli.evaluation.report import check_results_output
-
-        check_results_output(out)
-    if save_grid is not None:
-        from nphcli.image_grid import check_grid_output
-
-        check_grid_output(save_grid, scale=scale)
-    index_settings = None
-    if index is not None:
-        from nphcli.ann.settings import IndexSettings
-
-        check = {} if check_exact is None else {"check_exact": check_exact}
-        index_settings = IndexSettings(
-            path=str(index), nprobe=nprobe, ef=ef, candidates=candidates, **check
-        )
-    elif any(value is not None for value in (nprobe, ef, candidates, check_exact)):
-        raise NphError("--nprobe, --ef, --candidates and --check-exact go with --index")
-    masks, noises = _floats("--mask", mask), _floats("--noise", noise)
-    base = RetrieveSettings(
-        corruption=Corruption(
-            mask=masks[0],
-            mask_mode=mask_mode,
-            fill=fill,
-            noise=noises[0],
-            noise_clip=noise_clip,
-        ),
-        queries=queries,
-        seed=seed,
-        device=device,
-        dtype=dtype,
-        batch_size=batch_size,
-        repeat=repeat,
-        memory_budget=None if memory_budget is None else parse_size(memory_budget),
-        index=index_settings,
-        tf32=tf32,
-    )
-    grid = settings_product(
-        base,
-        models=[name.strip() for name in model.split(",")],
-        params=parse_lists(model_params),
-        masks=masks,
-        noises=noises,
-    )
+    opts = SimpleNamespace(**locals())  # the parsed options, for the steps below
+    outputs = _check_outputs(opts)
+    grid = _settings_grid(opts, _index_settings(opts))
     if len(grid) > 1 and outputs:
         raise NphError(
             f"--out and --save-grid take one setting; these options give {len(grid)}: "
@@ -298,120 +239,154 @@ def retrieve_command(
         )
     if len(grid) > 1 and per_query and not (as_json or as_csv):
         raise NphError("--per-query with several settings needs --json or --csv")
-    if index_settings is not None:
-        from nphcli.ann.run import check_index_run
-        from nphcli.evaluation.settings import build_model
-
-        for settings in grid:
-            check_index_run(index_settings, memory, build_model(settings), device)
     load = {
         "queries_file": queries_file,
         "targets_file": targets_file,
         "target_indices": None if target_indices is None else parse_indices(target_indices),
         "stream": stream,
     }
-    steps_trace = None
+    from nphcli.distributed.group import launched_by_torchrun
+
     if workers != 1 or launched_by_torchrun():
-        if len(grid) > 1 or trace or index_settings is not None:
-            raise NphError(
-                "--workers and torchrun runs take one setting, without --trace or --index"
-            )
-        grid_memory = open_stream(memory) if save_grid is not None else None
-        if grid_memory is not None:
-            from nphcli.image_grid import check_drawable
-
-            check_drawable(grid_memory)
-        report = distributed_retrieve(memory, grid[0], workers=workers, timeout=timeout, **load)
-        if report is None:  # a torchrun rank other than 0: rank 0 prints and writes
-            return
+        report, shown_memory, steps_trace = _run_distributed(opts, grid, load)
     else:
-        inputs = load_inputs(memory, **load)
-        grid_memory = inputs.memory
-        if save_grid is not None:
-            from nphcli.image_grid import check_drawable
-
-            check_drawable(grid_memory)
-        if trace and (stream or as_csv or len(grid) > 1):
-            raise NphError(
-                "--trace goes with one setting and --json or the table, not with --stream or --csv"
-            )
-        reports = evaluate_grid(inputs, grid)
-        if len(reports) > 1:
-            _print_many(
-                grid,
-                reports,
-                as_json=as_json,
-                as_csv=as_csv,
-                per_query=per_query,
-                header=not no_header,
-            )
-            return
-        report = reports[0]
-        if trace:
-            from nphcli.theory.energy import trace_report
-
-            steps_trace = trace_report(inputs.memory, report).to_json(per_query=per_query)
+        report, shown_memory, steps_trace = _run_here(opts, grid, load)
+    if report is None:  # printed already (several settings), or not rank 0 of torchrun
+        return
     if out is not None:
+        from nphcli.evaluation.report import save_results
+
         save_results(out, report, force=force)
     if save_grid is not None:
         from nphcli.image_grid import save_retrieval_grid
 
-        save_retrieval_grid(save_grid, report, grid_memory, force=force, scale=scale)
-
-    if as_json:
-        result = report.to_json(per_query=per_query)
-        if steps_trace is not None:
-            result["trace"] = steps_trace
-        print_json(result)
-    elif as_csv:
-        rows = report.per_query_rows() if per_query else [report.to_row()]
-        print_csv(rows, header=not no_header)
-    else:
-        _print_tables(report, per_query=per_query)
-        if steps_trace is not None:
-            names = ["step", "energy_mean", "energy_rise_max", "residual_mean", "residual_max"]
-            rows = [[item[name] for name in names] for item in steps_trace]
-            print_table("Trace (float64)", names, rows)
+        save_retrieval_grid(save_grid, report, shown_memory, force=force, scale=scale)
+    print_report(report, opts, steps_trace)
 
 
-def _print_many(grid, reports, *, as_json: bool, as_csv: bool, per_query: bool, header: bool):
-    """Several settings: a JSON Lines stream, one CSV (header once), or a comparison table."""
-    from nphcli.evaluation.grid import given_params
+def _check_outputs(opts) -> list[Path]:
+    """Refuse, before any work, output options that cannot go together or cannot be written."""
+    from nphcli.evaluation.inputs import check_output_path
 
-    if as_json:
-        for report in reports:
-            print_json(report.to_json(per_query=per_query))
-        return
-    if as_csv:
-        rows = []
-        for i, report in enumerate(reports):
-            if per_query:  # which setting each query row belongs to
-                model = report.config["model"]
-                rows.extend({"setting": i, "model": model, **r} for r in report.per_query_rows())
-            else:
-                rows.append(report.to_row())
-        print_csv(rows, header=header)
-        return
-    columns = ["model", "parameters", "mask", "noise", "sse", "success", "cosine", "support"]
-    rows = []
-    for settings, report in zip(grid, reports, strict=True):
-        corruption, metrics = report.config["corruption"], report.metrics
-        means = [
-            None if metrics[name] is None else metrics[name]["mean"]
-            for name in ("sse", "success", "cosine", "support")
-        ]
-        timing = report.timing["retrieve_median_s"]
-        rows.append(
-            [settings.model, given_params(settings), corruption["mask"], corruption["noise"]]
-            + means
-            + [timing]
-        )
-    first = reports[0].config
-    title = (
-        f"{len(reports)} settings: {first['memory']['file']} (M={first['memory']['M']}), "
-        f"{first['queries']['Q']} queries, seed {first['seed']}; metric means per query"
+    if opts.as_json and opts.as_csv:
+        raise NphError("choose one of --json and --csv")
+    if opts.no_header and not opts.as_csv:
+        raise NphError("--no-header goes with --csv")
+    outputs = [path for path in (opts.out, opts.save_grid) if path is not None]
+    if len(outputs) == 2 and opts.out.resolve() == opts.save_grid.resolve():
+        raise NphError("--out and --save-grid name the same file")
+    inputs = [opts.memory, *(p for p in (opts.queries_file, opts.targets_file) if p)]
+    for path in outputs:
+        check_output_path(path, force=opts.force, protect=inputs)
+    if opts.out is not None:
+        from nphcli.evaluation.report import check_results_output
+
+        check_results_output(opts.out)
+    if opts.save_grid is not None:
+        from nphcli.image_grid import check_grid_output
+
+        check_grid_output(opts.save_grid, scale=opts.scale)
+    return outputs
+
+
+def _index_settings(opts):
+    """The --index search settings, or None (its options are an error without it)."""
+    if opts.index is None:
+        if any(v is not None for v in (opts.nprobe, opts.ef, opts.candidates, opts.check_exact)):
+            raise NphError("--nprobe, --ef, --candidates and --check-exact go with --index")
+        return None
+    from nphcli.ann.settings import IndexSettings
+
+    check = {} if opts.check_exact is None else {"check_exact": opts.check_exact}
+    return IndexSettings(
+        path=str(opts.index), nprobe=opts.nprobe, ef=opts.ef, candidates=opts.candidates, **check
     )
-    print_table(title, [*columns, "retrieve s"], rows, width=120)
+
+
+def _settings_grid(opts, index_settings) -> list:
+    """One `RetrieveSettings` per combination of the comma lists (models, parameters, masks,
+    noise levels), each checked against an --index before any work."""
+    from nphcli.evaluation.corruption import Corruption
+    from nphcli.evaluation.grid import settings_product
+    from nphcli.evaluation.settings import RetrieveSettings, build_model
+
+    masks, noises = _floats("--mask", opts.mask), _floats("--noise", opts.noise)
+    corruption = Corruption(
+        mask=masks[0],
+        mask_mode=opts.mask_mode,
+        fill=opts.fill,
+        noise=noises[0],
+        noise_clip=opts.noise_clip,
+    )
+    budget = None if opts.memory_budget is None else parse_size(opts.memory_budget)
+    base = RetrieveSettings(
+        corruption=corruption,
+        queries=opts.queries,
+        seed=opts.seed,
+        device=opts.device,
+        dtype=opts.dtype,
+        batch_size=opts.batch_size,
+        repeat=opts.repeat,
+        memory_budget=budget,
+        index=index_settings,
+        tf32=opts.tf32,
+    )
+    models = [name.strip() for name in opts.model.split(",")]
+    params = parse_lists(opts.model_params)
+    grid = settings_product(base, models=models, params=params, masks=masks, noises=noises)
+    if index_settings is not None:
+        from nphcli.ann.run import check_index_run
+
+        for settings in grid:
+            check_index_run(index_settings, opts.memory, build_model(settings), opts.device)
+    return grid
+
+
+def _run_distributed(opts, grid, load):
+    """One setting over --workers processes or torchrun ranks: (report or None, the memory
+    to draw --save-grid from, no trace)."""
+    from nphcli.distributed.retrieve import distributed_retrieve
+    from nphcli.evaluation.inputs import open_stream
+
+    if len(grid) > 1 or opts.trace or opts.index is not None:
+        raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
+    shown_memory = open_stream(opts.memory) if opts.save_grid is not None else None
+    if shown_memory is not None:
+        from nphcli.image_grid import check_drawable
+
+        check_drawable(shown_memory)
+    report = distributed_retrieve(
+        opts.memory, grid[0], workers=opts.workers, timeout=opts.timeout, **load
+    )
+    return report, shown_memory, None  # report None: a torchrun rank other than 0
+
+
+def _run_here(opts, grid, load):
+    """Every setting in this process on inputs read once: (the report of a single setting, or
+    None once several are printed; the memory; the --trace steps or None)."""
+    from nphcli.evaluation.grid import evaluate_grid
+    from nphcli.evaluation.inputs import load_inputs
+
+    inputs = load_inputs(opts.memory, **load)
+    if opts.save_grid is not None:
+        from nphcli.image_grid import check_drawable
+
+        check_drawable(inputs.memory)
+    if opts.trace and (opts.stream or opts.as_csv or len(grid) > 1):
+        raise NphError(
+            "--trace goes with one setting and --json or the table, not with --stream or --csv"
+        )
+    reports = evaluate_grid(inputs, grid)
+    if len(reports) > 1:
+        print_many(grid, reports, opts)
+        return None, inputs.memory, None
+    steps_trace = None
+    if opts.trace:
+        from nphcli.theory.energy import trace_report
+
+        trace = trace_report(inputs.memory, reports[0])
+        steps_trace = trace.to_json(per_query=opts.per_query)
+    return reports[0], inputs.memory, steps_trace
 
 
 def _floats(flag: str, text: str) -> list[float]:
@@ -420,88 +395,3 @@ def _floats(flag: str, text: str) -> list[float]:
         return [float(part) for part in text.split(",")]
     except ValueError:
         raise NphError(f"{flag} takes a number (or a comma list of them), got {text!r}") from None
-
-
-def _print_tables(report, *, per_query: bool) -> None:
-    config = report.config
-    memory, queries, corruption = config["memory"], config["queries"], config["corruption"]
-    params = ", ".join(f"{key}={format_value(value)}" for key, value in config["params"].items())
-    parts = []
-    if corruption["mask"] > 0:
-        parts.append(
-            f"mask {format_value(corruption['mask'])} ({corruption['mask_mode']}, fill "
-            f"{format_value(corruption['fill'])})"
-        )
-    if corruption["noise"] > 0:
-        parts.append(f"Gaussian noise σ = {format_value(corruption['noise'])}")
-    corrupted = ", then ".join(parts) or "none"
-    shape = f"M={memory['M']}, d={memory['d']}" + (
-        f", d_v={memory['d_v']}" if memory["hetero"] else ""
-    )
-    run_rows = [
-        ("model", f"{config['model']} ({params})"),
-        ("memory", f"{memory['file'] or '(in memory)'} ({shape})"),
-        ("queries", f"{queries['Q']} ({_query_text(queries)})"),
-        ("corruption", corrupted),
-        ("device", f"{config['device']}, {config['dtype']}, batch {config['batch_size']}"),
-        ("seed", config["seed"]),
-    ]
-    print_table("Run", ["setting", "value"], run_rows)
-    metric_rows = [
-        (name, stats["mean"], stats["std"], stats["median"])
-        for name, stats in report.metrics.items()
-        if stats is not None
-    ]
-    print_table("Metrics (per query)", ["metric", "mean", "std", "median"], metric_rows)
-    timing = report.timing
-    timing_rows = [
-        ("load", timing["load_s"], ""),
-        ("corrupt", timing["corrupt_s"], ""),
-        ("transfer", timing["transfer_s"], "host ↔ device copies"),
-        ("warm-up", timing["warmup_s"], "first batch, not counted"),
-        ("retrieve (median)", timing["retrieve_median_s"], f"of {config['repeat']} run(s)"),
-        ("retrieve (min)", timing["retrieve_min_s"], ""),
-        ("metrics", timing["metrics_s"], ""),
-        ("total", timing["total_s"], ""),
-        ("per query", timing["us_per_query"] / 1e6, f"{format_value(timing['us_per_query'])} µs"),
-        ("throughput", "", f"{format_value(timing['queries_per_s'])} queries/s"),
-    ]
-    print_table("Timing (seconds)", ["phase", "s", "note"], timing_rows)
-    if config.get("index"):
-        _print_index(config["index"])
-    if per_query:
-        rows = report.per_query_rows()
-        # piped: as wide as the columns need, never squeezed into rich's default 80
-        print_table("Per query", list(rows[0]), [list(row.values()) for row in rows], width=1000)
-
-
-def _print_index(index: dict) -> None:
-    search = ", ".join(
-        f"{name} {index[name]}" for name in ("nprobe", "ef", "candidates") if index[name]
-    )
-    rows = [
-        ("index", f"{index['file']} ({index['kind']}; {search})"),
-        ("certified exact", index["certified_fraction"]),
-    ]
-    check = index["check_exact"]
-    if check:
-        rows += [
-            (f"recall@{check['k']} (sample of {check['queries']})", check["recall_at_k"]),
-            (
-                "‖T − T_exact‖ mean / max",
-                f"{check['pattern_gap_mean']:.3g} / {check['pattern_gap_max']:.3g}",
-            ),
-            ("sse − sse_exact (mean)", check["sse_difference_mean"]),
-        ]
-    print_table("Index (approximation cost)", ["measure", "value"], rows)
-
-
-def _query_text(queries: dict) -> str:
-    if queries["source"] == "stored":
-        return "corrupted stored patterns; target: the uncorrupted pattern"
-    targets = {
-        "file": f"targets from {queries['targets_file']}",
-        "indices": "targets by stored index",
-        None: "no targets",
-    }[queries["targets"]]
-    return f"from {queries['file']}; {targets}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated
 
 import typer
@@ -173,38 +174,12 @@ def sweep_command(
     from nphcli.atomic import check_not_input, check_writable
     from nphcli.errors import NphError
     from nphcli.sweeps import config as sweep_config
-    from nphcli.sweeps.parsing import parse_list
 
     if print_config:
-        if preset is None and config is None:
-            raise NphError("--print-config shows a --preset or --config file; name one")
-        if preset is not None and config is not None:
-            raise NphError("choose one of --preset and --config")
-        text = (
-            sweep_config.preset_text(preset)
-            if preset is not None
-            else sweep_config.config_text(config)
-        )
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        _print_config(preset, config)
         return
     data, origin = sweep_config.load(preset, config)
-    overrides = {
-        "dataset": dataset,
-        "models": models,
-        "sizes": None if sizes is None else parse_list(sizes, "--sizes", int),
-        "trials": trials,
-        "beta": None if beta is None else parse_list(beta, "--beta", float),
-        "mask": None if mask is None else parse_list(mask, "--mask", float),
-        "mask_mode": mask_mode,
-        "noise": None if noise is None else parse_list(noise, "--noise", float),
-        "noise_clip": noise_clip or None,
-        "queries": queries,
-        "normalize": normalize,
-        "root": root,
-        "seed": seed,
-        "device": device,
-        "dtype": dtype,
-    }
+    overrides = _overrides(SimpleNamespace(**locals()))
     grid = sweep_config.resolve(data, origin, overrides)
     inputs = [path for path in (grid.dataset, config) if path is not None and Path(path).exists()]
     for written in (out, plot):
@@ -255,6 +230,47 @@ def sweep_command(
         )
         return
     _print_summary(summary, theory=theory, title=f"Sweep summary ({out}, mean ± std over trials)")
+
+
+def _print_config(preset: str | None, config: Path | None) -> None:
+    """--print-config: the preset's or the config file's text, as the sweep would read it."""
+    from nphcli.errors import NphError
+    from nphcli.sweeps import config as sweep_config
+
+    if preset is None and config is None:
+        raise NphError("--print-config shows a --preset or --config file; name one")
+    if preset is not None and config is not None:
+        raise NphError("choose one of --preset and --config")
+    text = (
+        sweep_config.preset_text(preset) if preset is not None else sweep_config.config_text(config)
+    )
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _overrides(opts) -> dict:
+    """The grid keys the command line sets (None: keep the preset's or config's value)."""
+    from nphcli.sweeps.parsing import parse_list
+
+    def numbers(text, flag, kind):
+        return None if text is None else parse_list(text, flag, kind)
+
+    return {
+        "dataset": opts.dataset,
+        "models": opts.models,
+        "sizes": numbers(opts.sizes, "--sizes", int),
+        "trials": opts.trials,
+        "beta": numbers(opts.beta, "--beta", float),
+        "mask": numbers(opts.mask, "--mask", float),
+        "mask_mode": opts.mask_mode,
+        "noise": numbers(opts.noise, "--noise", float),
+        "noise_clip": opts.noise_clip or None,
+        "queries": opts.queries,
+        "normalize": opts.normalize,
+        "root": opts.root,
+        "seed": opts.seed,
+        "device": opts.device,
+        "dtype": opts.dtype,
+    }
 
 
 def _print_summary(summary, *, theory: bool, title: str) -> None:

@@ -1,0 +1,151 @@
+"""What `nph retrieve` prints: the single run's tables, JSON or CSV, and the comparison of
+several settings (JSON Lines, one CSV, or one table)."""
+
+from __future__ import annotations
+
+from nphcli.cli.render import format_value, print_csv, print_json, print_table
+
+
+def print_report(report, opts, steps_trace) -> None:
+    """One setting: a JSON object, a CSV header and row (or per-query rows), or tables."""
+    if opts.as_json:
+        result = report.to_json(per_query=opts.per_query)
+        if steps_trace is not None:
+            result["trace"] = steps_trace
+        print_json(result)
+    elif opts.as_csv:
+        rows = report.per_query_rows() if opts.per_query else [report.to_row()]
+        print_csv(rows, header=not opts.no_header)
+    else:
+        _print_tables(report, per_query=opts.per_query)
+        if steps_trace is not None:
+            names = ["step", "energy_mean", "energy_rise_max", "residual_mean", "residual_max"]
+            rows = [[item[name] for name in names] for item in steps_trace]
+            print_table("Trace (float64)", names, rows)
+
+
+def print_many(grid, reports, opts) -> None:
+    """Several settings: a JSON Lines stream, one CSV (header once), or a comparison table."""
+    from nphcli.evaluation.grid import given_params
+
+    as_json, as_csv, per_query = opts.as_json, opts.as_csv, opts.per_query
+    header = not opts.no_header
+    if as_json:
+        for report in reports:
+            print_json(report.to_json(per_query=per_query))
+        return
+    if as_csv:
+        rows = []
+        for i, report in enumerate(reports):
+            if per_query:  # which setting each query row belongs to
+                model = report.config["model"]
+                rows.extend({"setting": i, "model": model, **r} for r in report.per_query_rows())
+            else:
+                rows.append(report.to_row())
+        print_csv(rows, header=header)
+        return
+    columns = ["model", "parameters", "mask", "noise", "sse", "success", "cosine", "support"]
+    rows = []
+    for settings, report in zip(grid, reports, strict=True):
+        corruption, metrics = report.config["corruption"], report.metrics
+        means = [
+            None if metrics[name] is None else metrics[name]["mean"]
+            for name in ("sse", "success", "cosine", "support")
+        ]
+        timing = report.timing["retrieve_median_s"]
+        rows.append(
+            [settings.model, given_params(settings), corruption["mask"], corruption["noise"]]
+            + means
+            + [timing]
+        )
+    first = reports[0].config
+    title = (
+        f"{len(reports)} settings: {first['memory']['file']} (M={first['memory']['M']}), "
+        f"{first['queries']['Q']} queries, seed {first['seed']}; metric means per query"
+    )
+    print_table(title, [*columns, "retrieve s"], rows, width=120)
+
+
+def _print_tables(report, *, per_query: bool) -> None:
+    config = report.config
+    memory, queries, corruption = config["memory"], config["queries"], config["corruption"]
+    params = ", ".join(f"{key}={format_value(value)}" for key, value in config["params"].items())
+    parts = []
+    if corruption["mask"] > 0:
+        parts.append(
+            f"mask {format_value(corruption['mask'])} ({corruption['mask_mode']}, fill "
+            f"{format_value(corruption['fill'])})"
+        )
+    if corruption["noise"] > 0:
+        parts.append(f"Gaussian noise σ = {format_value(corruption['noise'])}")
+    corrupted = ", then ".join(parts) or "none"
+    shape = f"M={memory['M']}, d={memory['d']}" + (
+        f", d_v={memory['d_v']}" if memory["hetero"] else ""
+    )
+    run_rows = [
+        ("model", f"{config['model']} ({params})"),
+        ("memory", f"{memory['file'] or '(in memory)'} ({shape})"),
+        ("queries", f"{queries['Q']} ({_query_text(queries)})"),
+        ("corruption", corrupted),
+        ("device", f"{config['device']}, {config['dtype']}, batch {config['batch_size']}"),
+        ("seed", config["seed"]),
+    ]
+    print_table("Run", ["setting", "value"], run_rows)
+    metric_rows = [
+        (name, stats["mean"], stats["std"], stats["median"])
+        for name, stats in report.metrics.items()
+        if stats is not None
+    ]
+    print_table("Metrics (per query)", ["metric", "mean", "std", "median"], metric_rows)
+    timing = report.timing
+    timing_rows = [
+        ("load", timing["load_s"], ""),
+        ("corrupt", timing["corrupt_s"], ""),
+        ("transfer", timing["transfer_s"], "host ↔ device copies"),
+        ("warm-up", timing["warmup_s"], "first batch, not counted"),
+        ("retrieve (median)", timing["retrieve_median_s"], f"of {config['repeat']} run(s)"),
+        ("retrieve (min)", timing["retrieve_min_s"], ""),
+        ("metrics", timing["metrics_s"], ""),
+        ("total", timing["total_s"], ""),
+        ("per query", timing["us_per_query"] / 1e6, f"{format_value(timing['us_per_query'])} µs"),
+        ("throughput", "", f"{format_value(timing['queries_per_s'])} queries/s"),
+    ]
+    print_table("Timing (seconds)", ["phase", "s", "note"], timing_rows)
+    if config.get("index"):
+        _print_index(config["index"])
+    if per_query:
+        rows = report.per_query_rows()
+        # piped: as wide as the columns need, never squeezed into rich's default 80
+        print_table("Per query", list(rows[0]), [list(row.values()) for row in rows], width=1000)
+
+
+def _print_index(index: dict) -> None:
+    search = ", ".join(
+        f"{name} {index[name]}" for name in ("nprobe", "ef", "candidates") if index[name]
+    )
+    rows = [
+        ("index", f"{index['file']} ({index['kind']}; {search})"),
+        ("certified exact", index["certified_fraction"]),
+    ]
+    check = index["check_exact"]
+    if check:
+        rows += [
+            (f"recall@{check['k']} (sample of {check['queries']})", check["recall_at_k"]),
+            (
+                "‖T − T_exact‖ mean / max",
+                f"{check['pattern_gap_mean']:.3g} / {check['pattern_gap_max']:.3g}",
+            ),
+            ("sse − sse_exact (mean)", check["sse_difference_mean"]),
+        ]
+    print_table("Index (approximation cost)", ["measure", "value"], rows)
+
+
+def _query_text(queries: dict) -> str:
+    if queries["source"] == "stored":
+        return "corrupted stored patterns; target: the uncorrupted pattern"
+    targets = {
+        "file": f"targets from {queries['targets_file']}",
+        "indices": "targets by stored index",
+        None: "no targets",
+    }[queries["targets"]]
+    return f"from {queries['file']}; {targets}"
