@@ -12,8 +12,6 @@ import os
 import time
 from pathlib import Path
 
-import torch
-
 from nphcli.distributed.group import (
     join_group,
     open_rank_memory,
@@ -22,7 +20,7 @@ from nphcli.distributed.group import (
 )
 from nphcli.errors import NphError
 from nphcli.evaluation.evaluate import evaluate_inputs
-from nphcli.evaluation.inputs import Inputs, read_rows
+from nphcli.evaluation.inputs import inputs_with
 from nphcli.evaluation.report import RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.collective import GroupCollective
@@ -42,21 +40,7 @@ def evaluate_on_rank(
     ranks and the bytes this rank sent in collectives."""
     t0 = time.perf_counter()
     bank = open_rank_memory(memory_path, stream=stream, collective=collective)
-    queries = None if queries_file is None else read_rows(queries_file, "queries", bank)
-    targets = None if targets_file is None else read_rows(targets_file, "targets", bank)
-    indices = None if target_indices is None else torch.tensor(target_indices, dtype=torch.int64)
-    inputs = Inputs(
-        memory=bank,
-        queries=queries,
-        targets=targets,
-        target_indices=indices,
-        sources={
-            "memory": str(memory_path),
-            "queries": None if queries_file is None else str(queries_file),
-            "targets": None if targets_file is None else str(targets_file),
-        },
-        load_s=time.perf_counter() - t0,
-    )
+    inputs = inputs_with(bank, memory_path, queries_file, targets_file, target_indices, t0)
     report = evaluate_inputs(inputs, settings)
     report.config["memory"]["stream"] = stream
     report.config["distributed"] = {

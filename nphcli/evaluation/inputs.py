@@ -52,9 +52,21 @@ def load_inputs(
         raise NphError("targets go with own queries: add --queries-file")
     t0 = time.perf_counter()
     memory = open_stream(memory_path) if stream else load_memory(memory_path)
+    return inputs_with(memory, memory_path, queries_file, targets_file, target_indices, t0)
+
+
+def inputs_with(
+    memory: MemoryBank,
+    memory_path: str | os.PathLike,
+    queries_file: str | os.PathLike | None,
+    targets_file: str | os.PathLike | None,
+    target_indices: list[int] | None,
+    started: float,
+) -> Inputs:
+    """`Inputs` around an opened memory: own queries and targets read (normalised as the memory
+    records), load time counted from `started` (a `time.perf_counter()` reading)."""
     queries = None if queries_file is None else read_rows(queries_file, "queries", memory)
     targets = None if targets_file is None else read_rows(targets_file, "targets", memory)
-    load_s = time.perf_counter() - t0
     indices = None if target_indices is None else torch.tensor(target_indices, dtype=torch.int64)
     return Inputs(
         memory=memory,
@@ -66,7 +78,7 @@ def load_inputs(
             "queries": None if queries_file is None else str(queries_file),
             "targets": None if targets_file is None else str(targets_file),
         },
-        load_s=load_s,
+        load_s=time.perf_counter() - started,
     )
 
 
