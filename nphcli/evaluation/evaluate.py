@@ -35,7 +35,13 @@ from nphcli.devices import (
 )
 from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
-from nphcli.evaluation.guards import check_default_beta, check_finite, check_range, memory_scale
+from nphcli.evaluation.guards import (
+    MemoryScale,
+    check_default_beta,
+    check_finite,
+    check_range,
+    memory_scale,
+)
 from nphcli.evaluation.inputs import Inputs
 from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport
@@ -97,7 +103,10 @@ def evaluate(
     takes_beta = "beta" in {p.name for p in get_model_info(settings.model).params}
     check_default_beta(settings.params.get("beta") is not None, takes_beta, scale.mean_norm2)
 
-    measured = _run_on_device(model, memory, chosen, corrupted.queries, settings, device, dtype)
+    stored_range = _stored_range(scale, dtype)
+    measured = _run_on_device(
+        model, memory, chosen, corrupted.queries, settings, device, dtype, stored_range
+    )
     check_finite(settings.model, dtype, measured.retrieved, measured.per_query)
     timing = _timing(measured.timing, corrupt_s, start, chosen.rows.shape[0])
     config = _config(model, settings, memory, chosen, corrupted, sources or {}, device, dtype)
@@ -153,6 +162,7 @@ def _run_on_device(
     settings: RetrieveSettings,
     device: torch.device,
     dtype: torch.dtype,
+    stored_range: tuple[float, float],
 ) -> _Measured:
     """Move the memory and queries to the device, retrieve (timed), measure, and bring the
     results back to the CPU."""
@@ -181,6 +191,7 @@ def _run_on_device(
         steps=result.steps,
         support=result.support,
         block_rows=None if bank.resident() is not None else _metric_block_rows(bank),
+        stored_range=stored_range,
     )
     synchronize(device)
     metrics_s = time.perf_counter() - t0
@@ -236,6 +247,14 @@ def _timed_retrieve(
         support=None if any(s is None for s in supports) else torch.cat(supports),  # (Q,)
     )
     return result, warmup_s, times
+
+
+def _stored_range(scale: MemoryScale, dtype: torch.dtype) -> tuple[float, float]:
+    """The stored values' (min, max) as retrieval sees them, from the scale pass, so the metrics
+    need no second pass over the memory (rounding is monotone: the min and max of the cast
+    values are the cast min and max)."""
+    extremes = torch.tensor([scale.value_min, scale.value_max], dtype=torch.float64).to(dtype)
+    return float(extremes[0]), float(extremes[1])
 
 
 def _metric_block_rows(bank: MemoryBank) -> int:

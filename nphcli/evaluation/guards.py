@@ -27,12 +27,17 @@ class MemoryScale:
     key_norm: float  # max ‖K_μ‖₂
     mean_norm2: float  # mean ‖K_μ‖₂²
     value_abs: float  # max |V_μi| (the keys' for auto-association)
+    value_min: float  # min V_μi: with value_max, the range `pixel_success` clamps to
+    value_max: float  # max V_μi
 
 
 def memory_scale(bank: MemoryBank, rows: int = 1 << 13) -> MemoryScale:
     """The magnitudes `check_range` and `check_default_beta` need, reading each block once."""
     key_abs = key_norm = value_abs = total = 0.0
+    value_min, value_max = math.inf, -math.inf
     for _, keys, values in bank.blocks(rows):
+        value_min = min(value_min, float(values.min()))
+        value_max = max(value_max, float(values.max()))
         key_abs = max(key_abs, float(keys.abs().max()))
         norm2 = keys.to(metric_dtype(keys)).square().sum(dim=1)  # (b,)
         if not bool(torch.isfinite(norm2).all()):  # beyond float32: exact in float64
@@ -43,12 +48,14 @@ def memory_scale(bank: MemoryBank, rows: int = 1 << 13) -> MemoryScale:
             value_abs = max(value_abs, float(values.abs().max()))
     if bank.collective.world_size > 1:  # rows spread over ranks: combine every rank's pass
         peaks = bank.collective.all_max(
-            torch.tensor([key_abs, key_norm, value_abs], dtype=torch.float64)
+            torch.tensor([key_abs, key_norm, value_abs, -value_min, value_max], dtype=torch.float64)
         )
-        key_abs, key_norm, value_abs = peaks.tolist()
+        key_abs, key_norm, value_abs, negative_min, value_max = peaks.tolist()
+        value_min = -negative_min
         total = float(bank.collective.all_sum(torch.tensor([total], dtype=torch.float64)))
     mean_norm2 = total / bank.num_memories
-    return MemoryScale(key_abs, key_norm, mean_norm2, value_abs if bank.hetero else key_abs)
+    value_abs = value_abs if bank.hetero else key_abs
+    return MemoryScale(key_abs, key_norm, mean_norm2, value_abs, value_min, value_max)
 
 
 def check_default_beta(beta_given: bool, takes_beta: bool, norm2: float) -> None:

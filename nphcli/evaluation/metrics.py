@@ -162,6 +162,7 @@ def per_query(
     steps: Tensor | None = None,
     support: Tensor | None = None,
     block_rows: int | None = None,
+    stored_range: tuple[float, float] | None = None,
 ) -> dict[str, Tensor]:
     """Every metric of the module docstring per query, as (Q,) tensors on `retrieved`'s device.
 
@@ -169,7 +170,8 @@ def per_query(
     `MemoryBank` (`block_rows`: see `nearest`). Error metrics need `targets`
     (Q, d_v); `success` needs the targets' stored indices: `target_indices` (Q,) if given,
     else the stored row nearest to each target. Without targets only `nearest`,
-    `nearest_distance`, `support` and `steps` are returned.
+    `nearest_distance`, `support` and `steps` are returned. `stored_range` is the stored values'
+    (min, max) when the caller already knows it (else one more pass over `stored` finds it).
     """
     out: dict[str, Tensor] = {}
     index, distance = nearest(retrieved, stored, block_rows=block_rows)
@@ -184,7 +186,8 @@ def per_query(
             target_indices, _ = nearest(targets.to(retrieved.device), stored, block_rows=block_rows)
         out["target_index"] = target_indices.to(device=index.device, dtype=torch.int64)
         out["success"] = (index == out["target_index"]).to(errors.dtype)
-        out["pixel_success"] = pixel_success(retrieved, targets, *value_range(stored))
+        low, high = value_range(stored) if stored_range is None else stored_range
+        out["pixel_success"] = pixel_success(retrieved, targets, low, high)
     if support is not None:
         out["support"] = support.to(torch.int64)
     if steps is not None:
