@@ -20,21 +20,11 @@ from nphcli.errors import NphError
 from nphcli.evaluation.batch import MemoryCache, run_jobs
 from nphcli.evaluation.grid import evaluate_grid, settings_product
 from nphcli.evaluation.inputs import load_inputs
+from nphcli.evaluation.report import TIMINGS
 from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import save_memory
 
-TIMING_COLUMNS = {
-    "load_s",
-    "corrupt_s",
-    "transfer_s",
-    "warmup_s",
-    "retrieve_min_s",
-    "retrieve_median_s",
-    "metrics_s",
-    "total_s",
-    "queries_per_s",
-    "us_per_query",
-}
+TIMING_COLUMNS = set(TIMINGS)  # differ between runs; everything else must not
 
 
 @pytest.fixture(scope="module")
