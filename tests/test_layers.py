@@ -129,6 +129,51 @@ def test_gradcheck_every_model_in_layer_form(name):
     assert all(p.grad is not None for p in layer.parameters())
 
 
+@pytest.mark.parametrize(
+    "name", [n for n in model_names() if n not in ("linear", "random-feature")]
+)
+def test_pooling_with_folded_keys_equals_projecting_every_row(name):
+    """NPHPooling's folded path (W_K moved onto the prototypes) gives the same outputs and the same
+    gradients as projecting every stored row, with learned weights, heads and padding."""
+    torch.manual_seed(12)
+    kwargs = _layer_kwargs(name)
+    heads = kwargs.pop("heads", 1) * 2
+    pooling = NPHPooling(
+        8,
+        prototypes=2,
+        model=name,
+        heads=heads,
+        head_dim=5,
+        value_dim=3,
+        out_dim=7,
+        beta=0.6,
+        **kwargs,
+    ).double()
+    assert pooling.folds()
+    stored = torch.randn(3, 9, 8, dtype=torch.float64, requires_grad=True)
+    pad = torch.zeros(3, 9, dtype=torch.bool)
+    pad[2, 6:] = True
+
+    def run(fold: bool):
+        pooling.folds = lambda: fold  # instance attribute: this test's switch between paths
+        out = pooling(stored, key_padding_mask=pad)
+        grads = torch.autograd.grad(out.square().sum(), [stored, *pooling.parameters()])
+        return out, grads
+
+    folded, folded_grads = run(True)
+    projected, projected_grads = run(False)
+    torch.testing.assert_close(folded, projected, rtol=1e-12, atol=1e-12)
+    for a, b in zip(folded_grads, projected_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_pooling_folds_only_where_it_is_exact_and_cheaper():
+    assert NPHPooling(64, prototypes=2, model="topk", k=0.5, heads=4).folds()
+    assert not NPHPooling(64, prototypes=2, model="linear", heads=4).folds()  # features of keys
+    assert not NPHPooling(64, prototypes=2, model="dense", heads=4, bias=True).folds()
+    assert not NPHPooling(64, prototypes=32, model="dense", heads=4).folds()  # S ≥ d_h
+
+
 def test_sparsemax_backward_is_the_closed_form_jacobian():
     """J = diag(1_S) − 1_S 1_Sᵀ / |S| on the support S (written out), not autograd's sort path."""
     scores = torch.tensor([[0.3, 1.2, -0.5, 1.0, 0.9]], dtype=torch.float64, requires_grad=True)

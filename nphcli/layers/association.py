@@ -93,20 +93,34 @@ def associate(
     Dropout (rate `dropout`, when `training`) acts on the weights, as in hopfield-layers; for the
     feature models, which never form weights, on the retrieved patterns.
     """
-    batch, _, num_queries, _ = q.shape
-    num_keys = k.shape[2]
-    valid = _valid(key_padding_mask, batch, num_keys, q.device)  # (B, M)
     if type(model) in _FEATURES:
+        valid = _valid(key_padding_mask, q.shape[0], k.shape[2], q.device)  # (B, M)
         out = _FEATURES[type(model)](model, q, k, v, beta, valid)  # (B, H, N, d_v)
         return F.dropout(out, dropout, training) if dropout else out
+    scores = beta * (q @ k.transpose(-1, -2))  # (B, H, N, M)
+    weights = weights_from_scores(
+        model, scores, key_padding_mask=key_padding_mask, dropout=dropout, training=training
+    )
+    return weights @ v  # (B, H, N, d_v)
+
+
+def weights_from_scores(
+    model: HopfieldModel,
+    scores: Tensor,
+    *,
+    key_padding_mask: Tensor | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+) -> Tensor:
+    """The model's weights (B, H, N, M) from scores β·q·k (B, H, N, M), padded keys at exactly 0,
+    then dropout: `associate` for callers that form the scores themselves (`NPHPooling`)."""
     if type(model) not in _WEIGHTS:
         raise NphError(f"model {model.name!r} has no layer form")
-    scores = beta * (q @ k.transpose(-1, -2))  # (B, H, N, M)
-    positions = torch.arange(num_queries, device=q.device)  # (N,)
+    batch, _, num_queries, num_keys = scores.shape
+    valid = _valid(key_padding_mask, batch, num_keys, scores.device)  # (B, M)
+    positions = torch.arange(num_queries, device=scores.device)  # (N,)
     weights = _WEIGHTS[type(model)](model, scores, valid, positions)  # (B, H, N, M)
-    if dropout:
-        weights = F.dropout(weights, dropout, training)
-    return weights @ v  # (B, H, N, d_v)
+    return F.dropout(weights, dropout, training) if dropout else weights
 
 
 def _valid(key_padding_mask: Tensor | None, batch: int, num_keys: int, device) -> Tensor:

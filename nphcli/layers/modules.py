@@ -23,7 +23,12 @@ import torch
 from torch import Tensor, nn
 
 from nphcli.errors import NphError
-from nphcli.layers.association import associate, supports
+from nphcli.layers.association import (
+    associate,
+    supports,
+    uses_scores,
+    weights_from_scores,
+)
 from nphcli.models.registry import create_model
 
 
@@ -227,8 +232,46 @@ class NPHPooling(_Retriever):
     def forward(self, stored: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """stored Y (B, M, d), key_padding_mask (B, M) bool (True = padded) -> (B, S, d_out)."""
         _check_input(stored, "stored patterns", self.config["d_model"])
+        if self.folds():
+            return self._retrieve_folded(stored, key_padding_mask)
         q = self.prototypes.to(stored.dtype).expand(stored.shape[0], -1, -1)  # (B, S, H·d_h)
         return self._retrieve(q, self.key(stored), key_padding_mask)
+
+    def folds(self) -> bool:
+        """Whether `forward` folds W_K into the prototypes instead of projecting every stored row.
+
+        Per head, ⟨q, W_K y⟩ = ⟨W_Kᵀ q, y⟩ and Σ w_μ W_V W_K y_μ = W_V W_K Σ w_μ y_μ, so the rule
+        can run on the raw rows Y with folded queries and the projections applied to S pooled rows
+        only: S·d instead of H·d_h·(d + H·d_v) multiply-adds per stored row. Exact for every rule
+        that forms weights from scores; not for the feature rules (linear, random-feature), which
+        transform the keys themselves, nor with biases (a dropped-out weight row need not sum to 1).
+        """
+        return (
+            uses_scores(self.rule)
+            and self.key.bias is None
+            and self.value.bias is None
+            and self.prototypes.shape[0] < self.head_dim
+        )
+
+    def _retrieve_folded(self, stored: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        heads = self.heads
+        prototypes = self.prototypes.to(stored.dtype).unflatten(-1, (heads, -1))  # (S, H, d_h)
+        w_key = self.key.weight.to(stored.dtype).unflatten(0, (heads, -1))  # (H, d_h, d)
+        folded = torch.einsum("shk,hkd->hsd", prototypes, w_key)  # (H, S, d)
+        # Two plain products over the raw rows: scores as one (B·M, d) × (d, H·S) product and the
+        # weighted sums batched over the sets, never a per-head copy of Y.
+        scores = self.beta.to(stored.dtype) * torch.einsum("bmd,hsd->bhsm", stored, folded)
+        weights = weights_from_scores(
+            self.rule,
+            scores,  # (B, H, S, M)
+            key_padding_mask=key_padding_mask,
+            dropout=self.dropout,
+            training=self.training,
+        )
+        pooled = torch.einsum("bhsm,bmd->bhsd", weights, stored)  # Σ_μ w_μ y_μ per head
+        values = self.value(self.key(pooled)).unflatten(-1, (heads, -1))  # (B, H, S, H, d_v)
+        own = values.diagonal(dim1=1, dim2=3)  # (B, S, d_v, H): head h's block of head h's sum
+        return self.out(own.permute(0, 1, 3, 2).flatten(-2))  # (B, S, d_out)
 
     def identity_(self) -> NPHPooling:
         """Identity W_K, W_V, W_O (the prototypes are left as they are)."""
