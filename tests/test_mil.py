@@ -98,6 +98,9 @@ def test_experiment_writes_whole_runs_resumes_reproducibly_and_plots(
 def test_configure_overrides_and_rejects():
     config = mil.configure("quick", models="sparse,linear", bag_sizes="5,9", epochs=3, runs=2)
     assert config.variants == ("sparse", "linear") and config.bag_sizes == (5, 9)
+    assert config.convergence_bag_size == 9  # the run size nearest the paper's 50
+    assert mil.configure("quick", bag_sizes="20,30").convergence_bag_size == 30  # the preset's
+    assert mil.configure("quick", bag_sizes="40,60").convergence_bag_size == 40
     assert (config.epochs, config.runs) == (3, 2)
     for bad in ({"models": "nope"}, {"bag_sizes": "a"}, {"epochs": 0}):
         with pytest.raises(NphError):
