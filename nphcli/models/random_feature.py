@@ -50,13 +50,17 @@ from nphcli.models.registry import register_model
 def _draw_projection(seed: int, features: int, dim: int) -> Tensor:
     """The (m, d) block-orthogonal Gaussian projection for `seed`, in float64 on the CPU."""
     generator = torch.Generator(device="cpu").manual_seed(seed)
-    blocks = []
-    for _ in range(-(-features // dim)):
-        gaussian = torch.randn(dim, dim, generator=generator, dtype=torch.float64)  # (d, d)
-        q, r = torch.linalg.qr(gaussian)
-        # Fixing the signs of R's diagonal makes Q Haar-distributed, not biased by the QR routine.
-        blocks.append((q * torch.sign(torch.diagonal(r))).T)  # (d, d), orthonormal rows
-    directions = torch.cat(blocks)[:features]  # (m, d)
+    gaussians = torch.stack(
+        [
+            torch.randn(dim, dim, generator=generator, dtype=torch.float64)  # drawn one by one:
+            for _ in range(-(-features // dim))  # the same stream for every dim
+        ]
+    )  # (blocks, d, d)
+    q, r = torch.linalg.qr(gaussians)  # one batched call: a loop of small QRs took seconds
+    # Fixing the signs of R's diagonal makes Q Haar-distributed, not biased by the QR routine.
+    signs = torch.sign(torch.diagonal(r, dim1=-2, dim2=-1))  # (blocks, d)
+    blocks = (q * signs[:, None, :]).transpose(-2, -1)  # (blocks, d, d), orthonormal rows
+    directions = blocks.flatten(0, 1)[:features]  # (m, d)
     lengths = torch.randn(features, dim, generator=generator, dtype=torch.float64)  # (m, d)
     return directions * torch.linalg.vector_norm(lengths, dim=1, keepdim=True)  # (m, d)
 
