@@ -136,7 +136,6 @@ def stored_and_retrieved(
     return {
         "stored": fixed_p & fixed_b & agree & inside,
         "at_target": nearest == torch.arange(M),
-        "sphere_radius": torch.tensor(radius),
     }
 
 
@@ -227,9 +226,7 @@ def _model(create_model, name: str, beta: float, params: dict[str, Any]):
 def _describe(model) -> dict[str, Any]:
     """The parameters a model ran with, for the JSON (β and any k, α, window...)."""
     skip = {"steps", "tol"}
-    return {
-        f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in skip
-    }
+    return {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name not in skip}
 
 
 def _rows_for_size(request, models, M: int, radius: float, bound) -> list[dict[str, Any]]:
