@@ -88,13 +88,13 @@ def test_sphere_patterns_have_the_radius_and_are_seeded():
 
 
 WELL_APART = torch.tensor([[3.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
-THETA = 0.3
+THETA = 0.15  # the mean lies 0.075 from each: outside 1/(βMm) = 0.05, inside 1/(βm)
 CLOSE = torch.tensor([[1.0, 0.0], [math.cos(THETA), math.sin(THETA)]], dtype=torch.float64)
 
 
 def test_premise_by_hand():
     """Orthogonal, norm 3, β = 1: Δ = 9 ≥ 2/2 + ln(2·1·2·1·9) = 1 + ln 36 ≈ 4.58. Unit vectors
-    0.3 rad apart, β = 10: Δ = 1 − cos 0.3 ≈ 0.045 < 0.1 + ln(40)/10 ≈ 0.469."""
+    0.15 rad apart, β = 10: Δ = 1 − cos 0.15 ≈ 0.011 < 0.1 + ln(40)/10 ≈ 0.469."""
     assert capacity.separation_premise(WELL_APART, 1.0).tolist() == [True, True]
     assert capacity.separation_premise(CLOSE, 10.0).tolist() == [False, False]
     # Over a grid of β through the crossing, the verdict is Δ ≥ 2/(βM) + ln(2(M−1)Mβm²)/β.
@@ -109,9 +109,9 @@ def test_premise_by_hand():
 
 def test_stored_and_retrieved_by_hand():
     """Orthogonal, norm 3, β = 1: the fixed point lies e^−9·3·√2 ≈ 5e-4 from ξ_μ, inside S_μ
-    (radius 1/(β·M·m) = 1/6): stored. Unit vectors 0.3 rad apart at β = 10: the Jacobian norm
-    is at most β·(‖ξ_1 − ξ_2‖/2)² ≈ 0.22 < 1 on their hull, so the only fixed point is their
-    mean, 0.149 from each pattern, outside S_μ (radius 1/20): neither is stored."""
+    (radius 1/(β·M·m) = 1/6): stored. Unit vectors 0.15 rad apart at β = 10: the Jacobian norm
+    is at most β·(‖ξ_1 − ξ_2‖/2)² ≈ 0.056 < 1 on their hull, so the only fixed point is their
+    mean, 0.075 from each pattern, outside S_μ (radius 1/20): neither is stored."""
     generator = torch.Generator().manual_seed(0)
     dense = create_model("dense", beta=1.0)
     out = capacity.stored_and_retrieved(dense, WELL_APART, generator, steps=50, epsilon=1e-9)
