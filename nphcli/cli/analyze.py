@@ -1,6 +1,9 @@
 """`nph analyze FILE`: the paper's §4 theory on a memory file (separation, well-separation,
 and with --model the Theorem 4.1 / Corollary 4.1 checks on corrupted queries).
 
+`nph analyze --capacity` (no FILE): the capacity experiment (Proposition 4.1 / Ramsauer et al.
+Theorem 3) on seeded random patterns; `nphcli.cli.analyze_capacity` parses and renders it.
+
 Parsing and rendering only; `nphcli.theory.analysis` does the work.
 """
 
@@ -16,18 +19,22 @@ from nphcli.cli.model_options import parse_single, with_model_options
 from nphcli.cli.options import JsonOutput, Mask, Noise, QueryCount, Seed
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.defaults import DEFAULT_BETA
+from nphcli.errors import NphError
 
 
 @app.command("analyze")
 @with_model_options
 def analyze_command(
-    file: Annotated[Path, typer.Argument(help="Memory file to analyse.")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="Memory file to analyse (required unless --capacity)."),
+    ] = None,
     beta: Annotated[
         float | None,
         typer.Option(
             "--beta",
             help=f"Inverse temperature β of the conditions and the model [default: "
-            f"{DEFAULT_BETA}].",
+            f"{DEFAULT_BETA}; with --capacity 1, Ramsauer et al.'s example].",
         ),
     ] = None,
     k: Annotated[
@@ -43,7 +50,8 @@ def analyze_command(
         typer.Option(
             "--model",
             help="Also retrieve corrupted stored patterns with this model and check Theorem 4.1 "
-            "and Corollary 4.1 per query (dense, topk, random, window).",
+            "and Corollary 4.1 per query (dense, topk, random, window). With --capacity: the "
+            "one model to run [default: dense, topk and sparse].",
         ),
     ] = None,
     mask: Mask = 0.0,
@@ -64,7 +72,8 @@ def analyze_command(
             "--fixed-point",
             help="With --model: also iterate N steps from each corrupted query, and dense "
             "retrieval beside it, and count fixed points, energy descent and final errors "
-            "(Corollary 4.3); 0 skips it.",
+            "(Corollary 4.3); 0 skips it. With --capacity: the iterations run to reach a "
+            "fixed point (0 means 100).",
         ),
     ] = 0,
     per_pattern: Annotated[
@@ -76,6 +85,54 @@ def analyze_command(
     per_query: Annotated[
         bool, typer.Option("--per-query", help="With --model: list every query's check.")
     ] = False,
+    capacity: Annotated[
+        bool,
+        typer.Option(
+            "--capacity",
+            help="Run the capacity experiment instead (Proposition 4.1, Ramsauer et al. "
+            "Theorem 3): success against M for seeded random patterns on a sphere, beside the "
+            "stated capacity M*. Takes no FILE.",
+        ),
+    ] = False,
+    dim: Annotated[
+        int | None,
+        typer.Option("--dim", help="With --capacity: pattern dimension d [default: 20]."),
+    ] = None,
+    radius: Annotated[
+        float | None,
+        typer.Option(
+            "--radius",
+            help="With --capacity: norm m of every pattern [default: 3·√(d − 1), i.e. "
+            "Ramsauer et al.'s K = 3].",
+        ),
+    ] = None,
+    sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--sizes",
+            help="With --capacity: comma list of pattern counts M [default: "
+            "2,4,8,16,32,64,128,256].",
+        ),
+    ] = None,
+    trials: Annotated[
+        int | None,
+        typer.Option("--trials", help="With --capacity: random pattern sets per M [default: 5]."),
+    ] = None,
+    failure_p: Annotated[
+        float | None,
+        typer.Option(
+            "--failure-p",
+            help="With --capacity: the failure probability p of the bound [default: 0.001].",
+        ),
+    ] = None,
+    epsilon: Annotated[
+        float | None,
+        typer.Option(
+            "--epsilon",
+            help="With --capacity: ε of 'retrieved': fixed-point residual and agreement "
+            "tolerance [default: 1e-9].",
+        ),
+    ] = None,
     as_json: JsonOutput = False,
     *,
     model_params: dict[str, str],
@@ -87,7 +144,55 @@ def analyze_command(
     stored patterns are retrieved and each query's error is compared with the Theorem 4.1
     bound m(M + k − 2)·exp(−β(⟨ξ_μ,x⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩)); README, "Sweeps", and
     docs/reproduction.md.
+
+    With --capacity (and no FILE): the capacity experiment on random patterns instead; see
+    docs/reproduction.md, "Proposition 4.1".
     """
+    if capacity:
+        from nphcli.cli.analyze_capacity import capacity_mode
+
+        capacity_mode(
+            file=file,
+            memory_options={
+                "--mask": mask,
+                "--noise": noise,
+                "--queries": queries,
+                "--per-pattern": per_pattern,
+                "--per-query": per_query,
+                "--sample": sample != 2000,
+            },
+            settings={
+                "dim": dim,
+                "radius": radius,
+                "beta": beta,
+                "p": failure_p,
+                "sizes": sizes,
+                "trials": trials,
+                "steps": fixed_point or None,
+                "epsilon": epsilon,
+                "seed": seed,
+            },
+            model=model,
+            k=k,
+            model_params=model_params,
+            as_json=as_json,
+        )
+        return
+    if file is None:
+        raise NphError(
+            "nph analyze needs a memory FILE (or --capacity for the experiment on random patterns)"
+        )
+    capacity_only = {
+        "--dim": dim,
+        "--radius": radius,
+        "--sizes": sizes,
+        "--trials": trials,
+        "--failure-p": failure_p,
+        "--epsilon": epsilon,
+    }
+    given = [flag for flag, value in capacity_only.items() if value is not None]
+    if given:
+        raise NphError(f"{', '.join(given)} go with --capacity")
     from nphcli.memory.file import load_memory
     from nphcli.theory.analysis import AnalysisRequest, analyze
 
