@@ -26,7 +26,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,15 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor, nn
 
-from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
+from nphcli.experiments.mil_results import (
+    plot_results,
+    read_results,
+    summarise,
+    summary_json,
+    write_results,
+)
+from nphcli.experiments.progress import Progress
 from nphcli.layers import NPHPooling
 
 
@@ -265,21 +272,6 @@ def evaluate(
     return loss / bags.shape[0], correct / bags.shape[0]
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """The records of a results file (none if it does not exist)."""
-    if not path.exists():
-        return []
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as error:
-        raise NphError(f"cannot read MIL results {path}: {error}") from None
-
-
-def write_results(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    with atomic_write(path, force=True) as tmp:
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-
-
 def run_experiment(
     config: MILConfig,
     out: str | os.PathLike,
@@ -329,92 +321,6 @@ def _variants(config: MILConfig) -> list[Variant]:
     if unknown:
         raise NphError(f"unknown MIL model {unknown[0]!r}; choose from {', '.join(known)}")
     return [known[label] for label in config.variants]
-
-
-class Progress:
-    """A one-line progress bar with ETA on stderr, drawn only on a terminal."""
-
-    def __init__(self, total: int, *, enabled: bool | None = None) -> None:
-        self.total, self.done, self.label = max(total, 1), 0, ""
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.started = time.monotonic()
-
-    def note(self, message: str) -> None:
-        print(message, file=sys.stderr)
-
-    def step(self) -> None:
-        self.done += 1
-        if not self.enabled:
-            return
-        elapsed = time.monotonic() - self.started
-        eta = elapsed / self.done * (self.total - self.done)
-        width = 24
-        filled = round(width * self.done / self.total)
-        print(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} epochs "
-            f"ETA {int(eta) // 60:d}:{int(eta) % 60:02d}  {self.label:<28}",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        if self.enabled:
-            print(file=sys.stderr)
-
-
-def summarise(records: list[dict[str, Any]]) -> dict[str, dict[int, tuple[float, float, int]]]:
-    """Final-epoch test accuracy per model and bag size: (mean, std over runs, runs)."""
-    last = max((r["epoch"] for r in records), default=0)
-    table: dict[str, dict[int, list[float]]] = {}
-    for r in records:
-        if r["epoch"] == last:
-            table.setdefault(r["model"], {}).setdefault(r["bag_size"], []).append(
-                r["test_accuracy"]
-            )
-    return {
-        model: {size: _mean_std(values) for size, values in sorted(sizes.items())}
-        for model, sizes in table.items()
-    }
-
-
-def _mean_std(values: list[float]) -> tuple[float, float, int]:
-    mean = sum(values) / len(values)
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)), len(values)
-
-
-def plot_results(
-    records: list[dict[str, Any]], path: str | os.PathLike, *, convergence_bag_size: int = 50
-) -> None:
-    """Two panels: final test accuracy vs bag size per model, and test loss per epoch at
-    `convergence_bag_size` (mean over runs). Written atomically as PNG."""
-    from nphcli.plot import _matplotlib  # the optional dependency, imported where it is needed
-
-    figure_cls, canvas_cls = _matplotlib()
-    figure = figure_cls(figsize=(12, 4.5))
-    canvas_cls(figure)
-    accuracy, convergence = figure.subplots(1, 2)
-    for model, sizes in summarise(records).items():
-        xs = list(sizes)
-        means = [sizes[x][0] for x in xs]
-        stds = [sizes[x][1] for x in xs]
-        accuracy.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=model)
-        curve: dict[int, list[float]] = {}
-        for r in records:
-            if r["model"] == model and r["bag_size"] == convergence_bag_size:
-                curve.setdefault(r["epoch"], []).append(r["test_loss"])
-        if curve:
-            epochs = sorted(curve)
-            convergence.plot(epochs, [sum(curve[e]) / len(curve[e]) for e in epochs], label=model)
-    accuracy.set(xlabel="bag size M", ylabel="test accuracy (final epoch)", title="MNIST bags")
-    convergence.set(
-        xlabel="epoch", ylabel="test loss", title=f"convergence at bag size {convergence_bag_size}"
-    )
-    accuracy.legend(fontsize=8)
-    convergence.legend(fontsize=8)
-    figure.tight_layout()
-    with atomic_write(path, force=True) as tmp:
-        figure.savefig(tmp, format="png", dpi=100)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -491,16 +397,6 @@ def configure(
                 raise NphError(f"--{name} must be ≥ 1, got {value}")
             config = replace(config, **{name: value})
     return config
-
-
-def summary_json(summary: dict[str, dict[int, tuple[float, float, int]]]) -> dict[str, Any]:
-    """`summarise`'s table as JSON-ready dicts."""
-    return {
-        "final_test_accuracy": {
-            model: {str(size): {"mean": m, "std": s, "runs": n} for size, (m, s, n) in row.items()}
-            for model, row in summary.items()
-        }
-    }
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""The MIL experiment's results: the JSON Lines file, the per-model summary and the plot.
+
+Kept apart from the training loop so that reading, summarising and drawing a finished results
+file needs no network code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from nphcli.atomic import atomic_write
+from nphcli.errors import NphError
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The records of a results file (none if it does not exist)."""
+    if not path.exists():
+        return []
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as error:
+        raise NphError(f"cannot read MIL results {path}: {error}") from None
+
+
+def write_results(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    with atomic_write(path, force=True) as tmp:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, dict[int, tuple[float, float, int]]]:
+    """Final-epoch test accuracy per model and bag size: (mean, std over runs, runs)."""
+    last = max((r["epoch"] for r in records), default=0)
+    table: dict[str, dict[int, list[float]]] = {}
+    for r in records:
+        if r["epoch"] == last:
+            table.setdefault(r["model"], {}).setdefault(r["bag_size"], []).append(
+                r["test_accuracy"]
+            )
+    return {
+        model: {size: _mean_std(values) for size, values in sorted(sizes.items())}
+        for model, sizes in table.items()
+    }
+
+
+def _mean_std(values: list[float]) -> tuple[float, float, int]:
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)), len(values)
+
+
+def plot_results(
+    records: list[dict[str, Any]], path: str | os.PathLike, *, convergence_bag_size: int = 50
+) -> None:
+    """Two panels: final test accuracy vs bag size per model, and test loss per epoch at
+    `convergence_bag_size` (mean over runs). Written atomically as PNG."""
+    from nphcli.plot import _matplotlib  # the optional dependency, imported where it is needed
+
+    figure_cls, canvas_cls = _matplotlib()
+    figure = figure_cls(figsize=(12, 4.5))
+    canvas_cls(figure)
+    accuracy, convergence = figure.subplots(1, 2)
+    for model, sizes in summarise(records).items():
+        xs = list(sizes)
+        means = [sizes[x][0] for x in xs]
+        stds = [sizes[x][1] for x in xs]
+        accuracy.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=model)
+        curve: dict[int, list[float]] = {}
+        for r in records:
+            if r["model"] == model and r["bag_size"] == convergence_bag_size:
+                curve.setdefault(r["epoch"], []).append(r["test_loss"])
+        if curve:
+            epochs = sorted(curve)
+            convergence.plot(epochs, [sum(curve[e]) / len(curve[e]) for e in epochs], label=model)
+    accuracy.set(xlabel="bag size M", ylabel="test accuracy (final epoch)", title="MNIST bags")
+    convergence.set(
+        xlabel="epoch", ylabel="test loss", title=f"convergence at bag size {convergence_bag_size}"
+    )
+    accuracy.legend(fontsize=8)
+    convergence.legend(fontsize=8)
+    figure.tight_layout()
+    with atomic_write(path, force=True) as tmp:
+        figure.savefig(tmp, format="png", dpi=100)
+
+
+def summary_json(summary: dict[str, dict[int, tuple[float, float, int]]]) -> dict[str, Any]:
+    """`summarise`'s table as JSON-ready dicts."""
+    return {
+        "final_test_accuracy": {
+            model: {str(size): {"mean": m, "std": s, "runs": n} for size, (m, s, n) in row.items()}
+            for model, row in summary.items()
+        }
+    }
