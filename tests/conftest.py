@@ -9,6 +9,13 @@ import torch
 from typer.testing import CliRunner
 
 
+def pytest_configure(config) -> None:
+    # Under pytest-xdist every worker is its own process: one torch thread each keeps the workers
+    # from competing for the cores (most tests are single-threaded Python around small tensors).
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+
+
 def _test_device() -> torch.device:
     name = os.environ.get("NPH_TEST_DEVICE", "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
