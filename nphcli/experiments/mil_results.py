@@ -55,35 +55,45 @@ def _mean_std(values: list[float]) -> tuple[float, float, int]:
 def plot_results(
     records: list[dict[str, Any]], path: str | os.PathLike, *, convergence_bag_size: int = 50
 ) -> None:
-    """Two panels: final test accuracy vs bag size per model, and test loss per epoch at
-    `convergence_bag_size` (mean over runs). Written atomically as PNG."""
+    """Three panels: final test accuracy vs bag size per model, then training loss and test
+    accuracy per epoch at `convergence_bag_size` (means over runs). Training loss shows how fast a
+    rule learns; test loss would mostly show over-confidence once it has. Written atomically."""
     from nphcli.plot import _matplotlib  # the optional dependency, imported where it is needed
 
     figure_cls, canvas_cls = _matplotlib()
-    figure = figure_cls(figsize=(12, 4.5))
+    figure = figure_cls(figsize=(16, 4.5))
     canvas_cls(figure)
-    accuracy, convergence = figure.subplots(1, 2)
+    accuracy, loss, test = figure.subplots(1, 3)
     for model, sizes in summarise(records).items():
         xs = list(sizes)
         means = [sizes[x][0] for x in xs]
         stds = [sizes[x][1] for x in xs]
         accuracy.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=model)
-        curve: dict[int, list[float]] = {}
-        for r in records:
-            if r["model"] == model and r["bag_size"] == convergence_bag_size:
-                curve.setdefault(r["epoch"], []).append(r["test_loss"])
-        if curve:
-            epochs = sorted(curve)
-            convergence.plot(epochs, [sum(curve[e]) / len(curve[e]) for e in epochs], label=model)
+        for axes, key in ((loss, "train_loss"), (test, "test_accuracy")):
+            epochs, values = _curve(records, model, convergence_bag_size, key)
+            if epochs:
+                axes.plot(epochs, values, label=model)
     accuracy.set(xlabel="bag size M", ylabel="test accuracy (final epoch)", title="MNIST bags")
-    convergence.set(
-        xlabel="epoch", ylabel="test loss", title=f"convergence at bag size {convergence_bag_size}"
-    )
-    accuracy.legend(fontsize=8)
-    convergence.legend(fontsize=8)
+    at = f"at bag size {convergence_bag_size}"
+    loss.set(xlabel="epoch", ylabel="training loss", title=f"convergence {at}")
+    test.set(xlabel="epoch", ylabel="test accuracy", title=f"test accuracy {at}")
+    for axes in (accuracy, loss, test):
+        axes.legend(fontsize=8)
     figure.tight_layout()
     with atomic_write(path, force=True) as tmp:
         figure.savefig(tmp, format="png", dpi=100)
+
+
+def _curve(
+    records: list[dict[str, Any]], model: str, bag_size: int, key: str
+) -> tuple[list[int], list[float]]:
+    """Epochs and the mean of `key` over runs, for one model and bag size."""
+    by_epoch: dict[int, list[float]] = {}
+    for r in records:
+        if r["model"] == model and r["bag_size"] == bag_size:
+            by_epoch.setdefault(r["epoch"], []).append(r[key])
+    epochs = sorted(by_epoch)
+    return epochs, [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs]
 
 
 def summary_json(summary: dict[str, dict[int, tuple[float, float, int]]]) -> dict[str, Any]:
