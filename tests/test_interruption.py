@@ -33,7 +33,10 @@ stage, ready = os.environ["NPH_TEST_STAGE"], os.environ["NPH_TEST_READY"]
 
 def pause():
     open(ready, "w").close()
-    time.sleep(60)
+    # Short sleeps, as running Python code is: a signal that lands on another thread (torch's
+    # pool) is only seen when the main thread next wakes, which a single sleep(60) delays by 60 s.
+    for _ in range(1200):
+        time.sleep(0.05)
 
 if stage == "evaluate":
     import nphcli.evaluation.evaluate as retrieval

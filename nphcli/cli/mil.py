@@ -20,7 +20,7 @@ def mil_command(
         str,
         typer.Option(
             "--preset",
-            help="quick: bag sizes 5-30, 20 epochs, 1 run (about 15 minutes on 2 CPU cores); "
+            help="quick: bag sizes 5-30, 20 epochs, 1 run (about 10 minutes on 2 CPU cores); "
             "paper: the paper's grid (days on a CPU).",
         ),
     ] = "quick",
