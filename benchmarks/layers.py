@@ -10,6 +10,13 @@ CUDA), and the FLOPs counted by `torch.utils.flop_counter.FlopCounterMode` (the 
 fvcore). Both counters count matrix products only (mm/bmm/addmm): the sort of sparsemax and top-k,
 the bisection of entmax and the hashes of the random mask are elementwise work they do not see,
 which is why the times are measured too. Prints one JSON object (and writes it to --out).
+
+    python benchmarks/layers.py --pooling [--sizes 20,50,100] [--batch 128] [--threads 2]
+
+times `NPHPooling` on the MIL network's shapes instead (d = 256, 2 prototypes, 4 heads × 64,
+β = 0.1; forward and backward together, as training runs them) with its folded path against the
+same layer with `folds()` forced off (W_K and W_V applied to every stored row), in the same run:
+the ratio folded / projected is what to read; the two paths' outputs are compared too.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from nphcli.layers import NPH
+from nphcli.layers import NPH, NPHPooling
 
 BATCH = 4
 HIDDEN = 16
@@ -76,36 +83,99 @@ def measure(label: str, size: int, repeats: int, device: torch.device) -> dict:
     }
 
 
+POOLING_RULES = {
+    "dense": {},
+    "sparse": {},
+    "topk-20%": {"model": "topk", "k": 0.2},
+    "random-masked": {"model": "random", "k": 0.2},
+}
+
+
+def build_pooling(label: str) -> NPHPooling:
+    params = dict(POOLING_RULES[label])
+    model = params.pop("model", label)
+    torch.manual_seed(0)
+    return NPHPooling(256, prototypes=2, model=model, heads=4, head_dim=64, beta=0.1, **params)
+
+
+def step_seconds(layer: NPHPooling, stored: torch.Tensor, repeats: int) -> list[float]:
+    """Forward and backward times of `layer` on `stored`, after one warm-up step."""
+    times = []
+    for i in range(repeats + 1):
+        started = time.perf_counter()
+        layer(stored).square().sum().backward()
+        if i:
+            times.append(time.perf_counter() - started)
+    return times
+
+
+def measure_pooling(label: str, size: int, batch: int, repeats: int) -> dict:
+    stored = torch.randn(batch, size, 256, generator=torch.Generator().manual_seed(1))
+    stored.requires_grad_(True)
+    folded, projected = build_pooling(label), build_pooling(label)
+    projected.folds = lambda: False  # the baseline: project every stored row
+    with torch.no_grad():
+        difference = float((folded(stored) - projected(stored)).abs().max())
+    fold_times = step_seconds(folded, stored, repeats)
+    project_times = step_seconds(projected, stored, repeats)
+    fold_ms, project_ms = (
+        1e3 * statistics.median(fold_times),
+        1e3 * statistics.median(project_times),
+    )
+    return {
+        "rule": label,
+        "M": size,
+        "folded_ms": fold_ms,
+        "projected_ms": project_ms,
+        "ratio": fold_ms / project_ms,
+        "max_abs_difference": difference,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="128,256,512,1024,2048")
+    parser.add_argument("--pooling", action="store_true", help="NPHPooling folded vs projected")
+    parser.add_argument("--sizes", default=None, help="default 128,...,2048 (20,50,100 pooling)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None, help="default 1 (2 with --pooling)")
+    parser.add_argument("--batch", type=int, default=128, help="with --pooling")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    threads = args.threads or (2 if args.pooling else 1)
+    torch.set_num_threads(threads)
     device = torch.device(args.device)
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [
+        int(s)
+        for s in (args.sizes or ("20,50,100" if args.pooling else "128,256,512,1024,2048")).split(
+            ","
+        )
+    ]
     rows = []
     for size in sizes:
-        for label in RULES:
-            rows.append(measure(label, size, args.repeats, device))
-            row = rows[-1]
-            print(
-                f"{label:>15} M={size:>5}  {row['flops'] / 1e6:10.1f} MFLOP  "
-                f"{row['median_ms']:9.2f} ms",
-                file=sys.stderr,
-            )
+        for label in POOLING_RULES if args.pooling else RULES:
+            if args.pooling:
+                rows.append(measure_pooling(label, size, args.batch, args.repeats))
+                row = rows[-1]
+                line = (
+                    f"folded {row['folded_ms']:8.1f} ms  projected {row['projected_ms']:8.1f} ms"
+                    f"  ratio {row['ratio']:.2f}"
+                )
+            else:
+                rows.append(measure(label, size, args.repeats, device))
+                row = rows[-1]
+                line = f"{row['flops'] / 1e6:10.1f} MFLOP  {row['median_ms']:9.2f} ms"
+            print(f"{label:>15} M={size:>5}  {line}", file=sys.stderr)
     result = {
         "machine": platform.machine(),
-        "device": str(device),
-        "threads": args.threads,
+        "device": "cpu" if args.pooling else str(device),
+        "threads": threads,
         "torch": torch.__version__,
-        "batch": BATCH,
-        "hidden": HIDDEN,
+        "batch": args.batch if args.pooling else BATCH,
         "rows": rows,
     }
+    if not args.pooling:
+        result["hidden"] = HIDDEN
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
