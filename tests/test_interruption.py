@@ -22,7 +22,13 @@ from nphcli.memory.file import load_memory, save_memory
 from nphcli.sweeps.results import read_results
 
 # Real processes killed and interrupted: slow.
-pytestmark = [pytest.mark.skipif(os.name != "posix", reason="POSIX signals"), pytest.mark.slow]
+# serial: run apart from the parallel workers. Under pytest-xdist the Ctrl-C test's process
+# ignored SIGINT in 2 of 5 full runs (never alone, never in a serial run); the cause is not found.
+pytestmark = [
+    pytest.mark.skipif(os.name != "posix", reason="POSIX signals"),
+    pytest.mark.slow,
+    pytest.mark.serial,
+]
 
 # Runs `nph` with a hook. NPH_TEST_STAGE: `empty` pauses right after the temporary file is
 # created, `half` after half of it is written, `full` after all of it (before the rename);
@@ -77,7 +83,13 @@ def start(folder: Path, args: list[str], stage: str | None = None) -> subprocess
         env["NPH_TEST_STAGE"], env["NPH_TEST_READY"] = stage, str(folder.parent / "ready")
         command = [sys.executable, "-c", WRAPPER, *args]
     return subprocess.Popen(
-        command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=folder,
+        env=env,
+        stdin=subprocess.DEVNULL,  # not the test runner's own stdin (xdist's channel)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
