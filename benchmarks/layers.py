@@ -91,28 +91,31 @@ POOLING_RULES = {
 }
 
 
-def build_pooling(label: str) -> NPHPooling:
+def build_pooling(label: str, device: torch.device) -> NPHPooling:
     params = dict(POOLING_RULES[label])
     model = params.pop("model", label)
     torch.manual_seed(0)
-    return NPHPooling(256, prototypes=2, model=model, heads=4, head_dim=64, beta=0.1, **params)
+    layer = NPHPooling(256, prototypes=2, model=model, heads=4, head_dim=64, beta=0.1, **params)
+    return layer.to(device)
 
 
 def step_seconds(layer: NPHPooling, stored: torch.Tensor, repeats: int) -> list[float]:
     """Forward and backward times of `layer` on `stored`, after one warm-up step."""
     times = []
     for i in range(repeats + 1):
+        _sync(stored.device)
         started = time.perf_counter()
         layer(stored).square().sum().backward()
+        _sync(stored.device)
         if i:
             times.append(time.perf_counter() - started)
     return times
 
 
-def measure_pooling(label: str, size: int, batch: int, repeats: int) -> dict:
-    stored = torch.randn(batch, size, 256, generator=torch.Generator().manual_seed(1))
+def measure_pooling(label: str, size: int, batch: int, repeats: int, device: torch.device) -> dict:
+    stored = torch.randn(batch, size, 256, generator=torch.Generator().manual_seed(1)).to(device)
     stored.requires_grad_(True)
-    folded, projected = build_pooling(label), build_pooling(label)
+    folded, projected = build_pooling(label, device), build_pooling(label, device)
     projected.folds = lambda: False  # the baseline: project every stored row
     with torch.no_grad():
         difference = float((folded(stored) - projected(stored)).abs().max())
@@ -132,6 +135,34 @@ def measure_pooling(label: str, size: int, batch: int, repeats: int) -> dict:
     }
 
 
+def layer_rows(sizes: list[int], repeats: int, device: torch.device) -> list[dict]:
+    """The efficiency experiment: FLOPs and forward time of every rule's `NPH` layer."""
+    rows = []
+    for size in sizes:
+        for label in RULES:
+            rows.append(row := measure(label, size, repeats, device))
+            print(
+                f"{label:>15} M={size:>5}  {row['flops'] / 1e6:10.1f} MFLOP  "
+                f"{row['median_ms']:9.2f} ms",
+                file=sys.stderr,
+            )
+    return rows
+
+
+def pooling_rows(sizes: list[int], batch: int, repeats: int, device: torch.device) -> list[dict]:
+    """`NPHPooling`'s folded path against projecting every stored row."""
+    rows = []
+    for size in sizes:
+        for label in POOLING_RULES:
+            rows.append(row := measure_pooling(label, size, batch, repeats, device))
+            print(
+                f"{label:>15} M={size:>5}  folded {row['folded_ms']:8.1f} ms  "
+                f"projected {row['projected_ms']:8.1f} ms  ratio {row['ratio']:.2f}",
+                file=sys.stderr,
+            )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pooling", action="store_true", help="NPHPooling folded vs projected")
@@ -139,43 +170,31 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="default 1 (2 with --pooling)")
-    parser.add_argument("--batch", type=int, default=128, help="with --pooling")
+    parser.add_argument("--batch", type=int, default=128, help="sets per step, with --pooling")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     threads = args.threads or (2 if args.pooling else 1)
     torch.set_num_threads(threads)
     device = torch.device(args.device)
-    sizes = [
-        int(s)
-        for s in (args.sizes or ("20,50,100" if args.pooling else "128,256,512,1024,2048")).split(
-            ","
-        )
-    ]
-    rows = []
-    for size in sizes:
-        for label in POOLING_RULES if args.pooling else RULES:
-            if args.pooling:
-                rows.append(measure_pooling(label, size, args.batch, args.repeats))
-                row = rows[-1]
-                line = (
-                    f"folded {row['folded_ms']:8.1f} ms  projected {row['projected_ms']:8.1f} ms"
-                    f"  ratio {row['ratio']:.2f}"
-                )
-            else:
-                rows.append(measure(label, size, args.repeats, device))
-                row = rows[-1]
-                line = f"{row['flops'] / 1e6:10.1f} MFLOP  {row['median_ms']:9.2f} ms"
-            print(f"{label:>15} M={size:>5}  {line}", file=sys.stderr)
+    default_sizes = "20,50,100" if args.pooling else "128,256,512,1024,2048"
+    sizes = [int(s) for s in (args.sizes or default_sizes).split(",")]
     result = {
         "machine": platform.machine(),
-        "device": "cpu" if args.pooling else str(device),
+        "device": str(device),
         "threads": threads,
         "torch": torch.__version__,
-        "batch": args.batch if args.pooling else BATCH,
-        "rows": rows,
     }
-    if not args.pooling:
-        result["hidden"] = HIDDEN
+    if args.pooling:
+        result |= {
+            "batch": args.batch,
+            "rows": pooling_rows(sizes, args.batch, args.repeats, device),
+        }
+    else:
+        result |= {
+            "batch": BATCH,
+            "hidden": HIDDEN,
+            "rows": layer_rows(sizes, args.repeats, device),
+        }
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
