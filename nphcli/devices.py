@@ -13,15 +13,10 @@ from contextlib import contextmanager
 
 import torch
 
+from nphcli.dtypes import torch_dtype
 from nphcli.errors import NphError
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
-COMPUTE_DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-}
 _DEVICE_PATTERN = re.compile(r"^(cpu|mps|auto|cuda(?::(\d+))?)$")
 
 
@@ -63,22 +58,13 @@ def resolve_device(name: str) -> torch.device:
 
 def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype:
     """The torch dtype for a `--dtype` string; NphError if unknown or unusable on `device`."""
-    try:
-        dtype = COMPUTE_DTYPES[name.strip().lower()]
-    except KeyError:
-        raise NphError(
-            f"unknown dtype {name!r}; choose one of: {', '.join(COMPUTE_DTYPES)}"
-        ) from None
+    dtype = torch_dtype(name)
     if device is not None:
         try:  # some backends (e.g. older MPS) lack bfloat16 or float64
             torch.zeros(2, dtype=dtype, device=device).sum()
         except (RuntimeError, TypeError) as error:
             raise NphError(f"--dtype {name} is not supported on {device}: {error}") from None
     return dtype
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def synchronize(device: torch.device) -> None:

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 import nphcli.memory.file as memory_file
+from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
 from nphcli.errors import NphError, NphRuntimeError
-from nphcli.memory.file import DTYPES, FORMAT_NAME, load_memory, read_metadata, save_memory
+from nphcli.memory.file import FORMAT_NAME, load_memory, read_metadata, save_memory
 
 RESERVED = {"format", "format_version", "nph_version", "created", "M", "d", "dtype"}
 
@@ -36,7 +37,7 @@ meta_dicts = st.dictionaries(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    dtype=st.sampled_from(sorted(DTYPES)),
+    dtype=st.sampled_from(sorted(COMPUTE_DTYPES)),
     M=st.integers(1, 5),
     d=st.integers(1, 6),
     d_v=st.none() | st.integers(1, 4),
@@ -51,11 +52,13 @@ def test_round_trip(dtype, M, d, d_v, with_labels, seed, meta):
     values = None if d_v is None else torch.randn(M, d_v, generator=generator)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "m.safetensors"
-        save_memory(path, patterns, labels=labels, values=values, meta=meta, dtype=DTYPES[dtype])
+        save_memory(
+            path, patterns, labels=labels, values=values, meta=meta, dtype=torch_dtype(dtype)
+        )
         memory = load_memory(path)
         assert read_metadata(path) == memory.meta
-    assert memory.patterns.dtype == DTYPES[dtype]
-    assert torch.equal(memory.patterns, patterns.to(DTYPES[dtype]))
+    assert memory.patterns.dtype == torch_dtype(dtype)
+    assert torch.equal(memory.patterns, patterns.to(torch_dtype(dtype)))
     if with_labels:
         assert memory.labels.dtype == torch.int64 and torch.equal(memory.labels, labels)
     else:
@@ -64,7 +67,7 @@ def test_round_trip(dtype, M, d, d_v, with_labels, seed, meta):
         assert not memory.hetero and memory.values is memory.patterns
     else:
         assert memory.hetero
-        assert torch.equal(memory.values, values.to(DTYPES[dtype]))
+        assert torch.equal(memory.values, values.to(torch_dtype(dtype)))
     for key, value in meta.items():
         assert memory.meta[key] == value
     assert memory.meta["format"] == FORMAT_NAME

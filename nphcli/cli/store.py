@@ -11,8 +11,9 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.options import Force, JsonOutput, Seed
 from nphcli.cli.render import format_value, print_json, print_table
+from nphcli.dtypes import STORE_DTYPES
 from nphcli.normalize import METHODS
-from nphcli.sources import STORE_DTYPES, list_sources
+from nphcli.sources import list_sources
 from nphcli.sources.synthetic import DISTRIBUTIONS
 
 DEFAULT_OUT = Path("memory.safetensors")
@@ -144,8 +145,9 @@ def store_command(
     as_json: JsonOutput = False,
 ) -> None:
     from nphcli.atomic import check_not_input, check_writable
+    from nphcli.dtypes import torch_dtype
     from nphcli.errors import NphError
-    from nphcli.memory.file import dtype_from_name, read_metadata, save_memory
+    from nphcli.memory.file import read_metadata, save_memory
     from nphcli.sources import SourceOptions, prepare_memory
 
     check_not_input(out, [p for p in (source, values, labels) if p and Path(p).exists()])
@@ -192,7 +194,7 @@ def store_command(
         labels=stored_labels,
         values=stored_values,
         meta=meta,
-        dtype=dtype_from_name(prepared.dtype),
+        dtype=torch_dtype(prepared.dtype),
         force=force,
     )
     if parts is not None:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-HALF_DTYPES = (torch.float16, torch.bfloat16)
+from nphcli import dtypes
+from nphcli.dtypes import torch_dtype
+
+HALF_DTYPES = tuple(torch_dtype(name) for name in dtypes.HALF_DTYPES)
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -27,12 +27,12 @@ from torch import Tensor
 from nphcli import __version__
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET
 from nphcli.devices import (
-    dtype_name,
     resolve_device,
     resolve_dtype,
     synchronize,
     tf32_matmuls,
 )
+from nphcli.dtypes import dtype_name
 from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
 from nphcli.evaluation.guards import (

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from nphcli.defaults import DEFAULT_BETA, DEFAULT_BETA_NORM2
-from nphcli.devices import dtype_name
+from nphcli.dtypes import dtype_name
 from nphcli.errors import NphError, NphRuntimeError
 from nphcli.evaluation.metrics import metric_dtype
 from nphcli.memory.bank import MemoryBank

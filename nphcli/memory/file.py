@@ -23,26 +23,14 @@ from torch import Tensor
 
 from nphcli import __version__
 from nphcli.atomic import atomic_write
+from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
 from nphcli.errors import NphError
 from nphcli.memory.bank import Memory
 from nphcli.notices import notice
 
 FORMAT_NAME = "nph-memory"
 FORMAT_VERSION = 1
-DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-}
-_FLOATS = set(DTYPES.values())
-
-
-def dtype_from_name(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise NphError(f"unknown dtype {name!r}; choose one of: {', '.join(DTYPES)}") from None
+_FLOATS = {torch_dtype(name) for name in COMPUTE_DTYPES}
 
 
 def save_memory(

@@ -34,18 +34,15 @@ from safetensors import safe_open
 from torch import Tensor
 
 from nphcli.devices import canonical_device
+from nphcli.dtypes import name_from_code, torch_dtype
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.file import (
-    DTYPES,
     FORMAT_NAME,
     _guess_pattern_key,
     open_safetensors,
     read_metadata,
 )
-
-# safetensors' dtype codes for the float dtypes a memory file may hold.
-_FILE_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
 
 
 class StreamedBank(MemoryBank):
@@ -203,7 +200,7 @@ def _layout(path: Path, name: str) -> tuple[int, int, torch.dtype]:
         header_length = int.from_bytes(handle.read(8), "little")
         header = json.loads(handle.read(header_length))
     entry = header[name]
-    dtype = DTYPES[_FILE_DTYPES[entry["dtype"]]]
+    dtype = torch_dtype(name_from_code(entry["dtype"]))
     return 8 + header_length + entry["data_offsets"][0], entry["shape"][1], dtype
 
 
@@ -216,6 +213,6 @@ def _shape(tensor_slice, path: Path, name: str) -> tuple[int, int]:
 
 def _dtype(tensor_slice, path: Path, name: str) -> torch.dtype:
     code = tensor_slice.get_dtype()
-    if code not in _FILE_DTYPES:
+    if name_from_code(code) is None:
         raise NphError(f"{path}: '{name}' must be floating point, got {code}")
-    return DTYPES[_FILE_DTYPES[code]]
+    return torch_dtype(name_from_code(code))

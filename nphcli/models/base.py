@@ -19,13 +19,14 @@ from torch import Tensor
 
 from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
 from nphcli.devices import same_device
+from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
 from nphcli.engine.precision import HALF_DTYPES
 from nphcli.errors import NphError, score_overflow
 from nphcli.memory.bank import MemoryBank, as_bank
 
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+FLOAT_DTYPES = tuple(torch_dtype(name) for name in COMPUTE_DTYPES)
 
 
 def check_whole(value: Any, flag: str, low: int, high: int | None = None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nphcli.dtypes import STORE_DTYPES
 from nphcli.sources import datasets, files, synthetic  # noqa: F401  (register the sources)
 from nphcli.sources.base import (
     IMAGE,
@@ -28,8 +29,6 @@ from nphcli.sources.datasets import data_root
 
 if TYPE_CHECKING:
     from torch import Tensor
-
-STORE_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass
@@ -57,12 +56,11 @@ def prepare_memory(
     import torch
 
     from nphcli import normalize as norm
+    from nphcli.dtypes import check_dtype
+    from nphcli.dtypes import torch_dtype as dtype_of
     from nphcli.errors import NphError
-    from nphcli.memory.file import dtype_from_name
 
-    if dtype not in STORE_DTYPES:
-        raise NphError(f"--dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}")
-    torch_dtype = dtype_from_name(dtype)
+    torch_dtype = dtype_of(check_dtype(dtype, allowed=STORE_DTYPES))
     loaded = load_source(spec, options)
     kind = loaded.meta.get("kind", VECTOR)
     method = normalize or norm.default_method(kind)
@@ -81,7 +79,6 @@ def prepare_memory(
 
 __all__ = [
     "IMAGE",
-    "STORE_DTYPES",
     "VECTOR",
     "Loaded",
     "Prepared",

@@ -87,9 +87,9 @@ def in_store_dtype(values: Tensor, dtype: str) -> Tensor:
     """`values` cast to the memory's storage dtype; NphError if they do not fit in it."""
     import torch
 
-    from nphcli.memory.file import dtype_from_name
+    from nphcli.dtypes import torch_dtype
 
-    stored = values.to(dtype_from_name(dtype))  # (M, d_v)
+    stored = values.to(torch_dtype(dtype))  # (M, d_v)
     if not torch.isfinite(stored).all():
         raise NphError(
             f"the values do not fit in {dtype} (largest magnitude "
