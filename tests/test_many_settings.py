@@ -18,10 +18,11 @@ import torch
 
 from nphcli.errors import NphError
 from nphcli.evaluation.batch import MemoryCache, run_jobs
-from nphcli.evaluation.grid import evaluate_grid, settings_product
+from nphcli.evaluation.fields import get_field
+from nphcli.evaluation.grid import evaluate_grid
 from nphcli.evaluation.inputs import load_inputs
 from nphcli.evaluation.report import TIMINGS
-from nphcli.evaluation.settings import RetrieveSettings
+from nphcli.evaluation.settings import RetrieveSettings, expand_settings
 from nphcli.memory.file import save_memory
 
 TIMING_COLUMNS = set(TIMINGS)  # differ between runs; everything else must not
@@ -50,11 +51,15 @@ def _json_lines(result) -> list[dict]:
 
 def test_product_order_and_each_model_gets_only_its_parameters():
     base = RetrieveSettings(seed=4, queries=5)
-    grid = settings_product(
-        base,
-        models=["dense", "topk"],
-        params={"k": [1.0, 5.0], "beta": [0.1]},
-        masks=[0.0, 0.5],
+    grid = expand_settings(
+        {
+            "model": ["dense", "topk"],
+            "k": [1.0, 5.0],
+            "beta": [0.1],
+            "mask": [0.0, 0.5],
+            "seed": [4],
+            "queries": [5],
+        }
     )
     got = [(s.model, s.params, s.corruption.mask, s.corruption.noise) for s in grid]
     assert got == [
@@ -66,32 +71,39 @@ def test_product_order_and_each_model_gets_only_its_parameters():
         ("topk", {"k": 5.0, "beta": 0.1}, 0.5, 0.0),
     ]
     assert all(s.seed == 4 and s.queries == 5 for s in grid)
-    single = settings_product(base, models=["dense"])
+    single = expand_settings({"model": ["dense"], "seed": [4], "queries": [5]})
     assert single == [base]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"models": ["dense", "sparse"], "params": {"k": [3.0]}}, ["--k", "topk"]),
-        ({"models": ["hopscotch"]}, ["hopscotch"]),
-        ({"models": []}, ["--model"]),
-        ({"models": ["topk"], "params": {"k": ["x"]}}, ["--k"]),
-        ({"models": ["window"], "params": {"window": [2.5]}}, ["--window", "whole"]),
-        ({"models": ["dense"], "masks": [1.5]}, ["--mask"]),
-        ({"models": ["dense"], "noises": []}, ["--noise"]),
+        ({"model": ["dense", "sparse"], "k": [3.0]}, ["--k", "topk"]),
+        ({"model": ["hopscotch"]}, ["hopscotch"]),
+        ({"model": []}, ["--model"]),
+        ({"model": ["topk"], "k": "x"}, ["--k"]),
+        ({"model": ["window"], "window": 2.5}, ["--window", "whole"]),
+        ({"model": ["dense"], "mask": [1.5]}, ["--mask"]),
+        ({"model": ["dense"], "noise": []}, ["--noise"]),
+        ({"model": ["dense"], "seed": -1}, ["--seed"]),
+        ({"model": ["dense"], "memory_budget": "64Q"}, ["--memory-budget"]),
     ],
 )
 def test_product_refuses_bad_settings(kwargs, words):
+    """Values as a JSON job or a sweep file gives them, checked by their field."""
     with pytest.raises(NphError) as error:
-        settings_product(RetrieveSettings(), **kwargs)
+        values = {
+            key: get_field(key).from_json(v, get_field(key).flag) for key, v in kwargs.items()
+        }
+        expand_settings(values)
     for word in words:
         assert word in str(error.value)
 
 
 def test_every_setting_sees_the_same_queries_and_matches_its_own_run(memory_file):
-    base = RetrieveSettings(queries=12, seed=7)
-    grid = settings_product(base, models=["dense", "sparse"], noises=[0.3, 0.3, 0.6])
+    grid = expand_settings(
+        {"model": ["dense", "sparse"], "noise": [0.3, 0.3, 0.6], "queries": [12], "seed": [7]}
+    )
     inputs = load_inputs(memory_file)
     reports = evaluate_grid(inputs, grid)
     assert len(reports) == 6

@@ -9,8 +9,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from nphcli.cli.parsing import parse_size
 from nphcli.evaluation import metrics
+from nphcli.evaluation.fields import parse_size
 from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank

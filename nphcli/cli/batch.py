@@ -13,6 +13,7 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.render import print_json
 from nphcli.errors import NphError
+from nphcli.evaluation.fields import fields
 
 
 @app.command("batch")
@@ -20,17 +21,16 @@ def batch_command(
     jobs: Annotated[
         str,
         typer.Argument(
-            help="JSON Lines file of jobs, one JSON object per line, or - for stdin. Keys: those "
-            "of `nph retrieve` with _ for - (memory, model, seed, queries, queries_file, "
-            "targets_file, target_indices, mask, mask_mode, fill, noise, device, dtype, "
-            "batch_size, repeat, memory_budget in bytes, stream, per_query) and model "
-            "parameters by name (k, beta, alpha, ...); README, section Retrieving.",
+            help="JSON Lines file of jobs, one JSON object per line, or - for stdin. Keys: the "
+            "options of `nph retrieve` with _ for - and model parameters by name (k, beta, "
+            "...); a list is several values, one result line each. Not taken here: "
+            f"{', '.join(f.name for f in fields() if 'batch' in f.refused)}.",
         ),
     ],
 ) -> None:
     """Run many `nph retrieve` settings in one process: one JSON result per job line.
 
-    Each job's line of output is the object `nph retrieve --json` prints for it, or
+    Each setting's line of output is the object `nph retrieve --json` prints for it, or
     {"job": LINE, "error": MESSAGE} when it cannot run; the other jobs still run. Memory files
     are read once and kept between jobs. Exit status 1 when any job failed.
     """

@@ -6,30 +6,30 @@ from __future__ import annotations
 from nphcli.cli.render import format_value, print_csv, print_json, print_table
 
 
-def print_report(report, opts, steps_trace) -> None:
+def print_report(report, output, steps_trace) -> None:
     """One setting: a JSON object, a CSV header and row (or per-query rows), or tables."""
-    if opts.as_json:
-        result = report.to_json(per_query=opts.per_query)
+    if output.json:
+        result = report.to_json(per_query=output.per_query)
         if steps_trace is not None:
             result["trace"] = steps_trace
         print_json(result)
-    elif opts.as_csv:
-        rows = report.per_query_rows() if opts.per_query else [report.to_row()]
-        print_csv(rows, header=not opts.no_header)
+    elif output.csv:
+        rows = report.per_query_rows() if output.per_query else [report.to_row()]
+        print_csv(rows, header=not output.no_header)
     else:
-        _print_tables(report, per_query=opts.per_query)
+        _print_tables(report, per_query=output.per_query)
         if steps_trace is not None:
             names = ["step", "energy_mean", "energy_rise_max", "residual_mean", "residual_max"]
             rows = [[item[name] for name in names] for item in steps_trace]
             print_table("Trace (float64)", names, rows)
 
 
-def print_many(grid, reports, opts) -> None:
+def print_many(settings, reports, output) -> None:
     """Several settings: a JSON Lines stream, one CSV (header once), or a comparison table."""
-    from nphcli.evaluation.grid import given_params
+    from nphcli.evaluation.settings import given_params
 
-    as_json, as_csv, per_query = opts.as_json, opts.as_csv, opts.per_query
-    header = not opts.no_header
+    as_json, as_csv, per_query = output.json, output.csv, output.per_query
+    header = not output.no_header
     if as_json:
         for report in reports:
             print_json(report.to_json(per_query=per_query))
@@ -46,7 +46,7 @@ def print_many(grid, reports, opts) -> None:
         return
     columns = ["model", "parameters", "mask", "noise", "sse", "success", "cosine", "support"]
     rows = []
-    for settings, report in zip(grid, reports, strict=True):
+    for setting, report in zip(settings, reports, strict=True):
         corruption, metrics = report.config["corruption"], report.metrics
         means = [
             None if metrics[name] is None else metrics[name]["mean"]
@@ -54,7 +54,7 @@ def print_many(grid, reports, opts) -> None:
         ]
         timing = report.timing["retrieve_median_s"]
         rows.append(
-            [settings.model, given_params(settings), corruption["mask"], corruption["noise"]]
+            [setting.model, given_params(setting), corruption["mask"], corruption["noise"]]
             + means
             + [timing]
         )

@@ -1,0 +1,135 @@
+"""Command-line options generated from the retrieval fields and the model catalog.
+
+A command decorated with `with_fields(...)` gets one `--FLAG` option per field named (and one
+per model parameter), shown in `--help` under its group's panel, unless the command declares
+that option itself; so a new field or a newly registered model's parameter is an option with no
+edit here. The command receives the options given as one dict, `given` (name → the text, or
+True for a switch), and `field_values(given)` parses it into the lists of values that
+`nphcli.evaluation.request.request_from` takes. Reads no torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any
+
+import typer
+
+from nphcli.evaluation.fields import FIELDS, Field, get_field, param_fields
+
+PANELS = {
+    "input": "Input",
+    "model": "Model and its parameters",
+    "corruption": "Corruption",
+    "run": "Run",
+    "device": "Device",
+    "index": "Approximate index",
+    "distributed": "Distributed",
+    "output": "Output",
+}
+
+
+def with_fields(
+    names: Iterable[str] | None = None, *, params: bool = True
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: the command gets the fields `names` (all declared fields when None) and, with
+    `params`, every model parameter as options; it must take a `given: dict` keyword."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        return _WithFields(command, None if names is None else tuple(names), params)
+
+    return decorate
+
+
+def field_values(given: dict[str, Any]) -> dict[str, list[Any]]:
+    """The options given, parsed and checked: name → list of values (one for most fields,
+    several for a comma list of a setting field)."""
+    out = {}
+    for name, raw in given.items():
+        field = get_field(name)
+        out[name] = [raw] if isinstance(raw, bool) else field.from_text(str(raw))
+    return out
+
+
+class _WithFields:
+    """A callable whose signature is the command's own plus the generated options (typer reads
+    `__signature__` and `__annotations__` when it builds the CLI)."""
+
+    def __init__(self, command: Callable[..., Any], names: tuple[str, ...] | None, params: bool):
+        self._command, self._names, self._params = command, names, params
+        self.__name__ = command.__name__
+        self.__qualname__ = command.__qualname__
+        self.__module__ = command.__module__
+        self.__doc__ = command.__doc__
+
+    def _own(self) -> inspect.Signature:
+        signature = inspect.signature(self._command, eval_str=True)
+        return signature.replace(
+            parameters=[p for p in signature.parameters.values() if p.name != "given"]
+        )
+
+    def _fields(self) -> list[Field]:
+        own = set(self._own().parameters)
+        chosen = [f for f in FIELDS if self._names is None or f.name in self._names]
+        if self._params:
+            chosen += param_fields()
+        return [f for f in chosen if f.name not in own]
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        own = self._own()
+        extra = [
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=_empty(f), annotation=_option(f)
+            )
+            for f in self._fields()
+        ]
+        return own.replace(parameters=[*own.parameters.values(), *extra])
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+    def __call__(self, **kwargs: Any) -> Any:
+        generated = {f.name for f in self._fields()}
+        given = {}
+        for name in list(kwargs):
+            if name in generated:
+                value = kwargs.pop(name)
+                if value is not None and value is not False:
+                    given[name] = value
+        return self._command(**kwargs, given=given)
+
+
+def _empty(field: Field) -> Any:
+    return False if field.kind == "bool" else None
+
+
+def _option(field: Field) -> Any:
+    """The typer annotation of a field's option: a switch for booleans, else text parsed by
+    the field itself (so a comma list works wherever the field takes many values)."""
+    panel = PANELS[field.group]
+    if field.kind == "bool":
+        return Annotated[bool, typer.Option(field.flag, help=field.help, rich_help_panel=panel)]
+    shown = "" if field.default is None else f"  [default: {field.default}]"
+    return Annotated[
+        str | None,
+        typer.Option(
+            field.flag,
+            help=field.help + shown,
+            metavar=field.metavar or _METAVARS.get(field.kind, "TEXT"),
+            show_default=False,
+            rich_help_panel=panel,
+        ),
+    ]
+
+
+_METAVARS = {
+    "int": "INTEGER",
+    "float": "NUMBER",
+    "size": "SIZE",
+    "path": "PATH",
+    "indices": "LIST",
+    "str": "TEXT",
+}

@@ -1,0 +1,235 @@
+"""A whole retrieval request: its settings, what it reads, how the work is spread and what it
+reports, built from field values (`nphcli.evaluation.fields`) and run.
+
+`nph retrieve` and an `nph batch` job are both one request: the command line gives text, a job
+gives JSON, and both become the same `RetrieveRequest`, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nphcli.errors import NphError
+from nphcli.evaluation.fields import default, fields, get_field
+from nphcli.evaluation.settings import RetrieveSettings, build_model, expand_settings
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What a request reads (the `input` fields)."""
+
+    memory: str = default("memory")  # memory file or shard manifest
+    queries_file: str | None = None  # own queries; None: corrupted stored patterns
+    targets_file: str | None = None  # targets of own queries (Q, d_v)
+    target_indices: list[int] | None = None  # stored row of each own query's target
+    stream: bool = False  # read the memory block by block instead of loading it
+
+    def __post_init__(self) -> None:
+        if self.targets_file is not None and self.target_indices is not None:
+            raise NphError("give targets either as a file or as indices, not both")
+        if (self.targets_file or self.target_indices is not None) and not self.queries_file:
+            raise NphError("targets go with own queries: add --queries-file")
+
+    def files(self) -> list[Path]:
+        """The files read, which no output may overwrite."""
+        named = (self.memory, self.queries_file, self.targets_file)
+        return [Path(name) for name in named if name is not None]
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What a request reports and writes (the `output` fields)."""
+
+    per_query: bool = False
+    trace: bool = False
+    json: bool = False
+    csv: bool = False
+    no_header: bool = False
+    out: Path | None = None
+    save_grid: Path | None = None
+    scale: int = default("scale")
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.json and self.csv:
+            raise NphError("choose one of --json and --csv")
+        if self.no_header and not self.csv:
+            raise NphError("--no-header goes with --csv")
+        if self.out is not None and self.save_grid is not None:
+            if self.out.resolve() == self.save_grid.resolve():
+                raise NphError("--out and --save-grid name the same file")
+
+    def files(self) -> list[Path]:
+        return [path for path in (self.out, self.save_grid) if path is not None]
+
+
+@dataclass(frozen=True)
+class RetrieveRequest:
+    """One `nph retrieve` (or one batch job): every setting is evaluated on inputs read once."""
+
+    settings: list[RetrieveSettings]
+    inputs: InputSpec
+    output: OutputSpec
+    workers: int = default("workers")
+    timeout: float = default("timeout")
+
+    def __post_init__(self) -> None:
+        many = len(self.settings) > 1
+        if many and self.output.files():
+            raise NphError(
+                f"--out and --save-grid take one setting; these options give "
+                f"{len(self.settings)}: run those settings one at a time"
+            )
+        if many and self.output.per_query and not (self.output.json or self.output.csv):
+            raise NphError("--per-query with several settings needs --json or --csv")
+        if self.output.trace and (self.inputs.stream or self.output.csv or many):
+            raise NphError(
+                "--trace goes with one setting and --json or the table, not with --stream or --csv"
+            )
+
+    @property
+    def distributed(self) -> bool:
+        from nphcli.distributed.group import launched_by_torchrun
+
+        return self.workers != 1 or launched_by_torchrun()
+
+
+def request_from(values: Mapping[str, Sequence[Any]]) -> RetrieveRequest:
+    """The request of checked field values (name → list of values; see `Field.from_text` and
+    `Field.from_json`): setting fields and model parameters may hold several values, the others
+    one. Fields not given take their defaults."""
+    others = {f.name for f in fields(setting=False)}
+    single = {}
+    for name in others & set(values):
+        given = list(values[name])
+        if len(given) != 1:
+            raise NphError(f"{get_field(name).flag} takes one value, got {len(given)}")
+        single[name] = given[0]
+    setting_values = {name: v for name, v in values.items() if name not in others}
+    pick = {f.name: single.get(f.name, f.default) for f in fields(setting=False)}
+    path = {name: None if pick[name] is None else Path(pick[name]) for name in ("out", "save_grid")}
+    return RetrieveRequest(
+        settings=expand_settings(setting_values),
+        inputs=InputSpec(**{f.name: _plain(pick[f.name]) for f in fields() if f.group == "input"}),
+        output=OutputSpec(**{**{f.name: pick[f.name] for f in _outputs()}, **path}),
+        workers=pick["workers"],
+        timeout=pick["timeout"],
+    )
+
+
+@dataclass
+class Outcome:
+    """What running a request gave."""
+
+    reports: list  # one `RetrievalReport` per setting (empty on a torchrun rank other than 0)
+    memory: Any  # the memory read (for --save-grid), or None
+    trace: list | None = None  # the --trace steps of a single setting
+
+
+def check_request(request: RetrieveRequest) -> None:
+    """Refuse, before any work, outputs that cannot be written and settings an --index cannot
+    serve."""
+    from nphcli.evaluation.inputs import check_output_path
+
+    output = request.output
+    for path in output.files():
+        check_output_path(path, force=output.force, protect=request.inputs.files())
+    if output.out is not None:
+        from nphcli.evaluation.report import check_results_output
+
+        check_results_output(output.out)
+    if output.save_grid is not None:
+        from nphcli.image_grid import check_grid_output
+
+        check_grid_output(output.save_grid, scale=output.scale)
+    for settings in request.settings:
+        if settings.index is not None:
+            from nphcli.ann.run import check_index_run
+
+            memory = request.inputs.memory
+            check_index_run(settings.index, memory, build_model(settings), settings.device)
+
+
+def run_request(request: RetrieveRequest) -> Outcome:
+    """Check the request, then evaluate every setting: in this process on inputs read once, or
+    over --workers processes / torchrun ranks (one setting)."""
+    check_request(request)
+    if request.distributed:
+        return _run_distributed(request)
+    return _run_here(request)
+
+
+def _run_here(request: RetrieveRequest) -> Outcome:
+    from nphcli.evaluation.grid import evaluate_grid
+    from nphcli.evaluation.inputs import load_inputs
+
+    spec = request.inputs
+    inputs = load_inputs(
+        spec.memory,
+        queries_file=spec.queries_file,
+        targets_file=spec.targets_file,
+        target_indices=spec.target_indices,
+        stream=spec.stream,
+    )
+    if request.output.save_grid is not None:
+        from nphcli.image_grid import check_drawable
+
+        check_drawable(inputs.memory)
+    reports = evaluate_grid(inputs, request.settings)
+    trace = None
+    if request.output.trace:
+        from nphcli.theory.energy import trace_report
+
+        trace = trace_report(inputs.memory, reports[0]).to_json(per_query=request.output.per_query)
+    return Outcome(reports, inputs.memory, trace)
+
+
+def _run_distributed(request: RetrieveRequest) -> Outcome:
+    from nphcli.distributed.retrieve import distributed_retrieve
+    from nphcli.evaluation.inputs import open_stream
+
+    if len(request.settings) > 1 or request.output.trace or request.settings[0].index:
+        raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
+    spec = request.inputs
+    shown = open_stream(spec.memory) if request.output.save_grid is not None else None
+    if shown is not None:
+        from nphcli.image_grid import check_drawable
+
+        check_drawable(shown)
+    report = distributed_retrieve(
+        spec.memory,
+        request.settings[0],
+        workers=request.workers,
+        timeout=request.timeout,
+        queries_file=spec.queries_file,
+        targets_file=spec.targets_file,
+        target_indices=spec.target_indices,
+        stream=spec.stream,
+    )
+    return Outcome([] if report is None else [report], shown)
+
+
+def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:
+    """Write --out and --save-grid for a single setting's report."""
+    output, (report,) = request.output, outcome.reports
+    if output.out is not None:
+        from nphcli.evaluation.report import save_results
+
+        save_results(output.out, report, force=output.force)
+    if output.save_grid is not None:
+        from nphcli.image_grid import save_retrieval_grid
+
+        save_retrieval_grid(
+            output.save_grid, report, outcome.memory, force=output.force, scale=output.scale
+        )
+
+
+def _outputs():
+    return [f for f in fields() if f.group == "output" and f.name not in ("out", "save_grid")]
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
