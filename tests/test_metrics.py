@@ -82,3 +82,33 @@ def test_summarize_by_hand():
     assert stats["median"] == 2.5
     assert metrics.summarize(torch.tensor([5.0])) == {"mean": 5.0, "std": 0.0, "median": 5.0}
     assert metrics.summarize(torch.tensor([3.0, 1.0, 2.0]))["median"] == 2.0
+
+
+def test_success_counts_identical_stored_rows_as_the_target():
+    """Hetero-association with one-hot label values: every class's row repeats, so a retrieval
+    of the right class is a success whichever of the equal rows is the target."""
+    labels = torch.tensor([0, 1, 0, 2, 1, 0])
+    values = torch.nn.functional.one_hot(labels, 3).float()  # (6, 3), rows repeat per class
+    retrieved = values[[3, 4, 5, 1]] + 0.01  # classes 2, 1, 0, 1
+    targets = values[[3, 4, 5, 2]]  # the last retrieval has the wrong class
+    out = metrics.per_query(
+        retrieved, values, targets=targets, target_indices=torch.tensor([3, 4, 5, 2])
+    )
+    assert out["nearest"].tolist() == [3, 1, 0, 1]  # ties resolve to the lowest index
+    assert out["success"].tolist() == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_memory_with_one_hot_label_values_reports_label_accuracy(tmp_path):
+    """The end-to-end case: keys are patterns, values the one-hot labels; dense retrieval
+    with a large β returns each query's own class."""
+    from nphcli.evaluation.evaluate import evaluate
+    from nphcli.evaluation.settings import RetrieveSettings
+    from nphcli.memory.bank import Memory
+
+    gen = torch.Generator().manual_seed(0)
+    keys = torch.nn.functional.normalize(torch.randn(40, 16, generator=gen), dim=1)
+    labels = torch.arange(40) % 4
+    values = torch.nn.functional.one_hot(labels, 4).float()
+    memory = Memory(keys, values=values, labels=labels)
+    report = evaluate(memory, RetrieveSettings(params={"beta": 50.0}))
+    assert report.metrics["success"]["mean"] == 1.0

@@ -6,7 +6,9 @@ output space s_1 … s_M (the values for a hetero-associative memory, else the p
 - `mse`     = sse / d_v;
 - `cosine`  = ⟨y, t⟩ / (‖y‖·‖t‖), defined as 0 when y or t is the zero vector;
 - `nearest` = argmin_μ ‖y − s_μ‖ (ties: the lowest index μ), `nearest_distance` = ‖y − s_nearest‖;
-- `success` = 1 if `nearest` is the target's index, else 0 (top-1 retrieval accuracy);
+- `success` = 1 if the stored row at `nearest` equals the target's stored row, else 0 (top-1
+  retrieval accuracy): the target's own index, or any row identical to it, since identical rows
+  cannot be told apart (hetero-association with one-hot label values repeats each class's row);
 - `pixel_success` = 1 if max_i |clamp(y_i, lo, hi) − t_i| ≤ 0.1, else 0, where [lo, hi] is the
   range of the stored values (min and max over every entry of s_1 … s_M): every entry of the
   clamped retrieval within 0.1 of the target, the success criterion of the paper's released
@@ -185,7 +187,7 @@ def per_query(
         if target_indices is None:
             target_indices, _ = nearest(targets.to(retrieved.device), stored, block_rows=block_rows)
         out["target_index"] = target_indices.to(device=index.device, dtype=torch.int64)
-        out["success"] = (index == out["target_index"]).to(errors.dtype)
+        out["success"] = same_row(stored, index, out["target_index"]).to(errors.dtype)
         low, high = value_range(stored) if stored_range is None else stored_range
         out["pixel_success"] = pixel_success(retrieved, targets, low, high)
     if support is not None:
@@ -193,6 +195,19 @@ def per_query(
     if steps is not None:
         out["steps"] = steps.to(torch.int64)
     return out
+
+
+def same_row(stored: Tensor | MemoryBank, first: Tensor, second: Tensor) -> Tensor:
+    """(Q,) bool: whether stored rows `first` and `second` (Q,) are the same row or equal rows."""
+    bank = as_bank(stored)
+    differ = first != second  # (Q,)
+    if not bool(differ.any()):
+        return ~differ
+    _, a = bank.gather(first[differ].to(bank.device))  # (n, d_v)
+    _, b = bank.gather(second[differ].to(bank.device))  # (n, d_v)
+    same = ~differ
+    same[differ] = torch.eq(a, b).all(dim=1).to(same.device)
+    return same
 
 
 def summarize(values: Tensor) -> dict[str, float]:
