@@ -47,3 +47,26 @@ def test_python_dash_m_runs():
         [sys.executable, "-m", "nphcli", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout.startswith("nph ")
+
+
+def test_a_narrow_output_encoding_gets_ascii_tables_not_a_traceback(tmp_path):
+    """PYTHONIOENCODING=ascii stands for a redirected Windows console under cp1252."""
+    import os
+
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    run = [sys.executable, "-m", "nphcli"]
+    models = subprocess.run([*run, "models"], env=env, capture_output=True, text=True)
+    assert models.returncode == 0, models.stderr
+    assert "Traceback" not in models.stderr
+    assert "+---" in models.stdout and "dense" in models.stdout
+    memory = str(tmp_path / "m.safetensors")
+    store = [*run, "store", "random", "--n", "8", "--dim", "4", "--out", memory]
+    subprocess.run(store, env=env, check=True, capture_output=True)
+    retrieve = subprocess.run(
+        [*run, "retrieve", "--memory", memory],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert retrieve.returncode == 0, retrieve.stderr
+    assert "Traceback" not in retrieve.stderr and "sse" in retrieve.stdout

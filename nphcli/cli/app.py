@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover
     from click.exceptions import ClickException, NoArgsIsHelpError
 
 from nphcli import __version__
+from nphcli.cli.render import plain_streams
 from nphcli.errors import NphError
 
 
@@ -91,6 +92,7 @@ class NphGroup(TyperGroup):
         argv = sys.argv[1:] if argv is None else list(argv)
         _debug_flag, _quiet_flag = False, False
         _json_errors = "--json" in argv
+        plain_streams()
         _setup_notices()
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)

@@ -10,8 +10,30 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+
+# Characters of nph's tables and texts that a narrow encoding (ASCII, cp1252) may lack.
+_WIDE = "━│σ‖"
+
+
+def can_encode(stream: Any, text: str = _WIDE) -> bool:
+    """Whether `stream`'s encoding can write `text` (a redirected Windows console under cp1252,
+    or PYTHONIOENCODING=ascii, cannot write box lines or Greek letters)."""
+    try:
+        text.encode(getattr(stream, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def plain_streams() -> None:
+    """On streams that cannot encode nph's characters, write what they lack as `?` rather than
+    stop with a traceback; tables switch to ASCII lines (`print_table`)."""
+    for stream in (sys.stdout, sys.stderr):
+        if not can_encode(stream) and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
 
 
 def stdout_console() -> Console:
@@ -58,7 +80,10 @@ def print_table(
 ) -> None:
     """A table on stdout. `width`: the line width to use when stdout is not a terminal (rich
     assumes 80 columns there, which squeezes wide tables into unreadable cells)."""
-    table = Table(title=title, title_justify="left")
+    ascii_only = not can_encode(sys.stdout)
+    table = Table(
+        title=title, title_justify="left", box=box.ASCII if ascii_only else box.HEAVY_HEAD
+    )
     for column in columns:
         table.add_column(column)
     for row in rows:
