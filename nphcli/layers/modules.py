@@ -51,7 +51,9 @@ class LayerConfig:
             raise NphError(f"dropout must be in [0, 1), got {self.dropout}")
         head_dim = self.head_dim or max(1, self.d_model // self.heads)
         # The attention convention for β, as in hopfield-layers, when no rule is given.
-        rule = self.rule or create_model("dense", beta=1 / math.sqrt(head_dim))
+        rule = self.rule
+        if rule is None:
+            rule = create_model("dense", beta=1 / math.sqrt(head_dim))
         if not isinstance(rule, HopfieldModel):
             raise NphError(
                 f"rule must be a model, e.g. rule=create_model('topk', k=0.2), got {rule!r}"
