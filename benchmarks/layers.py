@@ -32,6 +32,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from nphcli.layers import NPH, NPHPooling
+from nphcli.models import create_model
 
 BATCH = 4
 HIDDEN = 16
@@ -50,7 +51,7 @@ RULES = {
 def build(label: str, device: torch.device) -> NPH:
     params = dict(RULES[label])
     model = params.pop("model", label)
-    return NPH(HIDDEN, model=model, beta=0.25, **params).to(device).eval()
+    return NPH(HIDDEN, rule=create_model(model, beta=0.25, **params)).to(device).eval()
 
 
 def _sync(device: torch.device) -> None:
@@ -95,7 +96,8 @@ def build_pooling(label: str, device: torch.device) -> NPHPooling:
     params = dict(POOLING_RULES[label])
     model = params.pop("model", label)
     torch.manual_seed(0)
-    layer = NPHPooling(256, prototypes=2, model=model, heads=4, head_dim=64, beta=0.1, **params)
+    rule = create_model(model, beta=0.1, **params)
+    layer = NPHPooling(256, prototypes=2, rule=rule, heads=4, head_dim=64)
     return layer.to(device)
 
 

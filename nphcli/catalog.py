@@ -2,9 +2,10 @@
 
 Static commands (`nph models`, every `--help`) and the CLI's model options read the catalog, so
 they never pay for importing torch. It is the model registry (`nphcli.models.registry`) when the
-models are loaded in this process, and otherwise the registry's snapshot in `model_catalog.json`,
-which `python -m nphcli.catalog --write` regenerates and a test keeps equal to the registry.
-The README's model reference is rendered from the same cards (`python -m nphcli.catalog`).
+models are loaded in this process, and otherwise the registry's snapshot in `model_catalog.json`.
+The model reference in README.md and docs/models.md is rendered from the same cards, between the
+markers below. `python -m nphcli.catalog --write` regenerates all three; a test fails while any of
+them differs from the registry (`stale_files`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 CATALOG_FILE = Path(__file__).with_name("model_catalog.json")
+# Pages holding the generated model reference between the markers (in a source checkout).
+DOC_FILES = tuple(Path(__file__).parents[1] / name for name in ("README.md", "docs/models.md"))
 README_START = "<!-- models:start -->"
 README_END = "<!-- models:end -->"
 # Parameters every model takes (the fields of `HopfieldModel`), listed once in the README.
@@ -113,6 +116,25 @@ def models_markdown(cards: list[ModelCard]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def generated_files() -> dict[Path, str]:
+    """What the snapshot and every doc page should hold for the live registry."""
+    cards = cards_from_registry()
+    section = f"{README_START}\n{models_markdown(cards)}{README_END}"
+    files = {CATALOG_FILE: snapshot_text(cards)}
+    for path in DOC_FILES:
+        text = path.read_text(encoding="utf-8")
+        if README_START not in text or README_END not in text:
+            raise ValueError(f"{path} lacks the markers {README_START} … {README_END}")
+        before, rest = text.split(README_START, 1)
+        files[path] = before + section + rest.split(README_END, 1)[1]
+    return files
+
+
+def stale_files() -> list[Path]:
+    """The generated files whose content differs from the registry's."""
+    return [path for path, text in generated_files().items() if _current(path) != text]
+
+
 def _param_line(p: ParamCard) -> str:
     return f"- `--{p.name}` ({p.type}, default `{p.default}`): {p.help}"
 
@@ -121,12 +143,24 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")  # a bare | would end the Markdown table cell
 
 
+def write_generated() -> list[Path]:
+    """Rewrite the stale generated files (`python -m nphcli.catalog --write`); returns them."""
+    expected = generated_files()
+    stale = [path for path in expected if _current(path) != expected[path]]
+    for path in stale:
+        path.write_text(expected[path], encoding="utf-8")
+    return stale
+
+
+def _current(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
 if __name__ == "__main__":
-    live = cards_from_registry()
     if sys.argv[1:] == ["--write"]:
-        CATALOG_FILE.write_text(snapshot_text(live), encoding="utf-8")
-        print(f"wrote {CATALOG_FILE}")
+        for path in write_generated():
+            print(f"wrote {path}")
     else:
         print(README_START)
-        print(models_markdown(live), end="")
+        print(models_markdown(cards_from_registry()), end="")
         print(README_END)

@@ -1,4 +1,5 @@
-"""Model energies (theory.energy): reference values, −∇E(x) = T(x) − x, and monotone descent."""
+"""Model energies (engine.energy) and traces (theory.energy): reference values,
+−∇E(x) = T(x) − x, and monotone descent."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import pytest
 import torch
 
+from nphcli.engine.energy import energy
 from nphcli.models import create_model
 from nphcli.theory import energy as en
 
@@ -76,7 +78,7 @@ def test_entmax_energy_tends_to_dense_and_equals_sparse_at_the_ends():
     assert torch.allclose(near_one, dense, atol=2e-3)
     assert torch.equal(create_model("entmax", beta=0.9, alpha=1.0).energy(x, X, pos), dense)
     sparse = create_model("sparse", beta=0.9).energy(x, X, pos)
-    two = en.energy(x, X, 0.9, alpha=2.0)
+    two = energy(x, X, 0.9, alpha=2.0)
     assert torch.allclose(sparse, two, rtol=0, atol=1e-13)
 
 
@@ -117,6 +119,27 @@ def test_trace_residuals_and_end_point_match_iterated_retrieval():
     full = create_model("sparse", beta=1.5, steps=4).retrieve(x, X).patterns
     assert torch.allclose(trace.final, full, atol=1e-12)
     assert trace.energy.shape == (5, 5) and trace.residual.shape == (4, 5)
+
+
+def test_theory_does_not_import_models_inside_functions():
+    """The energies sit below the models (engine) and traces above them (theory): no import
+    from theory inside a model and no function-level import of the models in theory."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "nphcli"
+    for path in [*root.glob("models/*.py"), root / "theory" / "energy.py"]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("nphcli.theory"), f"{path.name} imports theory"
+        for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            inner = [
+                n.module
+                for n in ast.walk(function)
+                if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("nphcli.")
+            ]
+            assert not inner, f"{path.name}:{function.name} imports {inner} inside a function"
 
 
 def test_models_without_an_energy_say_so():

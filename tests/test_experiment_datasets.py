@@ -13,6 +13,7 @@ from nphcli.experiments.datasets import (
     pad_bags,
 )
 from nphcli.layers import NPHPooling
+from nphcli.models import create_model
 
 
 def _ucsb_file(tmp_path):
@@ -41,7 +42,7 @@ def test_padded_bags_pool_like_each_bag_alone(tmp_path):
     stacked, mask = pad_bags(data.bags)
     assert stacked.shape == (2, 3, 3) and mask.tolist() == [[False] * 3, [False, False, True]]
     torch.manual_seed(0)
-    pool = NPHPooling(3, prototypes=2, model="sparse", heads=1)
+    pool = NPHPooling(3, prototypes=2, rule=create_model("sparse"), heads=1)
     pooled = pool(stacked, key_padding_mask=mask)  # (2, 2, 3)
     torch.testing.assert_close(pooled[1], pool(data.bags[1][None])[0])
 

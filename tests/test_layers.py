@@ -25,11 +25,9 @@ def _params(name: str) -> dict:
     return dict(PARAMS.get(name, {}))
 
 
-def _layer_kwargs(name: str) -> dict:
-    # For the layers "multihead" means: the layer's heads, each dense.
-    params = _params(name)
-    heads = params.pop("heads", 1)
-    return {"heads": heads, **params}
+def _rule(name: str, **given):
+    """The model `name` with this file's parameters (β as given, else the model's default)."""
+    return create_model(name, **_params(name), **given)
 
 
 @pytest.mark.parametrize("name", model_names())
@@ -37,7 +35,7 @@ def test_identity_nph_is_memory_retrieval(name, device):
     gen = torch.Generator().manual_seed(1)
     queries = torch.randn(5, 8, generator=gen, dtype=torch.float64).to(device)  # (N, d)
     stored = torch.randn(9, 8, generator=gen, dtype=torch.float64).to(device)  # (M, d)
-    layer = NPH(8, model=name, beta=0.7, **_layer_kwargs(name)).double().to(device).identity_()
+    layer = NPH(8, rule=_rule(name, beta=0.7)).double().to(device).identity_()
     out = layer(queries[None], stored[None])[0]  # (N, d)
     expected = create_model(name, beta=0.7, **_params(name)).retrieve(queries, stored).patterns
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
@@ -49,11 +47,11 @@ def test_identity_pooling_and_stored_layer_are_memory_retrieval(name):
     queries = torch.randn(3, 6, generator=gen, dtype=torch.float64)
     stored = torch.randn(7, 6, generator=gen, dtype=torch.float64)
     expected = create_model(name, beta=0.4, **_params(name)).retrieve(queries, stored).patterns
-    pooling = NPHPooling(6, prototypes=3, model=name, beta=0.4, **_params(name)).double()
+    pooling = NPHPooling(6, prototypes=3, rule=_rule(name, beta=0.4)).double()
     with torch.no_grad():
         pooling.prototypes.copy_(queries)
     torch.testing.assert_close(pooling.identity_()(stored[None])[0], expected)
-    layer = NPHLayer(6, memories=7, model=name, beta=0.4, **_params(name)).double()
+    layer = NPHLayer(6, memories=7, rule=_rule(name, beta=0.4)).double()
     with torch.no_grad():
         layer.memories.copy_(stored)
     torch.testing.assert_close(layer.identity_()(queries[None])[0], expected)
@@ -65,7 +63,7 @@ def test_heads_are_retrievals_on_slices(name):
     gen = torch.Generator().manual_seed(3)
     queries = torch.randn(4, 12, generator=gen, dtype=torch.float64)
     stored = torch.randn(10, 12, generator=gen, dtype=torch.float64)
-    layer = NPH(12, model=name, heads=3, beta=0.9, **_params(name)).double().identity_()
+    layer = NPH(12, rule=_rule(name, beta=0.9), heads=3).double().identity_()
     model = create_model(name, beta=0.9, **_params(name))
     expected = torch.cat(
         [
@@ -80,7 +78,8 @@ def test_heads_are_retrievals_on_slices(name):
 def test_dense_layer_matches_the_formula_with_learned_weights():
     """W_O · concat_h softmax(β R W_Q,h (Y W_K)_hᵀ) (Y W_K W_V)_h, written out per head."""
     torch.manual_seed(4)
-    layer = NPH(8, model="dense", heads=2, head_dim=3, value_dim=5, out_dim=7, beta=0.6).double()
+    rule = create_model("dense", beta=0.6)
+    layer = NPH(8, rule=rule, heads=2, head_dim=3, value_dim=5, out_dim=7).double()
     r = torch.randn(2, 4, 8, dtype=torch.float64)  # (B, N, d)
     y = torch.randn(2, 6, 8, dtype=torch.float64)  # (B, M, d)
     q = r @ layer.query.weight.T  # (B, N, 6)
@@ -99,7 +98,7 @@ def test_padded_keys_get_no_weight_and_no_gradient(name):
     """A padded set gives what its unpadded rows alone give; padded rows get gradient exactly 0
     (their contents, however large, change nothing)."""
     torch.manual_seed(5)
-    layer = NPH(8, model=name, **_layer_kwargs(name)).double()
+    layer = NPH(8, rule=_rule(name)).double()
     queries = torch.randn(2, 3, 8, dtype=torch.float64)
     stored = torch.randn(2, 7, 8, dtype=torch.float64)
     stored[1, 5:] = 50.0  # padding that would dominate every score if it were seen
@@ -116,9 +115,40 @@ def test_padded_keys_get_no_weight_and_no_gradient(name):
 
 
 @pytest.mark.parametrize("name", model_names())
+def test_padded_set_is_the_model_on_its_keys_alone(name):
+    """With identity weights a set of 130 keys padded to 140 gives `retrieve` on its 130 keys, for
+    every model: parameters that depend on M use 130, and the random subset is the one the model
+    draws for M = 130 (Floyd's algorithm here: k = 2, 64·k ≤ 130), not a subset of 140 keys."""
+    gen = torch.Generator().manual_seed(13)
+    queries = torch.randn(5, 8, generator=gen, dtype=torch.float64)  # (N, d)
+    stored = torch.randn(2, 140, 8, generator=gen, dtype=torch.float64)  # (B, M, d)
+    pad = torch.zeros(2, 140, dtype=torch.bool)
+    pad[1, 130:] = True
+    params = {**_params(name), **({"k": 2} if name == "random" else {})}
+    rule = create_model(name, beta=0.7, **params)
+    layer = NPH(8, rule=rule).double().identity_()
+    out = layer(queries.expand(2, -1, -1), stored, key_padding_mask=pad)  # (B, N, d)
+    for b, size in enumerate((140, 130)):
+        expected = rule.retrieve(queries, stored[b, :size]).patterns
+        torch.testing.assert_close(out[b], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_multihead_rule_cuts_every_layer_head_again():
+    """`multihead` with h heads inside a layer of H heads is dense with H·h heads of d_h / h."""
+    torch.manual_seed(14)
+    split = NPH(12, rule=create_model("multihead", heads=2, beta=0.5), heads=3).double()
+    torch.manual_seed(14)
+    dense = NPH(12, rule=create_model("dense", beta=0.5), heads=6).double()
+    r, y = torch.randn(2, 4, 12, dtype=torch.float64), torch.randn(2, 5, 12, dtype=torch.float64)
+    torch.testing.assert_close(split(r, y), dense(r, y), rtol=1e-12, atol=1e-12)
+    with pytest.raises(NphError, match="does not divide"):
+        NPH(12, rule=create_model("multihead", heads=5), heads=3).double()(r, y)
+
+
+@pytest.mark.parametrize("name", model_names())
 def test_gradcheck_every_model_in_layer_form(name):
     torch.manual_seed(6)
-    layer = NPH(4, model=name, learn_beta=True, beta=0.8, **_layer_kwargs(name)).double()
+    layer = NPH(4, rule=_rule(name, beta=0.8), learn_beta=True).double()
     queries = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     stored = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
     pad = torch.tensor([[False] * 5, [False] * 4 + [True]])
@@ -129,25 +159,23 @@ def test_gradcheck_every_model_in_layer_form(name):
     assert all(p.grad is not None for p in layer.parameters())
 
 
+# The rules that form weights from each head's scores (not the feature rules, not multihead,
+# which splits every head again).
 @pytest.mark.parametrize(
-    "name", [n for n in model_names() if n not in ("linear", "random-feature")]
+    "name", [n for n in model_names() if n not in ("linear", "random-feature", "multihead")]
 )
 def test_pooling_with_folded_keys_equals_projecting_every_row(name):
     """NPHPooling's folded path (W_K moved onto the prototypes) gives the same outputs and the same
     gradients as projecting every stored row, with learned weights, heads and padding."""
     torch.manual_seed(12)
-    kwargs = _layer_kwargs(name)
-    heads = kwargs.pop("heads", 1) * 2
     pooling = NPHPooling(
         8,
         prototypes=2,
-        model=name,
-        heads=heads,
+        rule=_rule(name, beta=0.6),
+        heads=2,
         head_dim=5,
         value_dim=3,
         out_dim=7,
-        beta=0.6,
-        **kwargs,
     ).double()
     assert pooling.folds()
     stored = torch.randn(3, 9, 8, dtype=torch.float64, requires_grad=True)
@@ -168,10 +196,13 @@ def test_pooling_with_folded_keys_equals_projecting_every_row(name):
 
 
 def test_pooling_folds_only_where_it_is_exact_and_cheaper():
-    assert NPHPooling(64, prototypes=2, model="topk", k=0.5, heads=4).folds()
-    assert not NPHPooling(64, prototypes=2, model="linear", heads=4).folds()  # features of keys
-    assert not NPHPooling(64, prototypes=2, model="dense", heads=4, bias=True).folds()
-    assert not NPHPooling(64, prototypes=32, model="dense", heads=4).folds()  # S ≥ d_h
+    assert NPHPooling(64, prototypes=2, rule=create_model("topk", k=0.5), heads=4).folds()
+    linear = create_model("linear")
+    assert not NPHPooling(64, prototypes=2, rule=linear, heads=4).folds()  # features of keys
+    assert not NPHPooling(64, prototypes=2, heads=4, bias=True).folds()
+    assert not NPHPooling(64, prototypes=32, heads=4).folds()  # S ≥ d_h
+    split = create_model("multihead", heads=2)  # heads within each head: not one head's scores
+    assert not NPHPooling(64, prototypes=2, rule=split, heads=4).folds()
 
 
 def test_sparsemax_backward_is_the_closed_form_jacobian():
@@ -187,7 +218,7 @@ def test_sparsemax_backward_is_the_closed_form_jacobian():
 
 def test_dropout_acts_in_training_only():
     torch.manual_seed(7)
-    layer = NPH(8, model="topk", k=0.5, dropout=0.5)
+    layer = NPH(8, rule=create_model("topk", k=0.5), dropout=0.5)
     r, y = torch.randn(2, 4, 8), torch.randn(2, 6, 8)
     layer.eval()
     torch.testing.assert_close(layer(r, y), layer(r, y))
@@ -196,7 +227,7 @@ def test_dropout_acts_in_training_only():
 
 
 def test_learnable_beta_stays_positive_and_learns():
-    layer = NPHPooling(8, model="sparse", beta=0.1, learn_beta=True)
+    layer = NPHPooling(8, rule=create_model("sparse", beta=0.1), learn_beta=True)
     assert layer.beta.item() == pytest.approx(0.1)
     layer(torch.randn(3, 5, 8)).sum().backward()
     assert layer.log_beta.grad is not None and layer.log_beta.grad != 0
@@ -204,7 +235,8 @@ def test_learnable_beta_stays_positive_and_learns():
 
 def test_save_and_load_round_trip(tmp_path):
     torch.manual_seed(8)
-    layer = NPHPooling(8, prototypes=2, model="topk", k=0.5, heads=2, learn_beta=True, beta=0.3)
+    rule = create_model("topk", k=0.5, beta=0.3)
+    layer = NPHPooling(8, prototypes=2, rule=rule, heads=2, learn_beta=True)
     with torch.no_grad():
         layer.log_beta.add_(0.25)  # a "trained" β must survive too
     path = tmp_path / "pool.safetensors"
@@ -220,12 +252,36 @@ def test_save_and_load_round_trip(tmp_path):
         load_layer(tmp_path / "junk.safetensors")
 
 
+def test_version_1_layer_files_still_load(tmp_path):
+    """Format nph-layer/1 kept the model's name, β and parameters among the layer's keywords."""
+    import json
+
+    from safetensors.torch import save_file
+
+    torch.manual_seed(15)
+    layer = NPHPooling(8, prototypes=2, rule=create_model("topk", k=0.5, beta=0.3), heads=2)
+    flat = {
+        "d_model": 8, "model": "topk", "heads": 2, "head_dim": 4, "value_dim": 4, "out_dim": 8,
+        "beta": 0.3, "learn_beta": False, "dropout": 0.0, "bias": False, "k": 0.5,
+        "prototypes": 2,
+    }  # fmt: skip
+    path = tmp_path / "v1.safetensors"
+    metadata = {"format": "nph-layer/1", "class": "NPHPooling", "config": json.dumps(flat)}
+    save_file(dict(layer.state_dict()), str(path), metadata=metadata)
+    loaded = load_layer(path)
+    assert loaded.config == layer.config
+    y = torch.randn(3, 6, 8)
+    torch.testing.assert_close(loaded(y), layer(y))
+
+
 @pytest.mark.parametrize(
     "build, message",
     [
-        (lambda: NPH(8, model="nope"), "unknown model"),
-        (lambda: NPH(8, model="dense", k=3), "does not take"),
-        (lambda: NPH(8, model="dense", steps=2), "one retrieval step"),
+        (lambda: NPH(8, rule=create_model("nope")), "unknown model"),
+        (lambda: NPH(8, rule=create_model("dense", k=3)), "does not take"),
+        (lambda: NPH(8, rule=create_model("dense", steps=2)), "one retrieval step"),
+        (lambda: NPH(8, rule="dense"), "rule must be a model"),
+        (lambda: NPH(8, k=3), "belong to the rule"),
         (lambda: NPH(8, dropout=1.0), "dropout"),
         (lambda: NPHPooling(8, prototypes=0), "prototypes"),
     ],
@@ -236,7 +292,7 @@ def test_bad_configuration_is_a_user_error(build, message):
 
 
 def test_bad_inputs_are_user_errors():
-    layer = NPH(8, model="topk", k=4)
+    layer = NPH(8, rule=create_model("topk", k=4))
     r, y = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
     with pytest.raises(NphError, match="shape"):
         layer(r[0], y[0])
@@ -253,7 +309,7 @@ def test_cuda_layer_matches_cpu_retrieval(name):
     gen = torch.Generator().manual_seed(9)
     queries = torch.randn(5, 8, generator=gen, dtype=torch.float64)
     stored = torch.randn(9, 8, generator=gen, dtype=torch.float64)
-    layer = NPH(8, model=name, beta=0.7, **_layer_kwargs(name)).double().identity_().cuda()
+    layer = NPH(8, rule=_rule(name, beta=0.7)).double().identity_().cuda()
     out = layer(queries[None].cuda(), stored[None].cuda())[0].cpu()
     expected = create_model(name, beta=0.7, **_params(name)).retrieve(queries, stored).patterns
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)

@@ -1,6 +1,7 @@
 """A model registered from outside the package works everywhere with no other edit: its parameter
 is an option of `nph retrieve` and `nph analyze`, a `--models` setting of `nph sweep`, a column
-of the CSV, and it appears in `nph models` and the generated README reference.
+of the CSV, it appears in `nph models` and the generated README reference, and it works as a
+layer (`nphcli.layers`) that trains.
 
 The throwaway model keeps the first J memories only (softmax over memories 0 … J − 1): a
 sparse-structured rule, so the theory checks of `nph analyze` apply to it too.
@@ -125,3 +126,43 @@ def test_library_builds_it_by_name(first_j):
     keys = torch.eye(3)
     got = model.retrieve(torch.ones(2, 3), keys).patterns
     torch.testing.assert_close(got, keys[:1].expand(2, 3))
+
+
+def test_it_works_as_a_layer_and_trains(first_j):
+    """The model's `support_mask` is its layer form: with identity weights the layer is its
+    retrieval (a padded set as the set alone), and one optimiser step lowers a loss."""
+    from nphcli.layers import NPH
+
+    generator = torch.Generator().manual_seed(1)
+    queries = torch.randn(3, 4, generator=generator, dtype=torch.float64)  # (N, d)
+    stored = torch.randn(2, 6, 4, generator=generator, dtype=torch.float64)  # (B, M, d)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True  # the second set holds 4 keys
+    rule = create_model("first-j", first=3, beta=1.5)
+    layer = NPH(4, rule=rule).double().identity_()
+    out = layer(queries.expand(2, -1, -1), stored, key_padding_mask=pad)  # (B, N, d)
+    for b, size in enumerate((6, 4)):
+        expected = rule.retrieve(queries, stored[b, :size]).patterns
+        torch.testing.assert_close(out[b], expected, rtol=1e-12, atol=1e-12)
+
+    torch.manual_seed(2)
+    layer = NPH(4, rule=create_model("first-j", first=2), heads=2, learn_beta=True).double()
+    target = torch.randn(2, 3, 4, generator=generator, dtype=torch.float64)
+    optimiser = torch.optim.SGD(layer.parameters(), lr=0.05)
+
+    def loss() -> torch.Tensor:
+        return (
+            (layer(queries.expand(2, -1, -1), stored, key_padding_mask=pad) - target)
+            .square()
+            .mean()
+        )
+
+    before = loss()
+    optimiser.zero_grad()
+    before.backward()
+    grads = [p.grad for p in layer.parameters()]
+    assert all(g is not None and bool(torch.isfinite(g).all()) for g in grads)
+    assert all(float(g.abs().sum()) > 0 for g in grads)
+    optimiser.step()
+    with torch.no_grad():
+        assert float(loss()) < float(before)

@@ -45,6 +45,7 @@ from nphcli.experiments.mil_results import (
 )
 from nphcli.experiments.progress import Progress
 from nphcli.layers import NPHPooling
+from nphcli.models import create_model
 
 
 @dataclass(frozen=True)
@@ -126,11 +127,9 @@ class MILNet(nn.Module):
         self.pool = NPHPooling(
             config.embed_dim,
             prototypes=config.prototypes,
-            model=variant.model,
+            rule=create_model(variant.model, beta=config.beta, **variant.params),
             heads=config.heads,
             head_dim=config.head_dim,
-            beta=config.beta,
-            **variant.params,
         )
         self.norm_out = nn.LayerNorm(config.embed_dim)
         self.classify = nn.Linear(config.prototypes * config.embed_dim, 1)

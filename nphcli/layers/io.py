@@ -1,26 +1,30 @@
 """Save and load a layer's weights with safetensors, with the configuration that rebuilds it.
 
 The file holds the layer's state dict as tensors and, in the safetensors metadata, the layer's
-class name and its constructor arguments as JSON, so `load_layer(path)` needs nothing else.
-Files are written atomically: an interrupted save leaves any previous file as it was.
+class name, its `LayerConfig` (the rule as its registry name and parameters) and its own
+arguments as JSON, so `load_layer(path)` needs nothing else. Files are written atomically: an
+interrupted save leaves any previous file as it was.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
-from nphcli.layers.modules import NPH, NPHLayer, NPHPooling
+from nphcli.layers.modules import NPH, LayerConfig, NPHLayer, NPHPooling
 
 _CLASSES = {cls.__name__: cls for cls in (NPH, NPHPooling, NPHLayer)}
-FORMAT = "nph-layer/1"
+FORMAT = "nph-layer/2"
+# Version 1 kept the model's name, β and parameters flat among the layer's keywords.
+FORMAT_V1 = "nph-layer/1"
 
 
 def save_layer(layer: nn.Module, path: str | os.PathLike, *, force: bool = False) -> None:
@@ -29,7 +33,12 @@ def save_layer(layer: nn.Module, path: str | os.PathLike, *, force: bool = False
     if name not in _CLASSES:
         raise NphError(f"save_layer takes NPH, NPHPooling or NPHLayer, got {name}")
     tensors = {key: value.detach().contiguous().cpu() for key, value in layer.state_dict().items()}
-    metadata = {"format": FORMAT, "class": name, "config": json.dumps(layer.config)}
+    metadata = {
+        "format": FORMAT,
+        "class": name,
+        "config": json.dumps(layer.config.to_json()),
+        "arguments": json.dumps(layer.arguments()),
+    }
     with atomic_write(path, force=force) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
 
@@ -39,17 +48,31 @@ def load_layer(
 ) -> NPH | NPHPooling | NPHLayer:
     """Rebuild the layer saved at `path` with its weights, on `device`."""
     try:
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
         tensors = load_file(str(path), device=str(device))
     except (OSError, SafetensorError) as error:
         raise NphError(f"cannot read layer file {path}: {error}") from None
-    if metadata.get("format") != FORMAT or metadata.get("class") not in _CLASSES:
+    fmt = metadata.get("format")
+    if fmt not in (FORMAT, FORMAT_V1) or metadata.get("class") not in _CLASSES:
         raise NphError(f"{path} is not an nph layer file (no {FORMAT!r} metadata)")
-    config = json.loads(metadata["config"])
-    d_model = config.pop("d_model")
-    layer = _CLASSES[metadata["class"]](d_model, **config)
+    if fmt == FORMAT_V1:
+        config, arguments = _from_v1(json.loads(metadata["config"]))
+    else:
+        config = LayerConfig.from_json(json.loads(metadata["config"]))
+        arguments = json.loads(metadata["arguments"])
+    options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    layer = _CLASSES[metadata["class"]](options.pop("d_model"), **arguments, **options)
     layer.load_state_dict(tensors)
     return layer.to(device)
+
+
+def _from_v1(flat: dict) -> tuple[LayerConfig, dict]:
+    """A version-1 config: the layer's keywords with the model's name, β and parameters mixed
+    in ("multihead" then meant dense in every layer head, which is `multihead` with its default
+    heads = 1 now)."""
+    arguments = {key: flat.pop(key) for key in ("prototypes", "memories") if key in flat}
+    known = {f.name for f in dataclasses.fields(LayerConfig)}
+    rule = {key: flat.pop(key) for key in list(flat) if key not in known}  # model, beta, params
+    rule["name"] = rule.pop("model")
+    return LayerConfig.from_json({**flat, "rule": rule}), arguments

@@ -2,93 +2,120 @@
 
     NPH(R, Y) = T(β · R W_Q (Y W_K)ᵀ) · Y W_K W_V,   then an output projection W_O,
 
-with T the retrieval rule of a registered model (by name: "dense", "sparse", "topk", ...) applied
-per head. Three configurations, as in the paper:
+with T a registered model's retrieval rule, passed as the model itself (`create_model("topk",
+k=0.2)`, β included), applied per head. Three configurations, as in the paper:
 
 - `NPH`: queries R (B, N, d), keys and values from Y (B, M, d); self-attention when Y is R.
 - `NPHPooling`: S learnable prototype queries pool each set Y (B, M, d) into (B, S, d_out).
 - `NPHLayer`: input R only; the stored patterns (keys) are learnable parameters.
 
-With identity projections (`identity_()`), β equal to the model's and one head, each layer is
-exactly `create_model(...).retrieve` (tests check this for every model). The weights come from
-`association.associate`, which reuses the models' functional core.
+The three share one `LayerConfig` (their keyword arguments besides `prototypes` / `memories`).
+With identity projections (`identity_()`) and one head, each layer is exactly `rule.retrieve`
+(tests check this for every model). The rule's own `associate` / `weights` compute T.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from nphcli.errors import NphError
-from nphcli.layers.association import (
-    associate,
-    supports,
-    uses_scores,
-    weights_from_scores,
-)
-from nphcli.models.registry import create_model
+from nphcli.layers.association import associate, forms_weights, weights_from_scores
+from nphcli.models import HopfieldModel, create_model
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerConfig:
+    """What NPH, NPHPooling and NPHLayer are built from; defaults are resolved on creation."""
+
+    d_model: int  # d: width of the inputs R and Y
+    rule: HopfieldModel | None = None  # T with its parameters and β (default: dense, 1/√head_dim)
+    heads: int = 1  # H: T runs on each head's slice; outputs concatenated
+    head_dim: int | None = None  # d_h, width of a head's queries and keys (default d_model / H)
+    value_dim: int | None = None  # width of a head's values (default head_dim)
+    out_dim: int | None = None  # width of W_O's output (default d_model)
+    learn_beta: bool = False  # β becomes a parameter, kept positive as e^log_beta
+    dropout: float = 0.0  # on the weights T(·) in training (on the output for feature rules)
+    bias: bool = False  # biases in the projections
+
+    def __post_init__(self) -> None:
+        for label, value in (("d_model", self.d_model), ("heads", self.heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise NphError(f"{label} must be a whole number ≥ 1, got {value!r}")
+        if not (0 <= self.dropout < 1):
+            raise NphError(f"dropout must be in [0, 1), got {self.dropout}")
+        head_dim = self.head_dim or max(1, self.d_model // self.heads)
+        # The attention convention for β, as in hopfield-layers, when no rule is given.
+        rule = self.rule
+        if rule is None:
+            rule = create_model("dense", beta=1 / math.sqrt(head_dim))
+        if not isinstance(rule, HopfieldModel):
+            raise NphError(
+                f"rule must be a model, e.g. rule=create_model('topk', k=0.2), got {rule!r}"
+            )
+        if rule.steps != 1:
+            raise NphError("a layer applies one retrieval step; leave the rule's `steps` at 1")
+        resolved = {
+            "rule": rule,
+            "head_dim": head_dim,
+            "value_dim": self.value_dim or head_dim,
+            "out_dim": self.out_dim or self.d_model,
+        }
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)  # frozen: resolved once, here
+
+    @classmethod
+    def build(cls, d_model: int, options: dict[str, Any]) -> LayerConfig:
+        """The config from a layer's keyword arguments; an unknown one is a user error that
+        says where model parameters go."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise NphError(
+                f"the layers do not take {', '.join(unknown)}; they take "
+                f"{', '.join(sorted(known - {'d_model'}))}. Model parameters belong to the rule: "
+                "rule=create_model(name, k=..., beta=...)"
+            )
+        return cls(d_model=d_model, **options)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values, with the rule as {"name": ..., its parameters} (`from_json`)."""
+        rule = self.rule
+        params = {f.name: getattr(rule, f.name) for f in dataclasses.fields(rule) if f.init}
+        return {**dataclasses.asdict(self), "rule": {"name": rule.name, **params}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LayerConfig:
+        params = dict(data["rule"])
+        return cls(**{**data, "rule": create_model(params.pop("name"), **params)})
 
 
 class _Retriever(nn.Module):
     """What the three layers share: the retrieval rule, heads, β, the value and output maps."""
 
-    def __init__(
-        self,
-        d_model: int,
-        *,
-        model: str,
-        heads: int,
-        head_dim: int | None,
-        value_dim: int | None,
-        out_dim: int | None,
-        beta: float | None,
-        learn_beta: bool,
-        dropout: float,
-        bias: bool,
-        params: dict[str, Any],
-    ) -> None:
+    def __init__(self, config: LayerConfig) -> None:
         super().__init__()
-        for label, value in (("d_model", d_model), ("heads", heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise NphError(f"{label} must be a whole number ≥ 1, got {value!r}")
-        head_dim = head_dim or max(1, d_model // heads)
-        value_dim = value_dim or head_dim
-        out_dim = out_dim or d_model
-        if beta is None:
-            beta = 1 / math.sqrt(head_dim)  # the attention convention, as in hopfield-layers
-        if not (0 <= dropout < 1):
-            raise NphError(f"dropout must be in [0, 1), got {dropout}")
-        if params.get("steps", 1) != 1:
-            raise NphError("a layer applies one retrieval step; leave `steps` unset")
-        # For "multihead" the layer's heads are the model's heads: each head is dense.
-        self.rule = create_model(model, beta=beta, **params)  # validates the parameters
-        if not supports(self.rule):
-            raise NphError(f"model {model!r} has no layer form")
-        self.config: dict[str, Any] = {
-            "d_model": d_model,
-            "model": model,
-            "heads": heads,
-            "head_dim": head_dim,
-            "value_dim": value_dim,
-            "out_dim": out_dim,
-            "beta": float(beta),
-            "learn_beta": learn_beta,
-            "dropout": dropout,
-            "bias": bias,
-            **params,
-        }
-        self.heads, self.head_dim, self.value_dim = heads, head_dim, value_dim
-        self.dropout = dropout
-        log_beta = torch.tensor(math.log(beta), dtype=torch.float64)  # exact for float64 use
-        if learn_beta:
+        self.config = config
+        self.rule = config.rule
+        self.heads, self.head_dim, self.value_dim = config.heads, config.head_dim, config.value_dim
+        self.dropout = config.dropout
+        heads, bias = config.heads, config.bias
+        log_beta = torch.tensor(math.log(self.rule.beta), dtype=torch.float64)  # exact in float64
+        if config.learn_beta:
             self.log_beta = nn.Parameter(log_beta)  # β = e^log_beta stays positive
         else:
             self.register_buffer("log_beta", log_beta)
-        self.value = nn.Linear(heads * head_dim, heads * value_dim, bias=bias)  # W_V
-        self.out = nn.Linear(heads * value_dim, out_dim, bias=bias)  # W_O
+        self.value = nn.Linear(heads * self.head_dim, heads * self.value_dim, bias=bias)  # W_V
+        self.out = nn.Linear(heads * self.value_dim, config.out_dim, bias=bias)  # W_O
+
+    def arguments(self) -> dict[str, Any]:
+        """The class's own constructor arguments beside the config (`save_layer`): none here."""
+        return {}
 
     @property
     def beta(self) -> Tensor:
@@ -127,7 +154,7 @@ class _Retriever(nn.Module):
                     linear.bias.zero_()
 
     def extra_repr(self) -> str:
-        return f"model={self.config['model']!r}, heads={self.heads}, head_dim={self.head_dim}"
+        return f"rule={self.rule!r}, heads={self.heads}, head_dim={self.head_dim}"
 
 
 def _check_input(x: Tensor, label: str, dim: int) -> None:
@@ -138,40 +165,15 @@ def _check_input(x: Tensor, label: str, dim: int) -> None:
 class NPH(_Retriever):
     """NPH(R, Y) = W_O · T(β R W_Q W_Kᵀ Yᵀ) · Y W_K W_V with learnable W_Q, W_K, W_V, W_O.
 
-    `model` names the retrieval rule T and `**params` its parameters (e.g. k=0.2 for "topk"), as
-    `create_model` takes them. β defaults to 1/√head_dim; `learn_beta` makes it a parameter.
+    `NPH(d_model, rule=create_model("topk", k=0.2), heads=4, ...)`: the keywords are
+    `LayerConfig`'s. β starts at the rule's; `learn_beta=True` makes it a parameter.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        *,
-        model: str = "dense",
-        heads: int = 1,
-        head_dim: int | None = None,
-        value_dim: int | None = None,
-        out_dim: int | None = None,
-        beta: float | None = None,
-        learn_beta: bool = False,
-        dropout: float = 0.0,
-        bias: bool = False,
-        **params: Any,
-    ) -> None:
-        super().__init__(
-            d_model,
-            model=model,
-            heads=heads,
-            head_dim=head_dim,
-            value_dim=value_dim,
-            out_dim=out_dim,
-            beta=beta,
-            learn_beta=learn_beta,
-            dropout=dropout,
-            bias=bias,
-            params=params,
-        )
-        self.query = nn.Linear(d_model, heads * self.head_dim, bias=bias)  # W_Q
-        self.key = nn.Linear(d_model, heads * self.head_dim, bias=bias)  # W_K
+    def __init__(self, d_model: int, **options: Any) -> None:
+        super().__init__(LayerConfig.build(d_model, options))
+        width = self.heads * self.head_dim
+        self.query = nn.Linear(d_model, width, bias=self.config.bias)  # W_Q
+        self.key = nn.Linear(d_model, width, bias=self.config.bias)  # W_K
 
     def forward(
         self, queries: Tensor, stored: Tensor | None = None, key_padding_mask: Tensor | None = None
@@ -179,8 +181,8 @@ class NPH(_Retriever):
         """queries R (B, N, d), stored Y (B, M, d) (default R: self-attention), key_padding_mask
         (B, M) bool, True at padded rows of Y -> (B, N, d_out)."""
         stored = queries if stored is None else stored
-        _check_input(queries, "queries", self.config["d_model"])
-        _check_input(stored, "stored patterns", self.config["d_model"])
+        _check_input(queries, "queries", self.config.d_model)
+        _check_input(stored, "stored patterns", self.config.d_model)
         return self._retrieve(self.query(queries), self.key(stored), key_padding_mask)
 
     def identity_(self) -> NPH:
@@ -191,47 +193,23 @@ class NPH(_Retriever):
 
 class NPHPooling(_Retriever):
     """Pool each set Y (B, M, d) with S learnable prototype queries Q (S, H·d_h):
-    W_O · T(β Q W_Kᵀ Yᵀ) · Y W_K W_V -> (B, S, d_out)."""
+    W_O · T(β Q W_Kᵀ Yᵀ) · Y W_K W_V -> (B, S, d_out). Other keywords: `LayerConfig`'s."""
 
-    def __init__(
-        self,
-        d_model: int,
-        *,
-        prototypes: int = 1,
-        model: str = "dense",
-        heads: int = 1,
-        head_dim: int | None = None,
-        value_dim: int | None = None,
-        out_dim: int | None = None,
-        beta: float | None = None,
-        learn_beta: bool = False,
-        dropout: float = 0.0,
-        bias: bool = False,
-        **params: Any,
-    ) -> None:
+    def __init__(self, d_model: int, *, prototypes: int = 1, **options: Any) -> None:
         if isinstance(prototypes, bool) or not isinstance(prototypes, int) or prototypes < 1:
             raise NphError(f"prototypes must be a whole number ≥ 1, got {prototypes!r}")
-        super().__init__(
-            d_model,
-            model=model,
-            heads=heads,
-            head_dim=head_dim,
-            value_dim=value_dim,
-            out_dim=out_dim,
-            beta=beta,
-            learn_beta=learn_beta,
-            dropout=dropout,
-            bias=bias,
-            params=params,
-        )
-        self.config["prototypes"] = prototypes
-        self.prototypes = nn.Parameter(torch.empty(prototypes, heads * self.head_dim))  # Q
+        super().__init__(LayerConfig.build(d_model, options))
+        width = self.heads * self.head_dim
+        self.prototypes = nn.Parameter(torch.empty(prototypes, width))  # Q
         nn.init.normal_(self.prototypes)
-        self.key = nn.Linear(d_model, heads * self.head_dim, bias=bias)  # W_K
+        self.key = nn.Linear(d_model, width, bias=self.config.bias)  # W_K
+
+    def arguments(self) -> dict[str, Any]:
+        return {"prototypes": self.prototypes.shape[0]}
 
     def forward(self, stored: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """stored Y (B, M, d), key_padding_mask (B, M) bool (True = padded) -> (B, S, d_out)."""
-        _check_input(stored, "stored patterns", self.config["d_model"])
+        _check_input(stored, "stored patterns", self.config.d_model)
         if self.folds():
             return self._retrieve_folded(stored, key_padding_mask)
         q = self.prototypes.to(stored.dtype).expand(stored.shape[0], -1, -1)  # (B, S, H·d_h)
@@ -247,7 +225,7 @@ class NPHPooling(_Retriever):
         transform the keys themselves, nor with biases (a dropped-out weight row need not sum to 1).
         """
         return (
-            uses_scores(self.rule)
+            forms_weights(self.rule)
             and self.key.bias is None
             and self.value.bias is None
             and self.prototypes.shape[0] < self.head_dim
@@ -281,47 +259,23 @@ class NPHPooling(_Retriever):
 
 class NPHLayer(_Retriever):
     """Retrieve from M learnable stored patterns W_K (M, H·d_h) for input R (B, N, d):
-    W_O · T(β R W_Q W_Kᵀ) · W_K W_V -> (B, N, d_out)."""
+    W_O · T(β R W_Q W_Kᵀ) · W_K W_V -> (B, N, d_out). Other keywords: `LayerConfig`'s."""
 
-    def __init__(
-        self,
-        d_model: int,
-        *,
-        memories: int,
-        model: str = "dense",
-        heads: int = 1,
-        head_dim: int | None = None,
-        value_dim: int | None = None,
-        out_dim: int | None = None,
-        beta: float | None = None,
-        learn_beta: bool = False,
-        dropout: float = 0.0,
-        bias: bool = False,
-        **params: Any,
-    ) -> None:
+    def __init__(self, d_model: int, *, memories: int, **options: Any) -> None:
         if isinstance(memories, bool) or not isinstance(memories, int) or memories < 1:
             raise NphError(f"memories must be a whole number ≥ 1, got {memories!r}")
-        super().__init__(
-            d_model,
-            model=model,
-            heads=heads,
-            head_dim=head_dim,
-            value_dim=value_dim,
-            out_dim=out_dim,
-            beta=beta,
-            learn_beta=learn_beta,
-            dropout=dropout,
-            bias=bias,
-            params=params,
-        )
-        self.config["memories"] = memories
-        self.query = nn.Linear(d_model, heads * self.head_dim, bias=bias)  # W_Q
-        self.memories = nn.Parameter(torch.empty(memories, heads * self.head_dim))  # W_K
+        super().__init__(LayerConfig.build(d_model, options))
+        width = self.heads * self.head_dim
+        self.query = nn.Linear(d_model, width, bias=self.config.bias)  # W_Q
+        self.memories = nn.Parameter(torch.empty(memories, width))  # W_K
         nn.init.normal_(self.memories, std=1 / math.sqrt(self.head_dim))
+
+    def arguments(self) -> dict[str, Any]:
+        return {"memories": self.memories.shape[0]}
 
     def forward(self, queries: Tensor) -> Tensor:
         """queries R (B, N, d) -> (B, N, d_out)."""
-        _check_input(queries, "queries", self.config["d_model"])
+        _check_input(queries, "queries", self.config.d_model)
         keys = self.memories.to(queries.dtype).expand(queries.shape[0], -1, -1)  # (B, M, H·d_h)
         return self._retrieve(self.query(queries), keys, None)
 

@@ -11,6 +11,7 @@ scores `(Q, M)`, positions `(Q,)`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -20,7 +21,9 @@ from torch import Tensor
 from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
 from nphcli.devices import same_device
 from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
+from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule
+from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
 from nphcli.engine.precision import HALF_DTYPES
 from nphcli.errors import NphError, score_overflow
@@ -132,22 +135,65 @@ class HopfieldModel:
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor | None:
         """E(x) (Q,) float64 for queries (Q, d) and memories (M, d), the energy whose
-        concave–convex minimisation step is this model's update (`nphcli.theory.energy`), or None.
+        concave–convex minimisation step is this model's update (`nphcli.engine.energy`), or None.
 
         Default: for sparse-structured models (a `support_mask`), the log-sum-exp over the
         support, −(1/β)·log Σ_{μ∈S(x)} exp(β⟨ξ_μ, x⟩) + ½‖x‖²; None for the others.
         """
-        if type(self).support_mask is HopfieldModel.support_mask:
+        if not self._has_support():
             return None
-        from nphcli.theory.energy import support_energy
-
-        return support_energy(self, queries, memories, positions)
+        x, X = queries.to(torch.float64), memories.to(torch.float64)  # (Q, d), (M, d)
+        return en.energy(x, X, self.beta, support=self.support_mask(x @ X.T, positions))
 
     def candidate_rule(self, num_memories: int) -> CandidateRule | None:
         """How to retrieve from each query's highest-scoring candidates alone (an approximate
         nearest-neighbour index, `nph retrieve --index`); None for models that need every score.
         """
         return None
+
+    # -- the functional form: one step on a padded batch, differentiable (the layers) ---------
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """The rule's weights (B, H, N, M) from scores β·⟨x, k⟩ (B, H, N, M): B sets of M keys
+        padded to one M (`valid` (B, M) bool, False at padding), H heads, N queries at
+        `positions` (N,). Every row is on the simplex over its set's valid keys; padded keys get
+        weight exactly 0, and a set gives what `update` gives on its valid keys alone.
+
+        Default, for sparse-structured models: softmax over `support_mask`, asked of each set's
+        own valid keys (so a k that is a fraction of M uses each set's size). The scores are
+        scaled by β > 0, which changes no support that depends on their order or on positions.
+        """
+        if not self._has_support():
+            raise NphError(
+                f"model {self.name!r} has no layer form: it needs `weights` or `associate` "
+                "(see HopfieldModel) or a `support_mask`"
+            )
+        return masked_softmax(scores, padded_support(self, scores, valid, positions))
+
+    def associate(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        beta: Tensor,
+        valid: Tensor,
+        positions: Tensor,
+        dropout: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
+        """T(β q kᵀ) v on a padded batch: q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) ->
+        (B, H, N, d_v), with `beta` a positive 0-d tensor (it may be learnable) and `valid`,
+        `positions` as in `weights`. `dropout` (training only) acts on the weights, or on the
+        output of rules that form none.
+
+        Default: `weights` of the scores, times the values. Rules that never form (N, M) weights
+        (the kernel feature models) override this instead of `weights`.
+        """
+        scores = beta * (q @ k.transpose(-1, -2))  # (B, H, N, M)
+        weights = self.weights(scores, valid, positions)  # (B, H, N, M)
+        return (dropout(weights) if dropout else weights) @ v  # (B, H, N, d_v)
+
+    def _has_support(self) -> bool:
+        return type(self).support_mask is not HopfieldModel.support_mask
 
     # -- shared -------------------------------------------------------------------------------
     def retrieve(
@@ -252,6 +298,30 @@ class HopfieldModel:
             if support is not None:
                 support[start:stop] = step.support
         return patterns, support
+
+
+def padded_support(
+    model: HopfieldModel, scores: Tensor, valid: Tensor, positions: Tensor
+) -> Tensor:
+    """`model.support_mask` of every set of a padded batch (see `HopfieldModel.weights`), as
+    (B, H, N, M) bool, False at padding. Each set's valid keys are moved to the front in index
+    order, and the sets of each size n are asked together about their first n keys."""
+    batch, heads, num_queries, num_keys = scores.shape
+    scores = scores.detach()  # a support is piecewise constant: it carries no gradient
+    if bool(valid.all()):
+        rows = scores.reshape(-1, num_keys)  # (B·H·N, M)
+        return model.support_mask(rows, positions.repeat(batch * heads)).view(scores.shape)
+    order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices  # (B, M) valid first
+    order = order[:, None, None, :].expand_as(scores)  # (B, H, N, M)
+    compact = scores.gather(-1, order)  # (B, H, N, M), set b's valid keys at 0 … n_b − 1
+    keep = torch.zeros_like(scores, dtype=torch.bool)  # (B, H, N, M), in compact order
+    sizes = valid.sum(dim=1)  # (B,)
+    for size in sizes.unique().tolist():
+        sets = torch.nonzero(sizes == size).squeeze(1)  # (S,) the sets with `size` keys
+        rows = compact[sets, ..., :size].reshape(-1, size)  # (S·H·N, n)
+        support = model.support_mask(rows, positions.repeat(sets.numel() * heads))
+        keep[sets, ..., :size] = support.view(sets.numel(), heads, num_queries, size)
+    return torch.zeros_like(keep).scatter_(-1, order, keep)  # back to index order
 
 
 def _check_budget(budget: int | None) -> int:

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.attention import attention_plan, softmax_attention
+from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update
@@ -39,6 +40,10 @@ class Dense(HopfieldModel):
     def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
         """Every memory: dense retrieval is the sparse-structured case 𝓜(x) = {1 … M}."""
         return torch.ones_like(scores, dtype=torch.bool)
+
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """Softmax over each set's valid keys (B, H, N, M): no per-set support to ask for."""
+        return masked_softmax(scores, valid[:, None, None, :])
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         row_bytes, _ = self.working_set(bank)

@@ -14,6 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
+from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_update, candidate_working_set
 from nphcli.engine.functional import entmax_bisect
@@ -67,10 +68,8 @@ class Entmax(HopfieldModel):
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
         """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖², Ψ*_α the conjugate of the Tsallis negentropy of order α
-        (log-sum-exp at α = 1; `nphcli.theory.energy`)."""
-        from nphcli.theory.energy import energy
-
-        return energy(queries, memories, self.beta, alpha=float(self.alpha))
+        (log-sum-exp at α = 1; `nphcli.engine.energy`)."""
+        return en.energy(queries, memories, self.beta, alpha=float(self.alpha))
 
     def candidate_rule(self, num_memories: int) -> CandidateRule:
         """The map on the candidates' exact scores; exact when every other memory scores below
@@ -84,3 +83,10 @@ class Entmax(HopfieldModel):
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         return candidate_working_set(bank)
+
+    # -- functional form (the layers) ---------------------------------------------------------
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """α-entmax of each row (B, H, N, M), padded keys at −∞ (weight 0)."""
+        filled = scores.masked_fill(~valid[:, None, None, :], -math.inf)  # (B, H, N, M)
+        flat = filled.reshape(-1, filled.shape[-1])  # (B·H·N, M): entmax_bisect works on rows
+        return entmax_bisect(flat, self.alpha).reshape(filled.shape)

@@ -15,6 +15,7 @@ until φ is essentially relu, after which a larger β changes little (the ratio 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,7 @@ from torch import Tensor
 from nphcli.engine.features import (
     FeatureSummary,
     feature_plan,
+    feature_readout,
     merge_summaries,
     readout,
     summarise_keys,
@@ -39,6 +41,20 @@ def log_elu_plus_one(u: Tensor) -> Tensor:
     """log(elu(u) + 1): u for u ≤ 0 and log1p(u) above, so e^u never has to be formed."""
     # The clamp keeps the unselected log1p branch finite, so its gradient is not NaN.
     return torch.where(u > 0, torch.log1p(u.clamp(min=0)), u)
+
+
+def padded_feature_readout(
+    query_logits: Tensor, key_logits: Tensor, values: Tensor, valid: Tensor
+) -> Tensor:
+    """`feature_readout` for every set and head of a padded batch: query log-features
+    (B, H, N, F), key log-features (B, H, M, F), values (B, H, M, d_v), `valid` (B, M) ->
+    (B, H, N, d_v). Padded keys get log-feature −∞, i.e. feature 0: they add nothing."""
+    key_logits = key_logits.masked_fill(~valid[:, None, :, None], -math.inf)  # (B, H, M, F)
+    lead = query_logits.shape[:2]
+    out = torch.func.vmap(feature_readout)(
+        query_logits.flatten(0, 1), key_logits.flatten(0, 1), values.flatten(0, 1)
+    )  # (B·H, N, d_v)
+    return out.reshape(*lead, *out.shape[1:])
 
 
 @register_model(
@@ -79,3 +95,22 @@ class Linear(HopfieldModel):
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         return feature_plan(num_queries, bank, budget, features=bank.dim)
+
+    def associate(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        beta: Tensor,
+        valid: Tensor,
+        positions: Tensor,
+        dropout: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
+        """The feature readout with φ(√β ·) on both sides (B, H, N, d_v); no weights are formed,
+        so `dropout` acts on the output."""
+        scale = beta.sqrt()
+        out = padded_feature_readout(
+            log_elu_plus_one(scale * q), log_elu_plus_one(scale * k), v, valid
+        )  # (B, H, N, d_v)
+        return dropout(out) if dropout else out

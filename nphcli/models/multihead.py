@@ -13,12 +13,14 @@ a block of B memories holds H·Q·B scores (see `attention.py`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
 from nphcli.engine.attention import attention_plan, softmax_attention
+from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
@@ -45,17 +47,7 @@ class MultiHead(HopfieldModel):
         check_whole(self.heads, "--heads", 1)
 
     def check_memory(self, memory: MemoryBank) -> None:
-        dim, value_dim = memory.dim, memory.value_dim
-        if dim % self.heads:
-            raise NphError(
-                f"--heads {self.heads} does not divide the pattern dimension {dim}; "
-                f"use a divisor of {dim} such as {_divisors(dim)}"
-            )
-        if value_dim % self.heads:
-            raise NphError(
-                f"--heads {self.heads} does not divide the value dimension {value_dim}; "
-                f"use a divisor of both {dim} and {value_dim}"
-            )
+        check_divides(self.heads, memory.dim, memory.value_dim)
 
     def update(
         self,
@@ -72,9 +64,58 @@ class MultiHead(HopfieldModel):
             )
         )
 
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """Softmax over each set's valid keys (B, H, N, M): one head's weights (`associate`)."""
+        return masked_softmax(scores, valid[:, None, None, :])
+
+    def associate(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        beta: Tensor,
+        valid: Tensor,
+        positions: Tensor,
+        dropout: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
+        """Dense retrieval on `heads` contiguous slices of each of the H' given heads' d and d_v
+        (as `update` slices d and d_v), concatenated: (B, H', N, d_v). Inside a layer with H'
+        heads this is dense retrieval with H'·heads heads of width d/heads."""
+        check_divides(self.heads, q.shape[-1], v.shape[-1])
+        slices = self.heads
+
+        def split(x: Tensor) -> Tensor:  # (B, H', rows, w) -> (B, H'·slices, rows, w / slices)
+            return x.unflatten(-1, (slices, -1)).transpose(-3, -2).flatten(1, 2)
+
+        out = super().associate(
+            split(q),
+            split(k),
+            split(v),
+            beta=beta,
+            valid=valid,
+            positions=positions,
+            dropout=dropout,
+        )  # (B, H'·slices, N, d_v / slices)
+        return out.unflatten(1, (-1, slices)).transpose(-3, -2).flatten(-2)  # (B, H', N, d_v)
+
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         row_bytes, _ = self.working_set(bank)
         return attention_plan(num_queries, bank, budget, heads=self.heads, row_bytes=row_bytes)
+
+
+def check_divides(heads: int, dim: int, value_dim: int) -> None:
+    """Refuse a number of heads that does not divide the pattern and value dimensions."""
+    if dim % heads:
+        raise NphError(
+            f"--heads {heads} does not divide the pattern dimension {dim}; "
+            f"use a divisor of {dim} such as {_divisors(dim)}"
+        )
+    if value_dim % heads:
+        raise NphError(
+            f"--heads {heads} does not divide the value dimension {value_dim}; "
+            f"use a divisor of both {dim} and {value_dim}"
+        )
 
 
 def _divisors(n: int, limit: int = 8) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +44,7 @@ from nphcli.engine.precision import accumulation_dtype
 from nphcli.engine.summary_cache import cached_summary
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
+from nphcli.models.linear import padded_feature_readout
 from nphcli.models.registry import register_model
 
 
@@ -138,3 +140,23 @@ class RandomFeature(HopfieldModel):
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         return feature_plan(num_queries, bank, budget, features=self.features)
+
+    def associate(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        beta: Tensor,
+        valid: Tensor,
+        positions: Tensor,
+        dropout: Callable[[Tensor], Tensor] | None = None,
+    ) -> Tensor:
+        """The feature readout with the key log-features of `prepare` and the query's of
+        `update` (B, H, N, d_v); no weights are formed, so `dropout` acts on the output."""
+        weights = self.projection(q.shape[-1], q.device, q.dtype)  # (m, d)
+        scale = beta.sqrt()
+        scaled_k = scale * k  # (B, H, M, d)
+        k_logits = scaled_k @ weights.T - 0.5 * (scaled_k * scaled_k).sum(-1, keepdim=True)
+        out = padded_feature_readout((scale * q) @ weights.T, k_logits, v, valid)
+        return dropout(out) if dropout else out  # (B, H, N, d_v)

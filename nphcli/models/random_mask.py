@@ -26,6 +26,7 @@ from torch import Tensor
 
 from nphcli.engine.attention import gathered_attention, masked_attention
 from nphcli.engine.blocks import GATHER_LIMIT
+from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import (
     K_HELP,
     check_k,
@@ -106,6 +107,17 @@ class RandomMask(HopfieldModel):
         # A row of M hashes, the hash scratch buffers and kthvalue's copy; per pair of a block,
         # a score with its softmax temporaries and a mask entry.
         return row_bytes + 5 * bank.num_memories * 8, 4 * size + 1
+
+    # -- functional form (the layers) ---------------------------------------------------------
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """Softmax over each query's random k-subset (B, H, N, M). Without padding the mask is a
+        function of positions alone, drawn once for all sets and heads; padded sets ask for
+        their own (the default, which draws on each set's valid keys as `update` would)."""
+        if not bool(valid.all()):
+            return super().weights(scores, valid, positions)
+        num_keys = scores.shape[-1]
+        keep = random_mask(self.seed, positions, num_keys, resolve_k(self.k, num_keys))  # (N, M)
+        return masked_softmax(scores, keep[None, None])
 
 
 def _gathers(k: int, num_memories: int) -> bool:

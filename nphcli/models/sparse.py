@@ -8,11 +8,13 @@ query's largest scores, collected over memory blocks (`candidates.py`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
+from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_update, candidate_working_set
 from nphcli.engine.functional import sparsemax
@@ -46,10 +48,8 @@ class Sparse(HopfieldModel):
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
         """−(1/β)·Ψ*_2(β·X·x) + ½‖x‖², Ψ*_2 the conjugate of the Gini negentropy (the
-        sparsemax Fenchel–Young form, `nphcli.theory.energy`)."""
-        from nphcli.theory.energy import energy
-
-        return energy(queries, memories, self.beta, alpha=2.0)
+        sparsemax Fenchel–Young form, `nphcli.engine.energy`)."""
+        return en.energy(queries, memories, self.beta, alpha=2.0)
 
     def candidate_rule(self, num_memories: int) -> CandidateRule:
         """The map on the candidates' exact scores; exact when every other memory scores below
@@ -63,3 +63,7 @@ class Sparse(HopfieldModel):
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         return candidate_working_set(bank)
+
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """Sparsemax of each row (B, H, N, M), padded keys at −∞ (weight 0)."""
+        return sparsemax(scores.masked_fill(~valid[:, None, None, :], -math.inf))

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from nphcli.engine.attention import gathered_attention, masked_attention
 from nphcli.engine.blocks import GATHER_LIMIT
+from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import window_band, window_mask
 from nphcli.engine.planning import itemsize
 from nphcli.errors import NphError
@@ -83,6 +84,18 @@ class Window(HopfieldModel):
             queries, bank, keep, beta=self.beta, block_rows=block_rows
         )
         return Update(patterns, support=support)
+
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """Softmax over the keys μ with |μ − p| ≤ w that are not padding, (B, H, N, M); key
+        indices are those of the padded set, as in `update`."""
+        keep = window_mask(positions, scores.shape[-1], self.window)[None, None]  # (1, 1, N, M)
+        keep = keep & valid[:, None, None, :]  # (B, 1, N, M)
+        if not bool(keep.any(dim=-1).all()):
+            raise NphError(
+                f"window {self.window}: some query sees no unpadded key (query i sees keys "
+                f"i − w … i + w); use a larger window or sets with at least as many keys as queries"
+            )
+        return masked_softmax(scores, keep)
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size = itemsize(bank.dtype)
