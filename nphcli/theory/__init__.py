@@ -5,5 +5,6 @@
 - `bounds`: the bounds that do hold, and their tightness;
 - `readings`: the two readings of well-separation (R over all pairs, R over the support);
 - `counterexamples`: small configurations where a stated result fails;
-- `energy`: each model's energy and iteration traces; `convergence`: fixed-point checks.
+- `energy`: iteration traces of each model's energy (the formulas are in `nphcli.engine.energy`);
+  `convergence`: fixed-point checks.
 """
