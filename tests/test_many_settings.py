@@ -18,8 +18,8 @@ import torch
 
 from nphcli.errors import NphError
 from nphcli.evaluation.batch import MemoryCache, run_jobs
-from nphcli.evaluation.grid import evaluate_grid, settings_product
 from nphcli.evaluation.inputs import load_inputs
+from nphcli.evaluation.product import evaluate_settings, settings_product
 from nphcli.evaluation.report import TIMINGS
 from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import save_memory
@@ -93,7 +93,7 @@ def test_every_setting_sees_the_same_queries_and_matches_its_own_run(memory_file
     base = RetrieveSettings(queries=12, seed=7)
     grid = settings_product(base, models=["dense", "sparse"], noises=[0.3, 0.3, 0.6])
     inputs = load_inputs(memory_file)
-    reports = evaluate_grid(inputs, grid)
+    reports = evaluate_settings(inputs, grid)
     assert len(reports) == 6
     rows = [r.per_query["query_row"] for r in reports]
     assert all(torch.equal(rows[0], row) for row in rows)
@@ -102,7 +102,7 @@ def test_every_setting_sees_the_same_queries_and_matches_its_own_run(memory_file
     assert torch.equal(reports[0].queries, reports[3].queries)
     assert not torch.equal(reports[0].queries, reports[2].queries)  # σ differs
     for settings, report in zip(grid, reports, strict=True):
-        alone = evaluate_grid(load_inputs(memory_file), [settings])[0]
+        alone = evaluate_settings(load_inputs(memory_file), [settings])[0]
         assert torch.equal(alone.retrieved, report.retrieved)
         assert alone.metrics == report.metrics
         assert alone.config == report.config

@@ -258,9 +258,9 @@ def retrieve_command(
 
         save_results(out, report, force=force)
     if save_grid is not None:
-        from nphcli.image_grid import save_retrieval_grid
+        from nphcli.comparison_image import save_comparison_image
 
-        save_retrieval_grid(save_grid, report, shown_memory, force=force, scale=scale)
+        save_comparison_image(save_grid, report, shown_memory, force=force, scale=scale)
     print_report(report, opts, steps_trace)
 
 
@@ -283,9 +283,9 @@ def _check_outputs(opts) -> list[Path]:
 
         check_results_output(opts.out)
     if opts.save_grid is not None:
-        from nphcli.image_grid import check_grid_output
+        from nphcli.comparison_image import check_image_output
 
-        check_grid_output(opts.save_grid, scale=opts.scale)
+        check_image_output(opts.save_grid, scale=opts.scale)
     return outputs
 
 
@@ -307,7 +307,7 @@ def _settings_grid(opts, index_settings) -> list:
     """One `RetrieveSettings` per combination of the comma lists (models, parameters, masks,
     noise levels), each checked against an --index before any work."""
     from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.grid import settings_product
+    from nphcli.evaluation.product import settings_product
     from nphcli.evaluation.settings import RetrieveSettings, build_model
 
     masks, noises = _floats("--mask", opts.mask), _floats("--noise", opts.noise)
@@ -352,7 +352,7 @@ def _run_distributed(opts, grid, load):
         raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
     shown_memory = open_stream(opts.memory) if opts.save_grid is not None else None
     if shown_memory is not None:
-        from nphcli.image_grid import check_drawable
+        from nphcli.comparison_image import check_drawable
 
         check_drawable(shown_memory)
     report = distributed_retrieve(
@@ -364,19 +364,19 @@ def _run_distributed(opts, grid, load):
 def _run_here(opts, grid, load):
     """Every setting in this process on inputs read once: (the report of a single setting, or
     None once several are printed; the memory; the --trace steps or None)."""
-    from nphcli.evaluation.grid import evaluate_grid
     from nphcli.evaluation.inputs import load_inputs
+    from nphcli.evaluation.product import evaluate_settings
 
     inputs = load_inputs(opts.memory, **load)
     if opts.save_grid is not None:
-        from nphcli.image_grid import check_drawable
+        from nphcli.comparison_image import check_drawable
 
         check_drawable(inputs.memory)
     if opts.trace and (opts.stream or opts.as_csv or len(grid) > 1):
         raise NphError(
             "--trace goes with one setting and --json or the table, not with --stream or --csv"
         )
-    reports = evaluate_grid(inputs, grid)
+    reports = evaluate_settings(inputs, grid)
     if len(reports) > 1:
         print_many(grid, reports, opts)
         return None, inputs.memory, None

@@ -26,7 +26,7 @@ def print_report(report, opts, steps_trace) -> None:
 
 def print_many(grid, reports, opts) -> None:
     """Several settings: a JSON Lines stream, one CSV (header once), or a comparison table."""
-    from nphcli.evaluation.grid import given_params
+    from nphcli.evaluation.product import given_params
 
     as_json, as_csv, per_query = opts.as_json, opts.as_csv, opts.per_query
     header = not opts.no_header

@@ -25,8 +25,8 @@ from nphcli.catalog import param_cards
 from nphcli.errors import NphError
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate_inputs
-from nphcli.evaluation.grid import settings_product
 from nphcli.evaluation.inputs import Inputs, open_stream, read_rows
+from nphcli.evaluation.product import settings_product
 from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.file import load_memory

@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli import __version__
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET
 from nphcli.devices import (
     resolve_device,
@@ -48,6 +47,7 @@ from nphcli.evaluation.report import METRICS, RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
 from nphcli.models import Retrieval, get_model_info
+from nphcli.version import __version__
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
 # and allocator growth, without doubling the run time of large evaluations.

@@ -75,7 +75,7 @@ def settings_product(
     return grid
 
 
-def evaluate_grid(inputs: Inputs, grid: Sequence[RetrieveSettings]) -> list[RetrievalReport]:
+def evaluate_settings(inputs: Inputs, grid: Sequence[RetrieveSettings]) -> list[RetrievalReport]:
     """Evaluate every setting of `grid` on the same `inputs` (read once), in order.
 
     Every model is built before the first retrieval, so a bad parameter fails before any work.
