@@ -336,9 +336,11 @@ def _settings_grid(opts, index_settings) -> list:
     grid = settings_product(base, models=models, params=params, masks=masks, noises=noises)
     if index_settings is not None:
         from nphcli.ann.run import check_index_run
+        from nphcli.devices import resolve_device
 
+        device = resolve_device(opts.device)
         for settings in grid:
-            check_index_run(index_settings, opts.memory, build_model(settings), opts.device)
+            check_index_run(index_settings, opts.memory, build_model(settings), device)
     return grid
 
 

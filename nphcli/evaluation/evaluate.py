@@ -89,7 +89,7 @@ def evaluate(
         from nphcli.ann.run import check_index_run, indexed_model
 
         if memory.path is not None:
-            check_index_run(settings.index, memory.path, model, str(device))
+            check_index_run(settings.index, memory.path, model, device)
         model = indexed_model(model, settings.index, memory)
     scale = memory_scale(memory)
     generator = torch.Generator().manual_seed(settings.seed)
