@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from nphcli.version import __version__
 
 # name → module that defines it; imported (with torch) only when the name is first used
 _PUBLIC = {

@@ -171,6 +171,27 @@ def test_cli_index_and_retrieve(scene, invoke):
     assert 0 <= index["certified_fraction"] <= 1
 
 
+def test_auto_device_on_a_cpu_only_machine_searches_the_index(scene, invoke, monkeypatch):
+    """Regression: `--device auto --index` on a machine without a GPU was refused with "use
+    --device cpu", because the raw `--device` text reached the index checks."""
+    from nphcli.ann.run import check_index_run
+    from nphcli.ann.settings import IndexSettings
+    from nphcli.devices import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("nphcli.devices._mps_available", lambda: False)
+    folder, _, _ = scene
+    memory, path = folder / "memory.safetensors", built(folder, "flat", name="m.flat.index")
+    model = create_model("topk", k=5, beta=8.0)
+    check_index_run(IndexSettings(path=str(path)), memory, model, resolve_device("auto"))
+    args = ["retrieve", "--memory", memory, "--model", "topk", "--k", "5", "--queries", "5"]
+    result = invoke(*args, "--device", "auto", "--index", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["config"]["index"]["kind"] == "flat"
+    assert report["config"]["index"]["certified_fraction"] == 1.0
+
+
 def refused(invoke, args, pattern):
     result = invoke(*args)
     lines = result.stderr.strip().splitlines()

@@ -80,3 +80,28 @@ def test_cuda_without_an_index_is_the_current_device():
         current = torch.cuda.current_device()
         assert canonical_device("cuda") == torch.device("cuda", current)
         assert same_device("cuda", torch.empty(0, device="cuda").device)
+
+
+@pytest.fixture
+def cpu_only(monkeypatch):
+    """This machine as one without CUDA or MPS, so `auto` means the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("nphcli.devices._mps_available", lambda: False)
+
+
+def test_auto_on_a_cpu_only_machine_is_the_cpu(cpu_only):
+    assert resolve_device("auto") == torch.device("cpu")
+
+
+def test_index_runs_take_a_resolved_device_only(tmp_path):
+    """Layers below the CLI see a torch.device: the raw `--device` text is a bug (`auto` on a
+    CPU-only machine was refused as if it were a GPU). Needs no FAISS: these checks come first."""
+    from nphcli.ann.run import check_index_run
+    from nphcli.ann.settings import IndexSettings
+    from nphcli.models import create_model
+
+    settings, model = IndexSettings(path=str(tmp_path / "m.index")), create_model("topk", k=2)
+    with pytest.raises(TypeError, match="resolved torch.device"):
+        check_index_run(settings, tmp_path / "m.safetensors", model, "auto")
+    with pytest.raises(NphError, match="searches on the CPU"):
+        check_index_run(settings, tmp_path / "m.safetensors", model, torch.device("cuda", 0))

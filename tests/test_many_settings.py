@@ -19,8 +19,8 @@ import torch
 from nphcli.errors import NphError
 from nphcli.evaluation.batch import MemoryCache, run_jobs
 from nphcli.evaluation.fields import get_field
-from nphcli.evaluation.grid import evaluate_grid
 from nphcli.evaluation.inputs import load_inputs
+from nphcli.evaluation.product import evaluate_settings
 from nphcli.evaluation.report import TIMINGS
 from nphcli.evaluation.settings import RetrieveSettings, expand_settings
 from nphcli.memory.file import save_memory
@@ -105,7 +105,7 @@ def test_every_setting_sees_the_same_queries_and_matches_its_own_run(memory_file
         {"model": ["dense", "sparse"], "noise": [0.3, 0.3, 0.6], "queries": [12], "seed": [7]}
     )
     inputs = load_inputs(memory_file)
-    reports = evaluate_grid(inputs, grid)
+    reports = evaluate_settings(inputs, grid)
     assert len(reports) == 6
     rows = [r.per_query["query_row"] for r in reports]
     assert all(torch.equal(rows[0], row) for row in rows)
@@ -114,7 +114,7 @@ def test_every_setting_sees_the_same_queries_and_matches_its_own_run(memory_file
     assert torch.equal(reports[0].queries, reports[3].queries)
     assert not torch.equal(reports[0].queries, reports[2].queries)  # σ differs
     for settings, report in zip(grid, reports, strict=True):
-        alone = evaluate_grid(load_inputs(memory_file), [settings])[0]
+        alone = evaluate_settings(load_inputs(memory_file), [settings])[0]
         assert torch.equal(alone.retrieved, report.retrieved)
         assert alone.metrics == report.metrics
         assert alone.config == report.config

@@ -57,12 +57,12 @@ def test_experiment_writes_whole_runs_resumes_reproducibly_and_plots(
 ):
     """One reference run; an interrupted run keeps only finished training runs; resuming it
     retrains the rest to the reference's exact numbers (seeded); summary and plot read it."""
-    reference = mil.run_experiment(TINY, tmp_path / "ref.jsonl", progress=False)
+    reference = mil.run_experiment(TINY, tmp_path / "ref.jsonl")
     lines = (tmp_path / "ref.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 2 * 2  # models × sizes × epochs
     assert [json.loads(line) for line in lines] == reference
     with pytest.raises(NphError, match="--resume"):
-        mil.run_experiment(TINY, tmp_path / "ref.jsonl", progress=False)
+        mil.run_experiment(TINY, tmp_path / "ref.jsonl")
 
     out = tmp_path / "mil.jsonl"
     real_train = mil.train_one
@@ -76,10 +76,10 @@ def test_experiment_writes_whole_runs_resumes_reproducibly_and_plots(
 
     monkeypatch.setattr(mil, "train_one", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        mil.run_experiment(TINY, out, progress=False)
+        mil.run_experiment(TINY, out)
     assert len(mil.read_results(out)) == 2 * TINY.epochs  # the two finished runs, nothing partial
     monkeypatch.setattr(mil, "train_one", real_train)
-    resumed = mil.run_experiment(TINY, out, resume=True, progress=False)
+    resumed = mil.run_experiment(TINY, out, resume=True)
 
     def key(r):
         return (r["model"], r["bag_size"], r["epoch"], r["test_loss"], r["train_loss"])

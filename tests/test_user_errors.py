@@ -159,7 +159,7 @@ def test_out_of_memory_is_one_line_saying_what_to_reduce(invoke, digits, monkeyp
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("nphcli.evaluation.grid.evaluate_grid", fail)
+    monkeypatch.setattr("nphcli.evaluation.product.evaluate_settings", fail)
     result = invoke("retrieve", "--memory", digits)
     _error_line(result, 1, "out of memory", "--batch-size", "--memory-budget")
 
@@ -168,7 +168,7 @@ def test_a_bug_keeps_its_traceback(invoke, digits, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("an index went wrong")
 
-    monkeypatch.setattr("nphcli.evaluation.grid.evaluate_grid", fail)
+    monkeypatch.setattr("nphcli.evaluation.product.evaluate_settings", fail)
     result = invoke("retrieve", "--memory", digits)
     assert isinstance(result.exception, RuntimeError)
 

@@ -29,10 +29,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from nphcli import __version__
 from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
+from nphcli.version import __version__
 
 FORMAT_NAME = "nph-index"
 FORMAT_VERSION = 1

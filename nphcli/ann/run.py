@@ -18,12 +18,19 @@ from nphcli.memory.bank import MemoryBank
 
 
 def check_index_run(
-    settings: IndexSettings, memory_path: str | os.PathLike, model: Any, device: str
+    settings: IndexSettings, memory_path: str | os.PathLike, model: Any, device: torch.device
 ) -> None:
     """Refuse, before the memory is loaded, an index that does not fit the run: unreadable,
-    newer, built from another memory, a model that needs every score, options of another kind."""
-    if not str(device).startswith("cpu"):
-        raise NphError("--index searches on the CPU; use --device cpu")
+    newer, built from another memory, a model that needs every score, options of another kind.
+
+    `device` is the resolved one (`nphcli.devices.resolve_device`), never the `--device` text:
+    `auto` on a machine without a GPU is the CPU, and an index search runs there."""
+    if not isinstance(device, torch.device):  # a bug: the caller skipped resolve_device
+        raise TypeError(f"check_index_run takes a resolved torch.device, not {device!r}")
+    if device.type != "cpu":
+        raise NphError(
+            f"--index searches on the CPU, and this run is on {device}; use --device cpu"
+        )
     opened = _open(settings.path, memory_path)  # every file check, the FAISS bytes included
     meta, kind = opened.meta, opened.kind
     if settings.nprobe is not None and kind not in ("ivf", "ivfpq"):

@@ -23,9 +23,9 @@ try:  # recent typer vendors click; older releases depend on the click package
 except ImportError:  # pragma: no cover
     from click.exceptions import ClickException, NoArgsIsHelpError
 
-from nphcli import __version__
 from nphcli.cli.render import plain_streams
 from nphcli.errors import NphError
+from nphcli.version import __version__
 
 
 class _StderrHandler(logging.Handler):

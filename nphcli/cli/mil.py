@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import print_json, print_table
 
 
@@ -58,7 +59,10 @@ def mil_command(
     from nphcli.experiments import mil
 
     config = mil.configure(preset, models=models, bag_sizes=bag_sizes, epochs=epochs, runs=runs)
-    records = mil.run_experiment(config, out, seed=seed, resume=resume, root=root)
+    with ProgressBar("mil") as progress:
+        records = mil.run_experiment(
+            config, out, seed=seed, resume=resume, root=root, progress=progress
+        )
     if plot is not None:
         mil.plot_results(records, plot, convergence_bag_size=config.convergence_bag_size)
     summary = mil.summarise(records)

@@ -14,6 +14,7 @@ import typer
 
 from nphcli.cli.app import app, quiet
 from nphcli.cli.options import Force, JsonOutput
+from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table, stderr_console
 from nphcli.sweeps.config import list_presets
 
@@ -204,7 +205,7 @@ def sweep_command(
 
         torch.set_num_threads(threads)
     results = Results(out, resume=resume, force=force)
-    with _Progress() as progress:
+    with ProgressBar("sweep") as progress:
         outcome = execute(grid, results, theory=theory, progress=progress)
     summary = summarize_settings(outcome.rows, outcome.settings)
     if plot is not None:
@@ -316,50 +317,6 @@ def _ratio(holds, of) -> str:
     if holds is None or of is None:
         return "n/a"
     return f"{holds}/{of}"
-
-
-class _Progress:
-    """A rich progress bar with ETA on stderr, only when stderr is a terminal; else silent."""
-
-    def __init__(self) -> None:
-        self._bar = None
-        self._task = None
-
-    def __enter__(self) -> _Progress:
-        if sys.stderr.isatty() and not quiet():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._bar = Progress(
-                TextColumn("sweep"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=stderr_console(),
-                transient=True,
-            )
-            self._bar.__enter__()
-        return self
-
-    def __call__(self, total: int | None) -> None:
-        if self._bar is None:
-            return
-        if self._task is None:
-            self._task = self._bar.add_task("sweep", total=total)
-        else:
-            self._bar.advance(self._task)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
 
 
 @app.command("plot")

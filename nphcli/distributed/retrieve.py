@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import time
-from pathlib import Path
 
 from nphcli.distributed.group import (
     join_group,
@@ -49,13 +48,6 @@ def evaluate_on_rank(
         "bytes_sent": collective.bytes_sent,
     }
     return report
-
-
-def evaluate_torchrun(memory_path: str | Path, settings: RetrieveSettings, **kwargs):
-    """`evaluate_on_rank` in a process torchrun started: joins the group from the environment.
-    Returns (rank, report)."""
-    collective = join_group()
-    return collective.rank, evaluate_on_rank(collective, memory_path, settings, **kwargs)
 
 
 def distributed_retrieve(

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.planning import Plan, itemsize, plan_rows
+from nphcli.engine.precision import accumulation_dtype
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
 
@@ -53,6 +54,7 @@ def summarise_keys(blocks: Iterable[tuple[Tensor, Tensor]]) -> FeatureSummary:
         summary = summary * rescale[:, None] + key_features.T @ values
         normaliser = normaliser * rescale + key_features.sum(dim=0)
         column_max = new_max
+        del key_logits, values, key_features  # freed before the next block is made, not after
     return FeatureSummary(column_max, summary, normaliser)
 
 
@@ -93,17 +95,31 @@ def feature_readout(query_logits: Tensor, key_logits: Tensor, values: Tensor) ->
     return readout(query_logits, summarise_keys([(key_logits, values)]))
 
 
-def feature_plan(num_queries: int, bank: MemoryBank, budget: int, *, features: int) -> Plan:
-    """`prepare` holds a block of B memories' features, `update` Q queries' features, never
-    both: each gets the whole budget, counting a few temporaries of the feature width. Neither
-    needs large blocks (the work per row is fixed), so both stop at `CACHE_ROWS`, where the
-    elementwise passes over a block still run from cache; this keeps time linear in M."""
-    size = itemsize(bank.dtype)
-    per_memory = (bank.dim + bank.value_dim + 3 * features) * size
-    per_query = (bank.dim + 2 * bank.value_dim + 3 * features) * size
+def feature_plan(
+    num_queries: int, bank: MemoryBank, budget: int, *, features: int, held: int = 0
+) -> Plan:
+    """Rows per block so that the feature models' peak stays within `budget`. `prepare` holds a
+    block of B memories, `update` a batch of Q queries, never both, so each gets the budget less
+    what lives throughout: `held` (the model's own tensors, e.g. a projection) and the (F, d_v)
+    summary with the normaliser, four copies while a block is folded in (old, rescaled, the
+    block's sum, new). Per row, in the compute dtype c (float32 for half banks), counted from the
+    code with the previous block already freed (`summarise_keys` drops it):
+
+        memory row: the block (d + d_v, bank dtype) + at most 3F + 2d (the inputs cast and
+                    scaled, the feature map's temporaries, then log-features, shifted, exp)
+        query row:  2d + 4F + 2·d_v (scaled queries, log-features, shifted, minus the row
+                    maximum, exp; numerator and quotient)
+
+    Neither needs large blocks (the work per row is fixed), so both stop at `CACHE_ROWS`, where
+    the elementwise passes over a block still run from cache; this keeps time linear in M."""
+    size, compute = itemsize(bank.dtype), itemsize(accumulation_dtype(bank.dtype))
+    d, d_v = bank.dim, bank.value_dim
+    room = budget - held - 4 * features * (d_v + 1) * compute
+    per_memory = (d + d_v) * size + (3 * features + 2 * d) * compute
+    per_query = (2 * d + 4 * features + 2 * d_v) * compute
     return Plan(
-        query_rows=plan_rows(budget, 1, per_query, total=min(num_queries, CACHE_ROWS)),
-        memory_rows=plan_rows(budget, 1, per_memory, total=min(bank.num_memories, CACHE_ROWS)),
+        query_rows=plan_rows(room, 1, per_query, total=min(num_queries, CACHE_ROWS)),
+        memory_rows=plan_rows(room, 1, per_memory, total=min(bank.num_memories, CACHE_ROWS)),
     )
 
 

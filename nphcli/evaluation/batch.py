@@ -22,8 +22,8 @@ from typing import Any
 
 from nphcli.errors import NphError
 from nphcli.evaluation.fields import check_keys, get_field
-from nphcli.evaluation.grid import evaluate_grid
 from nphcli.evaluation.inputs import Inputs, inputs_with, open_stream
+from nphcli.evaluation.product import evaluate_settings
 from nphcli.evaluation.request import InputSpec, check_request, request_from
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.file import load_memory
@@ -66,7 +66,7 @@ def run_job(job: Any, cache: MemoryCache) -> list[dict[str, Any]]:
     }
     request = request_from(values)
     check_request(request)
-    reports = evaluate_grid(_inputs(request.inputs, cache), request.settings)
+    reports = evaluate_settings(_inputs(request.inputs, cache), request.settings)
     return [report.to_json(per_query=request.output.per_query) for report in reports]
 
 

@@ -66,10 +66,6 @@ class Corruption:
                 f"unknown --mask-mode {self.mask_mode!r}; choose one of: {', '.join(MASK_MODES)}"
             )
 
-    @property
-    def is_identity(self) -> bool:
-        return self.mask == 0.0 and self.noise == 0.0
-
 
 @dataclass(frozen=True)
 class Corrupted:

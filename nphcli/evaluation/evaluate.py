@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli import __version__
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET
 from nphcli.devices import (
     resolve_device,
@@ -48,6 +47,7 @@ from nphcli.evaluation.report import METRICS, RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
 from nphcli.models import Retrieval, get_model_info
+from nphcli.version import __version__
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
 # and allocator growth, without doubling the run time of large evaluations.
@@ -89,7 +89,7 @@ def evaluate(
         from nphcli.ann.run import check_index_run, indexed_model
 
         if memory.path is not None:
-            check_index_run(settings.index, memory.path, model, str(device))
+            check_index_run(settings.index, memory.path, model, device)
         model = indexed_model(model, settings.index, memory)
     scale = memory_scale(memory)
     generator = torch.Generator().manual_seed(settings.seed)

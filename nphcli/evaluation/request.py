@@ -142,15 +142,17 @@ def check_request(request: RetrieveRequest) -> None:
 
         check_results_output(output.out)
     if output.save_grid is not None:
-        from nphcli.image_grid import check_grid_output
+        from nphcli.comparison_image import check_image_output
 
-        check_grid_output(output.save_grid, scale=output.scale)
+        check_image_output(output.save_grid, scale=output.scale)
     for settings in request.settings:
         if settings.index is not None:
             from nphcli.ann.run import check_index_run
+            from nphcli.devices import resolve_device
 
-            memory = request.inputs.memory
-            check_index_run(settings.index, memory, build_model(settings), settings.device)
+            device = resolve_device(settings.device)
+            model = build_model(settings)
+            check_index_run(settings.index, request.inputs.memory, model, device)
 
 
 def run_request(request: RetrieveRequest) -> Outcome:
@@ -163,8 +165,8 @@ def run_request(request: RetrieveRequest) -> Outcome:
 
 
 def _run_here(request: RetrieveRequest) -> Outcome:
-    from nphcli.evaluation.grid import evaluate_grid
     from nphcli.evaluation.inputs import load_inputs
+    from nphcli.evaluation.product import evaluate_settings
 
     spec = request.inputs
     inputs = load_inputs(
@@ -175,10 +177,10 @@ def _run_here(request: RetrieveRequest) -> Outcome:
         stream=spec.stream,
     )
     if request.output.save_grid is not None:
-        from nphcli.image_grid import check_drawable
+        from nphcli.comparison_image import check_drawable
 
         check_drawable(inputs.memory)
-    reports = evaluate_grid(inputs, request.settings)
+    reports = evaluate_settings(inputs, request.settings)
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report
@@ -196,7 +198,7 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
     spec = request.inputs
     shown = open_stream(spec.memory) if request.output.save_grid is not None else None
     if shown is not None:
-        from nphcli.image_grid import check_drawable
+        from nphcli.comparison_image import check_drawable
 
         check_drawable(shown)
     report = distributed_retrieve(
@@ -220,9 +222,9 @@ def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:
 
         save_results(output.out, report, force=output.force)
     if output.save_grid is not None:
-        from nphcli.image_grid import save_retrieval_grid
+        from nphcli.comparison_image import save_comparison_image
 
-        save_retrieval_grid(
+        save_comparison_image(
             output.save_grid, report, outcome.memory, force=output.force, scale=output.scale
         )
 

@@ -43,9 +43,9 @@ from nphcli.experiments.mil_results import (
     summary_json,
     write_results,
 )
-from nphcli.experiments.progress import Progress
 from nphcli.layers import NPHPooling
 from nphcli.models import create_model
+from nphcli.notices import notice
 
 
 @dataclass(frozen=True)
@@ -278,11 +278,12 @@ def run_experiment(
     seed: int = 0,
     resume: bool = False,
     root: Path | None = None,
-    progress: bool | None = None,
+    progress: Callable[..., None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every (variant, bag size, run) of `config`, writing records to `out` (JSON Lines)
     after each training run. With `resume`, runs already complete in `out` are kept and skipped;
-    without it an existing `out` is an error."""
+    without it an existing `out` is an error. `progress`, if given, is called as
+    progress(total epochs) once and progress(None, label) after each epoch."""
     out = Path(out)
     if out.exists() and not resume:
         raise NphError(f"{out} already exists; pass --resume to continue it or choose --out")
@@ -302,15 +303,21 @@ def run_experiment(
         if (variant.label, size, run) not in done
     ]
     *pools, origin = load_pools(root)
-    bar = Progress(len(jobs) * config.epochs, enabled=progress)
-    bar.note(f"MIL on {origin}: {len(jobs)} training runs of {config.epochs} epochs to do")
+    notice(f"MIL on {origin}: {len(jobs)} training runs of {config.epochs} epochs to do")
+    tick = progress or (lambda *_: None)
+    tick(len(jobs) * config.epochs)
     for variant, size, run in jobs:
-        bar.label = f"{variant.label} M={size} run {run}"
+        label = f"{variant.label} M={size} run {run}"
         records += train_one(
-            config, variant, size, run, tuple(pools), seed=seed, on_epoch=lambda _: bar.step()
+            config,
+            variant,
+            size,
+            run,
+            tuple(pools),
+            seed=seed,
+            on_epoch=lambda _, label=label: tick(None, label),
         )
         write_results(out, records)
-    bar.close()
     return records
 
 

@@ -21,12 +21,12 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from nphcli import __version__
 from nphcli.atomic import atomic_write
 from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
 from nphcli.errors import NphError
 from nphcli.memory.bank import Memory
 from nphcli.notices import notice
+from nphcli.version import __version__
 
 FORMAT_NAME = "nph-memory"
 FORMAT_VERSION = 1

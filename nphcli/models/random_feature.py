@@ -39,7 +39,7 @@ from nphcli.engine.features import (
     readout,
     summarise_keys,
 )
-from nphcli.engine.planning import Plan
+from nphcli.engine.planning import Plan, itemsize
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.engine.summary_cache import cached_summary
 from nphcli.memory.bank import MemoryBank
@@ -139,7 +139,9 @@ class RandomFeature(HopfieldModel):
         return Update(readout(query_logits, prepared))
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        return feature_plan(num_queries, bank, budget, features=self.features)
+        compute = itemsize(accumulation_dtype(bank.dtype))  # the projection, float64 and cast:
+        held = self.features * bank.dim * (8 + compute)
+        return feature_plan(num_queries, bank, budget, features=self.features, held=held)
 
     def associate(
         self,

@@ -19,7 +19,7 @@ from nphcli.evaluation.report import RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 
 
-def evaluate_grid(inputs: Inputs, grid: Sequence[RetrieveSettings]) -> list[RetrievalReport]:
+def evaluate_settings(inputs: Inputs, grid: Sequence[RetrieveSettings]) -> list[RetrievalReport]:
     """Evaluate every setting of `grid` on the same `inputs` (read once), in order.
 
     Every model is built before the first retrieval, so a bad parameter fails before any work.

@@ -1,6 +1,6 @@
 """Picture of a retrieval run: corrupted queries, what came back, and what should have.
 
-The grid has three rows and one column per query (the first `count` queries): row 1 the
+The image has three rows and one column per query (the first `count` queries): row 1 the
 corrupted query, row 2 the retrieved pattern T(x), row 3 the target (for own queries without
 targets: the stored pattern nearest to T(x)). Patterns are mapped back to pixel space with the
 memory's recorded normalisation (files without a record: each pattern stretched from its own
@@ -15,7 +15,6 @@ names each row. The file's extension picks the format: .png (lossless), .jpg/.jp
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP"}  # â
 MAX_SCALE = 64
 
 
-def check_grid_output(path: str | os.PathLike, *, scale: int = 2) -> str:
+def check_image_output(path: str | os.PathLike, *, scale: int = 2) -> str:
     """The pillow format `path`'s extension names and a sane `scale`, checked before any work."""
     if isinstance(scale, bool) or not isinstance(scale, int) or not 1 <= scale <= MAX_SCALE:
         raise NphError(f"--scale must be a whole number from 1 to {MAX_SCALE}, got {scale!r}")
@@ -48,15 +47,6 @@ def check_grid_output(path: str | os.PathLike, *, scale: int = 2) -> str:
     if FORMATS[suffix] == "WEBP" and not features.check("webp"):
         raise NphError(f"this pillow cannot write WebP ({path}); name it .png or .jpg")
     return FORMATS[suffix]
-
-
-def grid_size(columns: int, item_shape: tuple[int, ...], *, pad: int = 2, scale: int = 2):
-    """(width, height) in pixels of a grid of `columns` images of `item_shape`."""
-    _, height, width = image_shape(item_shape, math.prod(item_shape))
-    return (
-        scale * (columns * width + (columns + 1) * pad),
-        scale * (len(ROWS) * height + (len(ROWS) + 1) * pad),
-    )
 
 
 def check_drawable(memory: MemoryBank) -> tuple[int, int, int]:
@@ -75,7 +65,7 @@ def check_drawable(memory: MemoryBank) -> tuple[int, int, int]:
     return shape
 
 
-def save_retrieval_grid(
+def save_comparison_image(
     path: str | os.PathLike,
     report: RetrievalReport,
     memory: MemoryBank,
@@ -85,8 +75,8 @@ def save_retrieval_grid(
     pad: int = 2,
     scale: int = 2,
 ) -> Path:
-    """Write the grid of the first `count` queries of `report`, atomically, as the extension of
-    `path` says (.png, .jpg, .webp)."""
+    """Write the comparison image of the first `count` queries of `report`, atomically, in the
+    format the extension of `path` names (.png, .jpg, .webp)."""
     shape = check_drawable(memory)
     n = min(count, report.retrieved.shape[0])
     if report.targets is not None:
@@ -96,7 +86,7 @@ def save_retrieval_grid(
     rows = [report.queries[:n], report.retrieved[:n], third]
     pixels = [to_pixels(row, shape, memory.meta) for row in rows]  # each (n, C, H, W)
     labels = [*ROWS[:2], "target" if report.targets is not None else "nearest stored"]
-    return save_grid(path, pixels, force=force, pad=pad, scale=scale, labels=labels)
+    return save_image_rows(path, pixels, force=force, pad=pad, scale=scale, labels=labels)
 
 
 def to_pixels(patterns: Tensor, shape: tuple[int, int, int], meta: dict[str, Any]) -> Tensor:
@@ -106,7 +96,7 @@ def to_pixels(patterns: Tensor, shape: tuple[int, int, int], meta: dict[str, Any
     return pixels.reshape(-1, *shape)  # (N, C, H, W)
 
 
-def save_grid(
+def save_image_rows(
     path: str | os.PathLike,
     rows: list[Tensor],
     *,
@@ -119,7 +109,7 @@ def save_grid(
     `labels` in a margin on the right, written atomically in the format of `path`'s extension."""
     from PIL import Image
 
-    file_format = check_grid_output(path, scale=scale)
+    file_format = check_image_output(path, scale=scale)
     columns, channels, height, width = rows[0].shape
     if channels not in (1, 3):
         raise NphError(f"cannot draw images with {channels} channels; 1 or 3 are supported")
@@ -130,7 +120,7 @@ def save_grid(
             columns * width + (columns + 1) * pad,
         ),
         GUTTER,
-    )  # (C, grid H, grid W)
+    )  # (C, image H, image W)
     for r, row in enumerate(rows):
         top = pad + r * (height + pad)
         for c in range(columns):
