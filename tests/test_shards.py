@@ -11,8 +11,10 @@ import torch
 
 from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
-from nphcli.memory.file import load_memory, read_metadata, save_memory
-from nphcli.memory.shards import open_sharded, read_manifest, split_rows, write_shards
+from nphcli.memory import open_memory
+from nphcli.memory.file import load_memory, save_memory
+from nphcli.memory.format import read_metadata
+from nphcli.memory.shards import ShardedBank, read_manifest, split_rows, write_shards
 from nphcli.models import create_model, model_names
 
 PARAMS = {
@@ -48,7 +50,7 @@ def test_split_rows_is_even_and_complete():
 def test_shards_join_back_exactly(tmp_path, values):
     path = _memory(tmp_path, values=values)
     manifest_path = write_shards(path, tmp_path, sizes=SPLITS["uneven"])
-    original, joined = load_memory(path), load_memory(manifest_path)
+    original, joined = load_memory(path), open_memory(manifest_path)
     assert torch.equal(joined.patterns, original.patterns)
     assert torch.equal(joined.values, original.values)
     assert torch.equal(joined.labels, original.labels)
@@ -74,8 +76,10 @@ def test_sharded_bank_equals_unsharded(tmp_path, name):
         folder = tmp_path / split
         folder.mkdir()
         manifest = write_shards(path, folder, sizes=sizes)
-        for stream in (False, True):
-            bank = open_sharded(manifest, stream=stream)
+        everything = range(len(sizes))  # `owned`: a ShardedBank, not the shards joined
+        for stream, owned in ((False, None), (False, everything), (True, None)):
+            bank = open_memory(manifest, stream=stream, owned=owned)
+            assert isinstance(bank, ShardedBank) == (stream or owned is not None)
             assert bank.num_memories == 40 and torch.equal(bank.labels, memory.labels)
             for plan in (None, Plan(query_rows=4, memory_rows=6)):
                 got = model.retrieve(queries, bank, plan=plan)

@@ -266,7 +266,7 @@ def retrieve_command(
 
 def _check_outputs(opts) -> list[Path]:
     """Refuse, before any work, output options that cannot go together or cannot be written."""
-    from nphcli.evaluation.inputs import check_output_path
+    from nphcli.atomic import check_output
 
     if opts.as_json and opts.as_csv:
         raise NphError("choose one of --json and --csv")
@@ -277,7 +277,7 @@ def _check_outputs(opts) -> list[Path]:
         raise NphError("--out and --save-grid name the same file")
     inputs = [opts.memory, *(p for p in (opts.queries_file, opts.targets_file) if p)]
     for path in outputs:
-        check_output_path(path, force=opts.force, protect=inputs)
+        check_output(path, force=opts.force, protect=inputs)
     if opts.out is not None:
         from nphcli.evaluation.report import check_results_output
 
@@ -346,11 +346,11 @@ def _run_distributed(opts, grid, load):
     """One setting over --workers processes or torchrun ranks: (report or None, the memory
     to draw --save-grid from, no trace)."""
     from nphcli.distributed.retrieve import distributed_retrieve
-    from nphcli.evaluation.inputs import open_stream
+    from nphcli.memory import open_memory
 
     if len(grid) > 1 or opts.trace or opts.index is not None:
         raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
-    shown_memory = open_stream(opts.memory) if opts.save_grid is not None else None
+    shown_memory = open_memory(opts.memory, stream=True) if opts.save_grid is not None else None
     if shown_memory is not None:
         from nphcli.image_grid import check_drawable
 

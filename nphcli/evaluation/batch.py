@@ -26,10 +26,10 @@ from nphcli.errors import NphError
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate_inputs
 from nphcli.evaluation.grid import settings_product
-from nphcli.evaluation.inputs import Inputs, open_stream, read_rows
+from nphcli.evaluation.inputs import Inputs, read_rows
 from nphcli.evaluation.settings import RetrieveSettings
+from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.file import load_memory
 
 # key → (JSON type(s) accepted, what the error says it takes); model parameters come on top
 JOB_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -76,7 +76,7 @@ class MemoryCache:
         if cached is not None and cached[0] == stamp:
             return cached[1], 0.0
         t0 = time.perf_counter()
-        bank = open_stream(path) if stream else load_memory(path)
+        bank = open_memory(path, stream=stream)
         self._banks[key] = (stamp, bank)
         return bank, time.perf_counter() - t0
 

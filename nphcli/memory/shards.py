@@ -35,26 +35,16 @@ from torch import Tensor
 
 from nphcli.atomic import atomic_write, check_folder
 from nphcli.errors import NphError
-from nphcli.memory.bank import Memory, MemoryBank
+from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import LOCAL, Collective
-from nphcli.memory.file import (
-    FORMAT_NAME,
-    check_format_version,
-    load_memory,
-    open_safetensors,
-    read_metadata,
-    save_memory,
-)
+from nphcli.memory.file import save_memory
+from nphcli.memory.format import FORMAT_NAME, is_manifest, open_safetensors, read_metadata
+from nphcli.memory.streamed import StreamedBank
 
 MANIFEST_FORMAT = "nph-shards"
 MANIFEST_VERSION = 1
 # Metadata keys `save_memory` writes itself; a shard's other metadata is the source's.
 _OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dtype", "shard"}
-
-
-def is_manifest(path: str | os.PathLike) -> bool:
-    """Whether `path` names a shard manifest (a .json file) rather than a memory file."""
-    return Path(path).suffix.lower() == ".json"
 
 
 def split_rows(num_memories: int, parts: int) -> list[int]:
@@ -100,14 +90,10 @@ def write_shards(
 ) -> Path:
     """Split a memory file into shards (`parts` even ones, or rows per shard `sizes`) and a
     manifest in `out_dir`; returns the manifest's path. Reads one shard's rows at a time."""
-    from nphcli.memory.streamed import StreamedBank
-
     source = Path(memory_path)
     if is_manifest(source):
         raise NphError(f"{source} is already a shard manifest; shard the memory file itself")
-    bank = StreamedBank(source)
-    if bank.meta.get("format") == FORMAT_NAME:
-        check_format_version(source, bank.meta)
+    bank = StreamedBank(source)  # the header checked; rows read one shard at a time
     total = bank.num_memories
     if sizes is None:
         sizes = split_rows(total, 1 if parts is None else parts)
@@ -284,52 +270,12 @@ def _check_part(manifest: Manifest, index: int, part: ShardPart) -> None:
         raise NphError(f"{where} does not match the manifest: {diffs}")
 
 
-def load_sharded(path: str | os.PathLike) -> Memory:
-    """A shard set read whole into RAM, as the unsharded file would load (`load_memory`)."""
-    manifest = read_manifest(path)
-    memories = [load_memory(part.path) for part in manifest.parts]
-    patterns = torch.cat([m.patterns for m in memories])  # (M, d)
-    values = torch.cat([m.values for m in memories]) if manifest.hetero else None  # (M, d_v)
-    labelled = [m.labels for m in memories]
-    labels = None if any(x is None for x in labelled) else torch.cat(labelled)  # (M,)
-    return Memory(
-        patterns, labels, values, meta=_set_meta(manifest, memories[0].meta), path=manifest.path
-    )
-
-
-def _set_meta(manifest: Manifest, first: dict[str, Any]) -> dict[str, Any]:
+def set_meta(manifest: Manifest, first: dict[str, Any]) -> dict[str, Any]:
     """The metadata of the whole set: shard 0's, with M the total and the shard record removed."""
     meta = {key: value for key, value in first.items() if key != "shard"}
     meta["M"] = manifest.num_memories
     meta["shard_set"] = {"set_id": manifest.set_id, "parts": len(manifest.parts)}
     return meta
-
-
-def open_sharded(
-    path: str | os.PathLike,
-    *,
-    stream: bool,
-    owned: range | None = None,
-    collective: Collective = LOCAL,
-) -> ShardedBank:
-    """A `ShardedBank` over a manifest's shards `owned` (default: all), each loaded or streamed."""
-    from nphcli.memory.streamed import StreamedBank
-
-    manifest = read_manifest(path, check=owned)
-    owned = range(len(manifest.parts)) if owned is None else owned
-    banks = []
-    for index in owned:
-        part = manifest.parts[index]
-        bank = StreamedBank(part.path) if stream else load_memory(part.path)
-        banks.append((part.offset, bank))
-    first_meta = banks[0][1].meta  # every shard records the source's metadata
-    return ShardedBank(
-        banks,
-        num_memories=manifest.num_memories,
-        meta=_set_meta(manifest, first_meta),
-        path=manifest.path,
-        collective=collective,
-    )
 
 
 class ShardedBank(MemoryBank):
