@@ -18,6 +18,7 @@ rules for a foreign file (a safetensors file another tool wrote):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -186,6 +187,27 @@ def tensor_spans(path: str | os.PathLike) -> dict[str, tuple[int, int, list[int]
             start, end = entry["data_offsets"]
             spans[name] = (base + start, base + end, entry["shape"], entry["dtype"])
     return spans
+
+
+def tensors_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a safetensors file's tensors: each one's name, dtype code, shape and bytes, in
+    name order. The metadata is left out (it holds a creation time), so the digest says whether
+    the rows, labels and values are the ones written, whatever the header claims."""
+    digest = hashlib.sha256()
+    spans = tensor_spans(path)
+    with open(path, "rb") as handle:
+        for name in sorted(spans):
+            start, end, shape, code = spans[name]
+            digest.update(json.dumps([name, code, shape]).encode())
+            handle.seek(start)
+            remaining = end - start
+            while remaining:
+                chunk = handle.read(min(remaining, 1 << 24))
+                if not chunk:
+                    raise NphError(f"{path} is truncated: tensor '{name}' ends past its end")
+                digest.update(chunk)
+                remaining -= len(chunk)
+    return digest.hexdigest()
 
 
 def check_matrix(tensor: Tensor, what: str) -> Tensor:

@@ -37,6 +37,7 @@ def open_memory(
     dtype: torch.dtype | None = None,
     owned: range | None = None,
     collective: Collective = LOCAL,
+    verify: bool = True,
 ) -> MemoryBank:
     """Open the memory file or shard manifest (`nph shard`) at `path`, checked before any row
     is used (see the module docstring for what comes back).
@@ -45,13 +46,15 @@ def open_memory(
     `dtype`: where and in what the rows are handed out (None: CPU, the file's dtype).
     `owned`, `collective`: a manifest's shards this process reads, and how its partial results
     combine with the other processes' (`nphcli.distributed`); default all shards, one process.
+    `verify`: check each shard read against the checksum its manifest records, which reads it
+    once more (False: trusted storage; see docs/distributed.md).
     """
     path = Path(path)
     if not is_manifest(path):
         if owned is not None or collective is not LOCAL:
             raise NphError(f"{path} is one memory file; processes share a shard manifest")
         return _open_file(path, stream=stream, device=device, dtype=dtype)
-    manifest = read_manifest(path, check=owned)
+    manifest = read_manifest(path, check=owned, verify=verify)
     if not stream and owned is None and collective is LOCAL:
         return _placed(_joined(manifest), device, dtype)
     owned = range(len(manifest.parts)) if owned is None else owned
