@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nphcli import sources
 from nphcli.atomic import check_output
 from nphcli.dtypes import torch_dtype
 from nphcli.errors import NphError
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
 from nphcli.memory.shards import split_rows, write_shards
-from nphcli.sources import SourceOptions, prepare_memory
 from nphcli.sources.pairing import in_store_dtype, load_labels, load_values
 
-_SOURCE_OPTIONS = tuple(field.name for field in dataclasses.fields(SourceOptions))
+_SOURCE_OPTIONS = tuple(field.name for field in dataclasses.fields(sources.SourceOptions))
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,8 @@ def store_memory(
             f"a memory file is a safetensors file: name it .safetensors, not {out.name} "
             "(nph reads .npy, .npz, .csv and .pt as SOURCE)"
         )
-    prepared = prepare_memory(
-        str(source), SourceOptions(**source_options), normalize=normalize, dtype=dtype
-    )
+    options = sources.SourceOptions(**source_options)
+    prepared = sources.prepare_memory(str(source), options, normalize=normalize, dtype=dtype)
     meta, stored_labels, stored_values = prepared.meta, prepared.labels, None
     if values is not None:
         stored_values = in_store_dtype(load_values(values, meta), dtype)  # (M, d_v)
