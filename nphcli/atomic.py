@@ -16,11 +16,20 @@ import os
 import re
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from nphcli.errors import NphError, NphRuntimeError
 from nphcli.notices import notice
+
+
+def check_output(
+    path: str | os.PathLike, *, force: bool, protect: Sequence[str | os.PathLike] = ()
+) -> Path:
+    """Refuse an output before any work: one of the command's inputs `protect` (even with
+    force), a folder nph cannot write in, or an existing file without `force`."""
+    check_not_input(path, protect)
+    return check_writable(path, force=force)
 
 
 def check_writable(path: str | os.PathLike, *, force: bool) -> Path:
@@ -32,7 +41,7 @@ def check_writable(path: str | os.PathLike, *, force: bool) -> Path:
     return path
 
 
-def check_not_input(path: str | os.PathLike, inputs: list[str | os.PathLike]) -> Path:
+def check_not_input(path: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> Path:
     """Refuse an output `path` that names one of the command's input files (even with --force:
     replacing what is being read is never what was meant)."""
     path = Path(path)

@@ -24,6 +24,7 @@ from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
 from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import load_memory, save_memory
+from nphcli.memory.format import tensors_sha256
 from nphcli.memory.shards import read_manifest, write_shards
 from nphcli.models import model_names
 
@@ -170,6 +171,9 @@ def test_cli_workers_equal_one_process_and_a_failing_rank_writes_nothing(tmp_pat
         meta, tensors = handle.metadata(), {k: handle.get_tensor(k) for k in handle.keys()}
     tensors["patterns"][3, 0] = torch.nan
     save_file(tensors, str(part), metadata=meta)
+    listing = json.loads(manifest.read_text())  # record the NaN's checksum: it passes the open
+    listing["parts"][1]["sha256"] = tensors_sha256(part)
+    manifest.write_text(json.dumps(listing))
     broken_out = tmp_path / "broken.safetensors"
     failed = invoke(
         "retrieve", "--memory", manifest, "--workers", "2", "--stream", "--out", broken_out, *args

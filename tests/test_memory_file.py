@@ -15,7 +15,8 @@ from safetensors.torch import save_file
 import nphcli.memory.file as memory_file
 from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
 from nphcli.errors import NphError, NphRuntimeError
-from nphcli.memory.file import FORMAT_NAME, load_memory, read_metadata, save_memory
+from nphcli.memory.file import load_memory, save_memory
+from nphcli.memory.format import FORMAT_NAME, read_metadata
 
 RESERVED = {"format", "format_version", "nph_version", "created", "M", "d", "dtype"}
 

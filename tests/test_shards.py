@@ -11,8 +11,10 @@ import torch
 
 from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
-from nphcli.memory.file import load_memory, read_metadata, save_memory
-from nphcli.memory.shards import open_sharded, read_manifest, split_rows, write_shards
+from nphcli.memory import open_memory
+from nphcli.memory.file import load_memory, save_memory
+from nphcli.memory.format import read_metadata
+from nphcli.memory.shards import ShardedBank, read_manifest, split_rows, write_shards
 from nphcli.models import create_model, model_names
 
 PARAMS = {
@@ -48,7 +50,7 @@ def test_split_rows_is_even_and_complete():
 def test_shards_join_back_exactly(tmp_path, values):
     path = _memory(tmp_path, values=values)
     manifest_path = write_shards(path, tmp_path, sizes=SPLITS["uneven"])
-    original, joined = load_memory(path), load_memory(manifest_path)
+    original, joined = load_memory(path), open_memory(manifest_path)
     assert torch.equal(joined.patterns, original.patterns)
     assert torch.equal(joined.values, original.values)
     assert torch.equal(joined.labels, original.labels)
@@ -74,8 +76,10 @@ def test_sharded_bank_equals_unsharded(tmp_path, name):
         folder = tmp_path / split
         folder.mkdir()
         manifest = write_shards(path, folder, sizes=sizes)
-        for stream in (False, True):
-            bank = open_sharded(manifest, stream=stream)
+        everything = range(len(sizes))  # `owned`: a ShardedBank, not the shards joined
+        for stream, owned in ((False, None), (False, everything), (True, None)):
+            bank = open_memory(manifest, stream=stream, owned=owned)
+            assert isinstance(bank, ShardedBank) == (stream or owned is not None)
             assert bank.num_memories == 40 and torch.equal(bank.labels, memory.labels)
             for plan in (None, Plan(query_rows=4, memory_rows=6)):
                 got = model.retrieve(queries, bank, plan=plan)
@@ -203,3 +207,46 @@ def assert_same_per_query(got: dict, want: dict) -> None:
             torch.testing.assert_close(
                 torch.tensor(got[key]), torch.tensor(values), rtol=0, atol=1e-12
             )
+
+
+@pytest.mark.parametrize("name", ["../memory.part-1-of-3.safetensors", "/etc/passwd", "a/../../x"])
+def test_shard_paths_stay_inside_the_manifests_folder(tmp_path, name):
+    manifest = _write_set(tmp_path)
+    _edit(manifest, lambda d: d["parts"][1].update(file=name))
+    with pytest.raises(NphError, match="not inside the manifest's folder"):
+        read_manifest(manifest, check=())  # refused from the manifest alone
+
+
+def _tampered(tmp_path):
+    """A shard set whose shard 1 holds another memory's rows under its own metadata: every
+    header check passes, only the checksum can tell."""
+    manifest = _write_set(tmp_path)
+    target = read_manifest(manifest).parts[1].path
+    shard = load_memory(target)
+    other = torch.randn(shard.patterns.shape, dtype=torch.float64)
+    meta = {k: v for k, v in shard.meta.items() if k not in ("format", "format_version")}
+    save_memory(target, other, labels=shard.labels, meta=meta, dtype=torch.float64, force=True)
+    return manifest
+
+
+def test_a_shard_with_replaced_rows_is_refused(tmp_path, invoke):
+    manifest = _tampered(tmp_path)
+    read_manifest(manifest, verify=False)  # the headers alone agree with the manifest
+    for stream, owned in ((False, None), (True, None), (False, range(1, 2)), (True, range(1, 2))):
+        with pytest.raises(NphError, match="checksum differs"):
+            open_memory(manifest, stream=stream, owned=owned)
+    assert open_memory(manifest, owned=range(0, 1)).num_memories == 40  # shard 0 is intact
+    assert open_memory(manifest, verify=False).num_memories == 40  # trusted storage: not read
+    out = tmp_path / "r.safetensors"
+    for extra in ([], ["--stream"]):
+        result = invoke("retrieve", "--memory", manifest, "--queries", "3", "--out", out, *extra)
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "checksum differs" in lines[0] and not out.exists()
+
+
+def test_a_manifest_without_checksums_is_refused(tmp_path):
+    manifest = _write_set(tmp_path)
+    _edit(manifest, lambda d: d.update(format_version=1))
+    with pytest.raises(NphError, match="older nph"):
+        read_manifest(manifest)

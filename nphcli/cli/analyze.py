@@ -193,7 +193,7 @@ def analyze_command(
     given = [flag for flag, value in capacity_only.items() if value is not None]
     if given:
         raise NphError(f"{', '.join(given)} go with --capacity")
-    from nphcli.memory.file import load_memory
+    from nphcli.memory import open_memory
     from nphcli.theory.analysis import AnalysisRequest, analyze
 
     request = AnalysisRequest(
@@ -211,7 +211,7 @@ def analyze_command(
         per_query=per_query,
     )
     request.check()
-    result = analyze(load_memory(file), request, source=str(file))
+    result = analyze(open_memory(file), request, source=str(file))
     if as_json:
         print_json(result)
         return

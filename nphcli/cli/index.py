@@ -50,19 +50,18 @@ def index_command(
         require_faiss,
         write_index,
     )
-    from nphcli.atomic import check_not_input, check_writable
+    from nphcli.atomic import check_output
     from nphcli.errors import NphError
-    from nphcli.memory.file import load_memory
+    from nphcli.memory import open_memory
 
     require_faiss()
     check_kind(kind)
     if seed < 0:
         raise NphError(f"--seed must be a whole number ≥ 0, got {seed}")
     path = out if out is not None else default_index_path(memory, kind)
-    check_not_input(path, [memory])
-    check_writable(path, force=force)
+    check_output(path, force=force, protect=[memory])
     start = time.perf_counter()
-    loaded = load_memory(memory)
+    loaded = open_memory(memory)
     faiss_index, meta, extra = build_index(
         loaded, memory, kind=kind, seed=seed, lists=lists, progress=_progress
     )

@@ -38,12 +38,12 @@ def info_command(
     R = ½ min over μ≠ν of ‖ξ_μ − ξ_ν‖; Δ_μ = ⟨ξ_μ, ξ_μ⟩ − max over ν≠μ of ⟨ξ_μ, ξ_ν⟩.
     """
     from nphcli.errors import NphError
-    from nphcli.memory.file import load_memory
+    from nphcli.memory import open_memory
     from nphcli.theory.separation import describe
 
     if sample < 0:
         raise NphError(f"--sample must be 0 or more, got {sample}")
-    memory = load_memory(file)
+    memory = open_memory(file)
     report = describe(memory, max_rows=sample or None, seed=seed)
     report["bytes"] = file.stat().st_size
     report["meta"] = dict(sorted(report["meta"].items()))

@@ -144,20 +144,17 @@ def store_command(
     force: Force = False,
     as_json: JsonOutput = False,
 ) -> None:
-    from nphcli.atomic import check_not_input, check_writable
-    from nphcli.dtypes import torch_dtype
-    from nphcli.errors import NphError
-    from nphcli.memory.file import read_metadata, save_memory
-    from nphcli.sources import SourceOptions, prepare_memory
+    from nphcli.memory.build import store_memory
 
-    check_not_input(out, [p for p in (source, values, labels) if p and Path(p).exists()])
-    check_writable(out, force=force)  # before any loading: fail fast, leave the file alone
-    if out.suffix.lower() != ".safetensors":
-        raise NphError(
-            f"a memory file is a safetensors file: name it .safetensors, not {out.name} "
-            "(nph reads .npy, .npz, .csv and .pt as SOURCE)"
-        )
-    options = SourceOptions(
+    stored = store_memory(
+        source,
+        out,
+        values=values,
+        labels=labels,
+        normalize=normalize and normalize.value,
+        dtype=dtype.value,
+        parts=parts,
+        force=force,
         n=n,
         seed=seed,
         split=split and split.value,
@@ -168,47 +165,13 @@ def store_command(
         dim=dim,
         distribution=distribution and distribution.value,
     )
-    prepared = prepare_memory(
-        source, options, normalize=normalize and normalize.value, dtype=dtype.value
-    )
-    meta = prepared.meta
-    stored_labels, stored_values = prepared.labels, None
-    if values is not None:
-        from nphcli.sources.pairing import in_store_dtype, load_values
-
-        stored_values = in_store_dtype(load_values(values, meta), dtype.value)
-        meta = {**meta, "values_file": values.name, "d_v": stored_values.shape[1]}
-    if labels is not None:
-        from nphcli.sources.pairing import load_labels
-
-        stored_labels = load_labels(labels, meta)
-        meta = {**meta, "labels_file": labels.name}
-        meta.pop("classes", None)  # the dataset's class names no longer apply
-    if parts is not None:  # refused before anything is written
-        from nphcli.memory.shards import split_rows
-
-        split_rows(prepared.patterns.shape[0], parts)
-    save_memory(
-        out,
-        prepared.patterns,
-        labels=stored_labels,
-        values=stored_values,
-        meta=meta,
-        dtype=torch_dtype(prepared.dtype),
-        force=force,
-    )
-    if parts is not None:
-        from nphcli.memory.shards import write_shards
-
-        write_shards(out, out.parent if str(out.parent) else Path("."), parts=parts, force=force)
-    meta = read_metadata(out)
-    has_labels = stored_labels is not None
-    size_bytes = out.stat().st_size
+    size_bytes = stored.path.stat().st_size
     if as_json:
-        report = {"path": str(out), "bytes": size_bytes, "labels": has_labels}
-        print_json({**report, "meta": dict(sorted(meta.items()))})
+        report = {"path": str(stored.path), "bytes": size_bytes, "labels": stored.labelled}
+        print_json({**report, "meta": dict(sorted(stored.meta.items()))})
         return
-    print_table(f"Wrote {out}", ["field", "value"], _summary_rows(meta, size_bytes, has_labels))
+    rows = _summary_rows(stored.meta, size_bytes, stored.labelled)
+    print_table(f"Wrote {stored.path}", ["field", "value"], rows)
 
 
 def _summary_rows(meta: dict, size_bytes: int, has_labels: bool) -> list[tuple[str, str]]:

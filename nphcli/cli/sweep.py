@@ -172,7 +172,7 @@ def sweep_command(
     self-evaluation. Rows are appended to --out as they finish; the summary (mean ± std over
     trials per setting) goes to stdout. Options override the --preset or --config grid.
     """
-    from nphcli.atomic import check_not_input, check_writable
+    from nphcli.atomic import check_not_input, check_output
     from nphcli.errors import NphError
     from nphcli.sweeps import config as sweep_config
 
@@ -183,13 +183,11 @@ def sweep_command(
     overrides = _overrides(SimpleNamespace(**locals()))
     grid = sweep_config.resolve(data, origin, overrides)
     inputs = [path for path in (grid.dataset, config) if path is not None and Path(path).exists()]
-    for written in (out, plot):
-        if written is not None:
-            check_not_input(written, inputs)
+    check_not_input(out, inputs)  # results are appended to, so --force does not apply
     if plot is not None:
         if plot.resolve() == out.resolve():
             raise NphError("--out and --plot name the same file")
-        check_writable(plot, force=force)
+        check_output(plot, force=force, protect=inputs)
         from nphcli.plot import check_plot_output
 
         check_plot_output(plot)  # matplotlib present, format known: before the grid runs

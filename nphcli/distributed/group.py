@@ -14,14 +14,10 @@ from datetime import timedelta
 import torch
 
 from nphcli.errors import NphError
+from nphcli.memory import open_memory
 from nphcli.memory.collective import GroupCollective
-from nphcli.memory.shards import (
-    Manifest,
-    ShardedBank,
-    is_manifest,
-    open_sharded,
-    read_manifest,
-)
+from nphcli.memory.format import is_manifest
+from nphcli.memory.shards import Manifest, ShardedBank, read_manifest
 
 # Seconds a rank waits for the others in one collective before it gives up: a rank that died
 # or hangs makes every other rank fail within this time instead of waiting for ever.
@@ -89,7 +85,7 @@ def open_rank_memory(path, *, stream: bool, collective: GroupCollective) -> Shar
     try:
         manifest = read_shard_set(path, check=())
         owned = owned_parts(len(manifest.parts), collective.rank, collective.world_size)
-        bank = open_sharded(path, stream=stream, owned=owned, collective=collective)
+        bank = open_memory(path, stream=stream, owned=owned, collective=collective)
         set_id = int(manifest.set_id[:15], 16)  # 60 bits of the id: fits an int64
     except NphError as error:
         problem = error
@@ -117,4 +113,5 @@ def read_shard_set(path, check: Iterable[int] | None = None) -> Manifest:
             f"{path} is one memory file; several ranks need a shard set: split it with "
             "`nph shard MEMORY --parts N --out-dir DIR` and pass the manifest (DIR/*.shards.json)"
         )
-    return read_manifest(path, check=check)
+    # Headers only: each rank verifies its own shards' checksums (`open_memory`) before compute.
+    return read_manifest(path, check=check, verify=False)

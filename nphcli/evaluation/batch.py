@@ -22,11 +22,11 @@ from typing import Any
 
 from nphcli.errors import NphError
 from nphcli.evaluation.fields import check_keys, get_field
-from nphcli.evaluation.inputs import Inputs, inputs_with, open_stream
+from nphcli.evaluation.inputs import Inputs, inputs_with
 from nphcli.evaluation.product import evaluate_settings
 from nphcli.evaluation.request import InputSpec, check_request, request_from
+from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.file import load_memory
 
 
 class MemoryCache:
@@ -50,7 +50,7 @@ class MemoryCache:
         if cached is not None and cached[0] == stamp:
             return cached[1], 0.0
         t0 = time.perf_counter()
-        bank = open_stream(path) if stream else load_memory(path)
+        bank = open_memory(path, stream=stream)
         self._banks[key] = (stamp, bank)
         return bank, time.perf_counter() - t0
 

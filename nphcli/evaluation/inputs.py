@@ -1,5 +1,5 @@
-"""A run's inputs read from files: the memory (loaded, or opened for streaming) and optional own
-queries and targets, timed. Also the output-path check every command makes before any work."""
+"""A run's inputs read from files: the memory (loaded, or opened for streaming, by
+`nphcli.memory.open_memory`) and optional own queries and targets, timed."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from nphcli.atomic import check_not_input, check_writable
 from nphcli.errors import NphError
+from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.file import FORMAT_NAME, check_format_version, load_memory
-from nphcli.memory.shards import is_manifest, open_sharded
-from nphcli.memory.streamed import StreamedBank
 from nphcli.normalize import apply_record
 from nphcli.notices import notice
 
@@ -25,7 +22,7 @@ from nphcli.notices import notice
 class Inputs:
     """A run's inputs as read from files, and how long reading took."""
 
-    memory: MemoryBank  # in RAM (`Memory`), or streamed from its file (`StreamedBank`)
+    memory: MemoryBank  # what `open_memory` gives: in RAM, streamed, or sharded
     queries: Tensor | None = None  # (Q, d) own queries
     targets: Tensor | None = None  # (Q, d_v)
     target_indices: Tensor | None = None  # (Q,) int64
@@ -41,17 +38,18 @@ def load_inputs(
     target_indices: list[int] | None = None,
     stream: bool = False,
 ) -> Inputs:
-    """Read the memory file and optional own queries and targets, timing it.
+    """Open the memory (a memory file or a shard manifest) and read optional own queries and
+    targets, timing it.
 
-    With `stream`, the memory file is opened, not read: blocks and rows are read when a model
-    or a metric asks for them.
+    With `stream`, the memory is opened, not read: blocks and rows are read when a model or a
+    metric asks for them.
     """
     if targets_file is not None and target_indices is not None:
         raise NphError("give targets either as a file or as indices, not both")
     if (targets_file is not None or target_indices is not None) and queries_file is None:
         raise NphError("targets go with own queries: add --queries-file")
     t0 = time.perf_counter()
-    memory = open_stream(memory_path) if stream else load_memory(memory_path)
+    memory = open_memory(memory_path, stream=stream)
     return inputs_with(memory, memory_path, queries_file, targets_file, target_indices, t0)
 
 
@@ -82,19 +80,6 @@ def inputs_with(
     )
 
 
-def open_stream(path: str | os.PathLike) -> MemoryBank:
-    """A memory file opened for streaming (its header read, no rows), checked like
-    `load_memory` checks it; rows are checked for NaN and infinity as they are read. A shard
-    manifest opens each shard for streaming (`ShardedBank`)."""
-    path = Path(path)
-    if is_manifest(path):
-        return open_sharded(path, stream=True)
-    bank = StreamedBank(path)
-    if bank.meta.get("format") == FORMAT_NAME:  # a foreign file: StreamedBank gave its notice
-        check_format_version(path, bank.meta)
-    return bank
-
-
 def read_rows(path: str | os.PathLike, what: str, memory: MemoryBank) -> Tensor:
     """Own queries or targets (rows, dim) from any file `nph store` reads: .npy, .npz,
     .safetensors, .pt, .csv or a folder of PNG/JPEG images (`nphcli.sources`).
@@ -119,11 +104,3 @@ def read_rows(path: str | os.PathLike, what: str, memory: MemoryBank) -> Tensor:
         )
         return loaded.patterns
     return apply_record(loaded.patterns, record)
-
-
-def check_output_path(
-    path: str | os.PathLike, *, force: bool, protect: list[str | os.PathLike]
-) -> Path:
-    """Refuse before any work: an output that exists without `force`, or is one of `protect`."""
-    check_not_input(path, protect)
-    return check_writable(path, force=force)

@@ -132,11 +132,11 @@ class Outcome:
 def check_request(request: RetrieveRequest) -> None:
     """Refuse, before any work, outputs that cannot be written and settings an --index cannot
     serve."""
-    from nphcli.evaluation.inputs import check_output_path
+    from nphcli.atomic import check_output
 
     output = request.output
     for path in output.files():
-        check_output_path(path, force=output.force, protect=request.inputs.files())
+        check_output(path, force=output.force, protect=request.inputs.files())
     if output.out is not None:
         from nphcli.evaluation.report import check_results_output
 
@@ -191,12 +191,12 @@ def _run_here(request: RetrieveRequest) -> Outcome:
 
 def _run_distributed(request: RetrieveRequest) -> Outcome:
     from nphcli.distributed.retrieve import distributed_retrieve
-    from nphcli.evaluation.inputs import open_stream
+    from nphcli.memory import open_memory
 
     if len(request.settings) > 1 or request.output.trace or request.settings[0].index:
         raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
     spec = request.inputs
-    shown = open_stream(spec.memory) if request.output.save_grid is not None else None
+    shown = open_memory(spec.memory, stream=True) if request.output.save_grid is not None else None
     if shown is not None:
         from nphcli.comparison_image import check_drawable
 

@@ -3,7 +3,7 @@
 A memory is keys (M, d) and values (M, d_v) (the keys themselves for auto-association), plus
 optional labels (M,) and the metadata its file recorded. Implementations differ only in where
 the rows live, so retrieval never branches on the kind of memory:
-- `TensorBank`: rows in RAM or on a device (what `load_memory` returns, as `Memory`);
+- `TensorBank`: rows in RAM or on a device (a memory file loaded: `Memory`);
 - `nphcli.memory.streamed.StreamedBank`: rows read from a memory file block by block.
 - `nphcli.memory.shards.ShardedBank`: rows in several shard files, or spread over processes.
 
@@ -153,14 +153,16 @@ class TensorBank(MemoryBank):
 
 
 class Memory(TensorBank):
-    """A memory file's contents in RAM: patterns (M, d), optional labels (M,) and values
-    (M, d_v), its metadata and path. A `TensorBank`, so every model reads it directly."""
+    """A memory file's contents in RAM: patterns (M, d), optional values (M, d_v) and labels
+    (M,), its metadata and path. A `TensorBank` (same argument order: keys, then values, the
+    rest by keyword), so every model reads it directly."""
 
     def __init__(
         self,
         patterns: Tensor,
-        labels: Tensor | None = None,
         values: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
         meta: dict[str, Any] | None = None,
         path: Path | None = None,
     ):

@@ -3,16 +3,20 @@
 Why: a memory larger than one machine is spread over several processes (`nphcli.distributed`),
 each reading only its shard. Each shard is a valid nph memory file on its own; its metadata
 (`shard`) records the shard set's id, its index, its first global row (`offset`), its rows and
-the total M. The manifest lists the shards in row order:
+the total M. The manifest lists the shards in row order, each with the sha256 of its tensors
+(`format.tensors_sha256`):
 
-    {"format": "nph-shards", "format_version": 1, "set_id": "…", "M": 1000, "d": 784,
+    {"format": "nph-shards", "format_version": 2, "set_id": "…", "M": 1000, "d": 784,
      "d_v": 784, "dtype": "float32", "hetero": false,
-     "parts": [{"file": "memory.part-0-of-2.safetensors", "offset": 0, "rows": 500}, …]}
+     "parts": [{"file": "memory.part-0-of-2.safetensors", "offset": 0, "rows": 500,
+                "sha256": "…"}, …]}
 
-`read_manifest` refuses, from file headers alone and before any compute, a shard set with a
-missing, duplicated or foreign shard (another set's id), overlapping or missing rows, or shards
-whose d, d_v, dtype or kind of memory differ. The set id is a hash of the source file's bytes
-and the split, so shards of two different splittings never mix.
+`read_manifest` refuses, before any compute, a shard set with a shard file outside the
+manifest's folder, a missing, duplicated or foreign shard (another set's id), overlapping or
+missing rows, shards whose d, d_v, dtype or kind of memory differ (all from file headers), and,
+unless told the storage is trusted (`verify=False`), a shard whose tensors are not the ones
+`nph shard` wrote (their checksum; this reads every checked shard once). The set id is a hash of
+the source file's bytes and the split, so shards of two different splittings never mix.
 
 `ShardedBank` reads a manifest's shards as one `MemoryBank` (rows in global order). Given a
 process group (`collective`) and only some shards, it is one rank's view of a memory spread
@@ -35,26 +39,22 @@ from torch import Tensor
 
 from nphcli.atomic import atomic_write, check_folder
 from nphcli.errors import NphError
-from nphcli.memory.bank import Memory, MemoryBank
+from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import LOCAL, Collective
-from nphcli.memory.file import (
+from nphcli.memory.file import save_memory
+from nphcli.memory.format import (
     FORMAT_NAME,
-    check_format_version,
-    load_memory,
+    is_manifest,
     open_safetensors,
     read_metadata,
-    save_memory,
+    tensors_sha256,
 )
+from nphcli.memory.streamed import StreamedBank
 
 MANIFEST_FORMAT = "nph-shards"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: each part records its tensors' sha256
 # Metadata keys `save_memory` writes itself; a shard's other metadata is the source's.
 _OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dtype", "shard"}
-
-
-def is_manifest(path: str | os.PathLike) -> bool:
-    """Whether `path` names a shard manifest (a .json file) rather than a memory file."""
-    return Path(path).suffix.lower() == ".json"
 
 
 def split_rows(num_memories: int, parts: int) -> list[int]:
@@ -74,6 +74,7 @@ class ShardPart:
     path: Path
     offset: int  # global row of its first pattern
     rows: int
+    sha256: str  # of its tensors (`format.tensors_sha256`), recorded by `nph shard`
 
 
 @dataclass(frozen=True)
@@ -100,14 +101,10 @@ def write_shards(
 ) -> Path:
     """Split a memory file into shards (`parts` even ones, or rows per shard `sizes`) and a
     manifest in `out_dir`; returns the manifest's path. Reads one shard's rows at a time."""
-    from nphcli.memory.streamed import StreamedBank
-
     source = Path(memory_path)
     if is_manifest(source):
         raise NphError(f"{source} is already a shard manifest; shard the memory file itself")
-    bank = StreamedBank(source)
-    if bank.meta.get("format") == FORMAT_NAME:
-        check_format_version(source, bank.meta)
+    bank = StreamedBank(source)  # the header checked; rows read one shard at a time
     total = bank.num_memories
     if sizes is None:
         sizes = split_rows(total, 1 if parts is None else parts)
@@ -146,7 +143,7 @@ def write_shards(
                 "total_M": total,
             },
         }
-        save_memory(
+        shard_path = save_memory(
             out_dir / name,
             keys,
             labels=None if labels is None else labels[offset : offset + rows],
@@ -155,7 +152,8 @@ def write_shards(
             dtype=bank.dtype,
             force=force,
         )
-        listed.append({"file": name, "offset": offset, "rows": rows})
+        digest = tensors_sha256(shard_path)
+        listed.append({"file": name, "offset": offset, "rows": rows, "sha256": digest})
         offset += rows
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -184,10 +182,12 @@ def _set_id(source: Path, sizes: list[int]) -> str:
     return digest.hexdigest()[:32]
 
 
-def read_manifest(path: str | os.PathLike, check: Iterable[int] | None = None) -> Manifest:
-    """Read a manifest and check the headers of shards `check` (default: all) against it (see
-    the module docstring). A rank on one of several machines checks only its own shards, which
-    may be the only ones its machine holds."""
+def read_manifest(
+    path: str | os.PathLike, check: Iterable[int] | None = None, *, verify: bool = True
+) -> Manifest:
+    """Read a manifest and check shards `check` (default: all) against it: their headers, and
+    with `verify` their tensors' checksums (see the module docstring). A rank on one of several
+    machines checks only its own shards, which may be the only ones its machine holds."""
     path = Path(path)
     if not path.is_file():
         raise NphError(f"shard manifest {path} not found; create one with `nph shard`")
@@ -200,6 +200,11 @@ def read_manifest(path: str | os.PathLike, check: Iterable[int] | None = None) -
     version = raw.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool) or version > MANIFEST_VERSION:
         raise NphError(f"{path} uses manifest format {version!r}; upgrade nph")
+    if version < MANIFEST_VERSION:
+        raise NphError(
+            f"{path} was written by an older nph (manifest format {version}, without checksums); "
+            "shard the memory again with `nph shard`"
+        )
     try:
         set_id = str(raw["set_id"])
         total, dim, value_dim = (_whole(raw[key], key) for key in ("M", "d", "d_v"))
@@ -207,9 +212,10 @@ def read_manifest(path: str | os.PathLike, check: Iterable[int] | None = None) -
         entries = raw["parts"]
         parts = [
             ShardPart(
-                path.parent / str(e["file"]),
+                _inside(path, e["file"]),
                 _whole(e["offset"], "offset"),
                 _whole(e["rows"], "rows"),
+                str(e["sha256"]),
             )
             for e in entries
         ]
@@ -239,8 +245,16 @@ def read_manifest(path: str | os.PathLike, check: Iterable[int] | None = None) -
         raise NphError(f"{path}: the shards hold {expected} rows, the manifest says M = {total}")
     manifest = Manifest(path, set_id, total, dim, value_dim, dtype, hetero, parts)
     for index in range(len(parts)) if check is None else check:
-        _check_part(manifest, index, parts[index])
+        _check_part(manifest, index, parts[index], verify=verify)
     return manifest
+
+
+def _inside(manifest: Path, name: Any) -> Path:
+    """A shard's path: a file name relative to the manifest's folder, never outside it."""
+    relative = Path(str(name))
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise NphError(f"{manifest}: shard file {str(name)!r} is not inside the manifest's folder")
+    return manifest.parent / relative
 
 
 def _whole(value: Any, what: str) -> int:
@@ -249,8 +263,9 @@ def _whole(value: Any, what: str) -> int:
     return value
 
 
-def _check_part(manifest: Manifest, index: int, part: ShardPart) -> None:
-    """Refuse a shard file that is missing, foreign, or disagrees with the manifest."""
+def _check_part(manifest: Manifest, index: int, part: ShardPart, *, verify: bool) -> None:
+    """Refuse a shard file that is missing, foreign, disagrees with the manifest, or (with
+    `verify`) holds other tensors than `nph shard` wrote."""
     where = f"{manifest.path}: shard {index} ({part.path})"
     if not part.path.is_file():
         raise NphError(f"{where} is missing")
@@ -282,54 +297,19 @@ def _check_part(manifest: Manifest, index: int, part: ShardPart) -> None:
             if a != b
         )
         raise NphError(f"{where} does not match the manifest: {diffs}")
+    if verify and tensors_sha256(part.path) != part.sha256:
+        raise NphError(
+            f"{where} holds other rows than `nph shard` wrote (its checksum differs from the "
+            "manifest's); shard the memory again"
+        )
 
 
-def load_sharded(path: str | os.PathLike) -> Memory:
-    """A shard set read whole into RAM, as the unsharded file would load (`load_memory`)."""
-    manifest = read_manifest(path)
-    memories = [load_memory(part.path) for part in manifest.parts]
-    patterns = torch.cat([m.patterns for m in memories])  # (M, d)
-    values = torch.cat([m.values for m in memories]) if manifest.hetero else None  # (M, d_v)
-    labelled = [m.labels for m in memories]
-    labels = None if any(x is None for x in labelled) else torch.cat(labelled)  # (M,)
-    return Memory(
-        patterns, labels, values, meta=_set_meta(manifest, memories[0].meta), path=manifest.path
-    )
-
-
-def _set_meta(manifest: Manifest, first: dict[str, Any]) -> dict[str, Any]:
+def set_meta(manifest: Manifest, first: dict[str, Any]) -> dict[str, Any]:
     """The metadata of the whole set: shard 0's, with M the total and the shard record removed."""
     meta = {key: value for key, value in first.items() if key != "shard"}
     meta["M"] = manifest.num_memories
     meta["shard_set"] = {"set_id": manifest.set_id, "parts": len(manifest.parts)}
     return meta
-
-
-def open_sharded(
-    path: str | os.PathLike,
-    *,
-    stream: bool,
-    owned: range | None = None,
-    collective: Collective = LOCAL,
-) -> ShardedBank:
-    """A `ShardedBank` over a manifest's shards `owned` (default: all), each loaded or streamed."""
-    from nphcli.memory.streamed import StreamedBank
-
-    manifest = read_manifest(path, check=owned)
-    owned = range(len(manifest.parts)) if owned is None else owned
-    banks = []
-    for index in owned:
-        part = manifest.parts[index]
-        bank = StreamedBank(part.path) if stream else load_memory(part.path)
-        banks.append((part.offset, bank))
-    first_meta = banks[0][1].meta  # every shard records the source's metadata
-    return ShardedBank(
-        banks,
-        num_memories=manifest.num_memories,
-        meta=_set_meta(manifest, first_meta),
-        path=manifest.path,
-        collective=collective,
-    )
 
 
 class ShardedBank(MemoryBank):

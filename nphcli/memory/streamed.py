@@ -23,7 +23,6 @@ resident set; `os.pread` copies exactly the rows' bytes and maps nothing.
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Hashable, Iterator
 from pathlib import Path
@@ -37,21 +36,18 @@ from nphcli.devices import canonical_device
 from nphcli.dtypes import name_from_code, torch_dtype
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.file import (
-    FORMAT_NAME,
-    _guess_pattern_key,
-    open_safetensors,
-    read_metadata,
-)
+from nphcli.memory.format import read_layout, tensor_spans
 
 
 class StreamedBank(MemoryBank):
     """Keys (M, d) and values (M, d_v) of a memory file, read from disk block by block.
 
     `device` and `dtype` are where and how blocks are handed out (dtype None: the file's own).
-    Values are the file's `values` tensor if it has one, else the patterns themselves
-    (auto-association), which are then read once per block, not twice. Each block is checked for
-    NaN and infinity as it is read, since the file is never loaded whole to check up front.
+    Which tensors are keys, values and labels, and the metadata, are what loading the file
+    would give (`nphcli.memory.format.read_layout` decides both). Values are the patterns
+    themselves when the file has none (auto-association), then read once per block, not twice.
+    Each block is checked for NaN and infinity as it is read, since the file is never loaded
+    whole to check up front.
     """
 
     def __init__(
@@ -61,42 +57,22 @@ class StreamedBank(MemoryBank):
         dtype: torch.dtype | None = None,
     ):
         self.path = Path(path)
-        meta = read_metadata(self.path)
-        with open_safetensors(self.path) as handle:
-            names = list(handle.keys())
-            if meta.get("format") == FORMAT_NAME:
-                if "patterns" not in names:
-                    raise NphError(f"{path} has no 'patterns' tensor (it has: {', '.join(names)})")
-                self.key_name = "patterns"
-            else:
-                self.key_name = _guess_pattern_key(self.path, handle, names)
-            keys = handle.get_slice(self.key_name)
-            self.value_name = (
-                "values" if "values" in names and self.key_name == "patterns" else None
-            )
-            values = handle.get_slice(self.value_name) if self.value_name else keys
-            self.labels_name = "labels" if "labels" in names else None
-            self.num_memories, self.dim = _shape(keys, self.path, self.key_name)
-            value_rows, self.value_dim = _shape(values, self.path, "values")
-            file_dtype = _dtype(keys, self.path, self.key_name)
-            _dtype(values, self.path, "values")
-        if value_rows != self.num_memories:
-            raise NphError(f"{path}: {value_rows} values for {self.num_memories} patterns")
-        self._layout = {
-            name: _layout(self.path, name)
-            for name in (self.key_name, self.value_name)
-            if name is not None
-        }
-        foreign = meta.get("format") != FORMAT_NAME
-        # A foreign file's own metadata is kept aside, as `load_memory` does, so its keys are
-        # never mistaken for nph's (e.g. an unrelated "item_shape").
-        self.meta = (
-            {"source": f"file:{self.path.name}", "foreign_metadata": meta} if foreign else meta
-        )
+        layout = read_layout(self.path)
+        self.key_name, self.value_name, self.labels_name = layout.keys, layout.values, layout.labels
+        self.num_memories, self.dim = layout.num_memories, layout.dim
+        self.value_dim = layout.value_dim
+        spans = tensor_spans(self.path)
+        self._layout = {}  # name → (byte offset of row 0, row width, dtype), for `_rows`
+        for name in (self.key_name, self.value_name):
+            if name is not None:
+                start, _, shape, code = spans[name]
+                self._layout[name] = (start, shape[1], torch_dtype(name_from_code(code)))
+        self.meta = layout.meta
         self.hetero = self.value_name is not None
         self.device = canonical_device(device)
-        self.dtype = file_dtype if dtype is None else dtype
+        self.dtype = layout.dtype if dtype is None else dtype
         self._labels: Tensor | None = None
+        layout.announce()
 
     def blocks(self, rows: int) -> Iterator[tuple[int, Tensor, Tensor]]:
         for start in range(0, self.num_memories, rows):
@@ -147,11 +123,11 @@ class StreamedBank(MemoryBank):
     @property
     def labels(self) -> Tensor | None:
         """The file's `labels` (M,) int64, or None; small enough to read whole (once)."""
-        if self.labels_name is None or self.meta.get("format") != FORMAT_NAME:
+        if self.labels_name is None:
             return None
         if self._labels is None:
             with safe_open(str(self.path), framework="pt") as handle:
-                self._labels = handle.get_tensor(self.labels_name).clone()
+                self._labels = handle.get_tensor(self.labels_name).to(torch.int64, copy=True)
         return self._labels
 
     def _read(self, name: str, start: int, stop: int) -> Tensor:
@@ -191,28 +167,3 @@ class StreamedBank(MemoryBank):
             # keeps the host buffer alive until the copy has run.
             return block.pin_memory().to(self.device, non_blocking=True)
         return block.to(device=self.device)
-
-
-def _layout(path: Path, name: str) -> tuple[int, int, torch.dtype]:
-    """(byte offset of row 0, row width, dtype) of a 2-D tensor in a safetensors file: the file
-    is an 8-byte little-endian header length, a JSON header, then the tensors' bytes."""
-    with open(path, "rb") as handle:
-        header_length = int.from_bytes(handle.read(8), "little")
-        header = json.loads(handle.read(header_length))
-    entry = header[name]
-    dtype = torch_dtype(name_from_code(entry["dtype"]))
-    return 8 + header_length + entry["data_offsets"][0], entry["shape"][1], dtype
-
-
-def _shape(tensor_slice, path: Path, name: str) -> tuple[int, int]:
-    shape = tensor_slice.get_shape()
-    if len(shape) != 2 or shape[0] == 0 or shape[1] == 0:
-        raise NphError(f"{path}: '{name}' must be a non-empty 2-D (M, d) tensor, got {shape}")
-    return shape[0], shape[1]
-
-
-def _dtype(tensor_slice, path: Path, name: str) -> torch.dtype:
-    code = tensor_slice.get_dtype()
-    if name_from_code(code) is None:
-        raise NphError(f"{path}: '{name}' must be floating point, got {code}")
-    return torch_dtype(name_from_code(code))

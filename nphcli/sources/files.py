@@ -73,10 +73,10 @@ def load_npz(spec: str, options: SourceOptions) -> Loaded:
     suffixes=(".safetensors",),
 )
 def load_safetensors(spec: str, options: SourceOptions) -> Loaded:
-    from nphcli.memory.file import (
+    from nphcli.memory import open_memory
+    from nphcli.memory.format import (
         FORMAT_NAME,
         check_format_version,
-        load_memory,
         open_safetensors,
         read_metadata,
     )
@@ -94,7 +94,7 @@ def load_safetensors(spec: str, options: SourceOptions) -> Loaded:
             tensor = handle.get_tensor(key)
     if tensor is not None:
         return _from_array(spec, tensor, options, what=f"{spec} ['{key}']", key=key)
-    memory = load_memory(spec)
+    memory = open_memory(spec)
     return _finish(
         spec,
         memory.patterns.float(),
