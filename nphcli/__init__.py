@@ -1,10 +1,20 @@
 """nph: associative-memory retrieval with the Nonparametric Modern Hopfield model family.
 
-Importing the package is cheap (no torch): the CLI imports library modules only when a command
-needs them, so `nph --help` stays fast in shell loops. The public API below is loaded on first
-use for the same reason:
+The public API, named after the command line's concepts, in one import style:
 
-    from nphcli import load_memory, create_model, evaluate, RetrieveSettings
+    import nphcli as nph
+
+    nph.store("mnist", "memory.safetensors", n=100)   # build and save a memory (`nph store`)
+    memory = nph.open_memory("memory.safetensors")    # load it (stream=True: read in blocks)
+    out = nph.retrieve(memory.patterns[:5], memory, model="topk", k=10)  # the bare rule T(x)
+    settings = nph.RetrieveSettings(model="topk", params={"k": 10},
+                                    corruption=nph.Corruption(noise=0.5))
+    report = nph.evaluate(memory, settings)           # what `nph retrieve` does
+
+`create_model` builds a rule to keep (`model.retrieve(queries, memory)`), `list_models` lists the
+registry (`nph models`), `Memory` holds memories built in Python, and every user error is an
+`NphError`. Importing the package is cheap (no torch): each name loads its module on first use,
+so `nph --help` stays fast in shell loops.
 """
 
 from __future__ import annotations
@@ -12,28 +22,50 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from nphcli.errors import NphError
 from nphcli.version import __version__
 
-# name → module that defines it; imported (with torch) only when the name is first used
+# name → (module that defines it, its name there); imported (with torch) on first use
 _PUBLIC = {
-    "load_memory": "nphcli.memory.file",
-    "create_model": "nphcli.models",
-    "evaluate": "nphcli.evaluation.evaluate",
-    "RetrieveSettings": "nphcli.evaluation.settings",
+    "store": ("nphcli.memory.build", "store_memory"),
+    "open_memory": ("nphcli.memory.open", "open_memory"),
+    "Memory": ("nphcli.memory.bank", "Memory"),
+    "create_model": ("nphcli.models", "create_model"),
+    "list_models": ("nphcli.models", "list_models"),
+    "retrieve": ("nphcli.models", "retrieve"),
+    "evaluate": ("nphcli.evaluation.evaluate", "evaluate"),
+    "RetrieveSettings": ("nphcli.evaluation.settings", "RetrieveSettings"),
+    "Corruption": ("nphcli.evaluation.corruption", "Corruption"),
 }
-__all__ = ["RetrieveSettings", "__version__", "create_model", "evaluate", "load_memory"]
+__all__ = [
+    "Corruption",
+    "Memory",
+    "NphError",
+    "RetrieveSettings",
+    "__version__",
+    "create_model",
+    "evaluate",
+    "list_models",
+    "open_memory",
+    "retrieve",
+    "store",
+]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
+    from nphcli.evaluation.corruption import Corruption
     from nphcli.evaluation.evaluate import evaluate
     from nphcli.evaluation.settings import RetrieveSettings
-    from nphcli.memory.file import load_memory
-    from nphcli.models import create_model
+    from nphcli.memory.bank import Memory
+    from nphcli.memory.build import store_memory as store
+    from nphcli.memory.open import open_memory
+    from nphcli.models import create_model, list_models, retrieve
 
 
 def __getattr__(name: str) -> Any:
     if name not in _PUBLIC:
         raise AttributeError(f"module 'nphcli' has no attribute {name!r}")
-    value = getattr(import_module(_PUBLIC[name]), name)
+    module, attribute = _PUBLIC[name]
+    value = getattr(import_module(module), attribute)
     globals()[name] = value  # later look-ups skip this function
     return value
 

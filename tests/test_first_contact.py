@@ -192,13 +192,25 @@ def test_errors_without_json_stay_one_line(invoke, tmp_path):
 # -- public API, license, install docs ----------------------------------------------------------
 
 
+PUBLIC = {
+    "store": "nphcli.memory.build.store_memory",
+    "open_memory": "nphcli.memory.open.open_memory",
+    "Memory": "nphcli.memory.bank.Memory",
+    "create_model": "nphcli.models.create_model",
+    "list_models": "nphcli.models.list_models",
+    "retrieve": "nphcli.models.retrieve",
+    "evaluate": "nphcli.evaluation.evaluate.evaluate",
+    "RetrieveSettings": "nphcli.evaluation.settings.RetrieveSettings",
+    "Corruption": "nphcli.evaluation.corruption.Corruption",
+}
+
+
 def test_public_api_is_lazy_and_works(tmp_path):
-    """`import nphcli` stays torch-free; the four names are listed and load on first use."""
+    """`import nphcli` stays torch-free; every public name is listed and loads on first use."""
     code = (
         "import sys, nphcli\n"
         "assert 'torch' not in sys.modules, 'import nphcli pulled in torch'\n"
-        "assert {'load_memory', 'create_model', 'evaluate', 'RetrieveSettings'} <= "
-        "set(dir(nphcli)) & set(nphcli.__all__)\n"
+        f"assert {set(PUBLIC)!r} | {{'NphError'}} <= set(dir(nphcli)) & set(nphcli.__all__)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -208,35 +220,43 @@ def test_public_api_is_lazy_and_works(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    import nphcli.evaluation.evaluate
-    import nphcli.evaluation.settings
-    import nphcli.memory.file
-    import nphcli.models
+    import importlib
 
-    assert nphcli.load_memory is nphcli.memory.file.load_memory
-    assert nphcli.create_model is nphcli.models.create_model
-    assert nphcli.evaluate is nphcli.evaluation.evaluate.evaluate
-    assert nphcli.RetrieveSettings is nphcli.evaluation.settings.RetrieveSettings
+    for name, where in PUBLIC.items():
+        module, attribute = where.rsplit(".", 1)
+        assert getattr(nphcli, name) is getattr(importlib.import_module(module), attribute), name
+    assert nphcli.NphError is importlib.import_module("nphcli.errors").NphError
 
 
-def test_public_api_evaluates_a_memory(tmp_path):
-    from nphcli import RetrieveSettings, create_model, evaluate, load_memory
+def test_public_api_stores_opens_retrieves_and_evaluates(tmp_path):
+    import nphcli as nph
 
     path = tmp_path / "m.safetensors"
     patterns = torch.nn.functional.normalize(torch.randn(10, 6), dim=1)
-    save_memory(path, patterns)
-    memory = load_memory(path)
-    report = evaluate(memory, RetrieveSettings(model="topk", params={"k": 2, "beta": 50.0}))
+    numpy_file = tmp_path / "patterns.npy"
+    np.save(numpy_file, patterns.numpy())
+    stored = nph.store(numpy_file, path, normalize="none")
+    assert stored.path == path
+    memory = nph.open_memory(path)
+    assert torch.equal(memory.patterns, patterns)
+    settings = nph.RetrieveSettings(
+        model="topk", params={"k": 2, "beta": 50.0}, corruption=nph.Corruption(noise=0.01)
+    )
+    report = nph.evaluate(memory, settings)
     assert report.metrics["success"]["mean"] == 1.0
-    retrieved = create_model("dense", beta=50.0).retrieve(memory.patterns[:3], memory.patterns)
-    assert retrieved.patterns.shape == (3, 6)
+    bare = nph.retrieve(memory.patterns[:3], memory, model="dense", beta=50.0)
+    kept = nph.create_model("dense", beta=50.0).retrieve(memory.patterns[:3], memory.patterns)
+    assert bare.patterns.shape == (3, 6) and torch.equal(bare.patterns, kept.patterns)
+    assert "topk" in [info.name for info in nph.list_models()]
+    with pytest.raises(nph.NphError):
+        nph.create_model("no-such-model")
     with pytest.raises(AttributeError):
-        nphcli.no_such_name  # noqa: B018
+        nph.no_such_name  # noqa: B018
 
 
 def test_readme_lists_the_public_api_and_cpu_install():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "from nphcli import load_memory, create_model, evaluate, RetrieveSettings" in readme
+    assert "import nphcli as nph" in readme
     assert "download.pytorch.org/whl/cpu" in readme
     assert "pip install -e ." in readme
 

@@ -12,10 +12,33 @@ import torch
 from torch import Tensor
 
 from nphcli.errors import NphError
+from nphcli.evaluation.fields import default
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
 from nphcli.normalize import apply_record
 from nphcli.notices import notice
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What a request reads (the `input` fields)."""
+
+    memory: str = default("memory")  # memory file or shard manifest
+    queries_file: str | None = None  # own queries; None: corrupted stored patterns
+    targets_file: str | None = None  # targets of own queries (Q, d_v)
+    target_indices: list[int] | None = None  # stored row of each own query's target
+    stream: bool = False  # read the memory block by block instead of loading it
+
+    def __post_init__(self) -> None:
+        if self.targets_file is not None and self.target_indices is not None:
+            raise NphError("give targets either as a file or as indices, not both")
+        if (self.targets_file or self.target_indices is not None) and not self.queries_file:
+            raise NphError("targets go with own queries: add --queries-file")
+
+    def files(self) -> list[Path]:
+        """The files read, which no output may overwrite."""
+        named = (self.memory, self.queries_file, self.targets_file)
+        return [Path(name) for name in named if name is not None]
 
 
 @dataclass
@@ -44,10 +67,7 @@ def load_inputs(
     With `stream`, the memory is opened, not read: blocks and rows are read when a model or a
     metric asks for them.
     """
-    if targets_file is not None and target_indices is not None:
-        raise NphError("give targets either as a file or as indices, not both")
-    if (targets_file is not None or target_indices is not None) and queries_file is None:
-        raise NphError("targets go with own queries: add --queries-file")
+    InputSpec(str(memory_path), queries_file, targets_file, target_indices, stream)  # checks
     t0 = time.perf_counter()
     memory = open_memory(memory_path, stream=stream)
     return inputs_with(memory, memory_path, queries_file, targets_file, target_indices, t0)

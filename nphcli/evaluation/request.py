@@ -14,29 +14,8 @@ from typing import Any
 
 from nphcli.errors import NphError
 from nphcli.evaluation.fields import default, fields, get_field
+from nphcli.evaluation.inputs import InputSpec
 from nphcli.evaluation.settings import RetrieveSettings, build_model, expand_settings
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """What a request reads (the `input` fields)."""
-
-    memory: str = default("memory")  # memory file or shard manifest
-    queries_file: str | None = None  # own queries; None: corrupted stored patterns
-    targets_file: str | None = None  # targets of own queries (Q, d_v)
-    target_indices: list[int] | None = None  # stored row of each own query's target
-    stream: bool = False  # read the memory block by block instead of loading it
-
-    def __post_init__(self) -> None:
-        if self.targets_file is not None and self.target_indices is not None:
-            raise NphError("give targets either as a file or as indices, not both")
-        if (self.targets_file or self.target_indices is not None) and not self.queries_file:
-            raise NphError("targets go with own queries: add --queries-file")
-
-    def files(self) -> list[Path]:
-        """The files read, which no output may overwrite."""
-        named = (self.memory, self.queries_file, self.targets_file)
-        return [Path(name) for name in named if name is not None]
 
 
 @dataclass(frozen=True)

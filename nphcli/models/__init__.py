@@ -3,6 +3,11 @@
 Add a model: write one module with a `@register_model` class and import it below.
 """
 
+from typing import Any
+
+from torch import Tensor
+
+from nphcli.memory.bank import MemoryBank
 from nphcli.models import (
     dense,  # noqa: F401  (registers the model)
     entmax,  # noqa: F401  (registers the model)
@@ -24,6 +29,23 @@ from nphcli.models.registry import (
     model_names,
 )
 
+
+def retrieve(
+    queries: Tensor,
+    memory: Tensor | MemoryBank,
+    values: Tensor | None = None,
+    *,
+    model: str = "dense",
+    memory_budget: int | None = None,
+    **params: Any,
+) -> Retrieval:
+    """The bare retrieval rule: `create_model(model, **params).retrieve(queries, memory,
+    values)` for queries (Q, d) and memories (M, d) (or a `MemoryBank`), no corruption, no
+    metrics. Use `create_model` to keep a rule and apply it many times."""
+    rule = create_model(model, **params)
+    return rule.retrieve(queries, memory, values, memory_budget=memory_budget)
+
+
 __all__ = [
     "HopfieldModel",
     "ModelInfo",
@@ -34,4 +56,5 @@ __all__ = [
     "get_model_info",
     "list_models",
     "model_names",
+    "retrieve",
 ]
