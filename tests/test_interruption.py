@@ -237,3 +237,83 @@ def test_sweep_resume_after_kill_9_runs_every_row_once(tmp_path, invoke, monkeyp
         return {(r["setting"], r["trial"]): (r["sse_mean"], r["success_mean"]) for r in table}
 
     assert metrics(rows) == metrics(read_results(complete).rows)
+
+
+# Runs `nph` with SIGTERM and SIGHUP at their defaults, as in a terminal (a suite run under
+# nohup would pass SIGHUP on ignored, and nph leaves an ignored SIGHUP ignored).
+WRAPPER_SIGNALS = r"""
+import signal, sys
+for number in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(number, signal.SIG_DFL)
+from nphcli.cli.app import main
+sys.argv = ["nph", *sys.argv[1:]]
+main()
+"""
+
+
+def _alive_in_session(session: int) -> list[int]:
+    """The processes of `session` that still run (zombies excluded), read from /proc."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):  # not a process, or it just ended
+            continue
+        state, _, _, sid = stat[stat.rindex(")") + 2 :].split()[:4]
+        if int(sid) == session and state != "Z":
+            alive.append(int(entry.name))
+    return alive
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_workers_stop_with_their_parent_however_it_ends(tmp_path):
+    """A `--workers 3` run is sent SIGTERM, SIGHUP or SIGKILL while its workers compute: within
+    seconds no process of it is left (workers, fork server, resource tracker), no semaphore is
+    reported leaked, and nothing is written. TERM and HUP end it with one error line and 128 + N.
+    Each run gets its own session, so everything it started can be found afterwards."""
+    from nphcli.memory.shards import write_shards
+
+    keys = torch.randn(30000, 64, generator=torch.Generator().manual_seed(0))
+    save_memory(tmp_path / "mem.safetensors", keys)
+    (tmp_path / "set").mkdir()
+    manifest = write_shards(tmp_path / "mem.safetensors", tmp_path / "set", parts=3)
+    runs = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGKILL):
+        out = tmp_path / f"{sig.name}.safetensors"
+        args = ["retrieve", "--memory", str(manifest), "--workers", "3", "--model", "dense"]
+        args += ["--beta", "0.01", "--queries", "3000", "--steps", "1000", "--out", str(out)]
+        command = [sys.executable, "-c", WRAPPER_SIGNALS, *args]
+        runs[sig] = (
+            out,
+            subprocess.Popen(
+                command,
+                cwd=tmp_path,
+                env={**os.environ, "NPH_DATA": str(tmp_path / "data")},
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+    for sig, (_, process) in runs.items():
+        # parent, fork server, resource tracker and three workers
+        wait_for(lambda process=process: len(_alive_in_session(process.pid)) >= 6, process, 120)
+        time.sleep(1.0)
+        assert process.poll() is None  # still computing when signalled
+        process.send_signal(sig)
+    for sig, (out, process) in runs.items():
+        _, stderr = process.communicate(timeout=30)  # every holder of stderr has ended
+        deadline = time.monotonic() + 10
+        while _alive_in_session(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _alive_in_session(process.pid) == [], sig.name
+        assert "leaked" not in stderr, stderr
+        assert not out.exists()
+        if sig == signal.SIGKILL:
+            assert process.returncode == -sig
+        else:
+            assert process.returncode == 128 + sig, stderr
+            assert stderr.splitlines() == [
+                f"Error: stopped by {sig.name}; every worker was stopped, nothing was written"
+            ]

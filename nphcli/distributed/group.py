@@ -55,11 +55,21 @@ def join_group(
     return collective
 
 
-def leave_group() -> None:
-    """Leave the default process group, if joined."""
+def leave_group(*, wait_for_peers: bool = True) -> None:
+    """Leave the default process group, if joined, in order: a barrier first (`wait_for_peers`),
+    so no rank closes its connections while a peer still reads them, then
+    `destroy_process_group`, which stops the group's communication threads. A process that
+    exits with them still running can abort in the C++ runtime at exit ("terminate called
+    without an active exception"): torchrun then reports the rank as failed after the output
+    was written. After an error, leave without the barrier: the peers may never reach it."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        if wait_for_peers:
+            dist.barrier()
+    finally:
         dist.destroy_process_group()
 
 

@@ -9,20 +9,31 @@ and CUDA cannot be used in a forked child. Not spawn by default: a fresh interpr
 pays torch's import every time. `work` must be picklable (a module-level function, or a
 functools.partial of one).
 
+Each worker talks to the parent over its own pipe (no queue: a queue's named semaphores outlive
+a parent killed outright, and Python then warns of leaked semaphores).
+
 Faults: a worker that raises reports its error; one that dies (killed, out of memory) is seen by
 its exit code; one that hangs makes the others fail once their collective times out (the
 group's `timeout`), and is then named as the rank that stopped answering. Any of these stops
 every worker and raises one error naming the rank; nothing is returned, so nothing is written.
+The parent ending stops the workers too: SIGTERM or SIGHUP makes it stop them and raise
+`Terminated` (exit status 128 + the signal's number); if it is killed outright, each worker
+sees its parent gone within `PARENT_POLL_S` and exits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import multiprocessing
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
+from multiprocessing.connection import wait
 from typing import Any
 
 import torch
@@ -34,6 +45,27 @@ from nphcli.memory.collective import GroupCollective
 # After the first failure, how long to wait for the other workers' own reports before stopping
 # them: enough for a peer's broken connection to surface, short beside the timeout.
 GRACE_S = 2.0
+
+# How often a worker checks that its parent still runs (the portable fallback of Linux's
+# parent-death signal, which with a fork server would follow the server, not the parent).
+PARENT_POLL_S = 0.5
+
+# The signals that stop the parent cleanly: it stops its workers, then exits 128 + N.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+class Terminated(NphError):
+    """The parent was asked to stop (SIGTERM, SIGHUP) while its workers ran; they were stopped.
+    Exit status 128 + the signal's number, as a shell reports a process the signal ended."""
+
+    def __init__(self, signum: int) -> None:
+        self.exit_code = 128 + signum
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name}; every worker was stopped, nothing was written")
 
 
 def free_port() -> int:
@@ -66,57 +98,124 @@ def run_workers(
     if context.get_start_method() == "forkserver":
         context.set_forkserver_preload(["nphcli.distributed.retrieve"])
     address = f"tcp://127.0.0.1:{free_port()}"
-    messages = context.SimpleQueue()
-    received = context.Event()  # rank 0 stays alive until its result has been read
+    pipes = [context.Pipe() for _ in range(workers)]  # (parent's end, worker's end) per rank
     processes = [
         context.Process(
             target=_worker,
-            args=(rank, workers, address, timeout, threads, work, messages, received),
+            args=(rank, workers, address, timeout, threads, work, pipes[rank][1]),
             daemon=True,
         )
         for rank in range(workers)
     ]
-    for process in processes:
-        process.start()
+    with _stop_signals_raise():
+        try:
+            for process, (_, end) in zip(processes, pipes, strict=True):
+                process.start()
+                end.close()  # the worker has its copy; a dead worker's pipe now reads as closed
+            return _collect(processes, [own for own, _ in pipes], timeout)
+        finally:
+            _stop(processes)
+            for own, _ in pipes:
+                own.close()
+
+
+@contextlib.contextmanager
+def _stop_signals_raise():
+    """While the workers run, SIGTERM and SIGHUP raise `Terminated` here, so the caller's
+    cleanup stops the workers and the CLI prints one line; only the first signal raises (a
+    second one must not cut that cleanup short). A signal ignored already (SIGHUP under nohup)
+    stays ignored. Off the main thread, handlers cannot be set: the workers then rely on their
+    parent watch alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = []
+
+    def handler(signum, frame):
+        if not raised:
+            raised.append(signum)
+            raise Terminated(signum)
+
+    stopping = [n for n in STOP_SIGNALS if signal.getsignal(n) is not signal.SIG_IGN]  # nohup
+    previous = {number: signal.signal(number, handler) for number in stopping}
     try:
-        return _collect(processes, messages, received, timeout)
+        yield
     finally:
-        _stop(processes)
+        for number, old in previous.items():
+            signal.signal(number, old)
 
 
-def _worker(rank, world_size, address, timeout, threads, work, messages, received) -> None:
+def _worker(rank, world_size, address, timeout, threads, work, pipe) -> None:
+    _exit_with_parent()
     torch.set_num_threads(threads)
     code = 0
     try:
         collective = join_group(rank=rank, world_size=world_size, address=address, timeout=timeout)
         result = work(collective)
         # Tensors travel through shared memory that this process serves until the parent has
-        # read them, so rank 0 waits for the parent before it exits.
-        messages.put(("done", rank, result if rank == 0 else None, 0))
+        # read them, so rank 0 waits for the parent's word before it exits.
+        pipe.send(("done", result if rank == 0 else None, 0))
         if rank == 0:
-            received.wait(timeout)
+            pipe.poll(timeout)
         leave_group()
     except NphError as error:
         code = error.exit_code
-        messages.put(("error", rank, str(error), code))
+        _report(pipe, ("error", str(error), code))
     except BaseException as error:  # noqa: BLE001  (reported to the parent, which re-raises)
         code = 1
-        messages.put(("error", rank, f"{type(error).__name__}: {error}", code))
+        _report(pipe, ("error", f"{type(error).__name__}: {error}", code))
     sys.exit(code)
 
 
-def _collect(processes, messages, received, timeout: float) -> Any:
+def _report(pipe, message) -> None:
+    """Send `message` to the parent, if it still listens."""
+    with contextlib.suppress(OSError):
+        pipe.send(message)
+
+
+def _exit_with_parent() -> None:
+    """Make this worker end when the process that started it ends, however that ends.
+
+    On Linux the kernel's parent-death signal kills it when its parent process ends (with
+    "spawn" and "fork" that is the nph process; with a fork server, the server, which itself
+    outlives nph only while workers run). Everywhere, a thread waits on the parent's sentinel
+    (closed when the parent ends) and ends the process then.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
+
+
+def _watch(parent) -> None:
+    while parent.is_alive():
+        parent.join(PARENT_POLL_S)
+    os._exit(1)  # nobody is left to report to; the peers see this rank's connections close
+
+
+def _collect(processes, pipes, timeout: float) -> Any:
     """Rank 0's result once every worker finished cleanly; else one error naming a rank."""
     done: dict[int, Any] = {}
     errors: dict[int, tuple[str, int]] = {}
+    listening = dict(enumerate(pipes))  # the ranks that have not reported yet
     failed_at = None
     while True:
-        while not messages.empty():
-            kind, rank, payload, code = messages.get()
+        running = [process.sentinel for process in processes if process.exitcode is None]
+        ready = wait([*listening.values(), *running], timeout=0.05)
+        for rank, pipe in list(listening.items()):
+            if pipe not in ready:
+                continue
+            del listening[rank]
+            try:
+                kind, payload, code = pipe.recv()
+            except EOFError:  # it ended without a report: its exit code says how
+                continue
             if kind == "done":
                 done[rank] = payload
                 if rank == 0:
-                    received.set()
+                    _report(pipe, "received")
             else:
                 errors[rank] = (payload, code)
         codes = [process.exitcode for process in processes]
@@ -129,7 +228,6 @@ def _collect(processes, messages, received, timeout: float) -> Any:
             finished = all(code is not None for code in codes)
             if finished or time.monotonic() - failed_at > GRACE_S:
                 raise _failure(processes, codes, done, errors, timeout)
-        time.sleep(0.01)
 
 
 def _failure(processes, codes, done, errors, timeout: float) -> NphError:

@@ -13,6 +13,7 @@ import time
 
 from nphcli.distributed.group import (
     join_group,
+    leave_group,
     open_rank_memory,
     owned_parts,
     read_shard_set,
@@ -70,7 +71,12 @@ def distributed_retrieve(
         raise NphError("--workers starts its own processes; under torchrun leave it at 1")
     if workers == 1 and launched_by_torchrun():
         collective = join_group(timeout=timeout)
-        report = evaluate_on_rank(collective, memory_path, settings, **load)
+        try:
+            report = evaluate_on_rank(collective, memory_path, settings, **load)
+        except BaseException:
+            leave_group(wait_for_peers=False)
+            raise
+        leave_group()  # every rank done: torn down before any rank exits
         return report if collective.rank == 0 else None
     manifest = read_shard_set(memory_path)  # a bad shard set fails here, before any start
     owned_parts(len(manifest.parts), 0, workers)  # so does a shard set with too few shards

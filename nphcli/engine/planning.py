@@ -6,10 +6,13 @@ model merges blocks exactly (`nphcli.engine.blocks`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
 from nphcli.memory.bank import MemoryBank
+from nphcli.notices import notice
+from nphcli.resources import human_bytes
 
 
 def itemsize(dtype: torch.dtype) -> int:
@@ -39,7 +42,13 @@ MIN_BLOCK_ROWS = 4096
 
 
 def plan_blocks(
-    num_queries: int, bank: MemoryBank, budget_bytes: int, *, row_bytes: int, cell_bytes: int
+    num_queries: int,
+    bank: MemoryBank,
+    budget_bytes: int,
+    *,
+    row_bytes: int,
+    cell_bytes: int,
+    min_block_rows: int = 1,
 ) -> Plan:
     """Batch and block sizes so that a query batch's working set fits the budget:
 
@@ -52,10 +61,17 @@ def plan_blocks(
     Query batches are made as large as possible first: each batch reads every memory once, which
     matters most when memories stream from disk. Memory blocks then take the rest of the budget.
     Both are at least 1, so a budget too small for even one pair still makes progress.
+
+    `min_block_rows` is the smallest block a model merges at a cost proportional to the block
+    (top-k: k, as each block's merge sorts the k kept scores with the block's; with blocks of
+    B < k rows, M/B merges of k entries each would cost k/B times the scores themselves). Query
+    batches shrink to leave room for it; if one query with such a block exceeds the budget,
+    blocks get `min_block_rows` anyway and a notice says how much memory that takes.
     """
     num_memories = bank.num_memories
     block_row_bytes = 2 * (bank.dim + bank.value_dim) * itemsize(bank.dtype)
-    smallest_block = min(num_memories, MIN_BLOCK_ROWS)
+    needed_block = min(num_memories, min_block_rows)
+    smallest_block = min(num_memories, max(MIN_BLOCK_ROWS, min_block_rows))
     query_rows = plan_rows(
         budget_bytes - smallest_block * block_row_bytes,
         1,
@@ -64,4 +80,18 @@ def plan_blocks(
     )
     left = budget_bytes - query_rows * row_bytes
     memory_rows = plan_rows(left, 1, block_row_bytes + query_rows * cell_bytes, total=num_memories)
+    if memory_rows < needed_block:
+        memory_rows = needed_block
+        used = query_rows * row_bytes + memory_rows * (block_row_bytes + query_rows * cell_bytes)
+        _notice_once(
+            f"a working-memory budget of {human_bytes(budget_bytes)} is too small for this "
+            f"model's smallest efficient block ({memory_rows} memories); using about "
+            f"{human_bytes(used)} (raise --memory-budget to silence this)"
+        )
     return Plan(query_rows=query_rows, memory_rows=memory_rows)
+
+
+@lru_cache(maxsize=64)
+def _notice_once(message: str) -> None:
+    """`notice`, once per distinct message (a sweep plans the same retrieval many times)."""
+    notice(message)
