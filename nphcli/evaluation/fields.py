@@ -386,8 +386,10 @@ FIELDS: tuple[Field, ...] = (
         "timeout",
         "float",
         120.0,
-        "Seconds a rank waits for the others (--workers, torchrun) before every rank stops with "
-        "an error naming the rank.",
+        "Seconds each exchange between ranks (--workers, torchrun) waits for the others before "
+        "every rank stops with an error naming the rank. A rank that stops answering is reported "
+        "when the others next need it plus this timeout (plus about 2 s to stop --workers), not "
+        "this long after it stopped.",
         group="distributed",
         above=0,
         refused={"batch": _ONE_PROCESS, "sweep": _SWEEP_DRAWS},
