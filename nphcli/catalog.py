@@ -4,8 +4,9 @@ Static commands (`nph models`, every `--help`) and the CLI's model options read 
 they never pay for importing torch. It is the model registry (`nphcli.models.registry`) when the
 models are loaded in this process, and otherwise the registry's snapshot in `model_catalog.json`.
 The model reference in README.md and docs/models.md is rendered from the same cards, between the
-markers below. `python -m nphcli.catalog --write` regenerates all three; a test fails while any of
-them differs from the registry (`stale_files`).
+markers below. `python -m nphcli.cli.reference --write`, the one command for every generated
+page, regenerates all three; a test fails while any of them differs from the registry
+(`stale_files`).
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ def _cell(text: str) -> str:
 
 
 def write_generated() -> list[Path]:
-    """Rewrite the stale generated files (`python -m nphcli.catalog --write`); returns them."""
+    """Rewrite the stale generated files and return them (`python -m nphcli.cli.reference
+    --write` runs this)."""
     expected = generated_files()
     stale = [path for path in expected if _current(path) != expected[path]]
     for path in stale:
@@ -154,13 +156,3 @@ def write_generated() -> list[Path]:
 
 def _current(path: Path) -> str | None:
     return path.read_text(encoding="utf-8") if path.is_file() else None
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--write"]:
-        for path in write_generated():
-            print(f"wrote {path}")
-    else:
-        print(README_START)
-        print(models_markdown(cards_from_registry()), end="")
-        print(README_END)

@@ -395,9 +395,8 @@ def test_foreign_file_note_comes_once_its_tensor_is_usable(invoke, scene):
         assert "foreign.safetensors has no nph metadata: using tensor 'emb'" in result.stderr
 
 
-def test_readme_documents_errors_exit_codes_and_debugging():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Errors, exit codes and safety", 1)[1].split("\n## ", 1)[0]
+def test_docs_document_errors_exit_codes_and_debugging():
+    section = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text("utf-8")
     for text in ("0 success", "2 a usage or input error", "1 any other failure", "130"):
         assert text in " ".join(section.split()), text
     for text in ("nph --debug", "NPH_DEBUG=1", "--force", ".NAME.HOST-PID.XXXXXXXX.tmp"):

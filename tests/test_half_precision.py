@@ -17,7 +17,7 @@ TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 # topk keeps the single best memory here: with more, the k-th and (k+1)-th scores of these random
 # memories lie within half rounding of each other, and the half run may keep the other one (an
-# exact but different selection; measured 1.3e-2 bf16 at k = 0.2, β = 1). Documented in the README.
+# exact but different selection; measured 1.3e-2 bf16 at k = 0.2, β = 1). In docs/retrieving.md.
 PARAMS = {"multihead": {"heads": 4}, "topk": {"k": 1}}
 
 

@@ -1,5 +1,5 @@
-"""`python -m nphcli.catalog --write` is the one command behind the generated model reference:
-it rewrites the snapshot and the section between the markers of every doc page, nothing else."""
+"""`catalog.write_generated`, which `python -m nphcli.cli.reference --write` runs, rewrites the
+snapshot and the section between the markers of every doc page, nothing else."""
 
 from __future__ import annotations
 

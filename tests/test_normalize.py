@@ -14,7 +14,7 @@ import torch
 from nphcli.errors import NphError
 from nphcli.normalize import METHODS, default_method, normalize, to_pixels, to_raw
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+MEMORY_FILES = Path(__file__).resolve().parents[1] / "docs" / "memory-files.md"
 PIXELS = (0.0, 255.0)
 
 
@@ -85,12 +85,12 @@ def test_unknown_method_and_defaults():
     assert default_method("image") == "unit" and default_method("vector") == "none"
 
 
-def test_every_method_is_defined_in_the_readme():
-    text = README.read_text()
+def test_every_method_is_defined_in_the_docs():
+    text = MEMORY_FILES.read_text(encoding="utf-8")
     match = re.search(r"^## Normalisation\n(.*?)(^## |\Z)", text, re.S | re.M)
-    assert match, "README has no '## Normalisation' section"
+    assert match, "docs/memory-files.md has no '## Normalisation' section"
     for name in METHODS:
-        assert f"`{name}`" in match.group(1), f"README does not define --normalize {name}"
+        assert f"`{name}`" in match.group(1), f"docs do not define --normalize {name}"
 
 
 def test_importing_normalize_and_sources_does_not_import_torch():

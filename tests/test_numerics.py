@@ -1,7 +1,7 @@
 """Numerical extremes through the whole pipeline, for every registered model: β from 1e-6 to
 1e4, float16/bfloat16 memories, huge and tiny norms, all-equal and duplicate patterns, M = 1,
 Q = 1. The JSON parses (no NaN tokens), numbers are finite, and a null appears only where the
-README documents one; what cannot be computed is an explicit error."""
+docs/errors.md documents one; what cannot be computed is an explicit error."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _assert_finite_numbers(value, where: str, *, nulls: tuple[str, ...] = ()) ->
 def _check_retrieve_json(stdout: str, model: str) -> dict:
     report = _strict_json(stdout)
     support = report["metrics"]["support"]
-    # Documented nulls: `support` for models without exact zeros (README, "Metrics").
+    # Documented nulls: `support` for models without exact zeros (docs/retrieving.md, "Metrics").
     _assert_finite_numbers(report["metrics"], "metrics", nulls=("support",))
     if support is None:
         assert "support" not in report.get("per_query", {})
@@ -158,7 +158,7 @@ def test_scores_that_overflow_are_an_error(tmp_path):
 
 @pytest.mark.parametrize("memory", list(MEMORIES))
 def test_info_and_analyze_json(memories, memory):
-    """`nph info` and `nph analyze` JSON: nulls only where the README documents them."""
+    """`nph info` and `nph analyze` JSON: nulls only where docs/errors.md documents them."""
     one = memory == "M=1"
     code, out, err = _run("info", memories[memory], "--json")
     assert code == 0, err

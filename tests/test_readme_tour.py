@@ -1,6 +1,7 @@
 """The README's quick start and tour run as written: every command, in order, in an empty folder,
-offline, with `nph` and `python` on PATH meaning this checkout. Install lines (`pip install`) are
-the only ones left out. Each command is a fresh process that imports torch, hence `slow`."""
+offline, with `nph` and `python` on PATH meaning this checkout. Blocks marked no-run (installs,
+the test commands) are the only ones left out. Each command is a fresh process that imports
+torch, hence `slow`."""
 
 from __future__ import annotations
 
@@ -24,17 +25,16 @@ def _section(text: str, title: str) -> str:
 
 
 def tour_commands() -> list[str]:
-    """Shell commands of the quick start's and the tour's indented blocks, in order, and the
-    tour's Python block (run with `python -c`)."""
+    """Shell commands of the quick start's and the tour's ```sh blocks that are not marked
+    no-run (the test commands), in order, and the tour's Python block (run with `python -c`)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     commands = []
     for title in ("Quick start", "A tour"):
         section = _section(text, title)
-        section = re.sub(r"```python\n(.*?)```", "", section, flags=re.S)
-        for line in section.splitlines():
-            if line.startswith("    ") and not line.strip().startswith("pip install"):
-                commands.append(line.strip())
-        for block in re.findall(r"```python\n(.*?)```", _section(text, title), re.S):
+        section = re.sub(r"<!-- no-run: [^>]*-->\n```sh\n.*?```", "", section, flags=re.S)
+        for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+            commands += [line.strip() for line in block.splitlines() if line.strip()]
+        for block in re.findall(r"```python\n(.*?)```", section, re.S):
             commands.append("python -c " + _quote(block))
     return commands
 
@@ -68,12 +68,17 @@ def shell_env(tmp_path):
 def test_the_tour_has_the_commands_it_promises():
     commands = tour_commands()
     # the quick start stores with --force, so it runs again where it ran before (the tour's own
-    # `nph store` replaces the quick start's memory file the same way)
+    # `nph store` commands replace the quick start's memory file the same way)
     assert commands[0].startswith("nph store mnist") and "--force" in commands[0]
-    assert commands[2].startswith("nph store mnist") and "--force" in commands[2]
-    assert any(c.startswith("python -c") and "my_vectors.npy" in c for c in commands)
+    stores = [c for c in commands if c.startswith("nph store")]
+    assert all("--force" in c for c in stores)
+    # your own vectors and a comparison of three models come first, within the first screenful
+    assert "my_vectors.npy" in commands[1] and commands[2].startswith("nph store my_vectors.npy")
+    assert commands[3].startswith("nph retrieve --model dense,sparse,topk")
     assert any("--csv > runs.csv" in c for c in commands)
     assert not any("--no-header" in c for c in commands)  # a file without a header is no CSV
+    assert len([c for c in commands if not c.startswith("python -c")]) <= 12
+    assert not any("pytest" in c or "pip install" in c for c in commands)
 
 
 @pytest.mark.slow
@@ -93,7 +98,7 @@ def test_quick_start_and_tour_run_as_written(tmp_path, shell_env):
         assert "Traceback" not in done.stderr, (command, done.stderr[-2000:])
         if "--json" in command:
             assert json.loads(done.stdout)["config"]
-    for made in ("memory.safetensors", "cifar.safetensors", "mine.safetensors", "grid.png"):
+    for made in ("memory.safetensors", "my_vectors.npy", "q.npy", "grid.png"):
         assert (work / made).stat().st_size > 0, made
     rows = list(csv.DictReader((work / "runs.csv").open()))
     assert [row["k"] for row in rows] == ["1.0", "5.0", "10.0"]

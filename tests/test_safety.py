@@ -128,7 +128,7 @@ def _keyword(call: ast.Call, name: str):
 def test_source_audit():
     """No pickle, eval/exec, shell or subprocess in nph; torch.load only with
     weights_only=True and np.load only with allow_pickle=False. torchvision's own unpickling
-    of md5-checked CIFAR-10 batches (README, "Sources") is outside this package."""
+    of md5-checked CIFAR-10 batches (docs/memory-files.md, "Sources") is outside this package."""
     forbidden_modules = {"pickle", "cPickle", "dill", "marshal", "shelve", "subprocess"}
     forbidden_calls = {"eval", "exec", "os.system", "os.popen", "compile", "__import__"}
     files = sorted(PACKAGE.rglob("*.py"))
@@ -157,7 +157,7 @@ def test_source_audit():
     assert loads >= 4  # the audit found the loaders it is meant to check
 
 
-def test_readme_names_the_one_exception():
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+def test_docs_name_the_one_exception():
+    readme = (PACKAGE.parent / "docs" / "errors.md").read_text(encoding="utf-8")
     assert "allow_pickle=False" in readme and "weights_only=True" in readme
     assert "md5" in readme

@@ -1,0 +1,109 @@
+"""docs/cli.md, the command reference, generated from the commands themselves.
+
+It walks the click tree that typer builds for `nph`, so every command, option, type and help text
+is the one `--help` prints; nothing is written twice. `python -m nphcli.cli.reference --write`
+regenerates the page and the generated model reference (`nphcli.catalog`) in README.md and
+docs/models.md; `tests/test_docs.py` fails when any of them is stale. The output does
+not depend on the terminal: it is built from click's parameter objects, not from formatted help.
+Typer may carry its own copy of click, so the objects are told apart by their attributes rather
+than by click's classes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer.main
+
+from nphcli.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "cli.md"
+MODEL_PAGES = (ROOT / "README.md", ROOT / "docs" / "models.md")  # hold the models block
+_HEADER = """\
+# Command reference
+
+Every `nph` command and option, generated from the commands' own help
+(`python -m nphcli.cli.reference --write`; a test fails when this page is stale).
+`nph COMMAND --help` prints the same.
+"""
+
+
+def _cell(text: str) -> str:
+    """One Markdown table cell: one line, pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _flags(param) -> str:
+    return ", ".join(f"`{name}`" for name in [*param.opts, *param.secondary_opts])
+
+
+def _option_row(param, ctx) -> str:
+    """`--flag` | type | help, from the very line `--help` prints (help text with its default)."""
+    record = param.get_help_record(ctx)
+    names, text = record if record else ("", "")
+    kind = "flag" if getattr(param, "is_flag", False) else names.rsplit(" ", 1)[-1]
+    return f"| {_flags(param)} | {_cell(kind)} | {_cell(text)} |"
+
+
+def _command(name: str, command, parent) -> list[str]:
+    ctx = command.context_class(command, info_name=name, parent=parent)
+    path = ctx.command_path
+    lines = [f"## `{path}`", ""]
+    if command.help:
+        lines += [command.help.strip(), ""]
+    params = [p for p in command.get_params(ctx) if not p.hidden]
+    arguments = [p for p in params if p.param_type_name == "argument"]
+    options = [p for p in params if p.param_type_name == "option"]
+    usage = " ".join(command.collect_usage_pieces(ctx))
+    lines += ["```text", f"{path} {usage}".rstrip(), "```", ""]
+    if arguments:
+        lines += ["| argument | help |", "| --- | --- |"]
+        for arg in arguments:
+            record = arg.get_help_record(ctx)
+            text = record[1] if record else ""
+            usage_name = " ".join(arg.get_usage_pieces(ctx))
+            lines.append(f"| `{usage_name}` | {_cell(text)} |")
+        lines.append("")
+    if options:
+        lines += ["| option | type | help |", "| --- | --- | --- |"]
+        lines += [_option_row(opt, ctx) for opt in options]
+        lines.append("")
+    return lines
+
+
+def reference_markdown() -> str:
+    """The whole page: the root command's options, then every command in name order."""
+    root = typer.main.get_command(app)
+    ctx = root.context_class(root, info_name="nph")
+    lines = [_HEADER, *_command("nph", root, None)[2:]]  # the root's help without a heading
+    names = sorted(root.list_commands(ctx))
+    lines += ["| command | what it does |", "| --- | --- |"]
+    for name in names:
+        short = root.get_command(ctx, name).get_short_help_str(limit=200)
+        lines.append(f"| [`nph {name}`](#nph-{name}) | {_cell(short)} |")
+    lines.append("")
+    for name in names:
+        lines += _command(name, root.get_command(ctx, name), ctx)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = reference_markdown()
+    if argv == ["--write"]:
+        from nphcli.catalog import write_generated
+
+        PAGE.write_text(text, encoding="utf-8")
+        for path in [PAGE, *write_generated()]:
+            print(f"wrote {path}", file=sys.stderr)
+    elif not argv:
+        sys.stdout.write(text)
+    else:
+        print("usage: python -m nphcli.cli.reference [--write]", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
