@@ -4,12 +4,14 @@ retrieval of corrupted stored patterns checked query by query."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nphcli.defaults import DEFAULT_BETA
 from nphcli.errors import NphError
 from nphcli.evaluation.fields import default
-from nphcli.memory.bank import Memory
+
+if TYPE_CHECKING:  # reading the options (`nph analyze --help`) imports no torch
+    from nphcli.memory.bank import Memory
 
 # The retrieval fields `nph analyze` shares with `nph retrieve` (the model's parameters too).
 RETRIEVAL_FIELDS = ("model", "mask", "noise", "queries", "seed")
