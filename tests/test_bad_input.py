@@ -185,8 +185,8 @@ CASES = [
     ("k fraction <= 0", [*R, "--model", "topk", "--k", "-0.5"], r"--k"),
     ("k fraction >= 1", [*R, "--model", "random", "--k", "1.5"], r"--k"),
     ("k not a number", [*R, "--model", "topk", "--k", "half"], r"--k"),
-    ("k 0 sweep", [*SWEEP, "--models", "topk:k=0"], r"--k|k must"),
-    ("k > M sweep", [*SWEEP, "--models", "topk:k=5"], r"\bk\b"),
+    ("k 0 sweep", [*SWEEP, "--model", "topk", "--k", "0"], r"--k|k must"),
+    ("k > M sweep", [*SWEEP, "--model", "topk", "--k", "5"], r"\bk\b"),
     ("k 0 analyze", ["analyze", "mem.safetensors", "--k", "0"], r"--k|\bk\b"),
     # --beta
     ("beta 0", [*R, "--beta", "0"], r"--beta"),
@@ -219,9 +219,9 @@ CASES = [
     # flags a model does not take; unknown names
     ("flag not taken k", [*R, "--model", "dense", "--k", "5"], r"--k"),
     ("flag not taken window", [*R, "--model", "topk", "--window", "2"], r"--window"),
-    ("flag not taken sweep", [*SWEEP, "--models", "dense:k=3"], r"no parameter 'k'"),
+    ("flag not taken sweep", [*SWEEP, "--model", "dense", "--k", "3"], r"takes 'k'"),
     ("unknown model", [*R, "--model", "hopscotch"], r"hopscotch"),
-    ("unknown model sweep", [*SWEEP, "--models", "hopscotch"], r"hopscotch"),
+    ("unknown model sweep", [*SWEEP, "--model", "hopscotch"], r"hopscotch"),
     ("unknown model analyze", ["analyze", "mem.safetensors", "--model", "hopscotch"], "hopscotch"),
     ("unknown dataset", ["store", "imagenet"], r"unknown source 'imagenet'"),
     ("unknown dataset sweep", ["sweep", "--dataset", "imagenet"], r"imagenet"),

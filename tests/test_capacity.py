@@ -200,6 +200,8 @@ def test_cli_table_marks_m_star(invoke):
         (["--capacity", "--beta", "0"], ["--beta"]),
         (["--capacity", "--mask", "0.5"], ["--mask", "--capacity"]),
         (["--capacity", "--steps", "3"], ["--steps"]),
+        (["--capacity", "--theorem-k", "3"], ["--theorem-k", "--capacity"]),
+        (["--capacity", "--model", "dense,topk"], ["--model takes one value"]),
         (["--capacity", "--model", "hopscotch"], ["hopscotch"]),
         ([], ["FILE", "--capacity"]),
         (["mem.safetensors", "--dim", "8"], ["--dim", "--capacity"]),

@@ -116,7 +116,7 @@ def test_docs_state_the_batch_size_rounding():
 
 def test_same_sweep_twice_gives_identical_rows(memory, tmp_path):
     pool = memory.parent / "pool.npy"
-    args = ["sweep", "--dataset", pool, "--models", "dense,topk:k=0.5,random:k=3"]
+    args = ["sweep", "--dataset", pool, "--model", "dense,topk,random", "--k", "3"]
     args += ["--sizes", "5,9", "--trials", "2", "--beta", "1", "--mask", "0.25", "--noise", "0.1"]
     _run(*args, "--out", tmp_path / "a.csv")
     _run(*args, "--out", tmp_path / "b.csv")

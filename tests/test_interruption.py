@@ -215,7 +215,7 @@ def test_sweep_resume_after_kill_9_runs_every_row_once(tmp_path, invoke, monkeyp
     (tmp_path / "work" / "data").mkdir(parents=True)
     pool = tmp_path / "work" / "pool.npy"
     np.save(pool, np.random.default_rng(0).normal(size=(30, 8)).astype(np.float32))
-    grid = ["--dataset", str(pool), "--models", "dense,topk:k=0.5", "--sizes", "4,6"]
+    grid = ["--dataset", str(pool), "--model", "dense,topk", "--k", "0.5", "--sizes", "4,6"]
     grid += ["--trials", "10", "--beta", "0.5", "--noise", "0.2"]
     out = tmp_path / "work" / "runs.jsonl"
     process = start(tmp_path / "work", ["sweep", *grid, "--out", str(out)], "evaluate")

@@ -104,7 +104,7 @@ def test_analyze_takes_the_new_parameter(first_j, memory, invoke):
 def test_sweep_takes_the_new_parameter(first_j, memory, tmp_path, invoke):
     out = tmp_path / "s.jsonl"
     result = invoke(
-        "sweep", "--dataset", memory, "--models", "first-j:first=2/5", "--sizes", "6",
+        "sweep", "--dataset", memory, "--model", "first-j", "--first", "2,5", "--sizes", "6",
         "--out", out,
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr

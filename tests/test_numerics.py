@@ -191,7 +191,7 @@ def test_sweep_over_every_model(memories, tmp_path, pool):
         "sweep",
         "--dataset",
         dataset,
-        "--models",
+        "--model",
         ",".join(model_names()),
         "--sizes",
         "1,4",

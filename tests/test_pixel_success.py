@@ -67,12 +67,12 @@ def test_sweep_config_takes_noise_clip():
     from nphcli.sweeps import config as sweep_config
 
     plain = sweep_config.resolve(sweep_config.parse("noise = [0.5]\n", "t"), "t", {})
-    assert plain.noise_clip is False and plain.to_dict()["noise_clip"] is False
+    assert plain.values_of("noise_clip") == plain.to_dict()["noise_clip"] == [False]
     clipped = sweep_config.resolve(
         sweep_config.parse("noise = [0.5]\nnoise_clip = true\n", "t"), "t", {}
     )
-    assert clipped.noise_clip is True
-    assert sweep_config.resolve({}, "t", {"noise_clip": True}).noise_clip is True
+    assert clipped.values_of("noise_clip") == [True]
+    assert sweep_config.resolve({}, "t", {"noise_clip": True}).values_of("noise_clip") == [True]
     with pytest.raises(NphError):
         sweep_config.resolve(sweep_config.parse('noise_clip = "yes"\n', "t"), "t", {})
 

@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TINY = ("--models", "dense,topk:k=0.5", "--sizes", "5,8", "--trials", "2", "--beta", "0.5")
+TINY = ("--model", "dense,topk", "--k", "0.5", "--sizes", "5,8", "--trials", "2", "--beta", "0.5")
 
 
 @pytest.fixture
@@ -201,10 +201,10 @@ def test_presets_parse(name):
     data, origin = sweep_config.load(preset=name)
     mnist = sweep_config.resolve(data, origin, {})
     cifar = sweep_config.resolve(data, origin, {"dataset": "cifar10"})
-    assert (mnist.dataset, mnist.beta, mnist.trials) == ("mnist", [0.01], 50)
-    assert (cifar.dataset, cifar.beta) == ("cifar10", [0.1])
+    assert (mnist.dataset, mnist.values["beta"], mnist.trials) == ("mnist", [0.01], 50)
+    assert (cifar.dataset, cifar.values["beta"]) == ("cifar10", [0.1])
     labels = [s.label for s in expand(mnist) if s.size == mnist.sizes[0]]
-    labels = labels[: len(labels) // (len(mnist.noise) * len(mnist.mask))]
+    labels = labels[: len(labels) // (len(mnist.values["noise"]) * len(mnist.values["mask"]))]
     assert labels == [
         "dense",
         "sparse",
@@ -219,11 +219,11 @@ def test_presets_parse(name):
         "random-feature features=256",
     ]
     if name == "paper-mask":
-        assert (mnist.mask, mnist.sizes[0], mnist.sizes[-1]) == ([0.5], 10, 200)
+        assert (mnist.values["mask"], mnist.sizes[0], mnist.sizes[-1]) == ([0.5], 10, 200)
     else:
         assert mnist.sizes == [100]
         assert mnist.noise_variance[0] == 0.1 and mnist.noise_variance[-1] == 1.4
-        assert mnist.noise == pytest.approx([v**0.5 for v in mnist.noise_variance])
+        assert mnist.values["noise"] == pytest.approx([v**0.5 for v in mnist.noise_variance])
 
 
 def test_print_config_round_trips(invoke, tmp_path):
@@ -246,31 +246,73 @@ def test_config_file_and_option_precedence(tmp_path):
     )
     data, origin = sweep_config.load(config=path)
     grid = sweep_config.resolve(data, origin, {})
-    assert (grid.dataset, grid.beta, grid.noise) == ("random", [2.0], [0.1])
+    assert (grid.dataset, grid.values["beta"], grid.values["noise"]) == ("random", [2.0], [0.1])
     assert grid.models[0].settings() == [{"k": 2.0, "seed": 7}, {"k": 3.0, "seed": 7}]
     on_mnist = sweep_config.resolve(data, origin, {"dataset": "mnist", "noise": [0.0]})
-    assert (on_mnist.beta, on_mnist.noise) == ([0.5], [0.0])
+    assert (on_mnist.values["beta"], on_mnist.values["noise"]) == ([0.5], [0.0])
     by_option = sweep_config.resolve(data, origin, {"dataset": "mnist", "beta": [1.0]})
-    assert by_option.beta == [1.0]
+    assert by_option.values["beta"] == [1.0]
+    by_option = sweep_config.resolve(data, origin, {"k": [5.0]})  # replaces the table's k
+    assert by_option.models[0].settings() == [{"seed": 7}]
+    assert [s.label for s in expand(by_option)] == ["random k=5.0 seed=7"]
 
 
-def test_models_option_syntax():
-    specs = sweep_config.parse_models("dense, topk:k=0.2/0.5, random:k=3:seed=2")
-    assert [(s.name, s.settings()) for s in specs] == [
-        ("dense", [{}]),
-        ("topk", [{"k": 0.2}, {"k": 0.5}]),
-        ("random", [{"k": 3.0, "seed": 2}]),
+def test_beta_is_a_model_parameter_in_a_table_or_for_every_model():
+    data = sweep_config.parse(
+        'beta = [0.5]\nmask = [0.0, 0.5]\n[[models]]\nname = "dense"\nbeta = [1.0, 2.0]\n'
+        '[[models]]\nname = "topk"\nk = 2\n',
+        "t",
+    )
+    keys = [s.key for s in expand(sweep_config.resolve(data, "t", {}))]
+    assert keys == [
+        f"{label} | M=100 | mask={mask} default | noise=0.0 | beta={beta}"
+        for mask in (0.0, 0.5)
+        for label, beta in (("dense", 1.0), ("dense", 2.0), ("topk k=2.0", 0.5))
     ]
+
+
+def test_other_fields_take_lists_and_vary_in_the_label(invoke, pool, tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = invoke(
+        "sweep", "--dataset", pool, "--sizes", "5", "--mask", "0.5", "--fill", "0,0.5",
+        "--dtype", "float64", "--out", out,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    rows = read_results(out).rows
+    assert [(r["label"], r["fill"], r["dtype"]) for r in rows] == [
+        ("dense fill=0.0", 0.0, "float64"),
+        ("dense fill=0.5", 0.5, "float64"),
+    ]
+    assert rows[0]["sse_mean"] != rows[1]["sse_mean"]
+
+
+def test_sweep_and_retrieve_options_agree():
+    """One declaration: the options a sweep shares with retrieve have the same type, default
+    and help."""
+    from typer.main import get_command
+
+    from nphcli.cli import app
+
+    commands = get_command(app).commands
+    options = {name: {p.name: p for p in commands[name].params} for name in ("retrieve", "sweep")}
+    for name in ("device", "dtype", "mask_mode", "noise_clip", "mask", "noise", "k", "beta"):
+        sweep, retrieve = options["sweep"][name], options["retrieve"][name]
+        described = [(p.opts, p.default, p.is_flag, p.metavar, p.help) for p in (sweep, retrieve)]
+        assert described[0] == described[1], name
+    assert "memory" not in options["sweep"] and "out" in options["sweep"]
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (("--preset", "paper-nope"), "unknown preset 'paper-nope'; choose one of: paper-mask"),
-        (("--models", "dense,hopscotch"), "unknown model 'hopscotch'"),
-        (("--models", "topk:q=3"), "model 'topk' has no parameter 'q'"),
-        (("--models", "topk:k=-1"), "--k must be"),
-        (("--sizes", "10,x"), "--sizes: 'x' is not a number"),
+        (("--model", "dense,hopscotch"), "unknown model 'hopscotch'"),
+        (("--model", "dense", "--k", "3"), "no model of the grid (dense) takes 'k'"),
+        (("--model", "topk", "--k", "-1"), "--k must be"),
+        (("--sizes", "10,x"), "--sizes takes a whole number"),
+        (("--seed", "1,2"), "a sweep takes one seed"),
+        (("--dtype", "float8"), "--dtype must be one of"),
+        (("--models", "dense,topk:k=0.5"), "--models is gone: name the models with --model"),
         (("--preset", "paper-mask", "--config", "x.toml"), "choose one of --preset and --config"),
         (("--out", "r.txt"), "use a .jsonl (JSON Lines) or .csv name"),
     ],
@@ -290,9 +332,13 @@ def test_bad_options_are_one_line_errors(invoke, tmp_path, monkeypatch, args, me
         ("sizez = [10]\n", "unknown key 'sizez'"),
         ('[datasets.mnist]\nmodels = "dense"\n', "[datasets.mnist]: unknown key 'models'"),
         ('[[models]]\nname = "nope"\n', "unknown model 'nope'"),
-        ('[[models]]\nname = "dense"\nbeta = 1.0\n', "set beta for the whole grid"),
+        ('[[models]]\nname = "dense"\nk = 1.0\n', "model 'dense' has no parameter 'k'"),
+        ('out = "x.npz"\n', "does not take 'out': a sweep writes one row per run"),
+        ('memory = "m.safetensors"\n', "does not take 'memory': a sweep draws its memories"),
+        ("noise = [0.1, -1]\n", "--noise must be a standard deviation ≥ 0"),
+        ('model = ["dense"]\n[[models]]\nname = "topk"\n', "not both"),
         ("noise = [0.1]\nnoise_variance = [0.1]\n", "not both"),
-        ("sizes = [0]\n", "sizes must be ≥ 1"),
+        ("sizes = [0]\n", "sizes must be a whole number ≥ 1"),
         ("trials = 1.5\n", "trials must be a whole number"),
         ("sizes = [\n", "not valid TOML"),
     ],
@@ -312,8 +358,10 @@ def test_theory_fields(invoke, pool, tmp_path):
         "sweep",
         "--dataset",
         pool,
-        "--models",
-        "dense,topk:k=0.5,linear",
+        "--model",
+        "dense,topk,linear",
+        "--k",
+        "0.5",
         "--sizes",
         "6",
         "--beta",

@@ -175,3 +175,24 @@ def test_analyze_command(invoke, tmp_path):
     assert bad.exit_code == 2 and bad.stderr.startswith("Error: Theorem 4.1 covers")
     stray = invoke("analyze", path, "--mask", "0.5")
     assert stray.exit_code == 2 and "go with --model" in stray.stderr
+    model_k = invoke("analyze", path, "--k", "2")  # the model's k, not the conditions'
+    assert model_k.exit_code == 2 and "--theorem-k" in model_k.stderr
+    many = invoke("analyze", path, "--model", "topk", "--k", "1,2")
+    assert many.exit_code == 2 and "--k takes one value" in many.stderr
+
+
+def test_analyze_theorem_k_is_the_conditions_support_size(invoke, tmp_path):
+    """--theorem-k sets k in the conditions; --k is the model's, and with --model the
+    conditions take the model's support unless --theorem-k says otherwise."""
+    path = tmp_path / "m.safetensors"
+    save_memory(path, well_separated_memory().float())
+
+    def conditions(*args):
+        result = invoke("analyze", path, "--beta", "1", "--json", *args)
+        assert result.exit_code == 0, result.stderr
+        return json.loads(result.stdout)["well_separation"]["k"]
+
+    assert conditions() == 6  # M, the dense support
+    assert conditions("--theorem-k", "2") == 2
+    assert conditions("--model", "topk", "--k", "3") == 3  # the model's support
+    assert conditions("--model", "topk", "--k", "3", "--theorem-k", "2") == 2

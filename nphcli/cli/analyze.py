@@ -10,54 +10,33 @@ Parsing and rendering only; `nphcli.theory.analysis` does the work.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from nphcli.cli.app import app
-from nphcli.cli.model_options import parse_single, with_model_options
-from nphcli.cli.options import JsonOutput, Mask, Noise, QueryCount, Seed
+from nphcli.cli.field_options import field_values, with_fields
+from nphcli.cli.options import JsonOutput
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.defaults import DEFAULT_BETA
 from nphcli.errors import NphError
+from nphcli.theory.analysis import RETRIEVAL_FIELDS
 
 
 @app.command("analyze")
-@with_model_options
+@with_fields(RETRIEVAL_FIELDS)
 def analyze_command(
     file: Annotated[
         Path | None,
         typer.Argument(help="Memory file to analyse (required unless --capacity)."),
     ] = None,
-    beta: Annotated[
+    theorem_k: Annotated[
         float | None,
         typer.Option(
-            "--beta",
-            help=f"Inverse temperature β of the conditions and the model [default: "
-            f"{DEFAULT_BETA}; with --capacity 1, Ramsauer et al.'s example].",
-        ),
-    ] = None,
-    k: Annotated[
-        float | None,
-        typer.Option(
-            "--k",
+            "--theorem-k",
             help="Support size k in the conditions: a count ≥ 1 or a fraction of M [default: "
-            "M, dense; with --model, the model's support].",
+            "M, dense; with --model, the model's support]. The model's own k is --k.",
         ),
     ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            help="Also retrieve corrupted stored patterns with this model and check Theorem 4.1 "
-            "and Corollary 4.1 per query (dense, topk, random, window). With --capacity: the "
-            "one model to run [default: dense, topk and sparse].",
-        ),
-    ] = None,
-    mask: Mask = 0.0,
-    noise: Noise = 0.0,
-    queries: QueryCount = None,
-    seed: Seed = 0,
     sample: Annotated[
         int,
         typer.Option(
@@ -91,7 +70,8 @@ def analyze_command(
             "--capacity",
             help="Run the capacity experiment instead (Proposition 4.1, Ramsauer et al. "
             "Theorem 3): success against M for seeded random patterns on a sphere, beside the "
-            "stated capacity M*. Takes no FILE.",
+            "stated capacity M*; --model runs one model [default: dense, topk and sparse], "
+            "--beta defaults to 1 (Ramsauer et al.'s example). Takes no FILE.",
         ),
     ] = False,
     dim: Annotated[
@@ -135,76 +115,45 @@ def analyze_command(
     ] = None,
     as_json: JsonOutput = False,
     *,
-    model_params: dict[str, str],
+    given: dict[str, Any],
 ) -> None:
     """Separation statistics and the paper's well-separation condition per pattern.
 
     m = max ‖ξ_μ‖, R = ½ min ‖ξ_μ − ξ_ν‖, Δ_μ = ⟨ξ_μ,ξ_μ⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩; pattern μ
-    is well separated when Δ_μ ≥ (1/β)·ln((M + k − 2)·m/R) + 2mR. With --model, corrupted
-    stored patterns are retrieved and each query's error is compared with the Theorem 4.1
-    bound m(M + k − 2)·exp(−β(⟨ξ_μ,x⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩)); README, "Sweeps", and
+    is well separated when Δ_μ ≥ (1/β)·ln((M + k − 2)·m/R) + 2mR (k: --theorem-k). With
+    --model (its parameters, --beta included, are retrieve's options), corrupted stored
+    patterns are retrieved and each query's error is compared with the Theorem 4.1 bound
+    m(M + k − 2)·exp(−β(⟨ξ_μ,x⟩ − max over ν≠μ of ⟨ξ_μ,ξ_ν⟩)); README, "Sweeps", and
     docs/reproduction.md.
 
     With --capacity (and no FILE): the capacity experiment on random patterns instead; see
     docs/reproduction.md, "Proposition 4.1".
     """
+    values = _single(field_values(given))
     if capacity:
         from nphcli.cli.analyze_capacity import capacity_mode
 
-        capacity_mode(
-            file=file,
-            memory_options={
-                "--mask": mask,
-                "--noise": noise,
-                "--queries": queries,
-                "--per-pattern": per_pattern,
-                "--per-query": per_query,
-                "--sample": sample != 2000,
-            },
-            settings={
-                "dim": dim,
-                "radius": radius,
-                "beta": beta,
-                "p": failure_p,
-                "sizes": sizes,
-                "trials": trials,
-                "steps": fixed_point or None,
-                "epsilon": epsilon,
-                "seed": seed,
-            },
-            model=model,
-            k=k,
-            model_params=model_params,
-            as_json=as_json,
-        )
+        refused = {"--theorem-k": theorem_k, "--per-pattern": per_pattern}
+        refused.update({"--per-query": per_query, "--sample": sample != 2000})
+        settings = {"dim": dim, "radius": radius, "p": failure_p, "sizes": sizes}
+        settings.update({"trials": trials, "steps": fixed_point or None, "epsilon": epsilon})
+        capacity_mode(file=file, refused=refused, settings=settings, values=values, as_json=as_json)
         return
     if file is None:
         raise NphError(
             "nph analyze needs a memory FILE (or --capacity for the experiment on random patterns)"
         )
-    capacity_only = {
-        "--dim": dim,
-        "--radius": radius,
-        "--sizes": sizes,
-        "--trials": trials,
-        "--failure-p": failure_p,
-        "--epsilon": epsilon,
-    }
-    given = [flag for flag, value in capacity_only.items() if value is not None]
-    if given:
-        raise NphError(f"{', '.join(given)} go with --capacity")
+    capacity_only = {"--dim": dim, "--radius": radius, "--sizes": sizes, "--trials": trials}
+    capacity_only.update({"--failure-p": failure_p, "--epsilon": epsilon})
+    stray = [flag for flag, value in capacity_only.items() if value is not None]
+    if stray:
+        raise NphError(f"{', '.join(stray)} go with --capacity")
     from nphcli.memory import open_memory
     from nphcli.theory.analysis import AnalysisRequest, analyze
 
-    request = AnalysisRequest(
-        beta=beta,
-        k=k,
-        model=model,
-        params={name: parse_single(name, text) for name, text in model_params.items()},
-        mask=mask,
-        noise=noise,
-        queries=queries,
-        seed=seed,
+    request = AnalysisRequest.from_values(
+        values,
+        theorem_k=theorem_k,
         sample=sample,
         fixed_point=fixed_point,
         per_pattern=per_pattern,
@@ -216,6 +165,16 @@ def analyze_command(
         print_json(result)
         return
     _print(result)
+
+
+def _single(values: dict[str, list[Any]]) -> dict[str, Any]:
+    """One value per option: analyze checks one model setting."""
+    from nphcli.evaluation.fields import get_field
+
+    for name, given in values.items():
+        if len(given) != 1:
+            raise NphError(f"{get_field(name).flag} takes one value in nph analyze, got {given}")
+    return {name: given[0] for name, given in values.items()}
 
 
 def _print(result: dict) -> None:

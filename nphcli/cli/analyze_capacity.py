@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from nphcli.cli.model_options import parse_single
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.errors import NphError
 
@@ -15,29 +14,31 @@ from nphcli.errors import NphError
 def capacity_mode(
     *,
     file: Path | None,
-    memory_options: dict[str, Any],
+    refused: dict[str, Any],
     settings: dict[str, Any],
-    model: str | None,
-    k: float | None,
-    model_params: dict[str, str],
+    values: dict[str, Any],
     as_json: bool,
 ) -> None:
     """Check the options, run the experiment, print a table or JSON. The experiment draws its
-    own patterns, so a FILE or a memory-only option is refused rather than silently ignored."""
+    own patterns, so a FILE or a memory-only option (`refused`, and --mask, --noise, --queries)
+    is refused rather than silently ignored. `values`: the retrieval options given, one value
+    each (--model, --seed, the model's parameters with --beta)."""
     from nphcli.theory.capacity import CapacityRequest, run_capacity
 
     if file is not None:
         raise NphError("--capacity draws its own random patterns and takes no FILE")
-    given = [flag for flag, value in memory_options.items() if value not in (None, 0, False)]
+    params = dict(values)
+    model, seed = params.pop("model", None), params.pop("seed", None)
+    memory = {f"--{name}": params.pop(name, None) for name in ("mask", "noise", "queries")}
+    given = [flag for flag, value in {**refused, **memory}.items() if value not in (None, 0, False)]
     if given:
         raise NphError(f"{', '.join(given)} do not go with --capacity (they need a FILE)")
     for name in ("steps", "tol"):
-        if name in model_params:
+        if name in params:
             raise NphError(f"--{name} does not go with --capacity; --fixed-point sets the steps")
-    params = {name: parse_single(name, text) for name, text in model_params.items()}
-    if k is not None:
-        params["k"] = k
     fields = {name: value for name, value in settings.items() if value is not None}
+    fields.update({"beta": params.pop("beta", None), "seed": seed})
+    fields = {name: value for name, value in fields.items() if value is not None}
     if "sizes" in fields:
         fields["sizes"] = parse_sizes(fields["sizes"])
     if model is not None:

@@ -1,24 +1,29 @@
 """`nph sweep`: run a grid of retrieval evaluations and summarise it; `nph plot`: draw results.
 
-Parsing and rendering only; `nphcli.sweeps` and `nphcli.plot` do the work.
+The retrieval options (models, their parameters, corruption, device, ...) are those of
+`nph retrieve`, generated from the same fields (`nphcli.cli.field_options`); the others are the
+sweep's own. Parsing and rendering only; `nphcli.sweeps` and `nphcli.plot` do the work.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from nphcli.cli.app import app, quiet
+from nphcli.cli.field_options import field_values, with_fields
 from nphcli.cli.options import Force, JsonOutput
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table, stderr_console
+from nphcli.evaluation.fields import fields
 from nphcli.sweeps.config import list_presets
+from nphcli.sweeps.session import DEFAULT_OUT
 
-DEFAULT_OUT = Path("sweep.jsonl")
+# The retrieval fields a sweep takes: every one that no reason in `Field.refused` rules out.
+SWEEP_FIELDS = [f.name for f in fields(surface="sweep")]
 
 
 def _preset_help() -> str:
@@ -29,6 +34,7 @@ def _preset_help() -> str:
 
 
 @app.command("sweep")
+@with_fields(SWEEP_FIELDS)
 def sweep_command(
     preset: Annotated[str | None, typer.Option("--preset", help=_preset_help())] = None,
     config: Annotated[
@@ -51,14 +57,6 @@ def sweep_command(
             "are drawn from it [default: the grid's, else mnist].",
         ),
     ] = None,
-    models: Annotated[
-        str | None,
-        typer.Option(
-            "--models",
-            help="Models and parameter values, e.g. dense,sparse,topk:k=0.2/0.5/0.8 "
-            "(replaces the grid's models) [default: dense].",
-        ),
-    ] = None,
     sizes: Annotated[
         str | None,
         typer.Option("--sizes", help="Memory sizes M, e.g. 10,50,100 [default: 100]."),
@@ -67,41 +65,6 @@ def sweep_command(
         int | None,
         typer.Option("--trials", help="Memories drawn per size, each a trial [default: 1]."),
     ] = None,
-    beta: Annotated[
-        str | None,
-        typer.Option("--beta", help="Inverse temperatures β, e.g. 0.01,0.1 [default: 0.3]."),
-    ] = None,
-    mask: Annotated[
-        str | None,
-        typer.Option("--mask", help="Fractions of each query hidden, e.g. 0,0.5 [default: 0]."),
-    ] = None,
-    mask_mode: Annotated[
-        str | None,
-        typer.Option(
-            "--mask-mode",
-            help="bottom, top, left, right (images) or random, as in nph retrieve.",
-        ),
-    ] = None,
-    noise: Annotated[
-        str | None,
-        typer.Option(
-            "--noise",
-            help="Gaussian noise standard deviations σ, e.g. 0.1,0.5 (a variance v is √v) "
-            "[default: 0].",
-        ),
-    ] = None,
-    noise_clip: Annotated[
-        bool | None,
-        typer.Option(
-            "--noise-clip",
-            help="Clamp noisy queries to [0, 1] after the noise, as the paper's released code "
-            "does (config key noise_clip) [default: no].",
-        ),
-    ] = None,
-    queries: Annotated[
-        int | None,
-        typer.Option("--queries", help="Queries per run [default: every stored pattern]."),
-    ] = None,
     normalize: Annotated[
         str | None,
         typer.Option("--normalize", help="unit, centered, zscore, l2 or none, as in nph store."),
@@ -109,14 +72,6 @@ def sweep_command(
     root: Annotated[
         Path | None,
         typer.Option("--root", help="Dataset root folder, as in nph store."),
-    ] = None,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            "--seed",
-            help="The sweep's one seed; memories and corruptions derive from it and the trial "
-            'number (README, "Sweeps") [default: 0].',
-        ),
     ] = None,
     out: Annotated[
         Path,
@@ -149,13 +104,6 @@ def sweep_command(
             'Corollary 4.1; README, "Sweeps").',
         ),
     ] = False,
-    device: Annotated[
-        str | None, typer.Option("--device", help="cpu, cuda, cuda:N, mps or auto.")
-    ] = None,
-    dtype: Annotated[
-        str | None,
-        typer.Option("--dtype", help="float32, float16, bfloat16 or float64 [default: float32]."),
-    ] = None,
     threads: Annotated[
         int | None,
         typer.Option(
@@ -164,112 +112,45 @@ def sweep_command(
             "memories of a sweep, and on a busy machine.",
         ),
     ] = None,
+    models: Annotated[str | None, typer.Option("--models", hidden=True)] = None,
     as_json: JsonOutput = False,
+    *,
+    given: dict[str, Any],
 ) -> None:
-    """Run a grid of retrievals: models × memory sizes × masks × noise × β, over trials.
+    """Run a grid of retrievals: models × their parameters × memory sizes × masks × noise × ...,
+    over trials.
 
     Each trial draws fresh memories from the dataset; every run is one `nph retrieve`
-    self-evaluation. Rows are appended to --out as they finish; the summary (mean ± std over
-    trials per setting) goes to stdout. Options override the --preset or --config grid.
+    self-evaluation, and the retrieval options are retrieve's: any of them takes a comma list
+    (e.g. --model dense,topk --k 0.2,0.5 --noise 0,0.5), every combination is a setting.
+    Rows are appended to --out as they finish; the summary (mean ± std over trials per setting)
+    goes to stdout. Options override the --preset or --config grid.
     """
-    from nphcli.atomic import check_not_input, check_output
     from nphcli.errors import NphError
-    from nphcli.sweeps import config as sweep_config
+    from nphcli.sweeps.config import own_field, source_text
+    from nphcli.sweeps.session import SweepRequest, run_sweep
 
-    if print_config:
-        _print_config(preset, config)
-        return
-    data, origin = sweep_config.load(preset, config)
-    overrides = _overrides(SimpleNamespace(**locals()))
-    grid = sweep_config.resolve(data, origin, overrides)
-    inputs = [path for path in (grid.dataset, config) if path is not None and Path(path).exists()]
-    check_not_input(out, inputs)  # results are appended to, so --force does not apply
-    if plot is not None:
-        if plot.resolve() == out.resolve():
-            raise NphError("--out and --plot name the same file")
-        check_output(plot, force=force, protect=inputs)
-        from nphcli.plot import check_plot_output
-
-        check_plot_output(plot)  # matplotlib present, format known: before the grid runs
-
-    from nphcli.sweeps.results import Results
-    from nphcli.sweeps.runner import execute
-    from nphcli.sweeps.summary import summarize_settings
-
-    if threads is not None:
-        if threads < 1:
-            raise NphError(f"--threads must be ≥ 1, got {threads}")
-        import torch
-
-        torch.set_num_threads(threads)
-    results = Results(out, resume=resume, force=force)
-    with ProgressBar("sweep") as progress:
-        outcome = execute(grid, results, theory=theory, progress=progress)
-    summary = summarize_settings(outcome.rows, outcome.settings)
-    if plot is not None:
-        from nphcli.plot import plot_results
-
-        keys = {s.key for s in outcome.settings}
-        plot_results([row for row in outcome.rows if row.get("setting") in keys], plot, force=force)
-    if as_json:
-        print_json(
-            {
-                "config": grid.to_dict(),
-                "results": str(out),
-                "plot": None if plot is None else str(plot),
-                "runs": {
-                    "total": outcome.ran + outcome.skipped,
-                    "ran": outcome.ran,
-                    "skipped": outcome.skipped,
-                },
-                "wall_s": outcome.wall_s,
-                "threads": threads,
-                "summary": [row.to_json() for row in summary],
-            }
+    if models is not None:
+        raise NphError(
+            "--models is gone: name the models with --model and each parameter with its own "
+            "option, e.g. --model dense,topk --k 0.2,0.5"
         )
+    if print_config:
+        sys.stdout.write(source_text(preset, config))
         return
-    _print_summary(summary, theory=theory, title=f"Sweep summary ({out}, mean ± std over trials)")
-
-
-def _print_config(preset: str | None, config: Path | None) -> None:
-    """--print-config: the preset's or the config file's text, as the sweep would read it."""
-    from nphcli.errors import NphError
-    from nphcli.sweeps import config as sweep_config
-
-    if preset is None and config is None:
-        raise NphError("--print-config shows a --preset or --config file; name one")
-    if preset is not None and config is not None:
-        raise NphError("choose one of --preset and --config")
-    text = (
-        sweep_config.preset_text(preset) if preset is not None else sweep_config.config_text(config)
-    )
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
-
-
-def _overrides(opts) -> dict:
-    """The grid keys the command line sets (None: keep the preset's or config's value)."""
-    from nphcli.sweeps.parsing import parse_list
-
-    def numbers(text, flag, kind):
-        return None if text is None else parse_list(text, flag, kind)
-
-    return {
-        "dataset": opts.dataset,
-        "models": opts.models,
-        "sizes": numbers(opts.sizes, "--sizes", int),
-        "trials": opts.trials,
-        "beta": numbers(opts.beta, "--beta", float),
-        "mask": numbers(opts.mask, "--mask", float),
-        "mask_mode": opts.mask_mode,
-        "noise": numbers(opts.noise, "--noise", float),
-        "noise_clip": opts.noise_clip or None,
-        "queries": opts.queries,
-        "normalize": opts.normalize,
-        "root": opts.root,
-        "seed": opts.seed,
-        "device": opts.device,
-        "dtype": opts.dtype,
-    }
+    values: dict[str, Any] = {**field_values(given)}
+    own = {"dataset": dataset, "trials": trials, "normalize": normalize}
+    values.update({name: value for name, value in own.items() if value is not None})
+    if sizes is not None:
+        values["sizes"] = own_field("sizes").from_text(sizes)
+    request = SweepRequest(preset, config, values, root, out, resume, force, plot, theory, threads)
+    with ProgressBar("sweep") as progress:
+        report = run_sweep(request, progress)
+    if as_json:
+        print_json(report.to_json())
+        return
+    title = f"Sweep summary ({out}, mean ± std over trials)"
+    _print_summary(report.summary, theory=theory, title=title)
 
 
 def _print_summary(summary, *, theory: bool, title: str) -> None:

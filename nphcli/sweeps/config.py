@@ -1,9 +1,12 @@
 """What a sweep runs: a grid read from a preset, a TOML file or command-line options.
 
-A sweep grid is models × memory sizes × masks × noise levels × β values, repeated for a number of
-trials. The same TOML format serves the shipped presets (`nphcli/presets/*.toml`, listed by
-`list_presets`) and the user's own `--config FILE`; `nph sweep --preset NAME --print-config`
-prints a preset to copy and edit. Keys (every one optional):
+A sweep evaluates its models (each with its own parameter values) at every memory size and
+every combination of the retrieval values it is given, for a number of trials. Its setting keys
+are the retrieval fields (`nphcli.evaluation.fields`: mask, noise, fill, dtype, ... and model
+parameters such as beta or k), read and checked exactly as `nph retrieve` and `nph batch` read
+them: one value, or a list for several. The same TOML format serves the shipped presets
+(`nphcli/presets/*.toml`, listed by `list_presets`) and the user's own `--config FILE`;
+`nph sweep --preset NAME --print-config` prints a preset to copy and edit. Every key is optional:
 
     description = "text"                # shown nowhere but the file; for people
     dataset     = "mnist"               # a source name (mnist, fashion-mnist, cifar10, random)
@@ -12,30 +15,25 @@ prints a preset to copy and edit. Keys (every one optional):
     sizes       = [10, 50, 100]         # memory sizes M
     trials      = 50                    # memories drawn per size
     seed        = 0                     # the sweep's one seed (see nphcli.sweeps.grid)
-    beta        = [0.01]                # inverse temperatures β
-    mask        = [0.5]                 # fractions hidden
-    mask_mode   = "bottom"              # as `nph retrieve --mask-mode`
-    fill        = 0.0                   # value of hidden entries
-    noise       = [0.0]                 # Gaussian noise standard deviations σ ...
-    noise_variance = [0.1, 1.4]         # ... or variances v (σ = √v); not both
-    queries     = 100                   # queries per run (default: every stored pattern)
-    dtype       = "float32"             # retrieval dtype
+    noise_variance = [0.1, 1.4]         # noise as variances v (σ = √v), instead of `noise`
+    mask        = [0.5]                 # any retrieval field: a value or a list of values
+    beta        = [0.01]                # any model parameter: for every model that takes it
+    model       = ["dense", "topk"]     # the models by name, or one table per model:
 
-    [[models]]                          # one table per model; every other key is one of the
-    name = "topk"                       # model's parameters (`nph models`), a value or a list
-    k = [0.2, 0.5, 0.8]                 # k as a fraction of M: the paper's top-20/50/80%
+    [[models]]                          # every other key is one of the model's parameters
+    name = "topk"                       # (`nph models`), a value or a list; it replaces a
+    k = [0.2, 0.5, 0.8]                 # top-level value for this model
 
     [datasets.cifar10]                  # keys that apply only when the dataset is cifar10
     beta = [0.1]
 
-Precedence, lowest first: built-in defaults, the file's top level, its `[datasets.<name>]` table
-for the chosen dataset, command-line options. This module imports no torch: model names and
-parameters are checked against the registry only when `resolve` runs.
+Precedence, lowest first: defaults, the file's top level, its `[datasets.<name>]` table for the
+chosen dataset, command-line options (a model parameter given there replaces the tables' values).
+Reading a file imports no torch; `resolve` builds each model once to run its own checks.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -43,72 +41,43 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nphcli.defaults import DEFAULT_BETA
 from nphcli.errors import NphError
-from nphcli.sweeps.parsing import (
-    check_keys,
-    float_list,
-    int_list,
-    parse_number,
-    typed,
-    whole,
-)
+from nphcli.evaluation.fields import Field, check_keys, default, fields, get_field
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-# Keys allowed at the top level of a sweep file, and inside a [datasets.<name>] table.
-TOP_KEYS = (
-    "description",
-    "dataset",
-    "normalize",
-    "sizes",
-    "trials",
-    "seed",
-    "beta",
-    "mask",
-    "mask_mode",
-    "fill",
-    "noise",
-    "noise_variance",
-    "noise_clip",
-    "queries",
-    "dtype",
-    "models",
-    "datasets",
+# The sweep's own keys, declared as fields so that their values are read and checked like the
+# retrieval fields' (their group only says whether a key takes a list: setting groups do).
+OWN_FIELDS = (
+    Field("description", "str", None, "Text for people; shown nowhere.", group="input"),
+    Field("dataset", "str", "mnist", "Source name or file memories are drawn from.", group="input"),
+    Field("normalize", "str", None, "As `nph store --normalize`.", group="input"),
+    Field("sizes", "int", 100, "Memory sizes M.", group="run", minimum=1),
+    Field("trials", "int", 1, "Memories drawn per size.", group="input", minimum=1),
+    Field(
+        "noise_variance", "float", None, "Noise variances v (σ = √v).", "corruption", minimum=0.0
+    ),
 )
-DATASET_KEYS = tuple(
-    k for k in TOP_KEYS if k not in ("description", "dataset", "datasets", "models")
-)
-DEFAULTS: dict[str, Any] = {
-    "dataset": "mnist",
-    "normalize": None,
-    "sizes": [100],
-    "trials": 1,
-    "seed": 0,
-    "beta": [DEFAULT_BETA],  # the retrieve default
-    "mask": [0.0],
-    "mask_mode": None,
-    "fill": 0.0,
-    "noise": [0.0],
-    "noise_clip": False,
-    "queries": None,
-    "dtype": "float32",
-    "models": [{"name": "dense"}],
-}
+_OWN = {f.name: f for f in OWN_FIELDS}
+TABLES = ("models", "datasets")  # the file's tables: [[models]] and [datasets.<name>]
+# Keys a [datasets.<name>] table may not hold: they choose the dataset or the models.
+_NOT_PER_DATASET = ("description", "dataset", "model", *TABLES)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One model of the grid with a list of values per parameter it sweeps."""
+    """One model of the grid with its own list of values per parameter ([[models]] table)."""
 
     name: str  # a registered model name
     grid: dict[str, list[Any]] = field(default_factory=dict)  # parameter → values, file order
 
     def settings(self) -> list[dict[str, Any]]:
         """Every combination of the parameter values (the first parameter varies slowest)."""
+        import itertools
+
         names = list(self.grid)
         return [
             dict(zip(names, combo, strict=True)) for combo in itertools.product(*self.grid.values())
@@ -117,30 +86,27 @@ class ModelSpec:
 
 @dataclass
 class SweepConfig:
-    """A resolved sweep: every field checked, lists never empty."""
+    """A resolved sweep: every value checked, lists never empty."""
 
     dataset: str  # source name or file path
     models: list[ModelSpec]
     sizes: list[int]  # memory sizes M
     trials: int  # memories drawn per size
     seed: int  # the sweep's single seed
-    beta: list[float]  # inverse temperatures
-    mask: list[float]  # fractions hidden
-    noise: list[float]  # noise standard deviations σ
-    mask_mode: str | None = None  # None: bottom for images, random for vectors
-    fill: float = 0.0  # value of hidden entries
-    queries: int | None = None  # queries per run; None: every stored pattern
+    values: dict[str, list[Any]]  # retrieval fields and model parameters given → their values
     normalize: str | None = None  # None: the source's default
-    dtype: str = "float32"  # retrieval dtype
-    device: str = "cpu"  # cpu, cuda, cuda:N, mps or auto
     root: str | None = None  # dataset root folder (datasets only)
     origin: str = "options"  # where the grid came from: "preset NAME", a file, or "options"
     noise_variance: list[float] | None = None  # the variances σ was computed from, if given so
-    noise_clip: bool = False  # clamp noisy queries to [0, 1] (corruption.py)
+
+    def values_of(self, name: str) -> list[Any]:
+        """The values of retrieval field `name`: as given, else its default alone."""
+        return self.values.get(name, [default(name)])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready description (for `--json` and the results' provenance)."""
-        return {
+        """JSON-ready description (for `--json` and the results' provenance): every field a
+        sweep takes with its values, and the model parameters given for every model."""
+        out = {
             "origin": self.origin,
             "dataset": self.dataset,
             "normalize": self.normalize,
@@ -148,17 +114,18 @@ class SweepConfig:
             "sizes": self.sizes,
             "trials": self.trials,
             "seed": self.seed,
-            "beta": self.beta,
-            "mask": self.mask,
-            "mask_mode": self.mask_mode,
-            "fill": self.fill,
-            "noise": self.noise,
             "noise_variance": self.noise_variance,
-            "noise_clip": self.noise_clip,
-            "queries": self.queries,
-            "dtype": self.dtype,
-            "device": self.device,
         }
+        for f in fields(setting=True, surface="sweep"):
+            if f.name not in ("model", "seed"):
+                out[f.name] = self.values_of(f.name)
+        out.update({name: v for name, v in self.values.items() if name not in out})
+        return out
+
+
+def own_field(name: str) -> Field:
+    """The field of one of the sweep's own keys (sizes, trials, ...)."""
+    return _OWN[name]
 
 
 def _preset_folder():
@@ -192,21 +159,46 @@ def config_text(path: str | Path) -> str:
         raise NphError(f"cannot read config file {path}: {error}") from None
 
 
+def source_text(preset: str | None, config: str | Path | None) -> str:
+    """The text of the --preset or --config file (`--print-config`), ending in a newline."""
+    if preset is None and config is None:
+        raise NphError("--print-config shows a --preset or --config file; name one")
+    if preset is not None and config is not None:
+        raise NphError("choose one of --preset and --config")
+    text = preset_text(preset) if preset is not None else config_text(config)
+    return text if text.endswith("\n") else text + "\n"
+
+
 def parse(text: str, origin: str) -> dict[str, Any]:
     """Parse sweep TOML and check its keys (values are checked by `resolve`)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise NphError(f"{origin} is not valid TOML: {error}") from None
-    check_keys(data, TOP_KEYS, origin)
+    _check_table_keys(data, origin, own=(*_OWN, *TABLES))
+    if "model" in data and "models" in data:
+        raise NphError(f"{origin}: give the models as `model = [...]` or [[models]], not both")
     datasets = data.get("datasets", {})
     if not isinstance(datasets, dict):
         raise NphError(f"{origin}: 'datasets' must be a table of [datasets.<name>] tables")
     for name, table in datasets.items():
         if not isinstance(table, dict):
             raise NphError(f"{origin}: [datasets.{name}] must be a table")
-        check_keys(table, DATASET_KEYS, f"{origin} [datasets.{name}]")
+        per_dataset = [key for key in _OWN if key not in _NOT_PER_DATASET]
+        _check_table_keys(table, f"{origin} [datasets.{name}]", own=per_dataset, model=False)
     return data
+
+
+def _check_table_keys(table: dict, where: str, *, own, model: bool = True) -> None:
+    """Refuse unknown keys, and retrieval fields a sweep refuses (with the reason)."""
+    rest = [key for key in table if key not in own]
+    unknown = [key for key in rest if get_field(key) is None or (key == "model" and not model)]
+    if unknown:
+        raise NphError(
+            f"{where}: unknown key {unknown[0]!r}; keys are {', '.join(own)}, the retrieval "
+            'fields and model parameters (README, "Sweeps"; `nph models`)'
+        )
+    check_keys(rest, "sweep", where)
 
 
 def load(preset: str | None = None, config: str | Path | None = None) -> tuple[dict, str]:
@@ -222,147 +214,126 @@ def load(preset: str | None = None, config: str | Path | None = None) -> tuple[d
     return {}, "options"
 
 
-def resolve(data: dict[str, Any], origin: str, overrides: dict[str, Any]) -> SweepConfig:
-    """Merge defaults, the file, its table for the chosen dataset and `overrides` (CLI options
-    that were given; None values are ignored) into a checked `SweepConfig`."""
-    given = {key: value for key, value in overrides.items() if value is not None}
-    merged = _merge(data, origin, given)
-    dataset = merged["dataset"]
+def resolve(
+    data: dict[str, Any], origin: str, given: dict[str, Any], *, root: str | None = None
+) -> SweepConfig:
+    """Merge defaults, the file, its table for the chosen dataset and `given` (the options
+    given, as file values: a value or a list) into a checked `SweepConfig`."""
     where = origin if origin == "options" else f"{origin} or the options"
-    sizes = int_list(merged["sizes"], "sizes", where, minimum=1)
-    trials = whole(merged["trials"], "trials", where, minimum=1)
-    seed = whole(merged["seed"], "seed", where, minimum=0)
-    beta = float_list(merged["beta"], "beta", where, positive=True)
-    mask = float_list(merged["mask"], "mask", where)
-    noise = float_list(merged["noise"], "noise", where)
-    for value in mask:
-        if not 0.0 <= value <= 1.0:
-            raise NphError(f"{where}: mask values are fractions in [0, 1], got {value}")
-    for value in noise:
-        if value < 0:
-            raise NphError(f"{where}: noise values are standard deviations ≥ 0, got {value}")
-    queries = _queries(merged["queries"], sizes, where)
-    fill = merged["fill"]
-    if isinstance(fill, bool) or not isinstance(fill, (int, float)) or not math.isfinite(fill):
-        raise NphError(f"{where}: fill must be a finite number, got {fill!r}")
-    if not isinstance(merged["noise_clip"], bool):
-        raise NphError(f"{where}: noise_clip must be true or false, got {merged['noise_clip']!r}")
-    for key in ("mask_mode", "normalize", "dtype", "dataset"):
-        value = merged[key]
-        if value is not None and not isinstance(value, str):
-            raise NphError(f"{where}: {key} must be a string, got {value!r}")
-    models = merged["models"]
-    if isinstance(models, str):
-        models = parse_models(models)
-    else:
-        models = [_model_spec(entry, where) for entry in _table_list(models, where)]
-    return SweepConfig(
+    _check_table_keys(given, "the options", own=list(_OWN))
+    top = {k: v for k, v in data.items() if k not in ("description", "datasets")}
+    dataset = str(given.get("dataset", top.get("dataset", default_own("dataset"))))
+    table = data.get("datasets", {}).get(dataset, {})
+    merged: dict[str, Any] = {}
+    for layer, name in ((top, origin), (table, f"{origin} [datasets.{dataset}]"), (given, where)):
+        merged.update(_noise_from(layer, name))
+    tables = merged.pop("models", None)
+    models = _models(merged.pop("model", None), tables, given, where)
+    sizes = _own_values(merged.pop("sizes", [default_own("sizes")]), "sizes", where)
+    (trials,) = _own_values(merged.pop("trials", default_own("trials")), "trials", where)
+    normalize = _own_values(merged.pop("normalize", None), "normalize", where)[0]
+    variance = merged.pop("noise_variance", None)
+    merged.pop("dataset", None)
+    values = {key: get_field(key).from_json(v, f"{where}: {key}") for key, v in merged.items()}
+    seeds = values.pop("seed", [default("seed")])
+    if len(seeds) != 1:
+        raise NphError(f"{where}: a sweep takes one seed (each trial derives its own), got {seeds}")
+    _check_params(values, models, where)
+    for queries in values.get("queries", []):
+        if queries is not None and queries > min(sizes):
+            raise NphError(
+                f"{where}: queries = {queries} exceeds the smallest memory size {min(sizes)}"
+            )
+    config = SweepConfig(
         dataset=dataset,
         models=models,
         sizes=sizes,
         trials=trials,
-        seed=seed,
-        beta=beta,
-        mask=mask,
-        noise=noise,
-        mask_mode=merged["mask_mode"],
-        fill=float(fill),
-        queries=queries,
-        normalize=merged["normalize"],
-        dtype=merged["dtype"],
-        device=str(given.get("device", "cpu")),
-        root=None if given.get("root") is None else str(given["root"]),
+        seed=seeds[0],
+        values=values,
+        normalize=normalize,
+        root=None if root is None else str(root),
         origin=origin,
-        noise_variance=merged.get("noise_variance") if "noise" not in given else None,
-        noise_clip=merged["noise_clip"],
+        noise_variance=variance,
     )
+    _check_models(config)
+    return config
 
 
-def _merge(data: dict[str, Any], origin: str, given: dict[str, Any]) -> dict[str, Any]:
-    """Defaults, then the file's top level, its table for the chosen dataset, and `given`."""
-    merged: dict[str, Any] = dict(DEFAULTS)
-    top = {k: v for k, v in data.items() if k not in ("description", "datasets")}
-    merged.update(_noise_from(top, origin))
-    dataset = str(given.get("dataset", merged["dataset"]))
-    table = data.get("datasets", {}).get(dataset, {})
-    merged.update(_noise_from(table, f"{origin} [datasets.{dataset}]"))
-    merged.update(given)
-    merged["dataset"] = dataset
-    return merged
+def default_own(name: str) -> Any:
+    return _OWN[name].default
 
 
-def _queries(queries: Any, sizes: list[int], where: str) -> int | None:
-    """Queries per run: None for every stored pattern, else at most the smallest memory."""
-    if queries is None:
-        return None
-    queries = whole(queries, "queries", where, minimum=1)
-    if queries > min(sizes):
-        raise NphError(
-            f"{where}: queries = {queries} exceeds the smallest memory size {min(sizes)}"
-        )
-    return queries
+def _own_values(value: Any, key: str, where: str) -> list[Any]:
+    return _OWN[key].from_json(value, f"{where}: {key}")
 
 
-def parse_models(text: str) -> list[ModelSpec]:
-    """`--models` text: comma-separated models, each `name` or `name:param=v1/v2/...`, e.g.
-    `dense,sparse,topk:k=0.2/0.5/0.8,random:k=0.5:seed=3`."""
-    specs = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        name, *params = (piece.strip() for piece in item.split(":"))
-        entry: dict[str, Any] = {"name": name}
-        for param in params:
-            key, sep, values = param.partition("=")
-            if not sep or not key.strip() or not values.strip():
-                raise NphError(
-                    f"--models: cannot read {param!r} in {item!r}; write name:param=v1/v2, "
-                    "e.g. topk:k=0.2/0.5/0.8"
-                )
-            entry[key.strip()] = [parse_number(v.strip()) for v in values.split("/")]
-        specs.append(_model_spec(entry, "--models"))
-    if not specs:
-        raise NphError("--models names no model; e.g. --models dense,topk:k=0.2/0.5")
-    return specs
+def _models(names: Any, tables: Any, given: dict[str, Any], where: str) -> list[ModelSpec]:
+    """The grid's models: named by `model` (the options' or the file's), else [[models]]
+    tables, else dense. A model parameter given as an option replaces the tables' values."""
+    if names is not None:
+        return [ModelSpec(_card(name).name) for name in get_field("model").from_json(names, where)]
+    if tables is None:
+        return [ModelSpec(default("model"))]
+    if not isinstance(tables, list) or not tables:
+        raise NphError(f"{where}: models must be a non-empty list of [[models]] tables")
+    declared = {f.name for f in fields()}
+    replaced = {key for key in given if key not in declared and key not in _OWN}
+    return [_model_spec(entry, where, replaced=replaced) for entry in tables]
 
 
-def _model_spec(entry: Any, where: str) -> ModelSpec:
+def _model_spec(entry: Any, where: str, *, replaced: set[str]) -> ModelSpec:
     """A checked ModelSpec: a registered name, parameters it takes, values of the right type."""
-    from nphcli.models import get_model_info
-
     if not isinstance(entry, dict) or "name" not in entry:
         raise NphError(f'{where}: every [[models]] entry needs a name, e.g. name = "dense"')
     name = entry["name"]
     if not isinstance(name, str):
         raise NphError(f"{where}: a model name must be a string, got {name!r}")
-    info = get_model_info(name)  # NphError for unknown names, listing the registry
-    types = {p.name: p.type for p in info.params}
+    card = _card(name)
     grid: dict[str, list[Any]] = {}
     for key, raw in entry.items():
-        if key == "name":
+        if key == "name" or key in replaced:
             continue
-        if key == "beta":
-            raise NphError(
-                f"{where}: set beta for the whole grid (top-level `beta` or --beta), not in "
-                f"model {name!r}"
-            )
-        if key not in types:
-            takes = ", ".join(p for p in types if p != "beta")
+        if not card.takes(key):
+            takes = ", ".join(p.name for p in card.params)
             raise NphError(f"{where}: model {name!r} has no parameter {key!r}; it takes {takes}")
-        values = raw if isinstance(raw, list) else [raw]
-        if not values:
-            raise NphError(f"{where}: model {name!r}: {key} has no values")
-        grid[key] = [typed(v, types[key], f"{where}: model {name!r} {key}") for v in values]
-    spec = ModelSpec(name, grid)
-    for params in spec.settings():  # the models' own checks (e.g. k > 0), before any work
-        info.cls(**params)
-    return spec
+        grid[key] = get_field(key).from_json(raw, f"{where}: model {name!r} {key}")
+    return ModelSpec(name, grid)
 
 
-def _table_list(models: Any, where: str) -> list:
-    if not isinstance(models, list) or not models:
-        raise NphError(f"{where}: models must be a non-empty list of [[models]] tables")
-    return models
+def _check_params(values: dict[str, list], models: list[ModelSpec], where: str) -> None:
+    """A model parameter given for the whole grid must be taken by one of its models."""
+    from nphcli.catalog import model_cards
+
+    declared = {f.name for f in fields()}
+    for name in values:
+        if name in declared or any(_card(m.name).takes(name) for m in models):
+            continue
+        takers = [card.name for card in model_cards() if card.takes(name)]
+        listed = ", ".join(m.name for m in models)
+        raise NphError(
+            f"{where}: no model of the grid ({listed}) takes {name!r}; "
+            + (f"it is taken by {', '.join(takers)}" if takers else "no model takes it")
+        )
+
+
+def _check_models(config: SweepConfig) -> None:
+    """Build each distinct model of the grid once: its own checks (e.g. k > 0) before work."""
+    from nphcli.evaluation.settings import build_model
+    from nphcli.sweeps.grid import distinct_models
+
+    for settings in distinct_models(config):
+        build_model(settings)
+
+
+def _card(name: str):
+    from nphcli.catalog import get_card, model_cards
+
+    card = get_card(str(name).strip())
+    if card is None:
+        names = ", ".join(c.name for c in model_cards())
+        raise NphError(f"unknown model {name!r}; choose one of: {names} (see `nph models`)")
+    return card
 
 
 def _noise_from(table: dict[str, Any], where: str) -> dict[str, Any]:
@@ -371,9 +342,7 @@ def _noise_from(table: dict[str, Any], where: str) -> dict[str, Any]:
     if "noise_variance" in out:
         if "noise" in out:
             raise NphError(f"{where}: give noise (σ) or noise_variance (σ²), not both")
-        variances = float_list(out["noise_variance"], "noise_variance", where)
-        if any(v < 0 for v in variances):
-            raise NphError(f"{where}: noise_variance values must be ≥ 0")
+        variances = _own_values(out["noise_variance"], "noise_variance", where)
         out["noise"] = [math.sqrt(v) for v in variances]
         out["noise_variance"] = variances
     elif "noise" in out:

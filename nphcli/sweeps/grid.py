@@ -1,8 +1,12 @@
 """The sweep grid: its settings, the (setting, trial) tasks in run order, and their seeds.
 
-The grid (`nphcli.sweeps.config.SweepConfig`) expands into settings, one per combination of a
-model setting (a model and one value of each parameter it sweeps), a memory size M, a mask
-fraction, a noise σ and a β. Each setting runs once per trial.
+The grid (`nphcli.sweeps.config.SweepConfig`) expands into settings: for each memory size M,
+each combination of the values of the retrieval fields given (in their declared order: mask
+before noise), then of the model parameters given for every model (beta, ...), and each model
+with each combination of its own [[models]] values (the last varies fastest). A model that does
+not take a parameter, or sets it in its own table, has one value on that parameter's axis. Each
+setting is one `RetrieveSettings` (built by `nphcli.evaluation.settings.settings_from`, exactly
+what `nph retrieve` would be given) and runs once per trial.
 
 Seeds. Everything follows from the sweep's one `seed` and the trial index t:
 
@@ -17,29 +21,54 @@ trial see the same memory and the same corrupted queries.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
 from nphcli.errors import NphError
 from nphcli.sweeps.config import SweepConfig
 
+# Fields with their own place in a setting's key (so never in its label).
+KEYED = ("mask", "noise", "beta")
+
 
 @dataclass(frozen=True)
 class Setting:
     """One point of the grid (everything but the trial)."""
 
-    model: str
-    params: tuple[tuple[str, Any], ...]  # the swept parameters of this model setting
+    settings: Any  # RetrieveSettings of the run; its seed is the sweep's (`run_seed` per trial)
     size: int  # memory size M
-    mask: float
-    noise: float  # σ
-    beta: float
-    mask_mode: str | None
+    shown: tuple[tuple[str, Any], ...]  # the model parameters given and the fields that vary
+
+    @property
+    def model(self) -> str:
+        return self.settings.model
+
+    @property
+    def params(self) -> tuple[tuple[str, Any], ...]:
+        """The model parameters given for this setting (β apart)."""
+        return tuple((k, v) for k, v in self.shown if k in self.settings.params)
+
+    @property
+    def mask(self) -> float:
+        return self.settings.corruption.mask
+
+    @property
+    def mask_mode(self) -> str | None:
+        return self.settings.corruption.mask_mode
+
+    @property
+    def noise(self) -> float:
+        return self.settings.corruption.noise
+
+    @property
+    def beta(self) -> float | None:
+        return self.settings.params.get("beta")
 
     @property
     def label(self) -> str:
         """The model setting, e.g. `topk k=0.2`: one line of a plot."""
-        return " ".join([self.model, *(f"{k}={_text(v)}" for k, v in self.params)])
+        return " ".join([self.model, *(f"{k}={_text(v)}" for k, v in self.shown)])
 
     @property
     def key(self) -> str:
@@ -56,30 +85,51 @@ def _text(value: Any) -> str:
 
 
 def expand(config: SweepConfig) -> list[Setting]:
-    """The grid's settings in run order: size, mask, noise, β, then model settings."""
+    """The grid's settings in run order (module docstring)."""
+    from nphcli.catalog import get_card
+    from nphcli.evaluation.fields import fields
+    from nphcli.evaluation.settings import settings_from
+
+    declared = [f.name for f in fields() if f.name in config.values]
+    params = [name for name in config.values if name not in declared]
+    axes = [(name, config.values[name]) for name in (*declared, *params)]
+    varying = [name for name in declared if len(config.values[name]) > 1 and name not in KEYED]
     settings = []
     for size in config.sizes:
-        for mask in config.mask:
-            for noise in config.noise:
-                for beta in config.beta:
-                    for spec in config.models:
-                        for params in spec.settings():
-                            settings.append(
-                                Setting(
-                                    spec.name,
-                                    tuple(params.items()),
-                                    size,
-                                    mask,
-                                    noise,
-                                    beta,
-                                    config.mask_mode,
-                                )
-                            )
+        for picks in itertools.product(*(range(len(values)) for _, values in axes)):
+            chosen = {name: values[i] for (name, values), i in zip(axes, picks, strict=True)}
+            at = dict(zip((name for name, _ in axes), picks, strict=True))
+            fixed = {name: chosen[name] for name in declared}
+            fixed["seed"] = config.seed
+            for spec in config.models:
+                card = get_card(spec.name)
+                own = [n for n in params if card.takes(n) and n not in spec.grid]
+                if any(at[n] for n in params if n not in own):
+                    continue  # an axis the model does not take: its first value stands for all
+                for table in spec.settings():
+                    given = {**{n: chosen[n] for n in own}, **table}
+                    if card.takes("beta"):  # the key names β: a run states it
+                        beta = next(p.default for p in card.params if p.name == "beta")
+                        given.setdefault("beta", beta)
+                    shown = [(n, v) for n, v in given.items() if n != "beta"]
+                    shown += [(n, chosen[n]) for n in varying]
+                    run = settings_from(spec.name, given, fixed)
+                    settings.append(Setting(run, size, tuple(shown)))
     keys = [s.key for s in settings]
     if len(set(keys)) != len(keys):
         duplicate = next(k for k in keys if keys.count(k) > 1)
         raise NphError(f"the grid lists one setting twice ({duplicate}); remove the repeat")
     return settings
+
+
+def distinct_models(config: SweepConfig) -> list[Any]:
+    """One `RetrieveSettings` per distinct model and parameters of the grid (to build each
+    model once for its checks)."""
+    found: dict[str, Any] = {}
+    for setting in expand(config):
+        run = setting.settings
+        found.setdefault(f"{run.model} {sorted(run.params.items())!r}", run)
+    return list(found.values())
 
 
 @dataclass(frozen=True)

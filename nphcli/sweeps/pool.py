@@ -50,8 +50,6 @@ def load_pool(config: SweepConfig) -> Pool:
 
 def check_pool(config: SweepConfig, pool: Pool) -> None:
     """Refuse sizes the pool cannot fill, and parameters that do not fit a size, before work."""
-    from nphcli.models import get_model_info
-
     largest = max(config.sizes)
     if largest > pool.size:
         origin = " (the offline fallback sample)" if pool.meta.get("fallback") else ""
@@ -60,14 +58,14 @@ def check_pool(config: SweepConfig, pool: Pool) -> None:
             f"use sizes ≤ {pool.size}, or give the full dataset (--root, $NPH_DATA; "
             "`nph store --download` fetches it)"
         )
+    from nphcli.evaluation.settings import build_model
     from nphcli.memory.bank import TensorBank
+    from nphcli.sweeps.grid import distinct_models
 
-    for spec in config.models:
-        info = get_model_info(spec.name)
-        for params in spec.settings():
-            model = info.cls(**params)
-            for size in config.sizes:
-                model.check_memory(TensorBank(pool.patterns[:size]))  # the shape of every draw
+    for settings in distinct_models(config):
+        model = build_model(settings)
+        for size in config.sizes:
+            model.check_memory(TensorBank(pool.patterns[:size]))  # the shape of every draw
 
 
 def draw_memory(pool: Pool, size: int, seed: int) -> Any:

@@ -183,11 +183,12 @@ class Results:
                         f"{self.path} holds rows of another sweep ({key} {row.get(key)!r}, "
                         f"now {value!r}); resume with the same settings or choose another --out"
                     )
+            clips = config.values_of("noise_clip")  # several values: in the setting keys
             clipped = str(row.get("noise_clip", "")).lower() in ("true", "1")  # JSON or CSV
-            if clipped != config.noise_clip:
+            if len(clips) == 1 and clipped != clips[0]:
                 raise NphError(
-                    f"{self.path} was written with noise_clip {not config.noise_clip}; resume "
-                    "it the same way or choose another --out"
+                    f"{self.path} was written with noise_clip {clipped}; resume it the same way "
+                    "or choose another --out"
                 )
             if ("theory_m" in row) != theory:
                 had = "with" if "theory_m" in row else "without"

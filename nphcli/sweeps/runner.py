@@ -1,8 +1,9 @@
 """Running a sweep: each (setting, trial) evaluated in order, its row appended as it finishes.
 
 A run draws a memory of M patterns from the sweep's pool (`nphcli.sweeps.pool`) and calls
-`nphcli.evaluation.evaluate.evaluate` on it: every stored pattern (or `queries` of them) is
-corrupted and retrieved, exactly as `nph retrieve` does. Seeds are in `nphcli.sweeps.grid`, the
+`nphcli.evaluation.evaluate.evaluate` on it with the setting's `RetrieveSettings` (its seed the
+trial's run seed): every stored pattern (or `queries` of them) is corrupted and retrieved,
+exactly as `nph retrieve` does. Seeds are in `nphcli.sweeps.grid`, the
 row's columns in `nphcli.sweeps.columns`, the results file in `nphcli.sweeps.results`.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nphcli.notices import notice
@@ -35,34 +36,12 @@ def run(
         if (trial, setting.size) not in drawn:
             drawn = {(trial, setting.size): draw_memory(pool, setting.size, m_seed)}
         memory = drawn[(trial, setting.size)]
-        settings = _retrieve_settings(config, setting, trial)
+        settings = replace(setting.settings, seed=run_seed(config.seed, trial))
         report = evaluate(memory, settings, sources={"memory": config.dataset})
         row = {**id_columns(config, setting, trial, pool.normalize, m_seed), **report.to_row()}
         if theory:
             row.update(theory_columns(memory, report))
         yield row
-
-
-def _retrieve_settings(config: SweepConfig, setting: Setting, trial: int) -> Any:
-    """The `RetrieveSettings` of one run: what `nph retrieve` would be given for it."""
-    from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.settings import RetrieveSettings
-
-    return RetrieveSettings(
-        model=setting.model,
-        params={**dict(setting.params), "beta": setting.beta},
-        corruption=Corruption(
-            mask=setting.mask,
-            mask_mode=setting.mask_mode,
-            fill=config.fill,
-            noise=setting.noise,
-            noise_clip=config.noise_clip,
-        ),
-        queries=config.queries,
-        seed=run_seed(config.seed, trial),
-        device=config.device,
-        dtype=config.dtype,
-    )
 
 
 @dataclass

@@ -4,43 +4,67 @@ retrieval of corrupted stored patterns checked query by query."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nphcli.defaults import DEFAULT_BETA
 from nphcli.errors import NphError
-from nphcli.memory.bank import Memory
+from nphcli.evaluation.fields import default
+
+if TYPE_CHECKING:  # reading the options (`nph analyze --help`) imports no torch
+    from nphcli.memory.bank import Memory
+
+# The retrieval fields `nph analyze` shares with `nph retrieve` (the model's parameters too).
+RETRIEVAL_FIELDS = ("model", "mask", "noise", "queries", "seed")
 
 
 @dataclass
 class AnalysisRequest:
     """What to analyse; the fields mirror `nph analyze`'s options."""
 
-    beta: float | None = None  # None: DEFAULT_BETA
-    k: float | None = None  # support size of the conditions; None: M, or the model's support
     model: str | None = None  # also retrieve with this model and check it per query
-    params: dict[str, Any] = field(default_factory=dict)  # the model's other parameters
-    mask: float = 0.0
-    noise: float = 0.0
-    queries: int | None = None
-    seed: int = 0
+    params: dict[str, Any] = field(default_factory=dict)  # model parameters given (β: also the
+    # conditions'; DEFAULT_BETA when not given)
+    theorem_k: float | None = None  # support size of the conditions; None: M, or the model's
+    mask: float = default("mask")
+    noise: float = default("noise")
+    queries: int | None = default("queries")
+    seed: int = default("seed")
     sample: int = 2000  # patterns sampled for R and Δ when M is larger; 0: all
     fixed_point: int = 0  # iterate this many steps (Corollary 4.3); 0: skip
     per_pattern: bool = False
     per_query: bool = False
 
+    @classmethod
+    def from_values(cls, values: dict[str, Any], **own: Any) -> AnalysisRequest:
+        """The request of single field values (`RETRIEVAL_FIELDS` and model parameters by
+        name) and analyze's own options."""
+        shared = {name: values[name] for name in RETRIEVAL_FIELDS if name in values}
+        params = {name: v for name, v in values.items() if name not in RETRIEVAL_FIELDS}
+        return cls(**shared, params=params, **own)
+
+    @property
+    def beta(self) -> float:
+        """β of the conditions and the model."""
+        return self.params.get("beta", DEFAULT_BETA)
+
     def check(self) -> None:
         """Refuse option combinations that cannot mean anything, before any work."""
         if self.sample < 0:
             raise NphError(f"--sample must be 0 or more, got {self.sample}")
-        if self.beta is not None and not self.beta > 0:
+        if not self.beta > 0:
             raise NphError(f"--beta must be > 0, got {self.beta}")
+        if self.theorem_k is not None and not self.theorem_k > 0:
+            raise NphError(f"--theorem-k must be > 0, got {self.theorem_k}")
         if self.fixed_point < 0:
             raise NphError(f"--fixed-point must be 0 or more steps, got {self.fixed_point}")
         used = (self.mask, self.noise, self.queries, self.per_query, self.fixed_point)
-        if self.model is None and (self.params or any(v not in (None, 0, False) for v in used)):
-            flags = "".join(f"--{name}, " for name in self.params)
+        params = [name for name in self.params if name != "beta"]
+        if self.model is None and (params or any(v not in (None, 0, False) for v in used)):
+            flags = "".join(f"--{name}, " for name in params)
+            hint = "; the conditions' support size is --theorem-k" if "k" in params else ""
             raise NphError(
-                f"{flags}--mask, --noise, --queries, --per-query and --fixed-point go with --model"
+                f"{flags}--mask, --noise, --queries, --per-query and --fixed-point go with "
+                f"--model{hint}"
             )
 
 
@@ -50,11 +74,10 @@ def analyze(memory: Memory, request: AnalysisRequest, *, source: str | None = No
     from nphcli.theory.readings import support_reading
 
     request.check()
-    beta = DEFAULT_BETA if request.beta is None else request.beta
-    k = request.k
+    beta, k = request.beta, request.theorem_k
     checked = None
     if request.model is not None:
-        checked = _check_model(memory, request, beta, source)
+        checked = _check_model(memory, request, source)
         if k is None:  # the conditions with the model's own support size
             k = int(checked["check"].k.max())
     rows = request.sample or None
@@ -72,21 +95,15 @@ def analyze(memory: Memory, request: AnalysisRequest, *, source: str | None = No
     return result
 
 
-def _check_model(memory: Memory, request: AnalysisRequest, beta: float, source: str | None):
+def _check_model(memory: Memory, request: AnalysisRequest, source: str | None):
     """Retrieve corrupted stored patterns with the model (float64) and check Theorem 4.1."""
-    from nphcli.evaluation.corruption import Corruption
     from nphcli.evaluation.evaluate import evaluate
-    from nphcli.evaluation.settings import RetrieveSettings
+    from nphcli.evaluation.settings import settings_from
     from nphcli.theory.checks import check_report, is_structured
 
-    settings = RetrieveSettings(
-        model=request.model,
-        params={"beta": beta, "k": request.k, **request.params},
-        corruption=Corruption(mask=request.mask, noise=request.noise),
-        queries=request.queries,
-        seed=request.seed,
-        dtype="float64",
-    )
+    chosen = {name: getattr(request, name) for name in RETRIEVAL_FIELDS if name != "model"}
+    params = {**request.params, "beta": request.beta}
+    settings = settings_from(request.model, params, {**chosen, "dtype": "float64"})
     report = evaluate(memory, settings, sources={"memory": source})
     if not is_structured(request.model, report.config["params"]):
         raise NphError(

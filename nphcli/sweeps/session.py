@@ -1,0 +1,107 @@
+"""A whole `nph sweep`: the grid resolved, its outputs checked before any work, every run not
+yet in the results file done, then the summary and the plot.
+
+The command line only parses options into a `SweepRequest` and renders the `SweepReport`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nphcli.errors import NphError
+
+DEFAULT_OUT = Path("sweep.jsonl")
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What `nph sweep` was asked for."""
+
+    preset: str | None = None  # a shipped grid, or
+    config: Path | None = None  # a TOML grid file (not both)
+    given: dict[str, Any] = field(default_factory=dict)  # keys given as options (file values)
+    root: Path | None = None  # dataset root folder
+    out: Path = DEFAULT_OUT  # results file, .jsonl or .csv
+    resume: bool = False  # continue `out`, skipping the runs in it
+    force: bool = False  # replace `out` (and `plot`) when the sweep completes
+    plot: Path | None = None  # also draw mean SSE against the varying axis
+    theory: bool = False  # add the §4 checks to every row
+    threads: int | None = None  # CPU threads for torch; None: torch's
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did: its grid, its runs and the per-setting summary."""
+
+    request: SweepRequest
+    outcome: Any  # nphcli.sweeps.runner.Outcome
+    summary: list[Any]  # nphcli.sweeps.summary.SummaryRow, in grid order
+
+    def to_json(self) -> dict[str, Any]:
+        """The object of `nph sweep --json`."""
+        outcome, request = self.outcome, self.request
+        return {
+            "config": outcome.config.to_dict(),
+            "results": str(request.out),
+            "plot": None if request.plot is None else str(request.plot),
+            "runs": {
+                "total": outcome.ran + outcome.skipped,
+                "ran": outcome.ran,
+                "skipped": outcome.skipped,
+            },
+            "wall_s": outcome.wall_s,
+            "threads": request.threads,
+            "summary": [row.to_json() for row in self.summary],
+        }
+
+
+def run_sweep(
+    request: SweepRequest, progress: Callable[[int | None], None] | None = None
+) -> SweepReport:
+    """Resolve the grid, check the outputs, run, summarise and plot (`progress` as in
+    `nphcli.sweeps.runner.execute`)."""
+    from nphcli.sweeps.config import load, resolve
+
+    data, origin = load(request.preset, request.config)
+    grid = resolve(data, origin, request.given, root=request.root)
+    _check_outputs(request, grid.dataset)
+    if request.threads is not None:
+        if request.threads < 1:
+            raise NphError(f"--threads must be ≥ 1, got {request.threads}")
+        import torch
+
+        torch.set_num_threads(request.threads)
+
+    from nphcli.sweeps.results import Results
+    from nphcli.sweeps.runner import execute
+    from nphcli.sweeps.summary import summarize_settings
+
+    results = Results(request.out, resume=request.resume, force=request.force)
+    outcome = execute(grid, results, theory=request.theory, progress=progress)
+    summary = summarize_settings(outcome.rows, outcome.settings)
+    if request.plot is not None:
+        from nphcli.plot import plot_results
+
+        keys = {s.key for s in outcome.settings}
+        rows = [row for row in outcome.rows if row.get("setting") in keys]
+        plot_results(rows, request.plot, force=request.force)
+    return SweepReport(request, outcome, summary)
+
+
+def _check_outputs(request: SweepRequest, dataset: str) -> None:
+    """Refuse, before the grid runs, outputs that replace an input or cannot be written."""
+    from nphcli.atomic import check_not_input, check_output
+
+    named = (dataset, request.config)
+    inputs = [path for path in named if path is not None and Path(path).exists()]
+    check_not_input(request.out, inputs)  # results are appended to, so --force does not apply
+    if request.plot is not None:
+        if request.plot.resolve() == request.out.resolve():
+            raise NphError("--out and --plot name the same file")
+        check_output(request.plot, force=request.force, protect=inputs)
+        from nphcli.plot import check_plot_output
+
+        check_plot_output(request.plot)  # matplotlib present, format known: before the grid runs

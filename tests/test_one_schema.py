@@ -1,0 +1,75 @@
+"""One declaration of a retrieval field reaches every surface: a field added to `FIELDS` (here a
+throwaway copy of `fill` named `fill2`) is an option of `nph retrieve` and `nph sweep`, a key of
+an `nph batch` job and a key of a sweep file, with no other edit. The CLI is built anew in a
+subprocess that adds the field before anything imports the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SCRIPT = r"""
+import dataclasses, json, sys
+
+import nphcli.evaluation.fields as fields
+
+fill2 = dataclasses.replace(fields.get_field("fill"), name="fill2", group="corruption")
+fields.FIELDS = (*fields.FIELDS, fill2)
+fields._BY_NAME["fill2"] = fill2
+
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from nphcli.cli import app
+from nphcli.evaluation.batch import MemoryCache, run_job
+from nphcli.sweeps import config
+from nphcli.sweeps.grid import expand
+
+memory, pool, out = sys.argv[1:]
+commands = get_command(app).commands
+found = {name: [p.opts for p in commands[name].params] for name in ("retrieve", "sweep")}
+runner = CliRunner()
+retrieve = runner.invoke(app, ["retrieve", "--memory", memory, "--fill2", "0.1,0.2", "--json"])
+sweep = runner.invoke(
+    app, ["sweep", "--dataset", pool, "--sizes", "4", "--fill2", "0.1,0.2", "--out", out]
+)
+jobs = run_job({"memory": memory, "fill2": [0.1, 0.2]}, MemoryCache())
+grid = config.resolve(config.parse("fill2 = [0.1, 0.2]\n", "t"), "t", {"dataset": pool})
+print(json.dumps({
+    "options": found,
+    "retrieve": [retrieve.exit_code, retrieve.output[-300:]],
+    "sweep": [sweep.exit_code, sweep.output[-300:]],
+    "batch": len(jobs),
+    "labels": [s.label for s in expand(grid)],
+}))
+"""
+
+
+def test_a_new_field_reaches_every_surface(invoke, tmp_path):
+    pool = tmp_path / "pool.npy"
+    np.save(pool, np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32))
+    memory = tmp_path / "m.safetensors"
+    assert invoke("store", pool, "--out", memory).exit_code == 0
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(memory), str(pool), str(tmp_path / "r.jsonl")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ["--fill2"] in seen["options"]["retrieve"]
+    assert ["--fill2"] in seen["options"]["sweep"]
+    assert seen["retrieve"][0] == 0, seen["retrieve"]
+    assert seen["sweep"][0] == 0, seen["sweep"]
+    assert seen["batch"] == 2  # a list is several values, one setting each
+    assert seen["labels"] == ["dense fill2=0.1", "dense fill2=0.2"]
+    rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [row["label"] for row in rows] == ["dense fill2=0.1", "dense fill2=0.2"]
