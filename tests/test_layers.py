@@ -7,7 +7,7 @@ import torch
 
 from nphcli.engine.functional import sparsemax
 from nphcli.errors import NphError
-from nphcli.layers import NPH, NPHLayer, NPHPooling, load_layer, save_layer
+from nphcli.layers import NPH, NPHLayer, NPHPooling, Norms, load_layer, save_layer
 from nphcli.models import create_model, model_names
 
 # Parameters per model that make every rule non-trivial on a handful of keys.
@@ -199,8 +199,10 @@ def test_pooling_folds_only_where_it_is_exact_and_cheaper():
     assert NPHPooling(64, prototypes=2, rule=create_model("topk", k=0.5), heads=4).folds()
     linear = create_model("linear")
     assert not NPHPooling(64, prototypes=2, rule=linear, heads=4).folds()  # features of keys
-    assert not NPHPooling(64, prototypes=2, heads=4, bias=True).folds()
+    assert NPHPooling(64, prototypes=2, heads=4, bias=True).folds()  # biases fold exactly
     assert not NPHPooling(64, prototypes=32, heads=4).folds()  # S ≥ d_h
+    steps = create_model("dense", steps=2)  # update steps move each set's state
+    assert not NPHPooling(64, prototypes=2, rule=steps, heads=4).folds()
     split = create_model("multihead", heads=2)  # heads within each head: not one head's scores
     assert not NPHPooling(64, prototypes=2, rule=split, heads=4).folds()
 
@@ -279,7 +281,12 @@ def test_version_1_layer_files_still_load(tmp_path):
     [
         (lambda: NPH(8, rule=create_model("nope")), "unknown model"),
         (lambda: NPH(8, rule=create_model("dense", k=3)), "does not take"),
-        (lambda: NPH(8, rule=create_model("dense", steps=2)), "one retrieval step"),
+        (lambda: NPH(8, head_beta=[1.0, 2.0]), "one per head"),
+        (lambda: NPH(8, heads=2, head_beta=[1.0, -2.0]), "one per head"),
+        (lambda: NPH(8, learned="raw"), "learned"),
+        (lambda: NPH(8, norms=Norms(state="yes")), "norms.state"),
+        (lambda: NPHPooling(8, norms=Norms(state="affine")), "learned='input'"),
+        (lambda: NPHLayer(8, memories=2, separate_values=True), "learned='input'"),
         (lambda: NPH(8, rule="dense"), "rule must be a model"),
         (lambda: NPH(8, k=3), "belong to the rule"),
         (lambda: NPH(8, dropout=1.0), "dropout"),
