@@ -7,7 +7,7 @@ e.g. `NPH(256, rule=create_model("topk", k=0.2), heads=4)`; their shared keyword
 """
 
 from nphcli.layers.association import associate
-from nphcli.layers.config import LayerConfig, Norms
+from nphcli.layers.config import LayerConfig, Norms, hopfield_layers_options
 from nphcli.layers.io import load_layer, save_layer
 from nphcli.layers.modules import NPH, NPHLayer, NPHPooling
 
@@ -18,6 +18,7 @@ __all__ = [
     "NPHPooling",
     "Norms",
     "associate",
+    "hopfield_layers_options",
     "load_layer",
     "save_layer",
 ]

@@ -167,4 +167,4 @@ def _excluded(mask: Tensor | None, query_shape: tuple, num_keys: int) -> Tensor 
         )
     if bool(mask.all(dim=-1).any()):
         raise NphError("every query needs at least one allowed key; association_mask excludes all")
-    return mask.reshape((1,) * (4 - mask.ndim) + mask.shape) if mask.ndim < 4 else mask
+    return {2: mask[None, None], 3: mask[:, None], 4: mask}[mask.ndim]  # (B|1, H|1, N, M)

@@ -138,3 +138,16 @@ def _head_beta(given: Any, heads: int) -> tuple[float, ...] | None:
     if len(values) != heads or not all(math.isfinite(b) and b > 0 for b in values):
         raise NphError(f"head_beta must be {heads} finite numbers > 0, one per head, got {values}")
     return values
+
+
+def hopfield_layers_options() -> dict[str, Any]:
+    """The `LayerConfig` fields that give hopfield-layers' default Hopfield, HopfieldPooling and
+    HopfieldLayer (biases, values with their own W_V, affine layer norms on the three inputs,
+    learned patterns in the input space); β defaults to 1/√head_dim either way."""
+    affine = "affine"
+    return {
+        "bias": True,
+        "separate_values": True,
+        "learned": "input",
+        "norms": Norms(stored=affine, state=affine, values=affine),
+    }
