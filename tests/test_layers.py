@@ -7,7 +7,15 @@ import torch
 
 from nphcli.engine.functional import sparsemax
 from nphcli.errors import NphError
-from nphcli.layers import NPH, NPHLayer, NPHPooling, load_layer, save_layer
+from nphcli.layers import (
+    NPH,
+    Norms,
+    NPHLayer,
+    NPHPooling,
+    hopfield_layers_options,
+    load_layer,
+    save_layer,
+)
 from nphcli.models import create_model, model_names
 
 # Parameters per model that make every rule non-trivial on a handful of keys.
@@ -164,10 +172,28 @@ def test_gradcheck_every_model_in_layer_form(name):
 @pytest.mark.parametrize(
     "name", [n for n in model_names() if n not in ("linear", "random-feature", "multihead")]
 )
-def test_pooling_with_folded_keys_equals_projecting_every_row(name):
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"bias": True, "head_beta": (0.4, 1.1), "learn_beta": True},
+        {
+            "bias": True,
+            "separate_values": True,
+            "learned": "input",
+            "norms": Norms(stored="affine", state="plain", values="affine"),
+        },
+        {"norms": Norms(values="plain"), "association_mask": True},
+    ],
+    ids=["plain", "biases", "hopfield", "value-norm-mask"],
+)
+def test_pooling_with_folded_keys_equals_projecting_every_row(name, options):
     """NPHPooling's folded path (W_K moved onto the prototypes) gives the same outputs and the same
-    gradients as projecting every stored row, with learned weights, heads and padding."""
+    gradients as projecting every stored row, with learned weights, heads and padding, and with
+    biases, per-head β, norms, separate values and an association mask."""
     torch.manual_seed(12)
+    options = dict(options)
+    pairs = options.pop("association_mask", False)
     pooling = NPHPooling(
         8,
         prototypes=2,
@@ -176,15 +202,23 @@ def test_pooling_with_folded_keys_equals_projecting_every_row(name):
         head_dim=5,
         value_dim=3,
         out_dim=7,
+        **options,
     ).double()
     assert pooling.folds()
+    with torch.no_grad():
+        for param in pooling.parameters():  # biases and norms away from their zeros and ones
+            param.add_(0.1 * torch.randn_like(param))
     stored = torch.randn(3, 9, 8, dtype=torch.float64, requires_grad=True)
     pad = torch.zeros(3, 9, dtype=torch.bool)
     pad[2, 6:] = True
+    mask = None
+    if pairs:
+        mask = torch.rand(3, 2, 9, generator=torch.Generator().manual_seed(1)) < 0.3
+        mask[..., :3] = False  # keys enough for every rule's support (window: positions 0, 1)
 
     def run(fold: bool):
         pooling.folds = lambda: fold  # instance attribute: this test's switch between paths
-        out = pooling(stored, key_padding_mask=pad)
+        out = pooling(stored, key_padding_mask=pad, association_mask=mask)
         grads = torch.autograd.grad(out.square().sum(), [stored, *pooling.parameters()])
         return out, grads
 
@@ -199,8 +233,10 @@ def test_pooling_folds_only_where_it_is_exact_and_cheaper():
     assert NPHPooling(64, prototypes=2, rule=create_model("topk", k=0.5), heads=4).folds()
     linear = create_model("linear")
     assert not NPHPooling(64, prototypes=2, rule=linear, heads=4).folds()  # features of keys
-    assert not NPHPooling(64, prototypes=2, heads=4, bias=True).folds()
+    assert NPHPooling(64, prototypes=2, heads=4, bias=True).folds()  # biases fold exactly
     assert not NPHPooling(64, prototypes=32, heads=4).folds()  # S ≥ d_h
+    steps = create_model("dense", steps=2)  # update steps move each set's state
+    assert not NPHPooling(64, prototypes=2, rule=steps, heads=4).folds()
     split = create_model("multihead", heads=2)  # heads within each head: not one head's scores
     assert not NPHPooling(64, prototypes=2, rule=split, heads=4).folds()
 
@@ -252,6 +288,46 @@ def test_save_and_load_round_trip(tmp_path):
         load_layer(tmp_path / "junk.safetensors")
 
 
+def test_save_and_load_round_trip_with_the_porting_options(tmp_path):
+    torch.manual_seed(16)
+    layer = NPHLayer(
+        8, memories=3, heads=2, head_beta=(0.5, 2.0), learn_beta=True,
+        rule=create_model("sparse", steps=2), **hopfield_layers_options(),
+    )  # fmt: skip
+    with torch.no_grad():
+        layer.log_beta.add_(torch.tensor([0.1, -0.2], dtype=torch.float64))
+        layer.norm_state.weight.mul_(1.5)
+    path = tmp_path / "layer.safetensors"
+    save_layer(layer, path)
+    loaded = load_layer(path)
+    assert loaded.config == layer.config
+    r = torch.randn(2, 4, 8)
+    torch.testing.assert_close(loaded(r), layer(r))
+
+
+def test_version_2_layer_files_still_load(tmp_path):
+    """Format nph-layer/2: the config without the porting fields, which take their defaults."""
+    import json
+
+    from safetensors.torch import save_file
+
+    torch.manual_seed(17)
+    layer = NPH(8, rule=create_model("topk", k=0.5, beta=0.3), heads=2, learn_beta=True)
+    config = {
+        "d_model": 8, "rule": {"name": "topk", "beta": 0.3, "steps": 1, "tol": 0.0, "k": 0.5},
+        "heads": 2, "head_dim": 4, "value_dim": 4, "out_dim": 8, "learn_beta": True,
+        "dropout": 0.0, "bias": False,
+    }  # fmt: skip
+    metadata = {"format": "nph-layer/2", "class": "NPH", "config": json.dumps(config)}
+    metadata["arguments"] = "{}"
+    path = tmp_path / "v2.safetensors"
+    save_file(dict(layer.state_dict()), str(path), metadata=metadata)
+    loaded = load_layer(path)
+    assert loaded.config == layer.config
+    r = torch.randn(2, 3, 8)
+    torch.testing.assert_close(loaded(r), layer(r))
+
+
 def test_version_1_layer_files_still_load(tmp_path):
     """Format nph-layer/1 kept the model's name, β and parameters among the layer's keywords."""
     import json
@@ -279,7 +355,12 @@ def test_version_1_layer_files_still_load(tmp_path):
     [
         (lambda: NPH(8, rule=create_model("nope")), "unknown model"),
         (lambda: NPH(8, rule=create_model("dense", k=3)), "does not take"),
-        (lambda: NPH(8, rule=create_model("dense", steps=2)), "one retrieval step"),
+        (lambda: NPH(8, head_beta=[1.0, 2.0]), "one per head"),
+        (lambda: NPH(8, heads=2, head_beta=[1.0, -2.0]), "one per head"),
+        (lambda: NPH(8, learned="raw"), "learned"),
+        (lambda: NPH(8, norms=Norms(state="yes")), "norms.state"),
+        (lambda: NPHPooling(8, norms=Norms(state="affine")), "learned='input'"),
+        (lambda: NPHLayer(8, memories=2, separate_values=True), "learned='input'"),
         (lambda: NPH(8, rule="dense"), "rule must be a model"),
         (lambda: NPH(8, k=3), "belong to the rule"),
         (lambda: NPH(8, dropout=1.0), "dropout"),

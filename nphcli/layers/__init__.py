@@ -3,19 +3,22 @@
 `NPH` (queries and stored patterns), `NPHPooling` (learnable prototype queries pool a set) and
 `NPHLayer` (learnable stored patterns) take the retrieval rule as a model with its parameters,
 e.g. `NPH(256, rule=create_model("topk", k=0.2), heads=4)`; their shared keywords are
-`LayerConfig`'s. Padded keys get weight exactly 0.
+`LayerConfig`'s (`Norms` groups its layer norms). Padded keys get weight exactly 0.
 """
 
 from nphcli.layers.association import associate
+from nphcli.layers.config import LayerConfig, Norms, hopfield_layers_options
 from nphcli.layers.io import load_layer, save_layer
-from nphcli.layers.modules import NPH, LayerConfig, NPHLayer, NPHPooling
+from nphcli.layers.modules import NPH, NPHLayer, NPHPooling
 
 __all__ = [
     "NPH",
     "LayerConfig",
     "NPHLayer",
     "NPHPooling",
+    "Norms",
     "associate",
+    "hopfield_layers_options",
     "load_layer",
     "save_layer",
 ]

@@ -19,11 +19,15 @@ from torch import nn
 
 from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
-from nphcli.layers.modules import NPH, LayerConfig, NPHLayer, NPHPooling
+from nphcli.layers.config import LayerConfig
+from nphcli.layers.modules import NPH, NPHLayer, NPHPooling
 
 _CLASSES = {cls.__name__: cls for cls in (NPH, NPHPooling, NPHLayer)}
-FORMAT = "nph-layer/2"
-# Version 1 kept the model's name, β and parameters flat among the layer's keywords.
+FORMAT = "nph-layer/3"
+# Version 2 had no separate values, norms, learned space nor per-head β: its configs are version
+# 3's with those at their defaults. Version 1 kept the model's name, β and parameters flat among
+# the layer's keywords.
+FORMAT_V2 = "nph-layer/2"
 FORMAT_V1 = "nph-layer/1"
 
 
@@ -54,7 +58,7 @@ def load_layer(
     except (OSError, SafetensorError) as error:
         raise NphError(f"cannot read layer file {path}: {error}") from None
     fmt = metadata.get("format")
-    if fmt not in (FORMAT, FORMAT_V1) or metadata.get("class") not in _CLASSES:
+    if fmt not in (FORMAT, FORMAT_V2, FORMAT_V1) or metadata.get("class") not in _CLASSES:
         raise NphError(f"{path} is not an nph layer file (no {FORMAT!r} metadata)")
     if fmt == FORMAT_V1:
         config, arguments = _from_v1(json.loads(metadata["config"]))

@@ -12,13 +12,16 @@ k=0.2)`, β included), applied per head. Three configurations, as in the paper:
 The three share one `LayerConfig` (their keyword arguments besides `prototypes` / `memories`).
 With identity projections (`identity_()`) and one head, each layer is exactly `rule.retrieve`
 (tests check this for every model). The rule's own `associate` / `weights` compute T.
+
+Options give hopfield-layers' form too (docs/porting.md): values V (default Y) with their own
+projection V W_V (`separate_values`), layer norms on R, Y and V before their projections
+(`norms`), learned patterns in the input space (`learned="input"`), the rule's `steps` as update
+steps, one β per head and an association mask.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,77 +29,11 @@ from torch import Tensor, nn
 
 from nphcli.errors import NphError
 from nphcli.layers.association import associate, forms_weights, weights_from_scores
-from nphcli.models import HopfieldModel, create_model
-
-
-@dataclass(frozen=True, kw_only=True)
-class LayerConfig:
-    """What NPH, NPHPooling and NPHLayer are built from; defaults are resolved on creation."""
-
-    d_model: int  # d: width of the inputs R and Y
-    rule: HopfieldModel | None = None  # T with its parameters and β (default: dense, 1/√head_dim)
-    heads: int = 1  # H: T runs on each head's slice; outputs concatenated
-    head_dim: int | None = None  # d_h, width of a head's queries and keys (default d_model / H)
-    value_dim: int | None = None  # width of a head's values (default head_dim)
-    out_dim: int | None = None  # width of W_O's output (default d_model)
-    learn_beta: bool = False  # β becomes a parameter, kept positive as e^log_beta
-    dropout: float = 0.0  # on the weights T(·) in training (on the output for feature rules)
-    bias: bool = False  # biases in the projections
-
-    def __post_init__(self) -> None:
-        for label, value in (("d_model", self.d_model), ("heads", self.heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise NphError(f"{label} must be a whole number ≥ 1, got {value!r}")
-        if not (0 <= self.dropout < 1):
-            raise NphError(f"dropout must be in [0, 1), got {self.dropout}")
-        head_dim = self.head_dim or max(1, self.d_model // self.heads)
-        # The attention convention for β, as in hopfield-layers, when no rule is given.
-        rule = self.rule
-        if rule is None:
-            rule = create_model("dense", beta=1 / math.sqrt(head_dim))
-        if not isinstance(rule, HopfieldModel):
-            raise NphError(
-                f"rule must be a model, e.g. rule=create_model('topk', k=0.2), got {rule!r}"
-            )
-        if rule.steps != 1:
-            raise NphError("a layer applies one retrieval step; leave the rule's `steps` at 1")
-        resolved = {
-            "rule": rule,
-            "head_dim": head_dim,
-            "value_dim": self.value_dim or head_dim,
-            "out_dim": self.out_dim or self.d_model,
-        }
-        for name, value in resolved.items():
-            object.__setattr__(self, name, value)  # frozen: resolved once, here
-
-    @classmethod
-    def build(cls, d_model: int, options: dict[str, Any]) -> LayerConfig:
-        """The config from a layer's keyword arguments; an unknown one is a user error that
-        says where model parameters go."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise NphError(
-                f"the layers do not take {', '.join(unknown)}; they take "
-                f"{', '.join(sorted(known - {'d_model'}))}. Model parameters belong to the rule: "
-                "rule=create_model(name, k=..., beta=...)"
-            )
-        return cls(d_model=d_model, **options)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON values, with the rule as {"name": ..., its parameters} (`from_json`)."""
-        rule = self.rule
-        params = {f.name: getattr(rule, f.name) for f in dataclasses.fields(rule) if f.init}
-        return {**dataclasses.asdict(self), "rule": {"name": rule.name, **params}}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LayerConfig:
-        params = dict(data["rule"])
-        return cls(**{**data, "rule": create_model(params.pop("name"), **params)})
+from nphcli.layers.config import LayerConfig, Norms
 
 
 class _Retriever(nn.Module):
-    """What the three layers share: the retrieval rule, heads, β, the value and output maps."""
+    """What the three layers share: the rule, heads, β, the norms, the value and output maps."""
 
     def __init__(self, config: LayerConfig) -> None:
         super().__init__()
@@ -104,13 +41,17 @@ class _Retriever(nn.Module):
         self.rule = config.rule
         self.heads, self.head_dim, self.value_dim = config.heads, config.head_dim, config.value_dim
         self.dropout = config.dropout
-        heads, bias = config.heads, config.bias
-        log_beta = torch.tensor(math.log(self.rule.beta), dtype=torch.float64)  # exact in float64
+        heads, bias, d_model = config.heads, config.bias, config.d_model
+        log_beta = config.initial_log_beta()  # () or (H,), float64: exact
         if config.learn_beta:
             self.log_beta = nn.Parameter(log_beta)  # β = e^log_beta stays positive
         else:
             self.register_buffer("log_beta", log_beta)
-        self.value = nn.Linear(heads * self.head_dim, heads * self.value_dim, bias=bias)  # W_V
+        self.norm_stored = _norm(config.norms, "stored", d_model)
+        self.norm_state = _norm(config.norms, "state", d_model)
+        self.norm_values = _norm(config.norms, "values", d_model)
+        value_in = d_model if config.separate_values else heads * self.head_dim
+        self.value = nn.Linear(value_in, heads * self.value_dim, bias=bias)  # W_V
         self.out = nn.Linear(heads * self.value_dim, config.out_dim, bias=bias)  # W_O
 
     def arguments(self) -> dict[str, Any]:
@@ -119,22 +60,50 @@ class _Retriever(nn.Module):
 
     @property
     def beta(self) -> Tensor:
-        """The inverse temperature β (0-d tensor, learnable when `learn_beta`)."""
+        """The inverse temperature β: 0-d, or (H,) with `head_beta` (learnable with
+        `learn_beta`)."""
         return self.log_beta.exp()
+
+    def _beta(self, dtype: torch.dtype) -> Tensor:
+        beta = self.beta.to(dtype)
+        return beta if beta.ndim == 0 else beta[:, None, None]  # () or (H, 1, 1)
 
     def _split(self, x: Tensor) -> Tensor:
         return x.unflatten(-1, (self.heads, -1)).transpose(-3, -2)  # (B, H, rows, width)
 
-    def _retrieve(self, q: Tensor, keys: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        """q (B, N, H·d_h), keys Y W_K (B, M, H·d_h) -> W_O(T(β q kᵀ) keys W_V) (B, N, d_out)."""
-        values = self.value(keys)  # (B, M, H·d_v)
+    def _keys(self, stored: Tensor) -> Tensor:
+        """Y (…, M, d) -> keys LN(Y) W_K (…, M, H·d_h)."""
+        return self.key(_apply(self.norm_stored, stored))
+
+    def _values(self, values: Tensor | None, stored: Tensor | None, keys: Tensor) -> Tensor:
+        """Values (…, M, H·d_v): LN(V) W_V, or LN(V) W_K W_V (the NPH formula), V defaulting to
+        the stored patterns Y; the keys themselves stand in for Y W_K where that is the same."""
+        if values is None and self._values_are_keys():
+            return self.value(keys)
+        source = _apply(self.norm_values, stored if values is None else values)
+        return self.value(source if self.config.separate_values else self.key(source))
+
+    def _values_are_keys(self) -> bool:
+        return not self.config.separate_values and self.norm_values is None
+
+    def _retrieve(
+        self,
+        q: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_padding_mask: Tensor | None,
+        association_mask: Tensor | None,
+    ) -> Tensor:
+        """q (B, N, H·d_h), keys (B, M, H·d_h), values (B, M, H·d_v) -> W_O(T(β q kᵀ) values)
+        (B, N, d_out)."""
         out = associate(
             self.rule,
             self._split(q),  # (B, H, N, d_h)
             self._split(keys),  # (B, H, M, d_h)
             self._split(values),  # (B, H, M, d_v)
-            beta=self.beta.to(q.dtype),
+            beta=self._beta(q.dtype),
             key_padding_mask=key_padding_mask,
+            association_mask=association_mask,
             dropout=self.dropout,
             training=self.training,
         )  # (B, H, N, d_v)
@@ -153,8 +122,30 @@ class _Retriever(nn.Module):
                 if linear.bias is not None:
                     linear.bias.zero_()
 
+    def _refuse_projected(self, layer: str, options: dict[str, bool]) -> None:
+        """Options that need learned patterns in the input space, refused in the projected one."""
+        if self.config.learned_input:
+            return
+        given = [name for name, on in options.items() if on]
+        if given:
+            raise NphError(
+                f"{layer}'s learned patterns are already projected (learned='projected'), so "
+                f"{', '.join(given)} has nothing to act on; use learned='input'"
+            )
+
     def extra_repr(self) -> str:
         return f"rule={self.rule!r}, heads={self.heads}, head_dim={self.head_dim}"
+
+
+def _norm(norms: Norms, name: str, width: int) -> nn.LayerNorm | None:
+    kind = getattr(norms, name)
+    if kind is None:
+        return None
+    return nn.LayerNorm(width, eps=norms.eps, elementwise_affine=kind == "affine")
+
+
+def _apply(norm: nn.Module | None, x: Tensor) -> Tensor:
+    return x if norm is None else norm(x)
 
 
 def _check_input(x: Tensor, label: str, dim: int) -> None:
@@ -162,8 +153,20 @@ def _check_input(x: Tensor, label: str, dim: int) -> None:
         raise NphError(f"{label} must have shape (batch, rows, {dim}), got {tuple(x.shape)}")
 
 
+def _check_values(values: Tensor | None, stored: Tensor, dim: int) -> None:
+    if values is None:
+        return
+    _check_input(values, "values", dim)
+    if values.shape[:2] != stored.shape[:2]:
+        raise NphError(
+            f"values must have one row per stored pattern, shape ({stored.shape[0]}, "
+            f"{stored.shape[1]}, {dim}), got {tuple(values.shape)}"
+        )
+
+
 class NPH(_Retriever):
-    """NPH(R, Y) = W_O · T(β R W_Q W_Kᵀ Yᵀ) · Y W_K W_V with learnable W_Q, W_K, W_V, W_O.
+    """NPH(R, Y) = W_O · T(β R W_Q W_Kᵀ Yᵀ) · V W_K W_V with learnable W_Q, W_K, W_V, W_O, the
+    values V defaulting to Y (`separate_values`: V W_V).
 
     `NPH(d_model, rule=create_model("topk", k=0.2), heads=4, ...)`: the keywords are
     `LayerConfig`'s. β starts at the rule's; `learn_beta=True` makes it a parameter.
@@ -176,14 +179,26 @@ class NPH(_Retriever):
         self.key = nn.Linear(d_model, width, bias=self.config.bias)  # W_K
 
     def forward(
-        self, queries: Tensor, stored: Tensor | None = None, key_padding_mask: Tensor | None = None
+        self,
+        queries: Tensor,
+        stored: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        *,
+        values: Tensor | None = None,
+        association_mask: Tensor | None = None,
     ) -> Tensor:
-        """queries R (B, N, d), stored Y (B, M, d) (default R: self-attention), key_padding_mask
-        (B, M) bool, True at padded rows of Y -> (B, N, d_out)."""
+        """queries R (B, N, d), stored Y (B, M, d) (default R: self-attention), values V (B, M, d)
+        (default Y), key_padding_mask (B, M) bool, True at padded rows of Y, association_mask
+        (N, M), (B, N, M) or (B, H, N, M) bool, True at excluded pairs -> (B, N, d_out)."""
         stored = queries if stored is None else stored
-        _check_input(queries, "queries", self.config.d_model)
-        _check_input(stored, "stored patterns", self.config.d_model)
-        return self._retrieve(self.query(queries), self.key(stored), key_padding_mask)
+        d_model = self.config.d_model
+        _check_input(queries, "queries", d_model)
+        _check_input(stored, "stored patterns", d_model)
+        _check_values(values, stored, d_model)
+        keys = self._keys(stored)  # (B, M, H·d_h)
+        q = self.query(_apply(self.norm_state, queries))  # (B, N, H·d_h)
+        v = self._values(values, stored, keys)  # (B, M, H·d_v)
+        return self._retrieve(q, keys, v, key_padding_mask, association_mask)
 
     def identity_(self) -> NPH:
         """Set every projection to the identity: the layer is then memory retrieval."""
@@ -193,91 +208,176 @@ class NPH(_Retriever):
 
 class NPHPooling(_Retriever):
     """Pool each set Y (B, M, d) with S learnable prototype queries Q (S, H·d_h):
-    W_O · T(β Q W_Kᵀ Yᵀ) · Y W_K W_V -> (B, S, d_out). Other keywords: `LayerConfig`'s."""
+    W_O · T(β Q W_Kᵀ Yᵀ) · V W_K W_V -> (B, S, d_out), V defaulting to Y. With
+    `learned="input"` the prototypes P (S, d) are state patterns: Q = LN(P) W_Q, as in
+    hopfield-layers' HopfieldPooling. Other keywords: `LayerConfig`'s."""
 
     def __init__(self, d_model: int, *, prototypes: int = 1, **options: Any) -> None:
         if isinstance(prototypes, bool) or not isinstance(prototypes, int) or prototypes < 1:
             raise NphError(f"prototypes must be a whole number ≥ 1, got {prototypes!r}")
         super().__init__(LayerConfig.build(d_model, options))
+        self._refuse_projected("NPHPooling", {"norms.state": self.norm_state is not None})
         width = self.heads * self.head_dim
-        self.prototypes = nn.Parameter(torch.empty(prototypes, width))  # Q
+        learned_input = self.config.learned_input
+        self.prototypes = nn.Parameter(torch.empty(prototypes, d_model if learned_input else width))
         nn.init.normal_(self.prototypes)
+        if learned_input:
+            self.query = nn.Linear(d_model, width, bias=self.config.bias)  # W_Q
         self.key = nn.Linear(d_model, width, bias=self.config.bias)  # W_K
 
     def arguments(self) -> dict[str, Any]:
         return {"prototypes": self.prototypes.shape[0]}
 
-    def forward(self, stored: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
-        """stored Y (B, M, d), key_padding_mask (B, M) bool (True = padded) -> (B, S, d_out)."""
+    def forward(
+        self,
+        stored: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        values: Tensor | None = None,
+        association_mask: Tensor | None = None,
+    ) -> Tensor:
+        """stored Y (B, M, d), values V (B, M, d) (default Y), key_padding_mask (B, M) bool (True
+        = padded), association_mask (S, M), (B, S, M) or (B, H, S, M) bool (True = excluded)
+        -> (B, S, d_out)."""
         _check_input(stored, "stored patterns", self.config.d_model)
+        _check_values(values, stored, self.config.d_model)
+        queries = self._queries(stored.dtype)  # (S, H·d_h)
         if self.folds():
-            return self._retrieve_folded(stored, key_padding_mask)
-        q = self.prototypes.to(stored.dtype).expand(stored.shape[0], -1, -1)  # (B, S, H·d_h)
-        return self._retrieve(q, self.key(stored), key_padding_mask)
+            return self._retrieve_folded(
+                queries, stored, values, key_padding_mask, association_mask
+            )
+        keys = self._keys(stored)  # (B, M, H·d_h)
+        q = queries.expand(stored.shape[0], -1, -1)  # (B, S, H·d_h)
+        v = self._values(values, stored, keys)  # (B, M, H·d_v)
+        return self._retrieve(q, keys, v, key_padding_mask, association_mask)
+
+    def _queries(self, dtype: torch.dtype) -> Tensor:
+        """The prototypes as queries (S, H·d_h): themselves, or LN(P) W_Q (`learned="input"`)."""
+        prototypes = self.prototypes.to(dtype)
+        if not self.config.learned_input:
+            return prototypes
+        return self.query(_apply(self.norm_state, prototypes))
 
     def folds(self) -> bool:
         """Whether `forward` folds W_K into the prototypes instead of projecting every stored row.
 
-        Per head, ⟨q, W_K y⟩ = ⟨W_Kᵀ q, y⟩ and Σ w_μ W_V W_K y_μ = W_V W_K Σ w_μ y_μ, so the rule
-        can run on the raw rows Y with folded queries and the projections applied to S pooled rows
-        only: S·d instead of H·d_h·(d + H·d_v) multiply-adds per stored row. Exact for every rule
-        that forms weights from scores; not for the feature rules (linear, random-feature), which
-        transform the keys themselves, nor with biases (a dropped-out weight row need not sum to 1).
+        Per head, ⟨q, W_K y + b⟩ = ⟨W_Kᵀ q, y⟩ + ⟨q, b⟩, and the values are an affine map A of
+        their rows, Σ w_μ A(v_μ) = A(Σ w_μ v_μ) + A(0)(Σ w_μ − 1), so the rule can run on the
+        (normed) rows with folded queries and A applied to S pooled rows only: S·d instead of
+        H·d_h·(d + H·d_v) multiply-adds per stored row. Exact for every rule that forms weights
+        from scores in one step; not for the feature rules (linear, random-feature), which
+        transform the keys themselves, nor with update steps, whose states move per set.
         """
         return (
             forms_weights(self.rule)
-            and self.key.bias is None
-            and self.value.bias is None
+            and self.rule.steps == 1
             and self.prototypes.shape[0] < self.head_dim
         )
 
-    def _retrieve_folded(self, stored: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        heads = self.heads
-        prototypes = self.prototypes.to(stored.dtype).unflatten(-1, (heads, -1))  # (S, H, d_h)
-        w_key = self.key.weight.to(stored.dtype).unflatten(0, (heads, -1))  # (H, d_h, d)
+    def _retrieve_folded(
+        self,
+        queries: Tensor,
+        stored: Tensor,
+        values: Tensor | None,
+        key_padding_mask: Tensor | None,
+        association_mask: Tensor | None,
+    ) -> Tensor:
+        heads, dtype = self.heads, stored.dtype
+        prototypes = queries.unflatten(-1, (heads, -1))  # (S, H, d_h)
+        w_key = self.key.weight.to(dtype).unflatten(0, (heads, -1))  # (H, d_h, d)
         folded = torch.einsum("shk,hkd->hsd", prototypes, w_key)  # (H, S, d)
-        # Two plain products over the raw rows: scores as one (B·M, d) × (d, H·S) product and the
+        rows = _apply(self.norm_stored, stored)  # (B, M, d)
+        # Two plain products over the rows: scores as one (B·M, d) × (d, H·S) product and the
         # weighted sums batched over the sets, never a per-head copy of Y.
-        scores = self.beta.to(stored.dtype) * torch.einsum("bmd,hsd->bhsm", stored, folded)
+        scores = torch.einsum("bmd,hsd->bhsm", rows, folded)  # (B, H, S, M)
+        if self.key.bias is not None:  # ⟨q, b_K⟩ per head and prototype
+            b_key = self.key.bias.to(dtype).unflatten(0, (heads, -1))  # (H, d_h)
+            scores = scores + torch.einsum("shk,hk->hs", prototypes, b_key)[..., None]
         weights = weights_from_scores(
             self.rule,
-            scores,  # (B, H, S, M)
+            self._beta(dtype) * scores,  # (B, H, S, M)
             key_padding_mask=key_padding_mask,
+            association_mask=association_mask,
             dropout=self.dropout,
             training=self.training,
         )
-        pooled = torch.einsum("bhsm,bmd->bhsd", weights, stored)  # Σ_μ w_μ y_μ per head
-        values = self.value(self.key(pooled)).unflatten(-1, (heads, -1))  # (B, H, S, H, d_v)
-        own = values.diagonal(dim1=1, dim2=3)  # (B, S, d_v, H): head h's block of head h's sum
+        if values is None and self._values_are_keys():
+            value_rows = rows  # the keys' own rows: A = W_V ∘ W_K
+        else:
+            value_rows = _apply(self.norm_values, stored if values is None else values)
+        pooled = torch.einsum("bhsm,bmd->bhsd", weights, value_rows)  # Σ_μ w_μ v_μ per head
+        out = self._value_map(pooled)  # (B, H, S, H·d_v)
+        if self.key.bias is not None or self.value.bias is not None:
+            constant = self._value_map(pooled.new_zeros(pooled.shape[-1]))  # A(0) (H·d_v,)
+            out = out + constant * (weights.sum(-1, keepdim=True) - 1)
+        own = out.unflatten(-1, (heads, -1)).diagonal(dim1=1, dim2=3)  # (B, S, d_v, H)
         return self.out(own.permute(0, 1, 3, 2).flatten(-2))  # (B, S, d_out)
 
+    def _value_map(self, rows: Tensor) -> Tensor:
+        """A: a value row (…, d) to the values (…, H·d_v), through W_K unless separate."""
+        return self.value(rows if self.config.separate_values else self.key(rows))
+
     def identity_(self) -> NPHPooling:
-        """Identity W_K, W_V, W_O (the prototypes are left as they are)."""
+        """Identity W_K, W_V, W_O (the prototypes and W_Q are left as they are)."""
         self._identity([self.key, self.value, self.out])
         return self
 
 
 class NPHLayer(_Retriever):
     """Retrieve from M learnable stored patterns W_K (M, H·d_h) for input R (B, N, d):
-    W_O · T(β R W_Q W_Kᵀ) · W_K W_V -> (B, N, d_out). Other keywords: `LayerConfig`'s."""
+    W_O · T(β R W_Q W_Kᵀ) · W_K W_V -> (B, N, d_out). With `learned="input"` the memories P
+    (M, d) are stored patterns: keys LN(P) W_K and values from P, as in hopfield-layers'
+    HopfieldLayer. Other keywords: `LayerConfig`'s."""
 
     def __init__(self, d_model: int, *, memories: int, **options: Any) -> None:
         if isinstance(memories, bool) or not isinstance(memories, int) or memories < 1:
             raise NphError(f"memories must be a whole number ≥ 1, got {memories!r}")
         super().__init__(LayerConfig.build(d_model, options))
+        config = self.config
+        self._refuse_projected(
+            "NPHLayer",
+            {
+                "norms.stored": self.norm_stored is not None,
+                "norms.values": self.norm_values is not None,
+                "separate_values": config.separate_values,
+            },
+        )
         width = self.heads * self.head_dim
-        self.query = nn.Linear(d_model, width, bias=self.config.bias)  # W_Q
-        self.memories = nn.Parameter(torch.empty(memories, width))  # W_K
-        nn.init.normal_(self.memories, std=1 / math.sqrt(self.head_dim))
+        self.query = nn.Linear(d_model, width, bias=config.bias)  # W_Q
+        size = d_model if config.learned_input else width
+        self.memories = nn.Parameter(torch.empty(memories, size))  # W_K, or P
+        scale = d_model if config.learned_input else self.head_dim
+        nn.init.normal_(self.memories, std=1 / math.sqrt(scale))
+        if config.learned_input:
+            self.key = nn.Linear(d_model, width, bias=config.bias)  # W_K
 
     def arguments(self) -> dict[str, Any]:
         return {"memories": self.memories.shape[0]}
 
-    def forward(self, queries: Tensor) -> Tensor:
-        """queries R (B, N, d) -> (B, N, d_out)."""
+    def forward(
+        self,
+        queries: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        association_mask: Tensor | None = None,
+    ) -> Tensor:
+        """queries R (B, N, d), key_padding_mask (B, M) bool (True at memories to leave out),
+        association_mask (N, M), (B, N, M) or (B, H, N, M) bool -> (B, N, d_out)."""
         _check_input(queries, "queries", self.config.d_model)
-        keys = self.memories.to(queries.dtype).expand(queries.shape[0], -1, -1)  # (B, M, H·d_h)
-        return self._retrieve(self.query(queries), keys, None)
+        batch, memories = queries.shape[0], self.memories.to(queries.dtype)  # (M, ·)
+        if self.config.learned_input:
+            keys = self._keys(memories)  # (M, H·d_h)
+            values = self._values(None, memories, keys)  # (M, H·d_v)
+        else:
+            keys, values = memories, self.value(memories)
+        q = self.query(_apply(self.norm_state, queries))  # (B, N, H·d_h)
+        return self._retrieve(
+            q,
+            keys.expand(batch, -1, -1),  # (B, M, H·d_h)
+            values.expand(batch, -1, -1),  # (B, M, H·d_v)
+            key_padding_mask,
+            association_mask,
+        )
 
     def identity_(self) -> NPHLayer:
         """Identity W_Q, W_V, W_O (the stored patterns are left as they are)."""

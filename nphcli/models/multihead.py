@@ -88,6 +88,8 @@ class MultiHead(HopfieldModel):
         def split(x: Tensor) -> Tensor:  # (B, H', rows, w) -> (B, H'·slices, rows, w / slices)
             return x.unflatten(-1, (slices, -1)).transpose(-3, -2).flatten(1, 2)
 
+        if beta.ndim:  # one β per given head (H', 1, 1): each of its slices takes it
+            beta = beta.repeat_interleave(slices, dim=-3)
         out = super().associate(
             split(q),
             split(k),
