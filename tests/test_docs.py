@@ -57,7 +57,8 @@ def test_command_reference_lists_every_command_and_option():
         assert f"## `nph {name}`" in text
         section = text.split(f"## `nph {name}`", 1)[1].split("\n## ", 1)[0]
         for param in command.params:
-            for flag in param.opts if param.param_type_name == "option" else ():
+            shown = param.param_type_name == "option" and not getattr(param, "hidden", False)
+            for flag in param.opts if shown else ():
                 assert f"`{flag}`" in section, (name, flag)
 
 

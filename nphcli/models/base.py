@@ -182,8 +182,8 @@ class HopfieldModel:
     ) -> Tensor:
         """T(β q kᵀ) v on a padded batch: q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) ->
         (B, H, N, d_v), with `beta` a positive 0-d or per-head (H, 1, 1) tensor (it may be
-        learnable) and `valid`, `positions` as in `weights`. `dropout` (training only) acts on the weights, or on the
-        output of rules that form none.
+        learnable) and `valid`, `positions` as in `weights`. `dropout` (training only) acts on the
+        weights, or on the output of rules that form none.
 
         Default: `weights` of the scores, times the values. Rules that never form (N, M) weights
         (the kernel feature models) override this instead of `weights`.

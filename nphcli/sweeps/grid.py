@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nphcli.errors import NphError
-from nphcli.sweeps.config import SweepConfig
+
+if TYPE_CHECKING:  # the grid reads a config; the config checks its models through the grid
+    from nphcli.sweeps.config import SweepConfig
 
 # Fields with their own place in a setting's key (so never in its label).
 KEYED = ("mask", "noise", "beta")
