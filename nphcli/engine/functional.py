@@ -117,8 +117,7 @@ def entmax_threshold(
     lam = torch.zeros_like(scaled[:, :1]) - log_target if start is None else start  # (Q, 1)
     tiny, tolerance = torch.finfo(scaled.dtype).tiny, 4 * torch.finfo(scaled.dtype).eps
     for _ in range(_NEWTON_STEPS):
-        u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, n)
-        p = torch.log1p(u).mul_(1 / eps).sub_(lam).exp_()  # (Q, n)
+        p, u = _weights_and_u(scaled, lam, eps)  # (Q, n) each
         mass = p.sum(dim=-1, keepdim=True)  # (Q, 1)
         slope = p.div_(u.add_(1).clamp_(min=tiny)).sum(dim=-1, keepdim=True)  # (Q, 1) S
         ratio = -mass * torch.expm1(-eps * (torch.log(mass) - log_target)) / slope  # (Q, 1) r
@@ -130,9 +129,21 @@ def entmax_threshold(
 
 
 def entmax_weights(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
-    """Weights (Q, n) at λ (Q, 1) renormalised to sum 1 (`_entmax_weights`)."""
-    p = _entmax_weights(scaled, lam, eps)  # (Q, n); the top entry is e^{−λ} > 0
+    """Weights (Q, n) at λ (Q, 1) renormalised to sum 1."""
+    p, _ = _weights_and_u(scaled, lam, eps)  # (Q, n); the top entry is e^{−λ} > 0
     return p / p.sum(dim=-1, keepdim=True)
+
+
+def _weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """`_entmax_weights` and u = ε·z·e^{ελ} clamped to ≥ −1, (Q, n) each, with every weight
+    below e^{f}, f = log(smallest normal) + 2, set to exactly 0. torch's exp is one to two
+    orders of magnitude slower on arguments whose result underflows (−inf included) than on
+    others; the exponent is clamped at f and e^f subtracted, which leaves the kept weights
+    within 1e-37 (float32) of their value and makes those at or below e^f exactly 0."""
+    floor = math.log(torch.finfo(scaled.dtype).tiny) + 2
+    u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, n); −1 → log1p = −inf → weight 0
+    p = torch.log1p(u).mul_(1 / eps).sub_(lam).clamp_(min=floor).exp_().sub_(math.exp(floor))
+    return p, u
 
 
 class _EntmaxNewton(torch.autograd.Function):
