@@ -142,7 +142,8 @@ def _weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Ten
     within 1e-37 (float32) of their value and makes those at or below e^f exactly 0."""
     floor = math.log(torch.finfo(scaled.dtype).tiny) + 2
     u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, n); −1 → log1p = −inf → weight 0
-    p = torch.log1p(u).mul_(1 / eps).sub_(lam).clamp_(min=floor).exp_().sub_(math.exp(floor))
+    p = torch.log1p(u).mul_(1 / eps).sub_(lam).clamp_(min=floor).exp_()
+    p.sub_(math.exp(floor)).clamp_(min=0)  # torch's e^f may round below math.exp's
     return p, u
 
 

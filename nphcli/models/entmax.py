@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
@@ -28,7 +29,6 @@ from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
-
 
 # The one-block path is planned only for query batches at least this large: smaller batches
 # would leave the matrix products too narrow to run at full speed.
@@ -67,7 +67,10 @@ class Entmax(HopfieldModel):
         *,
         block_rows: int,
     ) -> Update:
-        if block_rows >= bank.num_memories and self._one_block(bank):
+        differentiable = torch.is_grad_enabled() and (
+            queries.requires_grad or any(t.requires_grad for t in bank.resident() or ())
+        )  # the one-block path has no backward; the candidate path's map does
+        if block_rows >= bank.num_memories and self._one_block(bank) and not differentiable:
             return Update(*entmax_block_update(queries, bank, beta=self.beta, alpha=self.alpha))
         return Update(
             *candidate_update(
