@@ -56,38 +56,38 @@ def entmax_block_update(
     top = scores.amax(dim=1, keepdim=True)  # (Q, 1)
     if not bool(torch.isfinite(top).all()):
         raise score_overflow(dtype)
-    weights, index = entmax_candidates(scores, top, alpha)  # (Q, c) each
+    weights, index = entmax_candidates(scores.sub_(top), alpha)  # (Q, c) each
     support = (weights > 0).sum(dim=1)  # (Q,)
     if index is None:  # every score is a candidate: weights are the (Q, M) matrix itself
         return matmul(weights, bank.resident()[1]), support
     return weighted_rows(bank, index, weights, block_rows=bank.num_memories), support
 
 
-def entmax_candidates(scores: Tensor, top: Tensor, alpha: float) -> tuple[Tensor, Tensor | None]:
-    """α-entmax weights of scores (Q, M) with row maxima top (Q, 1), on each row's candidates:
+def entmax_candidates(z: Tensor, alpha: float) -> tuple[Tensor, Tensor | None]:
+    """α-entmax weights of scores z (Q, M) shifted to row max 0, on each row's candidates:
     weights (Q, c) and memory indices (Q, c) (padding: weight 0, index 0), or the full (Q, M)
-    weights and None when most scores are candidates."""
+    weights and None when most scores are candidates. Levels are in units of ε·z."""
     eps = alpha - 1
-    num_queries, num_memories = scores.shape
+    num_memories = z.shape[1]
     stride = max(1, num_memories // SAMPLE)
-    sample = eps * (scores[:, ::stride] - top)  # (Q, n) ε·z, row max ≤ 0
+    sample = eps * z[:, ::stride]  # (Q, n) ε·z, row max ≤ 0
     sample_top = sample.amax(dim=1, keepdim=True)  # (Q, 1)
     sample = sample - sample_top  # (Q, n) row max 0
     estimate = _level(sample, eps, math.log(SAFETY * sample.shape[1] / num_memories))  # (Q, 1)
     safe = _level(sample, eps, 0.0)  # (Q, 1) the sample's threshold: never above t
-    # Levels in units of ε·(z − top): a candidate has z > top + level / ε.
+    # A candidate has ε·z > level; every level is < 0, so the top (z = 0) always is one.
     estimate, safe = estimate + sample_top, safe + sample_top
     bound = torch.maximum(estimate, safe)  # (Q, 1)
-    keep = scores > top + bound / eps  # (Q, M)
+    keep = z > bound / eps  # (Q, M)
     if bool(keep.sum() > DENSE_SHARE * keep.numel()):
-        return _solve_all(scores, top, eps), None
-    weights, index, level = _solve_above(scores, top, eps, keep)
+        return _solve_all(z, eps), None
+    weights, index, level = _solve_above(z, eps, keep)
     del keep
     failed = (level < bound).squeeze(1)  # (Q,) a score at or below the estimate may weigh
     if bool(failed.any()):
         rows = failed.nonzero().squeeze(1)  # (F,)
-        part, part_top = scores[rows], top[rows]  # (F, M), (F, 1)
-        w, i, _ = _solve_above(part, part_top, eps, part > part_top + safe[rows] / eps)
+        part = z[rows]  # (F, M)
+        w, i, _ = _solve_above(part, eps, part > safe[rows] / eps)
         width = max(weights.shape[1], w.shape[1])
         weights, index = _widen(weights, width), _widen(index, width)
         weights[rows], index[rows] = _widen(w, width), _widen(i, width)
@@ -101,27 +101,25 @@ def _level(scaled: Tensor, eps: float, log_target: float) -> Tensor:
     return -torch.exp(-eps * lam)
 
 
-def _solve_above(
-    scores: Tensor, top: Tensor, eps: float, keep: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Weights (Q, c), indices (Q, c) and the solved level (Q, 1) on the scores where keep
-    (Q, M) holds, compacted row by row (padding: −inf, weight 0, index 0)."""
+def _solve_above(z: Tensor, eps: float, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Weights (Q, c), indices (Q, c) and the solved level (Q, 1) on the shifted scores z
+    (Q, M) where keep holds, compacted row by row (padding: −inf, weight 0, index 0)."""
     rows, columns = keep.nonzero(as_tuple=True)  # (K,) each, row-major
-    counts = torch.bincount(rows, minlength=scores.shape[0])  # (Q,) ≥ 1: the top is kept
+    counts = torch.bincount(rows, minlength=z.shape[0])  # (Q,) ≥ 1: the top is kept
     starts = counts.cumsum(0) - counts  # (Q,)
     slot = torch.arange(rows.numel(), device=rows.device) - starts[rows]  # (K,) rank in its row
     width = int(counts.max())
-    scaled = scores.new_full((scores.shape[0], width), -torch.inf)  # (Q, c)
-    scaled[rows, slot] = (scores[rows, columns] - top[rows, 0]) * eps
-    index = torch.zeros(scores.shape[0], width, dtype=torch.int64, device=scores.device)
+    scaled = z.new_full((z.shape[0], width), -torch.inf)  # (Q, c)
+    scaled[rows, slot] = z[rows, columns] * eps
+    index = torch.zeros(z.shape[0], width, dtype=torch.int64, device=z.device)
     index[rows, slot] = columns
     lam = entmax_threshold(scaled, eps)  # (Q, 1)
     return entmax_weights(scaled, lam, eps), index, -torch.exp(-eps * lam)
 
 
-def _solve_all(scores: Tensor, top: Tensor, eps: float) -> Tensor:
-    """Weights (Q, M) solved on every score."""
-    scaled = (scores - top).mul_(eps)  # (Q, M)
+def _solve_all(z: Tensor, eps: float) -> Tensor:
+    """Weights (Q, M) solved on every shifted score (z is scaled in place)."""
+    scaled = z.mul_(eps)  # (Q, M)
     return entmax_weights(scaled, entmax_threshold(scaled, eps), eps)
 
 
