@@ -151,8 +151,8 @@ def weighted_rows(bank: MemoryBank, index: Tensor, weights: Tensor, *, block_row
 
     Few rows per query: gathered (`MemoryBank.weighted_sum`), Q·c·d_v reads at memory speed.
     Many: each memory block's weights are scattered into a (Q, B) matrix and multiplied with the
-    block's values, Q·M·d_v multiply-adds at matrix-product speed. Indices within a row must be
-    distinct (they are: a row's kept memories).
+    block's values, Q·M·d_v multiply-adds at matrix-product speed. An index may repeat within a
+    row (the padding of ragged rows, weight 0): repeats are summed, never overwritten.
     """
     num_queries, kept = index.shape
     if kept * GATHER_LIMIT <= bank.num_memories:
@@ -163,6 +163,6 @@ def weighted_rows(bank: MemoryBank, index: Tensor, weights: Tensor, *, block_row
         inside = (index >= start) & (index < start + rows)  # (Q, c)
         column = torch.where(inside, index - start, rows)  # (Q, c); outside → spare column
         block = weights.new_zeros(num_queries, rows + 1)  # (Q, B + 1)
-        block = block.scatter(1, column, torch.where(inside, weights, 0))
+        block = block.scatter_add(1, column, torch.where(inside, weights, 0))
         total = total + matmul(block[:, :rows], values)
     return bank.collective.all_sum(total)  # other ranks' rows

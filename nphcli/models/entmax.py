@@ -1,9 +1,14 @@
 """α-entmax Hopfield retrieval: interpolates between dense (α = 1) and sparse (α = 2) retrieval.
 
 α-entmax maximises pᵀs plus a Tsallis entropy of order α over the simplex. For α > 1 it gives
-memories below a per-query threshold weight exactly 0, with a support that shrinks as α grows;
-the threshold is found by bisection (see `functional.entmax_bisect`), exactly, on each query's
-largest scores collected over memory blocks (`candidates.py`).
+memories below a per-query threshold weight exactly 0, with a support that shrinks as α grows.
+The threshold is found exactly by a monotone Newton iteration (`functional.entmax_threshold`):
+- memories in RAM that fit one block beside a batch of at least `MIN_QUERY_ROWS` queries (the
+  plan prefers that): one matrix product for all scores, the threshold solved on each query's
+  scores above a checked lower bound (`thresholds.py`), one weighted sum;
+- otherwise (small budgets, streamed or distributed memories, α = 1): on each query's largest
+  scores collected over memory blocks (`candidates.py`).
+Both are exact, so `--memory-budget` changes speed, not results.
 """
 
 from __future__ import annotations
@@ -12,16 +17,23 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_update, candidate_working_set
-from nphcli.engine.functional import entmax_bisect
+from nphcli.engine.functional import entmax
+from nphcli.engine.planning import Plan, plan_rows
+from nphcli.engine.thresholds import CELL_BYTES_EXTRA, entmax_block_update
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
+
+# The one-block path is planned only for query batches at least this large: smaller batches
+# would leave the matrix products too narrow to run at full speed.
+MIN_QUERY_ROWS = 64
 
 
 @register_model(
@@ -29,8 +41,8 @@ from nphcli.models.registry import register_model
     summary="α-entmax over all memories: softmax at α = 1, sparsemax at α = 2 (Peters et al. 2019)",
     formula="T(x) = Vᵀ α-entmax(β K x)",
     cost=(
-        "time O(Q·M·d + Q·c·b), b = 26 (float32) or 55 (float64) bisection steps, c ≥ support "
-        "candidates; extra memory O(Q·c + Q·B)"
+        "time O(Q·M·d + Q·M + Q·c·n), n ≈ 3–10 Newton steps, c ≥ support candidates; "
+        "extra memory O(Q·M) in one block, else O(Q·c + Q·B)"
     ),
 )
 @dataclass(kw_only=True)
@@ -56,15 +68,35 @@ class Entmax(HopfieldModel):
         *,
         block_rows: int,
     ) -> Update:
+        differentiable = torch.is_grad_enabled() and (
+            queries.requires_grad or any(t.requires_grad for t in bank.resident() or ())
+        )  # the one-block path has no backward; the candidate path's map does
+        if block_rows >= bank.num_memories and self._one_block(bank) and not differentiable:
+            return Update(*entmax_block_update(queries, bank, beta=self.beta, alpha=self.alpha))
         return Update(
             *candidate_update(
                 queries,
                 bank,
                 beta=self.beta,
-                simplex_map=lambda scores: entmax_bisect(scores, self.alpha),
+                simplex_map=lambda scores: entmax(scores, self.alpha),
                 block_rows=block_rows,
             )
         )
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        """All memories in one block when a batch of `MIN_QUERY_ROWS` queries (or all of them)
+        fits the budget with its (Q, M) scores and candidates; else the blockwise plan."""
+        if self._one_block(bank):
+            row_bytes, cell_bytes = self.working_set(bank)
+            per_query = row_bytes + bank.num_memories * (cell_bytes + CELL_BYTES_EXTRA)
+            rows = plan_rows(budget, 1, per_query, total=num_queries)
+            if budget >= rows * per_query and rows >= min(num_queries, MIN_QUERY_ROWS):
+                return Plan(query_rows=rows, memory_rows=bank.num_memories)
+        return super().plan(num_queries, bank, budget)
+
+    def _one_block(self, bank: MemoryBank) -> bool:
+        """Whether the one-block path applies: α > 1, memories resident, one process."""
+        return self.alpha > 1 and bank.resident() is not None and bank.collective.world_size == 1
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
         """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖², Ψ*_α the conjugate of the Tsallis negentropy of order α
@@ -77,7 +109,7 @@ class Entmax(HopfieldModel):
         return threshold_rule(
             beta=self.beta,
             alpha=float(self.alpha),
-            simplex_map=lambda scores: entmax_bisect(scores, self.alpha),
+            simplex_map=lambda scores: entmax(scores, self.alpha),
             num_memories=num_memories,
         )
 

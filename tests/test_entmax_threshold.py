@@ -1,0 +1,92 @@
+"""α-entmax by Newton (`functional.entmax`) and the one-block retrieval path (`thresholds.py`)
+against an independent reference written here from the formula: p_i = [(α−1)·s_i − τ]_+^{1/(α−1)}
+with τ set by bisection in float64 so that Σ p = 1 (α = 1 + 1e-9: softmax, its limit)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nphcli.engine.functional import entmax
+from nphcli.models import create_model
+
+ALPHAS = [1 + 1e-9, 1.1, 1.25, 1.5, 1.75, 2.0]
+
+
+def _reference(scores: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Row-wise α-entmax in float64 by 64 halvings of τ on [max x − 1, max x], x = (α−1)·s;
+    for α − 1 < 1e-6 (where the power loses every digit) its limit, softmax, which it is within
+    O((α−1)·s²) of."""
+    s = scores.double()
+    if alpha - 1 < 1e-6:
+        return torch.softmax(s, dim=-1)
+    x = (alpha - 1) * (s - s.amax(dim=-1, keepdim=True))
+    lo, hi = torch.full_like(x[:, :1], -1.0), torch.zeros_like(x[:, :1])
+    for _ in range(64):
+        mid = (lo + hi) / 2
+        mass = (x - mid).clamp(min=0).pow(1 / (alpha - 1)).sum(dim=-1, keepdim=True)
+        lo, hi = torch.where(mass >= 1, mid, lo), torch.where(mass >= 1, hi, mid)
+    p = (x - lo).clamp(min=0).pow(1 / (alpha - 1))
+    return p / p.sum(dim=-1, keepdim=True)
+
+
+def _scores(scale: float) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(5)
+    return torch.randn(12, 3000, generator=generator, dtype=torch.float64) * scale
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+@pytest.mark.parametrize("scale", [0.05, 3.0, 300.0], ids=["wide", "mid", "narrow"])
+def test_newton_entmax_matches_reference_float64_and_float32(alpha, scale):
+    scores = _scores(scale)
+    expected = _reference(scores, alpha)
+    limit = 1e-12 if alpha - 1 >= 1e-6 else 1e-7  # softmax stands in for α = 1 + 1e-9
+    torch.testing.assert_close(entmax(scores, alpha), expected, rtol=0, atol=limit)
+    got32 = entmax(scores.float(), alpha)
+    assert got32.dtype == torch.float32
+    assert (got32.double() - _reference(scores.float(), alpha)).abs().max().item() <= 1e-5
+
+
+def test_newton_entmax_near_one_is_softmax_in_float32():
+    scores = _scores(3.0).float()
+    error = (entmax(scores, 1 + 1e-9).double() - torch.softmax(scores.double(), -1)).abs().max()
+    assert error.item() <= 1e-6
+
+
+def _patterns(num: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.nn.functional.normalize(torch.rand(num, 64, generator=generator), dim=1)
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+@pytest.mark.parametrize("beta", [1.0, 200.0], ids=["wide", "narrow"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_entmax_retrieval_one_block_and_many_blocks_match_reference(alpha, beta, dtype):
+    keys = _patterns(3000, 0).to(dtype)
+    queries = torch.nn.functional.normalize(keys[:40] + 0.05 * _patterns(40, 1).to(dtype), dim=1)
+    weights = _reference(beta * (queries.double() @ keys.double().T), alpha)  # (Q, M)
+    expected = weights @ keys.double()
+    model = create_model("entmax", alpha=alpha, beta=beta)
+    atol = 1e-12 if dtype == torch.float64 else 1e-5
+    atol = max(atol, 1e-7) if alpha - 1 < 1e-6 else atol  # softmax stands in for α = 1 + 1e-9
+    one = model.retrieve(queries, keys)  # default budget: all memories in one block
+    many = model.retrieve(queries, keys, memory_budget=2**16)  # blocks of a few rows
+    for result in (one, many):
+        assert result.patterns.dtype == dtype
+        torch.testing.assert_close(result.patterns.double(), expected, rtol=0, atol=atol)
+    if alpha - 1 > 1e-6:  # counts of weights > 0; in float32 a memory at the threshold may
+        # round to either side of it
+        assert (one.support - many.support).abs().max() <= (0 if dtype == torch.float64 else 1)
+
+
+def test_entmax_plan_takes_all_memories_in_one_block_when_they_fit():
+    keys = _patterns(3000, 0)
+    model = create_model("entmax", alpha=1.5)
+    assert model.plan(40, model_bank(keys), 2**29).memory_rows == 3000
+    assert model.plan(40, model_bank(keys), 2**16).memory_rows < 3000
+
+
+def model_bank(keys):
+    from nphcli.memory.bank import as_bank
+
+    return as_bank(keys)
