@@ -27,7 +27,7 @@ import math
 import torch
 from torch import Tensor
 
-from nphcli.engine.functional import entmax_bisect, sparsemax
+from nphcli.engine.functional import entmax, sparsemax
 
 
 def conjugate(scores: Tensor, alpha: float = 1.0, support: Tensor | None = None) -> Tensor:
@@ -40,7 +40,7 @@ def conjugate(scores: Tensor, alpha: float = 1.0, support: Tensor | None = None)
         return torch.logsumexp(z, dim=1)
     if support is not None:
         raise ValueError("a support restricts the log-sum-exp (α = 1) only")
-    p = sparsemax(z) if alpha == 2.0 else entmax_bisect(z, alpha)  # (Q, M)
+    p = sparsemax(z) if alpha == 2.0 else entmax(z, alpha)  # (Q, M)
     tsallis = (1.0 - p.pow(alpha).sum(dim=1)) / (alpha * (alpha - 1.0))  # (Q,)
     return (p * z).sum(dim=1) + tsallis
 

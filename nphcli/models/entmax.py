@@ -120,5 +120,5 @@ class Entmax(HopfieldModel):
     def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
         """α-entmax of each row (B, H, N, M), padded keys at −∞ (weight 0)."""
         filled = scores.masked_fill(~valid[:, None, None, :], -math.inf)  # (B, H, N, M)
-        flat = filled.reshape(-1, filled.shape[-1])  # (B·H·N, M): entmax_bisect works on rows
-        return entmax_bisect(flat, self.alpha).reshape(filled.shape)
+        flat = filled.reshape(-1, filled.shape[-1])  # (B·H·N, M): entmax works on rows
+        return entmax(flat, self.alpha).reshape(filled.shape)
