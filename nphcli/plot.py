@@ -4,7 +4,7 @@
 (model parameters included), one panel per value of a facet, each point the mean over trials
 with a band of ±1 standard deviation over trials (population). The legend sits outside the
 axes, and lines differ in colour, then marker, then line style. matplotlib is an optional dependency
-(`pip install "nph[plot]"`); it is imported only here, and only its object-oriented API with the
+(`pip install -e ".[plot]"`); it is imported only here, and only its object-oriented API with the
 Agg canvas is used, so no global backend is switched and no display is needed. The file's
 extension picks its format (.png, .svg or .pdf); it is written atomically and a PNG has exactly
 the requested size in pixels (SVG and PDF the same size at 100 dpi).
@@ -159,6 +159,7 @@ def _matplotlib():
         from matplotlib.figure import Figure
     except ImportError:
         raise NphError(
-            'plots need matplotlib, an optional dependency: pip install "nph[plot]"'
+            "plots need matplotlib, an optional dependency: pip install matplotlib "
+            '(or pip install -e ".[plot]" in a checkout of nph)'
         ) from None
     return Figure, FigureCanvasAgg

@@ -179,7 +179,7 @@ def test_without_matplotlib_the_error_says_how_to_install(tmp_path, monkeypatch)
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    with pytest.raises(NphError, match=r'pip install "nph\[plot\]"'):
+    with pytest.raises(NphError, match=r'pip install matplotlib .*pip install -e "\.\[plot\]"'):
         plot_results(result_rows(), tmp_path / "p.png")
     assert not (tmp_path / "p.png").exists()
 

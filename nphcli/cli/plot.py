@@ -64,7 +64,7 @@ def plot_command(
     force: Force = False,
 ) -> None:
     """Plot a metric of results: mean over trials against a setting, one line per combination
-    of the other settings that vary, shaded ±1 std. Needs matplotlib (pip install "nph[plot]")."""
+    of the other settings that vary, shaded ±1 std. Needs matplotlib (pip install matplotlib)."""
     from nphcli.atomic import check_writable
     from nphcli.errors import NphError
     from nphcli.plot import check_plot_output, parse_pixels, plot_results
