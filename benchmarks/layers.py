@@ -29,6 +29,7 @@ import sys
 import time
 
 import torch
+from _common import device_or_exit
 from torch.utils.flop_counter import FlopCounterMode
 
 from nphcli.layers import NPH, NPHPooling
@@ -177,7 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     threads = args.threads or (2 if args.pooling else 1)
     torch.set_num_threads(threads)
-    device = torch.device(args.device)
+    device = device_or_exit(args.device)
     default_sizes = "20,50,100" if args.pooling else "128,256,512,1024,2048"
     sizes = [int(s) for s in (args.sizes or default_sizes).split(",")]
     result = {

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import torch
+from _common import device_or_exit
 from large import large_cases
 
 from nphcli.engine import summary_cache
@@ -504,7 +505,7 @@ def main() -> None:
         print(json.dumps(out))
         return
 
-    device = torch.device(args.device)
+    device = device_or_exit(args.device)
     budget_s = 1.0 if args.quick else 3.0
     queries_list = QUERIES[:2] if args.quick else QUERIES
     memories_list = MEMORIES[:2] if args.quick else MEMORIES

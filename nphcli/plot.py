@@ -1,9 +1,10 @@
-"""Plots of sweep results: a metric's mean against memory size, noise, mask or β.
+"""Plots of results: a metric's mean against a setting (memory size, noise, mask, β, k, ...).
 
-One line per model setting (the rows' `label`, plus any other grid value that varies and is not
-on the x axis), drawn at the mean over trials of each run's mean metric, with a band of ±1
-standard deviation over trials (population). matplotlib is an optional dependency
-(`pip install "nph[plot]"`); it is imported only here, and only its object-oriented API with the
+`nphcli.plot_data` decides what is drawn: one line per combination of the settings that vary
+(model parameters included), one panel per value of a facet, each point the mean over trials
+with a band of ±1 standard deviation over trials (population). The legend sits outside the
+axes, and lines differ in colour, then marker, then line style. matplotlib is an optional dependency
+(`pip install -e ".[plot]"`); it is imported only here, and only its object-oriented API with the
 Agg canvas is used, so no global backend is switched and no display is needed. The file's
 extension picks its format (.png, .svg or .pdf); it is written atomically and a PNG has exactly
 the requested size in pixels (SVG and PDF the same size at 100 dpi).
@@ -13,34 +14,24 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
+from nphcli.plot_data import METRIC_LABELS, X_AXES, Curves, curves
 
-# x-axis choices: name → (row column, axis label); `variance` plots the noise column squared
-X_AXES: dict[str, tuple[str, str]] = {
-    "size": ("M", "memory size M"),
-    "noise": ("noise", "noise standard deviation σ"),
-    "variance": ("noise", "noise variance σ²"),
-    "mask": ("mask", "fraction of each query masked"),
-    "beta": ("beta", "inverse temperature β"),
-}
-METRIC_LABELS = {
-    "sse": "sum of squared errors ‖T(x) − ξ‖²",
-    "mse": "mean squared error ‖T(x) − ξ‖² / d",
-    "success": "success rate (nearest stored pattern is the target)",
-    "cosine": "cosine similarity of T(x) and ξ",
-    "pixel_success": "per-pixel success rate (every clamped entry within 0.1 of the target)",
-    "nearest_distance": "distance from T(x) to the nearest stored pattern",
-    "support": "support size (memories with non-zero weight)",
-    "steps": "update steps",
-    "us_per_query": "retrieval time per query (µs)",
-}
+__all__ = ["X_AXES", "check_plot_output", "curves", "parse_pixels", "plot_results"]
+
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}  # extension → matplotlib format
 DEFAULT_SIZE = (800, 500)
 DPI = 100
+MAX_LINES = 80  # beyond this a figure is unreadable: filter (--where) or split (--facet)
+# settings worth naming in the title when they are the same for every line
+TITLE_SETTINGS = ("model", "dataset", "M", "mask", "noise", "beta", "k", "alpha", "steps")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+STYLES = ("-", "--", ":", "-.")
 
 
 def parse_pixels(text: str) -> tuple[int, int]:
@@ -53,80 +44,6 @@ def parse_pixels(text: str) -> tuple[int, int]:
     if not sep or min(size) < 100 or max(size) > 10000:
         raise NphError(f"--size must be WIDTHxHEIGHT in pixels, each 100…10000, got {text!r}")
     return size
-
-
-def metric_column(rows: list[dict[str, Any]], metric: str) -> str:
-    """The column holding `metric`: `<metric>_mean` when rows have it, else `metric` itself."""
-    for column in (f"{metric}_mean", metric):
-        if any(_number(row.get(column)) is not None for row in rows):
-            return column
-    if rows and "model" not in rows[0] and "label" not in rows[0]:
-        # a CSV appended with --no-header only: its first data row was read as the header
-        raise NphError(
-            "these results have no header row (their first line is data, e.g. written only "
-            "with `nph retrieve --csv --no-header`): put the header first, e.g. write the first "
-            "run with `nph retrieve --csv > FILE` and append the others with --no-header, or "
-            "run every setting in one call (`--k 1,5,10 --csv > FILE`)"
-        )
-    usable = [
-        name
-        for name in METRIC_LABELS
-        if name != metric
-        and any(_number(row.get(f"{name}_mean", row.get(name))) is not None for row in rows)
-    ]
-    raise NphError(
-        f"no values for metric {metric!r} in these results; "
-        + (f"try one of: {', '.join(usable)}" if usable else "they hold no metric at all")
-    )
-
-
-def choose_x(rows: list[dict[str, Any]], x: str) -> str:
-    """`x` checked, or for "auto" the first of size, noise, mask, beta that varies."""
-    if x != "auto":
-        if x not in X_AXES:
-            raise NphError(f"unknown --x {x!r}; choose one of: auto, {', '.join(X_AXES)}")
-        return x
-    for name in ("size", "noise", "mask", "beta"):
-        column = X_AXES[name][0]
-        if len({row.get(column) for row in rows}) > 1:
-            return name
-    return "size"
-
-
-def curves(
-    rows: list[dict[str, Any]], *, metric: str = "sse", x: str = "auto"
-) -> tuple[str, str, dict[str, list[tuple[float, float, float, int]]]]:
-    """(x axis name, metric column, {line label: [(x, mean, std, trials), ...] sorted by x})."""
-    if not rows:
-        raise NphError("the results file holds no rows to plot")
-    x = choose_x(rows, x)
-    column = metric_column(rows, metric)
-    x_column = X_AXES[x][0]
-    others = [c for c in ("dataset", "M", "mask", "noise", "beta") if c != x_column]
-    varying = [c for c in others if len({row.get(c) for row in rows}) > 1]
-    points: dict[str, dict[float, list[float]]] = {}
-    for row in rows:
-        value, at = _number(row.get(column)), _number(row.get(x_column))
-        if value is None or at is None:
-            continue
-        if x == "variance":
-            at = at * at
-        name = " ".join(
-            [str(row.get("label") or row.get("model")), *(f"{c}={row.get(c)}" for c in varying)]
-        )
-        points.setdefault(name, {}).setdefault(at, []).append(value)
-    if not points:
-        raise NphError(f"no rows have both {column} and {x_column} values")
-    lines = {}
-    for name, by_x in points.items():
-        series = []
-        for at in sorted(by_x):
-            values = by_x[at]
-            mean = sum(values) / len(values)
-            std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-            series.append((at, mean, std, len(values)))
-        lines[name] = series
-    return x, column, lines
 
 
 def check_plot_output(out: str | os.PathLike) -> str:
@@ -145,67 +62,95 @@ def plot_results(
     *,
     metric: str = "sse",
     x: str = "auto",
+    where: list[str] | None = None,
+    facet: str | None = None,
     size: tuple[int, int] = DEFAULT_SIZE,
     title: str | None = None,
     force: bool = False,
 ) -> Path:
-    """Draw `metric` against `x` for sweep result rows and save it as the extension of `out`
-    says (PNG, SVG or PDF) at `size` pixels."""
+    """Draw `metric` against `x` for result rows (filtered by `where`, one panel per value of
+    `facet`) and save it as the extension of `out` says (PNG, SVG or PDF) at `size` pixels."""
     file_format = check_plot_output(out)
-    x, column, lines = curves(rows, metric=metric, x=x)
+    data = curves(rows, metric=metric, x=x, where=where, facet=facet)
+    names = list(dict.fromkeys(name for panel in data.panels.values() for name in panel))
+    if len(names) > MAX_LINES:
+        raise NphError(
+            f"{len(names)} lines are too many for one plot: choose some with --where (e.g. "
+            "--where model=topk) or split them into panels with --facet COLUMN"
+        )
     figure_cls, canvas_cls = _matplotlib()
     width, height = size
-    figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI)
+    figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
     canvas_cls(figure)
-    axes = figure.add_axes((0.09, 0.11, 0.60, 0.78))
-    colours = [f"C{i}" for i in range(10)]
-    styles = ["-", "--", ":", "-."]
-    for i, (name, series) in enumerate(lines.items()):
-        xs = [p[0] for p in series]
-        means = [p[1] for p in series]
-        low = [p[1] - p[2] for p in series]
-        high = [p[1] + p[2] for p in series]
-        colour, style = colours[i % 10], styles[(i // 10) % len(styles)]
-        axes.plot(xs, means, color=colour, linestyle=style, marker="o", markersize=3, label=name)
-        axes.fill_between(xs, low, high, color=colour, alpha=0.15, linewidth=0)
-    axes.set_xlabel(X_AXES[x][1])
-    metric_name = column.removesuffix("_mean")
-    axes.set_ylabel(METRIC_LABELS.get(metric_name, metric_name), fontsize=9)
-    axes.grid(True, alpha=0.3)
-    axes.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, frameon=False)
-    trials = sorted({p[3] for series in lines.values() for p in series})
-    trial_text = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
-    axes.set_title(title or _title(rows, metric_name, x, trial_text), fontsize=10, loc="left")
+    columns = math.ceil(math.sqrt(len(data.panels)))
+    grid = figure.subplots(
+        math.ceil(len(data.panels) / columns), columns, squeeze=False, sharex=True, sharey=True
+    )
+    looks = {name: _look(i, len(names)) for i, name in enumerate(names)}
+    handles = {}
+    for axes, (panel, lines) in zip(grid.flat, data.panels.items(), strict=False):
+        for name, series in lines.items():
+            xs = [p[0] for p in series]
+            colour, marker, style = looks[name]
+            (handles[name],) = axes.plot(
+                xs,
+                [p[1] for p in series],
+                color=colour,
+                marker=marker,
+                linestyle=style,
+                markersize=4,
+                label=name,
+            )
+            low = [p[1] - p[2] for p in series]
+            high = [p[1] + p[2] for p in series]
+            axes.fill_between(xs, low, high, color=colour, alpha=0.12, linewidth=0)
+        axes.grid(True, alpha=0.3)
+        if panel:
+            axes.set_title(panel, fontsize=8)
+    for axes in grid.flat[len(data.panels) :]:
+        axes.set_visible(False)
+    metric_name = data.column.removesuffix("_mean")
+    figure.supxlabel(data.x_label, fontsize=9)
+    figure.supylabel(METRIC_LABELS.get(metric_name, metric_name), fontsize=9)
+    per_column = max(1, int((height - 40) / 13))  # legend entries that fit the height
+    figure.legend(
+        [handles[n] for n in names],
+        names,
+        loc="outside right upper",
+        fontsize=7,
+        frameon=False,
+        ncols=math.ceil(len(names) / per_column),
+    )
+    figure.suptitle(title or _title(data, metric_name, width), fontsize=9, x=0.01, ha="left")
     with atomic_write(out, force=force) as tmp:
         figure.savefig(tmp, format=file_format, dpi=DPI)
     return Path(out)
 
 
-def _title(rows: list[dict[str, Any]], metric: str, x: str, trials: str) -> str:
-    """Two lines: what is plotted, then the grid values that are the same on every line."""
-    fixed = []
-    for column, name in (("dataset", ""), ("M", "M "), ("mask", "mask "), ("noise", "σ ")):
-        values = {row.get(column) for row in rows}
-        if len(values) == 1 and X_AXES[x][0] != column:
-            value = values.pop()
-            if column in ("mask", "noise") and not value:
-                continue
-            fixed.append(f"{name}{_short(value)}")
-    betas = {row.get("beta") for row in rows}
-    if len(betas) == 1:
-        fixed.append(f"β {_short(betas.pop())}")
+def _look(i: int, count: int) -> tuple[Any, str, str]:
+    """Colour, marker and line style of line i of `count`: distinct for up to 20 × 8 lines."""
+    from matplotlib import colormaps
+
+    colours = 10 if count <= 10 else 20
+    return (
+        colormaps["tab10" if count <= 10 else "tab20"](i % colours),
+        MARKERS[(i // colours) % len(MARKERS)],
+        STYLES[(i // (colours * len(MARKERS))) % len(STYLES)],
+    )
+
+
+def _title(data: Curves, metric: str, width: int) -> str:
+    """What is plotted, then the settings every line shares and what a point averages."""
+    fixed = [f for f in data.fixed if f.split(" ")[0] in TITLE_SETTINGS and not f.endswith("none")]
+    trials = data.trials()
+    if trials == [1]:
+        spread = "one run per point"
+    else:
+        counts = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
+        spread = f"mean ± 1 std over {counts} trials"
     name = metric.upper() if metric in ("sse", "mse") else metric
-    return f"{name} vs {X_AXES[x][1]}\n{', '.join(fixed)}; mean ± 1 std over {trials} trials"
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+    detail = "; ".join(part for part in (", ".join(fixed), spread) if part)
+    return f"{name} vs {data.x_label}\n" + "\n".join(textwrap.wrap(detail, width // 7))
 
 
 def _matplotlib():
@@ -214,6 +159,7 @@ def _matplotlib():
         from matplotlib.figure import Figure
     except ImportError:
         raise NphError(
-            'plots need matplotlib, an optional dependency: pip install "nph[plot]"'
+            "plots need matplotlib, an optional dependency: pip install matplotlib "
+            '(or pip install -e ".[plot]" in a checkout of nph)'
         ) from None
     return Figure, FigureCanvasAgg

@@ -69,21 +69,105 @@ def test_plot_reads_csv(invoke, tmp_path):
 
 
 def test_curves_are_means_and_population_stds_over_trials():
-    x, column, lines = curves(result_rows(), metric="sse")
-    assert (x, column) == ("size", "sse_mean")
-    assert list(lines) == ["dense", "topk k=0.2"]
-    assert lines["dense"] == [(10, 11.5, 0.5, 2), (20, 12.5, 0.5, 2), (50, 15.5, 0.5, 2)]
+    data = curves(result_rows(), metric="sse")
+    assert (data.x, data.column) == ("M", "sse_mean")
+    assert list(data.lines) == ["dense", "topk k=0.2"]
+    assert data.lines["dense"] == [(10, 11.5, 0.5, 2), (20, 12.5, 0.5, 2), (50, 15.5, 0.5, 2)]
 
 
 def test_x_axis_choices():
     rows = [dict(r, M=100, noise=0.5 if r["M"] == 10 else 1.0) for r in result_rows()]
-    assert curves(rows)[0] == "noise"
-    x, _, lines = curves(rows, x="variance")
-    assert x == "variance" and [p[0] for p in lines["dense"]] == [0.25, 1.0]
+    assert curves(rows).x == "noise"
+    data = curves(rows, x="variance")
+    assert data.x == "variance" and [p[0] for p in data.lines["dense"]] == [0.25, 1.0]
     with pytest.raises(NphError, match="unknown --x"):
         curves(rows, x="colour")
     with pytest.raises(NphError, match="no values for metric 'speed'"):
         curves(rows, metric="speed")
+
+
+def retrieve_rows():
+    """`nph retrieve --model topk --k 1,5,10 --csv` as read back: one row per k, no trials
+    (k written 1.0 as the CSV does)."""
+    return [
+        {"model": "topk", "beta": 0.3, "k": float(k), "M": 100, "mask": 0.0, "noise": 0.0,
+         "run_seed": 0, "sse_mean": sse, "sse_std": 9.0, "total_s": 0.5}
+        for k, sse in ((1, 3.0), (5, 2.0), (10, 2.5))
+    ]  # fmt: skip
+
+
+def test_settings_that_vary_are_never_averaged_as_trials():
+    """The three values of k were averaged into one point labelled "topk, 3 trials"; now k is
+    the x axis by itself, each point one run, and --x k works."""
+    for x in ("auto", "k"):
+        data = curves(retrieve_rows(), x=x)
+        assert data.x == "k"
+        assert data.lines == {"topk": [(1, 3.0, 0.0, 1), (5, 2.0, 0.0, 1), (10, 2.5, 0.0, 1)]}
+    # with M on the x axis every k is its own line, not a mean over k
+    rows = [dict(r, M=m) for r in retrieve_rows() for m in (50, 100)]
+    data = curves(rows, x="size")
+    assert sorted(data.lines) == ["topk k=1", "topk k=10", "topk k=5"]
+    assert all(p[3] == 1 for line in data.lines.values() for p in line)
+
+
+def test_where_and_facet():
+    rows = result_rows() + [dict(r, beta=0.1) for r in result_rows()]
+    data = curves(rows, where=["label=dense"], facet="beta")
+    assert list(data.panels) == ["beta=0.01", "beta=0.1"]
+    assert all(list(panel) == ["dense"] for panel in data.panels.values())
+    both = curves(rows, where=["label=dense,topk k=0.2", "beta=0.1"])
+    assert list(both.lines) == ["dense", "topk k=0.2"]
+    with pytest.raises(NphError, match="no column 'colour'"):
+        curves(rows, where=["colour=red"])
+    with pytest.raises(NphError, match="no rows match"):
+        curves(rows, where=["beta=7"])
+    with pytest.raises(NphError, match="COLUMN=VALUE"):
+        curves(rows, where=["dense"])
+    with pytest.raises(NphError, match="--facet 'trial'"):
+        curves(rows, facet="trial")
+
+
+def test_identical_values_have_a_std_of_exactly_zero():
+    rows = [dict(r, sse_mean=0.1 + 0.2) for r in result_rows()]
+    assert {p[2] for line in curves(rows).lines.values() for p in line} == {0.0}
+
+
+def many_series_rows():
+    """40 lines: 5 models × 8 parameter values, over 3 sizes."""
+    return [
+        {"label": f"model{m} p={p}", "model": f"model{m}", "p": p, "M": size, "trial": 0,
+         "sse_mean": m + p / 10 + size / 100}
+        for m in range(5) for p in range(8) for size in (10, 20, 50)
+    ]  # fmt: skip
+
+
+def test_forty_series_keep_a_whole_legend_and_distinct_looks(tmp_path):
+    pytest.importorskip("matplotlib")
+    from nphcli.plot import _look
+
+    looks = [_look(i, 40) for i in range(40)]
+    assert len(set(looks)) == 40
+    out = plot_results(many_series_rows(), tmp_path / "many.png", size=(1000, 600))
+    with Image.open(out) as image:
+        assert image.size == (1000, 600)
+    faceted = plot_results(many_series_rows(), tmp_path / "facet.png", facet="model")
+    assert faceted.stat().st_size > 1000
+    too_many = [
+        dict(r, p=r["p"] + 100 * t, label=f"x{t}") for t in range(3) for r in many_series_rows()
+    ]
+    with pytest.raises(NphError, match="too many for one plot"):
+        plot_results(too_many, tmp_path / "no.png")
+    assert not (tmp_path / "no.png").exists()
+
+
+def test_plot_cli_where_facet_and_several_files(invoke, tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", result_rows())
+    b = write_jsonl(tmp_path / "b.jsonl", [dict(r, beta=0.1) for r in result_rows()])
+    out = tmp_path / "p.png"
+    result = invoke("plot", a, b, "--out", out, "--where", "label=dense", "--facet", "beta")
+    assert result.exit_code == 0, result.stderr
+    bad = invoke("plot", a, "--out", out, "--force", "--x", "k")
+    assert bad.exit_code == 2 and bad.stderr.startswith("Error: unknown --x 'k'")
 
 
 def test_without_matplotlib_the_error_says_how_to_install(tmp_path, monkeypatch):
@@ -95,7 +179,7 @@ def test_without_matplotlib_the_error_says_how_to_install(tmp_path, monkeypatch)
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    with pytest.raises(NphError, match=r'pip install "nph\[plot\]"'):
+    with pytest.raises(NphError, match=r'pip install matplotlib .*pip install -e "\.\[plot\]"'):
         plot_results(result_rows(), tmp_path / "p.png")
     assert not (tmp_path / "p.png").exists()
 

@@ -6,10 +6,12 @@ Each command lives in its own module and registers itself on `app` when imported
 from nphcli.cli import (
     analyze,  # noqa: F401  (registers commands)
     batch,  # noqa: F401  (registers commands)
+    doctor,  # noqa: F401  (registers commands)
     index,  # noqa: F401  (registers commands)
     info,  # noqa: F401  (registers commands)
     mil,  # noqa: F401  (registers commands)
     models,  # noqa: F401  (registers commands)
+    plot,  # noqa: F401  (registers commands)
     retrieve,  # noqa: F401  (registers commands)
     shard,  # noqa: F401  (registers commands)
     store,  # noqa: F401  (registers commands)

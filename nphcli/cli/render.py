@@ -79,18 +79,27 @@ def print_table(
     width: int | None = None,
 ) -> None:
     """A table on stdout. `width`: the line width to use when stdout is not a terminal (rich
-    assumes 80 columns there, which squeezes wide tables into unreadable cells)."""
+    assumes 80 columns there, which squeezes wide tables into unreadable cells). Numbers are
+    never cut to "0.…": a table whose numeric columns do not fit the width is printed at its
+    natural width (the terminal wraps its lines), text columns still wrap."""
     ascii_only = not can_encode(sys.stdout)
     table = Table(
         title=title, title_justify="left", box=box.ASCII if ascii_only else box.HEAVY_HEAD
     )
-    for column in columns:
-        table.add_column(column)
+    rows = [list(row) for row in rows]
+    numeric = 0  # width of the table with every numeric column whole and its header unbroken
+    for i, column in enumerate(columns):
+        numbers = [format_value(row[i]) for row in rows if isinstance(row[i], (int, float))]
+        longest = max(map(len, numbers), default=0)
+        numeric += max(longest, len(column) if numbers else 1) + 3  # padding and a border
+        table.add_column(column, min_width=longest or None)
     for row in rows:
         table.add_row(*(format_value(v) for v in row))
     console = stdout_console()
     if width is not None and not console.is_terminal:
         console.width = width
+    if numeric + 1 > console.width:  # squeezing would cut numbers to "0.…": print it whole
+        console.width = console.measure(table, options=console.options.update_width(10_000)).maximum
     console.print(table)
 
 

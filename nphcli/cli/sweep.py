@@ -1,8 +1,8 @@
-"""`nph sweep`: run a grid of retrieval evaluations and summarise it; `nph plot`: draw results.
+"""`nph sweep`: run a grid of retrieval evaluations and summarise it (`nph plot` draws results).
 
 The retrieval options (models, their parameters, corruption, device, ...) are those of
 `nph retrieve`, generated from the same fields (`nphcli.cli.field_options`); the others are the
-sweep's own. Parsing and rendering only; `nphcli.sweeps` and `nphcli.plot` do the work.
+sweep's own. Parsing and rendering only; `nphcli.sweeps` does the work.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Annotated, Any
 
 import typer
 
-from nphcli.cli.app import app, quiet
+from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, with_fields
-from nphcli.cli.options import Force, JsonOutput
+from nphcli.cli.options import JsonOutput
 from nphcli.cli.progress import ProgressBar
-from nphcli.cli.render import format_value, print_json, print_table, stderr_console
+from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.evaluation.fields import fields
 from nphcli.sweeps.config import list_presets
 from nphcli.sweeps.session import DEFAULT_OUT
@@ -196,52 +196,3 @@ def _ratio(holds, of) -> str:
     if holds is None or of is None:
         return "n/a"
     return f"{holds}/{of}"
-
-
-@app.command("plot")
-def plot_command(
-    results: Annotated[Path, typer.Argument(help="Results file of nph sweep (.jsonl or .csv).")],
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Plot file to write: .png, .svg or .pdf.")
-    ] = Path("sweep.png"),
-    metric: Annotated[
-        str,
-        typer.Option(
-            "--metric",
-            help="sse, mse, success, cosine, nearest_distance, support, steps or us_per_query.",
-        ),
-    ] = "sse",
-    x: Annotated[
-        str,
-        typer.Option(
-            "--x",
-            help="x axis: size (M), noise (σ), variance (σ²), mask, beta, or auto (the first "
-            "of size, noise, mask, beta that varies).",
-        ),
-    ] = "auto",
-    size: Annotated[
-        str, typer.Option("--size", help="Image size WIDTHxHEIGHT in pixels.")
-    ] = "800x500",
-    title: Annotated[
-        str | None, typer.Option("--title", help="Plot title [default: from the results].")
-    ] = None,
-    force: Force = False,
-) -> None:
-    """Plot a metric of sweep results: mean over trials against M, noise or mask, one line per
-    model setting, shaded ±1 std. Needs matplotlib (pip install "nph[plot]")."""
-    from nphcli.atomic import check_writable
-    from nphcli.errors import NphError
-    from nphcli.plot import check_plot_output, parse_pixels, plot_results
-    from nphcli.sweeps.results import read_results
-
-    pixels = parse_pixels(size)
-    check_plot_output(out)
-    if out.resolve() == results.resolve():
-        raise NphError("--out would replace the results file; choose another name")
-    check_writable(out, force=force)
-    if not results.is_file():
-        raise NphError(f"results file {results} not found")
-    loaded = read_results(results)
-    plot_results(loaded.rows, out, metric=metric, x=x, size=pixels, title=title, force=force)
-    if not quiet():
-        stderr_console().print(f"wrote {out}", highlight=False)

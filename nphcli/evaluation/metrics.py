@@ -211,16 +211,14 @@ def same_row(stored: Tensor | MemoryBank, first: Tensor, second: Tensor) -> Tens
 
 
 def summarize(values: Tensor) -> dict[str, float]:
-    """mean, std (population: divides by Q, so one query has std 0) and median (the average of
-    the two middle values for an even count) of a (Q,) tensor."""
+    """mean, std (population: divides by Q, so one query has std 0; identical values exactly 0)
+    and median (the average of the two middle values for an even count) of a (Q,) tensor."""
     x = values.detach().to("cpu", torch.float64).flatten()
     if x.numel() == 0:
         return {"mean": math.nan, "std": math.nan, "median": math.nan}
     ordered = x.sort().values
     half = (x.numel() - 1) / 2
     median = (ordered[math.floor(half)] + ordered[math.ceil(half)]) / 2
-    return {
-        "mean": float(x.mean()),
-        "std": float(x.std(correction=0)),
-        "median": float(median),
-    }
+    # Identical values have a std of exactly 0, not the rounding residue (~1e-17) of x - mean.
+    std = 0.0 if bool(ordered[0] == ordered[-1]) else float(x.std(correction=0))
+    return {"mean": float(x.mean()), "std": std, "median": float(median)}

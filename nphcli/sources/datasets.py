@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nphcli.doctor import import_torchvision
 from nphcli.errors import NphError
 from nphcli.notices import notice
 from nphcli.sources import sample
@@ -85,8 +86,8 @@ def load_fashion_mnist(spec: str, options: SourceOptions) -> Loaded:
 def load_cifar10(spec: str, options: SourceOptions) -> Loaded:
     import numpy as np
     import torch
-    from torchvision.datasets import CIFAR10
 
+    CIFAR10 = import_torchvision().CIFAR10
     split = _split(options)
     root, how = data_root(options.root)
     dataset = _open(CIFAR10, root, split, options.download, "CIFAR-10")
@@ -117,9 +118,7 @@ def load_cifar10(spec: str, options: SourceOptions) -> Loaded:
 
 
 def _mnist_family(spec: str, options: SourceOptions, *, cls_name: str, label: str) -> Loaded:
-    import torchvision.datasets
-
-    cls = getattr(torchvision.datasets, cls_name)
+    cls = getattr(import_torchvision(), cls_name)
     split = _split(options)
     root, how = data_root(options.root)
     dataset = _open(cls, root, split, options.download, label)

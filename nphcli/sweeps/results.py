@@ -24,6 +24,7 @@ from nphcli.atomic import check_folder, fsync_folder, write_failure_reason
 from nphcli.errors import NphError, NphRuntimeError
 from nphcli.notices import notice
 from nphcli.sweeps.config import SweepConfig
+from nphcli.sweeps.lock import ResultsLock
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 PARTIAL = ".partial"  # inserted before the ending of a --force sweep's temporary file
@@ -47,13 +48,18 @@ class ResultsContents:
     header: list[str] | None  # CSV only
     good_bytes: int  # length of the part made of complete rows
     dropped: bool  # True when a cut-short last line was left out
+    duplicates: int = 0  # rows left out because the same run was already read
 
 
 def read_results(path: str | os.PathLike) -> ResultsContents:
     """Rows of a JSON Lines or CSV results file, numbers parsed, empty cells as None.
 
-    A last line that is cut short (no newline, or not a complete row) is left out and reported
-    in `dropped`; a damaged line elsewhere is an error.
+    Files merged by concatenation (`cat a.csv b.csv`) or appended to twice read as one: a CSV
+    header line repeated further down is skipped, and a run read twice (same `setting` and
+    `trial` for sweep rows, else an identical row) is kept once and counted in `duplicates`.
+    A header with other columns in the middle of a CSV (rows of another grid or nph version)
+    is an error naming its line. A last line that is cut short (no newline, or not a complete
+    row) is left out and reported in `dropped`; a damaged line elsewhere is an error.
     """
     path = Path(path)
     fmt = results_format(path)
@@ -66,6 +72,8 @@ def read_results(path: str | os.PathLike) -> ResultsContents:
     dropped = bool(tail.strip())
     good = len(data) - len(tail)
     rows: list[dict[str, Any]] = []
+    seen: set = set()
+    duplicates = 0
     header = None
     offsets = []
     position = 0
@@ -77,6 +85,16 @@ def read_results(path: str | os.PathLike) -> ResultsContents:
         text = line.decode("utf-8", errors="replace").strip()
         if not text:
             continue
+        if fmt == "csv" and header is not None:
+            cells = next(csv.reader([text]))
+            if cells == header:  # the header again: files joined with cat, or a second writer
+                continue
+            if _looks_like_header(cells, header):
+                raise NphError(
+                    f"{path}, line {number + 1}: a second header with other columns than line "
+                    "1's; the file joins results of different grids or nph versions: split it "
+                    "there, or plot and resume each part on its own"
+                )
         parsed = _parse_line(text, fmt, header)
         if parsed is None:
             if last:
@@ -89,8 +107,30 @@ def read_results(path: str | os.PathLike) -> ResultsContents:
         if fmt == "csv" and header is None:
             header = parsed
             continue
+        key = _run_key(parsed)
+        if key in seen:
+            duplicates += 1
+            continue
+        seen.add(key)
         rows.append(parsed)
-    return ResultsContents(rows, header, good, dropped)
+    if duplicates:
+        notice(f"{path}: {duplicates} rows repeat runs read earlier in the file; each kept once")
+    return ResultsContents(rows, header, good, dropped, duplicates)
+
+
+def _looks_like_header(cells: list[str], header: list[str]) -> bool:
+    """Whether a CSV line is a header (of any grid): mostly names of this file's columns and
+    no numbers, as a data row of nph is mostly numbers."""
+    named = sum(1 for cell in cells if cell in header)
+    numbers = sum(1 for cell in cells if isinstance(_cell(cell), (int, float)))
+    return numbers == 0 and named >= min(3, len(cells))
+
+
+def _run_key(row: dict[str, Any]) -> Any:
+    """What identifies a run: (setting, trial) for sweep rows, else the whole row."""
+    if "setting" in row and "trial" in row:
+        return ("run", str(row["setting"]), str(row["trial"]))
+    return json.dumps(row, sort_keys=True, default=str)
 
 
 def _parse_line(text: str, fmt: str, header: list[str] | None):
@@ -127,6 +167,7 @@ class Results:
     def __init__(
         self, path: str | os.PathLike, *, resume: bool = False, force: bool = False
     ) -> None:
+        self._lock: ResultsLock | None = None
         self.path = Path(path)
         self.format = results_format(self.path)
         self.write_path = self.path
@@ -141,6 +182,14 @@ class Results:
                 raise NphError(f"cannot continue {self.path}: the file is not writable")
         else:
             check_folder(self.path)
+        self._lock = ResultsLock(self.path)  # one writer at a time, for the whole sweep
+        try:
+            self._open_existing(resume=resume, force=force)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open_existing(self, *, resume: bool, force: bool) -> None:
         if self.path.exists():
             if resume:
                 self._load_existing()
@@ -158,6 +207,12 @@ class Results:
     def _load_existing(self) -> None:
         loaded = read_results(self.path)
         self.existing, self.header = loaded.rows, loaded.header
+        for row in self.existing:
+            if row.get("setting") is None or not isinstance(row.get("trial"), int):
+                raise NphError(
+                    f"{self.path} holds rows that are not runs of nph sweep (no setting or "
+                    "trial); resume only a file nph sweep wrote, or choose another --out"
+                )
         if loaded.dropped:
             notice(f"{self.path}: dropping a cut-short last line; its run is done again")
             with open(self.path, "r+b") as handle:
@@ -167,11 +222,18 @@ class Results:
 
     def done(self) -> set[tuple[str, int]]:
         """Keys (setting, trial) of the rows already in the file."""
-        return {(str(row.get("setting")), int(row.get("trial", -1))) for row in self.existing}
+        return {(str(row["setting"]), row["trial"]) for row in self.existing}
 
     def check_compatible(self, config: SweepConfig, pool_normalize: str, *, theory: bool) -> None:
         """A resumed file must come from the same sweep: dataset, seed, normalisation, and
-        theory fields (present or not) as now."""
+        theory fields (present or not) as now, in every row (files may be merged ones)."""
+        try:
+            self._check_compatible(config, pool_normalize, theory=theory)
+        except NphError:
+            self.release()
+            raise
+
+    def _check_compatible(self, config: SweepConfig, pool_normalize: str, *, theory: bool):
         for row in self.existing:
             for key, value in (
                 ("dataset", config.dataset),
@@ -193,7 +255,6 @@ class Results:
             if ("theory_m" in row) != theory:
                 had = "with" if "theory_m" in row else "without"
                 raise NphError(f"{self.path} was written {had} --theory; resume it the same way")
-            break  # every row of a file comes from one sweep; the first one tells
 
     def write(self, row: dict[str, Any]) -> None:
         """Append one row as one write, then flush and fsync."""
@@ -239,10 +300,11 @@ class Results:
             os.replace(self.write_path, self.path)
             fsync_folder(self.path.parent)
             self.write_path = self.path
+        self.release()
 
     def abandon(self) -> None:
         """Close after an interruption, saying where the finished rows are."""
-        self.close()
+        self.release()
         if self.write_path != self.path and self.write_path.exists():
             notice(
                 f"interrupted: {self.path} is unchanged; the {self.written} rows finished are in "
@@ -260,6 +322,18 @@ class Results:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+
+    def release(self) -> None:
+        """Close, and let another writer have the file."""
+        self.close()
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> Results:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def _csv_line(values: list[Any]) -> str:

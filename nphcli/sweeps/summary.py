@@ -53,7 +53,7 @@ def mean_std(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
     mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / len(values)
+    var = 0.0 if len(set(values)) == 1 else sum((v - mean) ** 2 for v in values) / len(values)
     return {"mean": mean, "std": math.sqrt(var)}
 
 

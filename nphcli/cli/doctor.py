@@ -1,0 +1,45 @@
+"""`nph doctor`: the versions nph runs on and whether they fit together (see nphcli.doctor)."""
+
+from __future__ import annotations
+
+import typer
+
+from nphcli.cli.app import app
+from nphcli.cli.options import JsonOutput
+from nphcli.cli.render import print_json, print_table
+
+
+@app.command("doctor")
+def doctor_command(as_json: JsonOutput = False) -> None:
+    """Check the installation: Python, torch, torchvision (and that it matches torch), CUDA
+    devices, faiss, matplotlib, torch's threads and the bundled sample data. Exit status 1 when
+    something nph needs is broken."""
+    from nphcli.doctor import diagnose
+
+    report = diagnose()
+    if as_json:
+        print_json(report)
+    else:
+        rows = [
+            [name, "ok" if check["ok"] else "PROBLEM", _detail(name, check)]
+            for name, check in report.items()
+        ]
+        print_table("nph doctor", ["check", "status", "details"], rows)
+    if not all(check["ok"] for check in report.values()):
+        raise typer.Exit(1)
+
+
+def _detail(name: str, check: dict) -> str:
+    """One line per check: what was found, and the error and hint when there is one."""
+    if name == "cuda":
+        found = ", ".join(check["devices"]) or "no CUDA device"
+    elif name == "sample_data":
+        found = check.get("path") or ""
+    elif name == "torch" and check.get("version"):
+        found = f"{check['version']} (CUDA build {check['cuda_build']}, {check['threads']} threads)"
+    else:
+        found = check.get("version") or "not installed"
+    if name == "python":
+        found += f" ({check['executable']})"
+    extra = [check[key] for key in ("error", "hint") if check.get(key) and check["ok"] is False]
+    return "; ".join([found, *extra])

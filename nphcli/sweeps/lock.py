@@ -1,0 +1,117 @@
+"""One writer per results file: an exclusive lock held for a whole sweep.
+
+Two sweeps appending to the same file would interleave rows of two grids (and a second CSV
+header) and both succeed. The lock is a sidecar file, `.NAME.lock` beside the results file,
+because a `--force` sweep renames a new file over the results file and a lock on the old inode
+would not cover the new one. Where `fcntl` exists the lock is `flock` (released by the kernel
+when the process dies, so a killed sweep never leaves a stale lock); elsewhere the sidecar is
+created with O_EXCL and removed on release. Either way the sidecar holds the holder's pid and
+command line, for the second writer's error message.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from nphcli.errors import NphError
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+
+def lock_path(path: str | os.PathLike) -> Path:
+    """The sidecar lock file of results file `path`."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
+class ResultsLock:
+    """An exclusive lock on results file `path`, taken at once or refused with an NphError."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.file: Path | None = lock_path(path)
+        self._fd: int | None = None
+        self._acquire()
+
+    def _acquire(self) -> None:
+        holder = f"pid {os.getpid()}: {' '.join(sys.argv)}"[:500] + "\n"
+        if fcntl is None:
+            try:
+                self._fd = os.open(self.file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._refuse(hint=f"; if no such process runs, delete {self.file}")
+            except OSError as error:
+                raise NphError(f"cannot lock {self.path}: {error.strerror or error}") from None
+        else:
+            while self._fd is None:
+                try:
+                    fd = os.open(self.file, os.O_CREAT | os.O_RDWR, 0o644)
+                except PermissionError:  # a folder we may not write: --resume of a file in it
+                    self._lock_results_file()
+                    return
+                except OSError as error:
+                    raise NphError(f"cannot lock {self.path}: {error.strerror or error}") from None
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(fd)
+                    self._refuse()
+                # The holder before us may have removed the sidecar between our open and our
+                # flock: then we hold a lock nobody else can see; open the new one instead.
+                try:
+                    same = os.path.samestat(os.fstat(fd), os.stat(self.file))
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    self._fd = fd
+                else:
+                    os.close(fd)
+            os.ftruncate(self._fd, 0)
+        os.write(self._fd, holder.encode("utf-8", errors="replace"))
+
+    def _lock_results_file(self) -> None:
+        """flock the results file itself (no sidecar, so no holder to name)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as error:
+            raise NphError(f"cannot lock {self.path}: {error.strerror or error}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            self._refuse()
+        self._fd, self.file = fd, None
+
+    def _refuse(self, hint: str = "") -> None:
+        try:
+            text = "" if self.file is None else self.file.read_text("utf-8", errors="replace")
+        except OSError:
+            text = ""
+        holder = text.strip()
+        raise NphError(
+            f"{self.path} is being written by another nph process "
+            f"({holder or 'holder unknown'}){hint}; wait for it to finish or choose another --out"
+        )
+
+    def release(self) -> None:
+        """Remove the sidecar and unlock (idempotent)."""
+        if self._fd is None:
+            return
+        if self.file is not None:
+            self.file.unlink(missing_ok=True)  # unlinked while still locked: see _acquire
+        os.close(self._fd)
+        self._fd = None
+
+    def __del__(self) -> None:  # a Results dropped after an error must not keep the file
+        self.release()
+
+    def __enter__(self) -> ResultsLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,34 @@
+"""Every benchmark script with --device stops in one line (exit 2) on a device not present."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if '"--device"' in p.read_text())
+
+
+def test_the_scripts_with_a_device_option_are_found():
+    assert {"run.py", "layers.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_missing_cuda_device_is_one_error_line(script):
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)}
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith("Error: --device cuda: no CUDA device is available")
