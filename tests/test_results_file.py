@@ -14,7 +14,7 @@ from nphcli.errors import NphError
 from nphcli.sweeps.lock import ResultsLock, lock_path
 from nphcli.sweeps.results import Results, read_results
 
-TINY = ("--models", "dense,topk:k=0.5", "--trials", "2", "--beta", "0.5", "--noise", "0.3")
+TINY = ("--model", "dense,topk", "--k", "0.5", "--trials", "2", "--beta", "0.5", "--noise", "0.3")
 
 
 @pytest.fixture
