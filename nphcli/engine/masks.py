@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -81,10 +82,11 @@ def _fmix32(x):
     return x ^ (x >> 16)
 
 
-# Entries hashed at a time. fmix32 makes about twenty passes over its input: on chunks this size,
-# in three reused buffers, every pass stays in cache and nothing is allocated, an order of
+# Entries hashed at a time. fmix32 makes about fifteen passes over its input: on chunks this size,
+# in two reused buffers, every pass stays in cache and nothing is allocated, an order of
 # magnitude faster than passes over a fresh (Q, M) tensor.
-_HASH_CHUNK = 2**15
+_HASH_CHUNK = 2**16
+_SIGN = -(2**31)  # int32 with only the sign bit set
 
 
 def random_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
@@ -94,40 +96,116 @@ def random_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
     time, h ← fmix32(h ⊕ word), then the memory index. For one (seed, position) the last step
     is a bijection of the memory index, so the memories of one query never tie.
     """
-    state = _query_state(seed, positions)  # (Q,)
-    memory_indices = memory_indices.to(device=positions.device, dtype=torch.int64) & _MASK32
+    return ordered_keys(seed, positions, memory_indices).to(torch.int64) - _SIGN
+
+
+def ordered_keys(
+    seed: int, positions: Tensor, memory_indices: Tensor, *, out: Tensor | None = None
+) -> Tensor:
+    """`random_keys` − 2³¹ as int32 (Q, M): the same order in half the bytes of int64.
+
+    Hashed in 32-bit words, chunk by chunk: on the CPU with numpy's uint32 kernels (SIMD, and
+    products wrap modulo 2³² by definition; about three times torch's int32 ones), elsewhere
+    with torch's int32 kernels (`_fmix32_`). Flipping the sign bit at the end maps [0, 2³²)
+    in order onto int32. `out` (Q, M) int32, if given, receives them."""
+    state = _to_int32(_query_state(seed, positions))  # (Q,)
+    memory_indices = _to_int32(memory_indices.to(device=positions.device, dtype=torch.int64))
     num_queries, num_memories = state.shape[0], memory_indices.shape[0]
-    out = torch.empty(num_queries, num_memories, dtype=torch.int64, device=positions.device)
+    if out is None:
+        out = torch.empty(num_queries, num_memories, dtype=torch.int32, device=positions.device)
     columns = min(num_memories, max(256, _HASH_CHUNK // max(1, num_queries)))
     rows = min(num_queries, max(1, _HASH_CHUNK // columns))
-    buffers = [torch.empty(rows * columns, dtype=torch.int64, device=out.device) for _ in range(3)]
+    on_cpu = out.device.type == "cpu"
+    words, out_words = (state, memory_indices), out
+    if on_cpu:
+        words = tuple(w.numpy().view(np.uint32) for w in words)
+        out_words = out.numpy().view(np.uint32)
+    buffers = [
+        np.empty(rows * columns, np.uint32) if on_cpu else out.new_empty(rows * columns)
+        for _ in range(2)
+    ]
+    fmix, xor = (_fmix32_numpy, np.bitwise_xor) if on_cpu else (_fmix32_, torch.bitwise_xor)
+    sign = np.uint32(2**31) if on_cpu else _SIGN
     for row in range(0, num_queries, rows):
         for column in range(0, num_memories, columns):
-            words = state[row : row + rows, None] ^ memory_indices[None, column : column + columns]
-            x, a, b = (buf[: words.numel()].view(words.shape) for buf in buffers)
-            x.copy_(words)
-            out[row : row + rows, column : column + columns] = _fmix32_(x, a, b)
+            left, right = (
+                words[0][row : row + rows, None],
+                words[1][None, column : column + columns],
+            )
+            shape = (left.shape[0], right.shape[1])
+            x, scratch = (buf[: shape[0] * shape[1]].reshape(shape) for buf in buffers)
+            xor(left, right, out=x)
+            out_words[row : row + rows, column : column + columns] = xor(fmix(x, scratch), sign)
     return out
 
 
-def _fmix32_(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """`_fmix32` of an int64 tensor in place, with a and b (same shape) as scratch."""
-    for shift, multiplier in ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None)):
-        x.bitwise_xor_(torch.bitwise_right_shift(x, shift, out=a))  # x ^= x >> shift
+def _to_int32(x: Tensor) -> Tensor:
+    """int64 values in [0, 2³²) as the int32 with the same 32 bits."""
+    return (x - ((x >> 31) << 32)).to(torch.int32)
+
+
+_FMIX_STEPS = ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None))  # `_fmix32`'s shifts, multipliers
+
+
+def _fmix32_numpy(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """`_fmix32` of a uint32 array in place, with scratch (same shape)."""
+    for shift, multiplier in _FMIX_STEPS:
+        x ^= np.right_shift(x, shift, out=scratch)
         if multiplier is None:
             return x
-        # x·c mod 2³² from 16-bit halves of x, as in `_mul32`
-        torch.bitwise_and(x, 0xFFFF, out=a).mul_(multiplier)
-        torch.bitwise_right_shift(x, 16, out=b).mul_(multiplier)
-        b.bitwise_and_(0xFFFF).bitwise_left_shift_(16)
-        torch.add(a, b, out=x).bitwise_and_(_MASK32)
+        x *= np.uint32(multiplier)
     return x
+
+
+def _fmix32_(x: Tensor, scratch: Tensor) -> Tensor:
+    """`_fmix32` of an int32 tensor holding 32-bit words, in place, with scratch (same shape):
+    torch's int32 products wrap modulo 2³² (two's complement); its right shifts are arithmetic,
+    so the sign bits they bring in are masked off."""
+    for shift, multiplier in _FMIX_STEPS:
+        torch.bitwise_right_shift(x, shift, out=scratch).bitwise_and_((1 << (32 - shift)) - 1)
+        x.bitwise_xor_(scratch)
+        if multiplier is None:
+            return x
+        x.mul_(multiplier - 2**32)  # the constant's 32 bits as an int32
+    return x
+
+
+# Queries whose keys `random_keep` hashes and selects from at a time: their keys (about 4 MB at
+# M = 60,000) stay in cache between hashing, selection and comparison, in buffers reused for
+# every group, where a fresh (Q, M) table costs a page fault per 4 KB first touched.
+_KEEP_CHUNK = 2**20
+
+
+def random_keep(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
+    """Mask (Q, M) of each query's k memories with the smallest hash (`random_subset`'s set,
+    formed directly): the keys up to the row's k-th smallest, as they never tie. The k-th
+    smallest is found by numpy's introselect on the CPU (SIMD; several times `torch.kthvalue`
+    there), elsewhere by `torch.kthvalue`."""
+    num_queries = positions.shape[0]
+    memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
+    mask = torch.empty(num_queries, num_memories, dtype=torch.bool, device=positions.device)
+    rows = max(1, min(num_queries, _KEEP_CHUNK // num_memories))
+    keys = torch.empty(rows, num_memories, dtype=torch.int32, device=positions.device)
+    spare = torch.empty_like(keys)  # selection reorders its copy of the keys
+    for start in range(0, num_queries, rows):
+        part = positions[start : start + rows]  # (R,)
+        these = ordered_keys(seed, part, memory_index, out=keys[: part.shape[0]])  # (R, M)
+        if these.device.type == "cpu":
+            copy = spare[: part.shape[0]].copy_(these).numpy()
+            copy.partition(k - 1, axis=1)
+            kth = torch.from_numpy(copy[:, k - 1 : k])  # (R, 1)
+        else:
+            kth = torch.kthvalue(these, k, dim=1, keepdim=True).values  # (R, 1)
+        torch.le(these, kth, out=mask[start : start + rows])
+    return mask
 
 
 def random_mask(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
     """Mask (Q, M) of the memories `random_choice` draws for each query: a uniformly random
     k-subset that is a pure function of (seed, position, M, k), whatever batch the query is in."""
-    chosen = random_choice(seed, positions, num_memories, k, block_rows=num_memories)  # (Q, k)
+    if not uses_floyd(num_memories, k):
+        return random_keep(seed, positions, num_memories, k)
+    chosen = floyd_subset(seed, positions, num_memories, k)  # (Q, k)
     mask = torch.zeros(positions.shape[0], num_memories, dtype=torch.bool, device=chosen.device)
     return mask.scatter_(-1, chosen, True)  # (Q, M)
 

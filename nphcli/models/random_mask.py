@@ -12,8 +12,10 @@ between iteration steps: T is one fixed map, so its fixed points are well define
 weight underflows to 0).
 
 Reading: for k ≤ M/8 only the k chosen memories are gathered and scored, O(Q·k·d). For larger k
-every memory block is scored and masked (online softmax): a matrix product reads memory far
-faster than per-query gathers; the mask is each query's hashes up to its k-th smallest.
+every memory is scored and masked: a matrix product reads memory far faster than per-query
+gathers. The mask is each query's hashes up to its k-th smallest (`masks.random_keep`); with the
+memories in RAM on the CPU it goes into torch's fused attention kernel (the dense model's), else
+into a blockwise online softmax.
 """
 
 from __future__ import annotations
@@ -21,21 +23,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.engine.attention import gathered_attention, masked_attention
+from nphcli.engine.attention import fused_attention_chosen, gathered_attention, masked_attention
 from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import (
     K_HELP,
     check_k,
     random_choice,
-    random_keys,
+    random_keep,
     random_mask,
     resolve_k,
 )
-from nphcli.engine.planning import itemsize
+from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.registry import register_model
@@ -84,17 +86,20 @@ class RandomMask(HopfieldModel):
             chosen = random_choice(self.seed, positions, num_memories, k, block_rows=block_rows)
             patterns = gathered_attention(queries, bank, chosen, None, beta=self.beta)
         else:
-            memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
-            hashes = random_keys(self.seed, positions, memory_index)  # (Q, M)
-            # A query's hashes never tie, so it keeps exactly those up to its k-th smallest.
-            threshold = torch.kthvalue(hashes, k, dim=1).values  # (Q,)
-
-            def keep(start: int, rows: int) -> Tensor:
-                return hashes[:, start : start + rows] <= threshold[:, None]  # (Q, B)
-
-            patterns, _ = masked_attention(
-                queries, bank, keep, beta=self.beta, block_rows=block_rows
-            )
+            mask = random_keep(self.seed, positions, num_memories, k)  # (Q, M)
+            if block_rows >= num_memories and fused_attention_chosen(bank, 1):
+                keys, values = bank.resident()
+                patterns = F.scaled_dot_product_attention(
+                    queries[None], keys[None], values[None], attn_mask=mask, scale=self.beta
+                )[0]  # (Q, d_v); torch's fused kernel, the mask applied inside its tiles
+            else:
+                patterns, _ = masked_attention(
+                    queries,
+                    bank,
+                    lambda start, rows: mask[:, start : start + rows],
+                    beta=self.beta,
+                    block_rows=block_rows,
+                )
         return Update(patterns, support=support)  # (Q, d_v)
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
@@ -104,9 +109,19 @@ class RandomMask(HopfieldModel):
             # The running k smallest hashes with indices and the k gathered rows; per pair of a
             # block, a hash and (at most) its three scratch buffers.
             return row_bytes + 4 * k * 8 + k * (bank.dim + bank.value_dim + 2) * size, 4 * 8
-        # A row of M hashes, the hash scratch buffers and kthvalue's copy; per pair of a block,
-        # a score with its softmax temporaries and a mask entry.
-        return row_bytes + 5 * bank.num_memories * 8, 4 * size + 1
+        # A row of the (Q, M) mask; per pair of a block, a score with its softmax temporaries
+        # and a mask entry. (The keys are hashed for a few queries at a time in fixed buffers.)
+        return row_bytes + bank.num_memories, 4 * size + 1
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        """With every memory scored and the fused kernel available, all memories at once: the
+        kernel's working memory does not grow with M, the mask does (a byte per pair)."""
+        k = resolve_k(self.k, bank.num_memories)
+        if not _gathers(k, bank.num_memories) and fused_attention_chosen(bank, 1):
+            row_bytes, _ = self.working_set(bank)
+            rows = plan_rows(budget, 1, row_bytes, total=num_queries)
+            return Plan(query_rows=rows, memory_rows=bank.num_memories)
+        return super().plan(num_queries, bank, budget)
 
     # -- functional form (the layers) ---------------------------------------------------------
     def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:

@@ -1,0 +1,66 @@
+"""The random model's large-k path: the hashed keys in 32-bit words, each query's k smallest
+formed directly (`masks.random_keep`), and the fused-kernel retrieval against the blockwise one
+and the masked-softmax formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nphcli.engine.masks as masks
+from nphcli.engine.planning import Plan
+from nphcli.memory.bank import as_bank
+from nphcli.models import create_model
+
+
+def _fmix32_reference(x: int) -> int:
+    """MurmurHash3 fmix32 with plain Python integers."""
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) % 2**32
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) % 2**32
+    return x ^ (x >> 16)
+
+
+def test_fmix32_in_torch_int32_matches_plain_python_hash():
+    # ordered_keys hashes with numpy on the CPU; torch's int32 kernels (other devices) are
+    # checked here on CPU tensors against the plain-integer reference.
+    words = torch.tensor([0, 1, 2**31 - 1, 2**31, 2**32 - 1, 0x6A09E667, 123456789])
+    x = masks._to_int32(words)
+    hashed = masks._fmix32_(x, torch.empty_like(x)).to(torch.int64) & 0xFFFFFFFF
+    assert hashed.tolist() == [_fmix32_reference(w) for w in words.tolist()]
+
+
+def test_ordered_keys_keep_the_hash_order():
+    positions = torch.arange(9) + 2**32 - 4
+    keys = masks.random_keys(7, positions, torch.arange(300))  # int64 in [0, 2³²)
+    ordered = masks.ordered_keys(7, positions, torch.arange(300))  # int32
+    assert torch.equal(ordered.to(torch.int64) + 2**31, keys)
+    assert torch.equal(ordered.argsort(dim=1), keys.argsort(dim=1))
+
+
+@pytest.mark.parametrize("chunk", [1, 3000, 2**20])
+def test_random_keep_is_the_k_smallest_hashes(monkeypatch, chunk):
+    monkeypatch.setattr(masks, "_KEEP_CHUNK", chunk)  # one query per group, several, all at once
+    positions = torch.arange(23) * 7 + 2**33
+    for num_memories, k in ((5, 2), (700, 1), (700, 700), (3000, 600)):
+        keys = masks.random_keys(4, positions, torch.arange(num_memories))  # (Q, M)
+        expected = keys <= torch.kthvalue(keys, k, dim=1, keepdim=True).values
+        assert torch.equal(masks.random_keep(4, positions, num_memories, k), expected)
+
+
+def test_random_large_k_fused_and_blockwise_agree_with_the_formula():
+    generator = torch.Generator().manual_seed(3)
+    keys = torch.randn(400, 16, generator=generator, dtype=torch.float64)
+    queries = torch.randn(30, 16, generator=generator, dtype=torch.float64)
+    model = create_model("random", k=0.2, seed=11, beta=0.7, steps=1)
+    positions = torch.arange(30)
+    keep = masks.random_keep(11, positions, 400, 80)  # (Q, M)
+    scores = (0.7 * queries @ keys.T).masked_fill(~keep, -torch.inf)
+    expected = torch.softmax(scores, dim=1) @ keys  # (Q, d)
+    whole = model.retrieve(queries, keys)
+    bank = as_bank(keys)
+    assert model.plan(30, bank, 2**30).memory_rows == 400  # the fused kernel's plan
+    blockwise = model.retrieve(queries, keys, plan=Plan(query_rows=7, memory_rows=64))
+    torch.testing.assert_close(whole.patterns, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(blockwise.patterns, expected, rtol=1e-12, atol=1e-12)
