@@ -173,6 +173,71 @@ def grid(device: torch.device, queries_list, memories_list, budget_s: float) -> 
     return results
 
 
+# -- support regimes (issue 25) -------------------------------------------------------------------
+
+# (label, patterns, β): wide supports (unit-norm patterns at β = 1: nearly half the memories in
+# an α-entmax support), narrow ones (β = 10), and real MNIST digits in [0, 1] at nph's default β.
+REGIMES = [("unit-norm β=1", "synthetic", 1.0), ("random β=10", "synthetic", 10.0)]
+REGIME_QUERIES = [200, 1000]
+MNIST = Path(__file__).resolve().parents[1] / "sample_data" / "MNIST" / "raw"
+
+
+def regimes(device: torch.device, num_memories: int, queries_list, budget_s: float) -> dict:
+    """Per regime and Q: dense, α-entmax (α = 1.5), random (k = 0.2·M) and the entmax package's
+    `entmax15` and `entmax_bisect` (scores, map, weighted sum; when installed), with the ratios
+    the issue's targets name, all timed in this run."""
+    from nphcli.defaults import DEFAULT_BETA
+
+    cases = [(label, synthetic(num_memories, 0, device), beta) for label, _, beta in REGIMES]
+    digits = idx_images(MNIST / "train-images-idx3-ubyte.gz")
+    if digits is not None:  # the 5,000 bundled digits, M = 5,000
+        cases.append((f"MNIST β={DEFAULT_BETA}", digits.to(device), DEFAULT_BETA))
+    package = _entmax_package()
+    out: dict = {}
+    for label, keys, beta in cases:
+        for num_queries in queries_list:
+            queries = queries_for(keys, num_queries, seed=1)
+            if label.startswith("MNIST"):
+                queries = queries.clamp(0, 1) * keys.norm(dim=1).mean()  # image-like norms
+            row: dict = {}
+            for name, params in (("dense", {}), ("entmax", {"alpha": 1.5}), ("random", {"k": 0.2})):
+                model = create_model(name, beta=beta, **params)
+                row[name] = timed(
+                    lambda m=model, x=queries, k=keys: m.retrieve(x, k), device, budget_s=budget_s
+                )
+            for name, fn in package.items():
+                row[f"package {name}"] = timed(
+                    lambda f=fn, x=queries, k=keys, b=beta: f(b * x @ k.T) @ k,
+                    device,
+                    budget_s=budget_s,
+                )
+            dense = row["dense"]["median_s"]
+            row["ratios"] = {
+                f"{name}/dense": row[name]["median_s"] / dense for name in ("entmax", "random")
+            }
+            if "package entmax15" in row:
+                row["ratios"]["entmax/package entmax15"] = (
+                    row["entmax"]["median_s"] / row["package entmax15"]["median_s"]
+                )
+            key = f"{label},Q={num_queries},M={keys.shape[0]}"
+            out[key] = row
+            ratios = ", ".join(f"{k} {v:.2f}" for k, v in row["ratios"].items())
+            print(f"  {key}: {ratios}", file=sys.stderr)
+    return out
+
+
+def _entmax_package() -> dict:
+    """The entmax package's maps on rows (the `bench` extra), or nothing when not installed."""
+    try:
+        import entmax
+    except ImportError:
+        return {}
+    return {
+        "entmax15": lambda s: entmax.entmax15(s, dim=-1),
+        "entmax_bisect": lambda s: entmax.entmax_bisect(s, alpha=1.5, dim=-1),
+    }
+
+
 # -- peak memory (subprocesses) -------------------------------------------------------------------
 
 
@@ -180,16 +245,23 @@ def fashion_mnist() -> torch.Tensor | None:
     """Fashion-MNIST's 60,000 training images as (60000, 784) floats in [0, 1], if installed."""
     if not FASHION.exists():
         return None
-    import gzip
-
     for name in ("train-images-idx3-ubyte.gz", "train-images-idx3-ubyte"):
         path = next(FASHION.rglob(name), None)
         if path is not None:
-            raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
-            count = struct.unpack(">I", raw[4:8])[0]
-            pixels = torch.frombuffer(bytearray(raw[16:]), dtype=torch.uint8)
-            return pixels.reshape(count, DIM).float() / 255
+            return idx_images(path)
     return None
+
+
+def idx_images(path: Path) -> torch.Tensor | None:
+    """The images of an IDX file (gzip-compressed or not) as (n, 784) floats in [0, 1]."""
+    if not path.exists():
+        return None
+    import gzip
+
+    raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    count = struct.unpack(">I", raw[4:8])[0]
+    pixels = torch.frombuffer(bytearray(raw[16:]), dtype=torch.uint8)
+    return pixels.reshape(count, DIM).float() / 255
 
 
 def child_rss(model_name: str, params: dict) -> dict:
@@ -370,6 +442,10 @@ def targets(results: dict, bandwidth: float) -> list[dict]:
                 1.0,
                 {},
             )
+    for key, row in results.get("regimes", {}).items():
+        if not key.startswith("MNIST"):
+            add(f"entmax / dense ({key})", row["ratios"]["entmax/dense"], 1.5, {})
+            add(f"random k=0.2 / dense ({key})", row["ratios"]["random/dense"], 1.0, {})
     for name in ("linear", "random-feature"):
         scaling = results.get("scaling", {}).get(name)
         if scaling:
@@ -526,6 +602,13 @@ def main() -> None:
     results["copy_bandwidth_gbps"] = bandwidth / 1e9
     print("grid…", file=sys.stderr)
     results["grid"] = grid(device, queries_list, memories_list, budget_s)
+    print("support regimes…", file=sys.stderr)
+    results["regimes"] = regimes(
+        device,
+        memories_list[-1],
+        queries_list[1:2] if args.quick else REGIME_QUERIES,
+        budget_s,
+    )
     if not args.quick:
         print("scaling…", file=sys.stderr)
         results["scaling"] = scaling(device, budget_s)
