@@ -5,9 +5,15 @@
 with a band of ±1 standard deviation over trials (population). The legend sits outside the
 axes, and lines differ in colour, then marker, then line style. matplotlib is an optional dependency
 (`pip install -e ".[plot]"`); it is imported only here, and only its object-oriented API with the
-Agg canvas is used, so no global backend is switched and no display is needed. The file's
-extension picks its format (.png, .svg or .pdf); it is written atomically and a PNG has exactly
-the requested size in pixels (SVG and PDF the same size at 100 dpi).
+Agg canvas is used, so no global backend is switched and no display is needed.
+
+A phase diagram (`plot_phase`, `nph plot --y`) is a heatmap of the metric's mean over two
+settings, one panel per combination of the other settings that vary (one per model), on a
+shared colour scale; the retrieval boundary, where the success rate's mean crosses 0.5, is
+outlined in white; where a cell averages several trials, it is annotated with ±1 std over them.
+
+The file's extension picks its format (.png, .svg or .pdf); it is written atomically and a PNG
+has exactly the requested size in pixels (SVG and PDF the same size at 100 dpi).
 """
 
 from __future__ import annotations
@@ -20,14 +26,23 @@ from typing import Any
 
 from nphcli.atomic import atomic_write
 from nphcli.errors import NphError
-from nphcli.plot_data import METRIC_LABELS, X_AXES, Curves, curves
+from nphcli.plot_data import METRIC_LABELS, X_AXES, Curves, Surfaces, curves, surfaces
 
-__all__ = ["X_AXES", "check_plot_output", "curves", "parse_pixels", "plot_results"]
+__all__ = [
+    "X_AXES",
+    "check_plot_output",
+    "curves",
+    "parse_pixels",
+    "plot_phase",
+    "plot_results",
+    "surfaces",
+]
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}  # extension → matplotlib format
 DEFAULT_SIZE = (800, 500)
 DPI = 100
 MAX_LINES = 80  # beyond this a figure is unreadable: filter (--where) or split (--facet)
+MAX_PANELS = 24  # phase diagrams: more panels are unreadable
 # settings worth naming in the title when they are the same for every line
 TITLE_SETTINGS = ("model", "dataset", "M", "mask", "noise", "beta", "k", "alpha", "steps")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
@@ -125,6 +140,102 @@ def plot_results(
     with atomic_write(out, force=force) as tmp:
         figure.savefig(tmp, format=file_format, dpi=DPI)
     return Path(out)
+
+
+def plot_phase(
+    rows: list[dict[str, Any]],
+    out: str | os.PathLike,
+    *,
+    metric: str = "success",
+    x: str = "auto",
+    y: str,
+    where: list[str] | None = None,
+    facet: str | None = None,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    title: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Draw `metric` as a heatmap over `x` and `y` for result rows (one panel per model, or per
+    other varying setting and `facet` value), outline the success = 0.5 boundary, and save it
+    as the extension of `out` says at `size` pixels."""
+    import numpy as np
+
+    file_format = check_plot_output(out)
+    data = surfaces(rows, metric=metric, x=x, y=y, where=where, facet=facet)
+    if len(data.panels) > MAX_PANELS:
+        raise NphError(
+            f"{len(data.panels)} panels are too many for one phase diagram: choose some with "
+            "--where (e.g. --where model=topk)"
+        )
+    figure_cls, canvas_cls = _matplotlib()
+    width, height = size
+    figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+    canvas_cls(figure)
+    columns = math.ceil(math.sqrt(len(data.panels)))
+    grid = figure.subplots(
+        math.ceil(len(data.panels) / columns), columns, squeeze=False, sharex=True, sharey=True
+    )
+    metric_name = data.column.removesuffix("_mean")
+    values = [cell[0] for panel in data.panels.values() for cell in panel.values()]
+    bounded = metric_name in ("success", "pixel_success", "cosine")
+    low, high = (0.0, 1.0) if bounded and min(values) >= 0 else (min(values), max(values))
+    spread = max(data.trials()) > 1
+    image = None
+    for axes, (name, cells) in zip(grid.flat, data.panels.items(), strict=False):
+        mean = np.full((len(data.ys), len(data.xs)), np.nan)  # (y, x)
+        for (at_x, at_y), (value, std, count) in cells.items():
+            i, j = data.ys.index(at_y), data.xs.index(at_x)
+            mean[i, j] = value
+            if spread and count > 1:
+                colour = "white" if value < (low + high) / 2 else "black"
+                axes.text(j, i, f"±{std:.2g}", ha="center", va="center", fontsize=6, color=colour)
+        image = axes.imshow(
+            np.ma.masked_invalid(mean), origin="lower", aspect="auto", cmap="viridis",
+            vmin=low, vmax=high, interpolation="nearest",
+        )  # fmt: skip
+        won = data.success.get(name, {})
+        if won:
+            wins = np.full(mean.shape, np.nan)
+            for (at_x, at_y), value in won.items():
+                wins[data.ys.index(at_y), data.xs.index(at_x)] = value
+            present = wins[~np.isnan(wins)]
+            if present.size and present.min() < 0.5 < present.max() and min(wins.shape) > 1:
+                axes.contour(wins, levels=[0.5], colors="white", linewidths=1.5)
+        axes.set_xticks(range(len(data.xs)), [_tick(v) for v in data.xs], fontsize=7)
+        axes.set_yticks(range(len(data.ys)), [_tick(v) for v in data.ys], fontsize=7)
+        if name:
+            axes.set_title(name, fontsize=8)
+    for axes in grid.flat[len(data.panels) :]:
+        axes.set_visible(False)
+    figure.supxlabel(data.x_label, fontsize=9)
+    figure.supylabel(data.y_label, fontsize=9)
+    bar = figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9)
+    bar.set_label(METRIC_LABELS.get(metric_name, metric_name), fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    figure.suptitle(title or _phase_title(data, metric_name, width), fontsize=9, x=0.01, ha="left")
+    with atomic_write(out, force=force) as tmp:
+        figure.savefig(tmp, format=file_format, dpi=DPI)
+    return Path(out)
+
+
+def _tick(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _phase_title(data: Surfaces, metric: str, width: int) -> str:
+    fixed = [f for f in data.fixed if f.split(" ")[0] in TITLE_SETTINGS and not f.endswith("none")]
+    trials = data.trials()
+    if trials == [1]:
+        spread = "one run per cell"
+    else:
+        counts = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
+        spread = f"mean over {counts} trials, ±1 std written in each cell"
+    boundary = "; white line: success = 0.5" if data.success else ""
+    detail = "; ".join(part for part in (", ".join(fixed), spread) if part) + boundary
+    name = metric.upper() if metric in ("sse", "mse") else metric
+    return f"{name} over {data.x_label} and {data.y_label}\n" + "\n".join(
+        textwrap.wrap(detail, width // 7)
+    )
 
 
 def _look(i: int, count: int) -> tuple[Any, str, str]:

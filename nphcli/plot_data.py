@@ -149,6 +149,100 @@ def curves(
     )
 
 
+@dataclass
+class Surfaces:
+    """The cells of a phase diagram: {panel title: {(x, y): (mean, std over rows, rows)}}, and
+    the success rate's mean per cell (for the retrieval boundary) when the rows have it."""
+
+    x: str
+    y: str
+    x_label: str
+    y_label: str
+    column: str
+    xs: list[float]
+    ys: list[float]
+    panels: dict[str, dict[tuple[float, float], tuple[float, float, int]]]
+    success: dict[str, dict[tuple[float, float], float]]
+    fixed: list[str] = field(default_factory=list)
+
+    def trials(self) -> list[int]:
+        return sorted({cell[2] for panel in self.panels.values() for cell in panel.values()})
+
+
+def surfaces(
+    rows: list[dict[str, Any]],
+    *,
+    metric: str = "success",
+    x: str = "auto",
+    y: str,
+    where: list[str] | None = None,
+    facet: str | None = None,
+) -> Surfaces:
+    """Group `rows` into panels (one per combination of the settings that vary other than x
+    and y, e.g. one per model; or one per value of `facet` and that combination) and cells
+    (x, y), each cell the mean and population std over the rows of one setting."""
+    if not rows:
+        raise NphError("the results file holds no rows to plot")
+    rows = filter_rows(rows, where or [])
+    column = metric_column(rows, metric)
+    settings = [c for c in dict.fromkeys(c for row in rows for c in row) if is_setting(c)]
+    varying = [c for c in settings if len({short(row.get(c)) for row in rows}) > 1]
+    if y == "auto":
+        raise NphError("--y names the second axis of a phase diagram (e.g. --y noise)")
+    y_column, y_label = choose_x(rows, y, settings, varying)
+    rest = [c for c in varying if c != y_column]
+    x_column, x_label = choose_x(rows, x, settings, rest)
+    if x_column == y_column:
+        raise NphError(f"--x and --y are both {x_column}: choose two different settings")
+    if facet is not None and facet not in settings:
+        raise NphError(f"--facet {facet!r}: choose a setting: {', '.join(settings)}")
+    given = [x_column, y_column, facet]
+    by = _independent([c for c in varying if c not in given], rows, given)
+    success_column = next(
+        (
+            c
+            for c in ("success_mean", "success")
+            if any(_number(r.get(c)) is not None for r in rows)
+        ),
+        None,
+    )
+    cells: dict[str, dict[tuple[float, float], list[float]]] = {}
+    wins: dict[str, dict[tuple[float, float], list[float]]] = {}
+    for row in rows:
+        value, at_x, at_y = (_number(row.get(c)) for c in (column, x_column, y_column))
+        if value is None or at_x is None or at_y is None:
+            continue
+        at_x = at_x * at_x if x == "variance" else at_x
+        at_y = at_y * at_y if y == "variance" else at_y
+        name = _line_name(row, by) if by or facet is None else ""
+        if facet is not None:
+            name = f"{facet}={short(row.get(facet))} {name}".strip()
+        cells.setdefault(name, {}).setdefault((at_x, at_y), []).append(value)
+        won = _number(row.get(success_column)) if success_column else None
+        if won is not None:
+            wins.setdefault(name, {}).setdefault((at_x, at_y), []).append(won)
+    if not cells:
+        raise NphError(f"no rows have {column}, {x_column} and {y_column} values")
+    return Surfaces(
+        x=x if x == "variance" else x_column,
+        y=y if y == "variance" else y_column,
+        x_label=x_label,
+        y_label=y_label,
+        column=column,
+        xs=sorted({at[0] for panel in cells.values() for at in panel}),
+        ys=sorted({at[1] for panel in cells.values() for at in panel}),
+        panels={
+            name: {at: _point(0.0, values)[1:] for at, values in panel.items()}
+            for name, panel in sorted(cells.items(), key=lambda item: _order(item[0]))
+        },
+        success={
+            name: {at: math.fsum(v) / len(v) for at, v in panel.items()}
+            for name, panel in wins.items()
+        },
+        fixed=[f"{c} {short(rows[0].get(c))}" for c in settings if c not in varying],
+    )
+
+
 def choose_x(
     rows: list[dict[str, Any]], x: str, settings: list[str], varying: list[str]
 ) -> tuple[str, str]:

@@ -213,7 +213,6 @@ def test_one_setting_prints_todays_output(invoke, memory_file):
     [
         (["--model", "dense,sparse", "--k", "2"], ["--k"]),
         (["--k", "2,3", "--model", "topk", "--out", "r.safetensors"], ["--out", "give 2"]),
-        (["--model", "dense,topk", "--save-grid", "g.png"], ["--save-grid"]),
         (["--model", "dense,topk", "--per-query"], ["--per-query", "--json"]),
         (["--noise", "0.1,x"], ["--noise"]),
         (["--mask", "0.1,2"], ["--mask"]),

@@ -190,3 +190,62 @@ def test_bad_size_and_missing_file_are_errors(invoke, tmp_path):
     assert bad.exit_code == 2 and "WIDTHxHEIGHT" in bad.stderr
     missing = invoke("plot", tmp_path / "none.jsonl", "--out", tmp_path / "p.png")
     assert missing.exit_code == 2 and "not found" in missing.stderr
+
+
+def phase_rows(trials=(0, 1)):
+    """Two models over β × noise; success falls with noise and rises with β (dense shifted)."""
+    rows = []
+    for model, shift in (("dense", 0.0), ("sparse", 0.3)):
+        for beta in (0.1, 1.0, 10.0):
+            for noise in (0.0, 0.5, 1.0):
+                for trial in trials:
+                    success = min(1.0, max(0.0, 0.5 + shift + 0.1 * beta - noise + 0.1 * trial))
+                    rows.append(
+                        {
+                            "label": model, "model": model, "trial": trial, "M": 100,
+                            "beta": beta, "noise": noise, "mask": 0.0,
+                            "success_mean": success, "sse_mean": 10 * (1 - success),
+                        }
+                    )  # fmt: skip
+    return rows
+
+
+def test_surfaces_are_cells_of_means_and_stds_one_panel_per_model():
+    from nphcli.plot_data import surfaces
+
+    data = surfaces(phase_rows(), x="beta", y="noise")
+    assert list(data.panels) == ["dense", "sparse"]
+    assert data.xs == [0.1, 1.0, 10.0] and data.ys == [0.0, 0.5, 1.0]
+    mean, std, count = data.panels["dense"][(1.0, 0.5)]
+    assert (round(mean, 6), round(std, 6), count) == (0.15, 0.05, 2)
+    assert data.success["sparse"][(10.0, 1.0)] == pytest.approx(0.85)
+    assert data.trials() == [2]
+    with pytest.raises(NphError, match="two different"):
+        surfaces(phase_rows(), x="noise", y="noise")
+    faceted = surfaces(phase_rows(), x="beta", y="noise", facet="model")
+    assert list(faceted.panels) == ["model=dense", "model=sparse"]
+
+
+def test_phase_diagram_draws_panels_boundary_and_spread(tmp_path):
+    from nphcli.plot import plot_phase
+
+    svg = plot_phase(phase_rows(), tmp_path / "p.svg", x="beta", y="noise").read_text()
+    assert svg.count("<image") == 2 + 1  # one heatmap per model, and the colour bar
+    assert "stroke: #ffffff; stroke-width: 1.5" in svg  # the success = 0.5 contour
+    assert "±0.05" in svg  # the spread over two trials, written in the cells
+    single = phase_rows(trials=(0,))
+    for row in single:
+        row["success_mean"] = 0.9  # every cell succeeds: no boundary to draw
+    svg = plot_phase(single, tmp_path / "q.svg", x="beta", y="noise").read_text()
+    assert "stroke: #ffffff; stroke-width: 1.5" not in svg and "±" not in svg
+
+
+def test_plot_cli_phase_diagram(invoke, tmp_path):
+    results = write_jsonl(tmp_path / "r.jsonl", phase_rows())
+    out = tmp_path / "phase.png"
+    result = invoke("plot", results, "--x", "beta", "--y", "noise", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    with Image.open(out) as image:
+        assert image.size == (800, 500)
+    bad = invoke("plot", results, "--x", "beta", "--y", "colour", "--out", tmp_path / "b.png")
+    assert bad.exit_code == 2 and "colour" in bad.stderr

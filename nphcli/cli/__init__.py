@@ -12,6 +12,7 @@ from nphcli.cli import (
     mil,  # noqa: F401  (registers commands)
     models,  # noqa: F401  (registers commands)
     plot,  # noqa: F401  (registers commands)
+    report,  # noqa: F401  (registers commands)
     retrieve,  # noqa: F401  (registers commands)
     shard,  # noqa: F401  (registers commands)
     store,  # noqa: F401  (registers commands)

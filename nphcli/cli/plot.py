@@ -5,6 +5,7 @@ Parsing and rendering only; `nphcli.plot` and `nphcli.plot_data` do the work.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -28,12 +29,13 @@ def plot_command(
         Path, typer.Option("--out", "-o", help="Plot file to write: .png, .svg or .pdf.")
     ] = Path("sweep.png"),
     metric: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--metric",
-            help="sse, mse, success, cosine, nearest_distance, support, steps or us_per_query.",
+            help="sse, mse, success, cosine, nearest_distance, support, steps or us_per_query "
+            "[default: sse; success with --y].",
         ),
-    ] = "sse",
+    ] = None,
     x: Annotated[
         str,
         typer.Option(
@@ -43,6 +45,14 @@ def plot_command(
             "the other settings, that varies).",
         ),
     ] = "auto",
+    y: Annotated[
+        str | None,
+        typer.Option(
+            "--y",
+            help="Draw a phase diagram: a heatmap of the metric over --x and this setting (e.g. "
+            "--x beta --y noise), one panel per model, the success = 0.5 boundary outlined.",
+        ),
+    ] = None,
     where: Annotated[
         list[str] | None,
         typer.Option(
@@ -64,10 +74,11 @@ def plot_command(
     force: Force = False,
 ) -> None:
     """Plot a metric of results: mean over trials against a setting, one line per combination
-    of the other settings that vary, shaded ±1 std. Needs matplotlib (pip install matplotlib)."""
+    of the other settings that vary, shaded ±1 std; or, with --y, a phase diagram over two
+    settings. Needs matplotlib (pip install matplotlib)."""
     from nphcli.atomic import check_writable
     from nphcli.errors import NphError
-    from nphcli.plot import check_plot_output, parse_pixels, plot_results
+    from nphcli.plot import check_plot_output, parse_pixels, plot_phase, plot_results
     from nphcli.sweeps.results import read_results
 
     pixels = parse_pixels(size)
@@ -80,10 +91,11 @@ def plot_command(
         if not path.is_file():
             raise NphError(f"results file {path} not found")
         rows += read_results(path).rows
-    plot_results(
+    draw = plot_results if y is None else partial(plot_phase, y=y)
+    draw(
         rows,
         out,
-        metric=metric,
+        metric=metric or ("sse" if y is None else "success"),
         x=x,
         where=where,
         facet=facet,

@@ -29,8 +29,8 @@ def retrieve_command(*, given: dict[str, Any]) -> None:
     outcome = run_request(request)
     if not outcome.reports:  # a torchrun rank other than 0
         return
+    save_outputs(request, outcome)
     if len(outcome.reports) > 1:
         print_many(request.settings, outcome.reports, request.output)
         return
-    save_outputs(request, outcome)
     print_report(outcome.reports[0], request.output, outcome.trace)

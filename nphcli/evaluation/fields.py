@@ -449,8 +449,8 @@ FIELDS: tuple[Field, ...] = (
         "save_grid",
         "path",
         None,
-        "Picture of corrupted / retrieved / target for the first queries, rows labelled: .png, "
-        ".jpg or .webp, as the extension says.",
+        "Picture of corrupted / retrieved / target for the first queries, one retrieved row per "
+        "setting, rows labelled: .png, .jpg or .webp, as the extension says.",
         group="output",
         refused={"batch": _JSON_ONLY, "sweep": _ROWS},
     ),

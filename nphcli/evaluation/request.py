@@ -57,9 +57,9 @@ class RetrieveRequest:
 
     def __post_init__(self) -> None:
         many = len(self.settings) > 1
-        if many and self.output.files():
+        if many and self.output.out is not None:
             raise NphError(
-                f"--out and --save-grid take one setting; these options give "
+                f"--out takes one setting; these options give "
                 f"{len(self.settings)}: run those settings one at a time"
             )
         if many and self.output.per_query and not (self.output.json or self.output.csv):
@@ -194,17 +194,18 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
 
 
 def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:
-    """Write --out and --save-grid for a single setting's report."""
-    output, (report,) = request.output, outcome.reports
+    """Write --out (one setting) and --save-grid (one picture of every setting)."""
+    output, reports = request.output, outcome.reports
     if output.out is not None:
         from nphcli.evaluation.report import save_results
 
+        (report,) = reports
         save_results(output.out, report, force=output.force)
     if output.save_grid is not None:
-        from nphcli.comparison_image import save_comparison_image
+        from nphcli.comparison_image import save_comparison_grid
 
-        save_comparison_image(
-            output.save_grid, report, outcome.memory, force=output.force, scale=output.scale
+        save_comparison_grid(
+            output.save_grid, reports, outcome.memory, force=output.force, scale=output.scale
         )
 
 
