@@ -86,13 +86,19 @@ def plan_blocks(
         memory_rows = needed_block
         smallest = f"this model's smallest efficient block ({memory_rows} memories)"
     used = query_rows * row_bytes + memory_rows * (block_row_bytes + query_rows * cell_bytes)
-    if used > budget_bytes:  # rows were raised to 1 (or to the smallest block) to make progress
+    note_over_budget(budget_bytes, used, smallest)
+    return Plan(query_rows=query_rows, memory_rows=memory_rows)
+
+
+def note_over_budget(budget_bytes: int, used: int, smallest: str) -> None:
+    """Tell the user, once, when a plan uses more than the budget: a planner raises its rows to
+    `smallest` (e.g. "one query against one memory") so that the work still progresses."""
+    if used > budget_bytes:
         _notice_once(
             f"a working-memory budget of {human_bytes(budget_bytes)} is too small for "
             f"{smallest}; using about {human_bytes(used)} (raise --memory-budget to silence "
             "this)"
         )
-    return Plan(query_rows=query_rows, memory_rows=memory_rows)
 
 
 @lru_cache(maxsize=64)
