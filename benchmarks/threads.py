@@ -81,7 +81,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.threads.split(",")]
     result: dict = {
-        "machine": {"platform": platform.platform(), "cores": os.cpu_count(), "torch": torch.__version__},
+        "machine": {
+            "platform": platform.platform(),
+            "cores": os.cpu_count(),
+            "torch": torch.__version__,
+        },
         "memories": args.memories,
         "batch": args.batch,
         "trials": args.trials,
@@ -111,10 +115,9 @@ def main(argv: list[str] | None = None) -> dict:
             for name, seconds in cases.items():
                 one = seconds[counts[0]]
                 ratios = {f"{n}/{counts[0]}": s / one for n, s in seconds.items() if n != counts[0]}
-                result["cases"][f"{name}, {load}"] = {
-                    "seconds": {str(n): s for n, s in seconds.items()},
-                    "ratio": ratios,
-                }
+                case = {"seconds": {str(n): s for n, s in seconds.items()}, "ratio": ratios}
+                result["cases"][f"{name}, {load}"] = case
+                print(f"{name}, {load}: {json.dumps(case)}", file=sys.stderr, flush=True)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out is not None:

@@ -86,7 +86,9 @@ def test_retrieve_applies_threads_and_its_json_does_not_change(invoke, memory):
 def test_batch_applies_threads_and_refuses_them_per_job(invoke, memory, tmp_path):
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text(
-        json.dumps({"memory": str(memory)}) + "\n" + json.dumps({"memory": str(memory), "threads": 2})
+        json.dumps({"memory": str(memory)})
+        + "\n"
+        + json.dumps({"memory": str(memory), "threads": 2})
     )
     torch.set_num_threads(2)
     result = invoke("batch", jobs, "--threads", "1")

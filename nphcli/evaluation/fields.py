@@ -199,8 +199,8 @@ _WHOLE_PROCESS = "threads are the whole process's: give --threads to the command
 # their --threads from this text (`nphcli.cli.options.Threads`).
 THREADS_HELP = (
     "CPU threads torch computes with (also $NPH_THREADS) [default: 1 for nph sweep, whose runs "
-    "are small; else one per core]. Changes speed, never results; on a busy machine fewer "
-    "threads than cores avoid waiting on each other."
+    "are small; else one per core]. Changes speed, not the setting (float32 sums may round "
+    "differently in the last bits); on a busy machine, or beside other nph runs, use 1."
 )
 
 FIELDS: tuple[Field, ...] = (

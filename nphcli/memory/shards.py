@@ -100,7 +100,8 @@ def write_shards(
     force: bool = False,
 ) -> Path:
     """Split a memory file into shards (`parts` even ones, or rows per shard `sizes`) and a
-    manifest in `out_dir` (created if missing); returns the manifest's path. Reads one shard's rows at a time."""
+    manifest in `out_dir` (created if missing); returns the manifest's path. Reads one shard's
+    rows at a time."""
     source = Path(memory_path)
     if is_manifest(source):
         raise NphError(f"{source} is already a shard manifest; shard the memory file itself")
