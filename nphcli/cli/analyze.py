@@ -16,7 +16,7 @@ import typer
 
 from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, with_fields
-from nphcli.cli.options import JsonOutput
+from nphcli.cli.options import JsonOutput, Threads
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.errors import NphError
 from nphcli.theory.analysis import RETRIEVAL_FIELDS
@@ -114,6 +114,7 @@ def analyze_command(
         ),
     ] = None,
     as_json: JsonOutput = False,
+    threads: Threads = None,
     *,
     given: dict[str, Any],
 ) -> None:
@@ -129,6 +130,9 @@ def analyze_command(
     With --capacity (and no FILE): the capacity experiment on random patterns instead; see
     docs/reproduction.md, "Proposition 4.1".
     """
+    from nphcli.devices import use_threads
+
+    use_threads(threads)
     values = _single(field_values(given))
     if capacity:
         from nphcli.cli.analyze_capacity import capacity_mode

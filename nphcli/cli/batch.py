@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.options import Threads
 from nphcli.cli.render import print_json
 from nphcli.errors import NphError
 from nphcli.evaluation.fields import fields
@@ -27,6 +28,7 @@ def batch_command(
             f"{', '.join(f.name for f in fields() if 'batch' in f.refused)}.",
         ),
     ],
+    threads: Threads = None,
 ) -> None:
     """Run many `nph retrieve` settings in one process: one JSON result per job line.
 
@@ -34,8 +36,10 @@ def batch_command(
     {"job": LINE, "error": MESSAGE} when it cannot run; the other jobs still run. Memory files
     are read once and kept between jobs. Exit status 1 when any job failed.
     """
+    from nphcli.devices import use_threads
     from nphcli.evaluation.batch import run_jobs
 
+    use_threads(threads)
     if jobs == "-":
         lines = sys.stdin
     else:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.options import Threads
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import print_json, print_table
 
@@ -54,10 +55,13 @@ def mil_command(
         typer.Option("--root", help="MNIST root (else $NPH_DATA, else the bundled 5,000 digits)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    threads: Threads = None,
 ) -> None:
     """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size."""
+    from nphcli.devices import use_threads
     from nphcli.experiments import mil
 
+    use_threads(threads)
     config = mil.configure(preset, models=models, bag_sizes=bag_sizes, epochs=epochs, runs=runs)
     with ProgressBar("mil") as progress:
         records = mil.run_experiment(

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from nphcli.evaluation.fields import get_field
+
 JsonOutput = Annotated[
     bool, typer.Option("--json", help="Print JSON (one object) instead of a table.")
 ]
@@ -32,3 +34,9 @@ QueryCount = Annotated[
     typer.Option("--queries", help="Use N queries drawn with the seed [default: all]."),
 ]
 Force = Annotated[bool, typer.Option("--force", help="Replace output files that exist.")]
+# The retrieval field `threads`, for commands whose options are not generated from the fields
+# (retrieve's is); checked and applied by `nphcli.devices.use_threads`.
+Threads = Annotated[
+    int | None,
+    typer.Option("--threads", help=get_field("threads").help, show_default=False),
+]

@@ -19,7 +19,9 @@ def shard_command(
     ] = 2,
     out_dir: Annotated[
         Path,
-        typer.Option("--out-dir", help="Existing folder for the shard files and the manifest."),
+        typer.Option(
+            "--out-dir", help="Folder for the shard files and the manifest (created if missing)."
+        ),
     ] = Path("."),
     force: Annotated[
         bool, typer.Option("--force", help="Replace shard files or a manifest that exist.")

@@ -15,7 +15,7 @@ import typer
 
 from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, with_fields
-from nphcli.cli.options import JsonOutput
+from nphcli.cli.options import JsonOutput, Threads
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.evaluation.fields import fields
@@ -104,14 +104,7 @@ def sweep_command(
             'Corollary 4.1; README, "Sweeps").',
         ),
     ] = False,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            "--threads",
-            help="CPU threads for torch [default: torch's]; 1 is often fastest for the small "
-            "memories of a sweep, and on a busy machine.",
-        ),
-    ] = None,
+    threads: Threads = None,
     models: Annotated[str | None, typer.Option("--models", hidden=True)] = None,
     as_json: JsonOutput = False,
     *,
@@ -171,7 +164,7 @@ def _print_summary(summary, *, theory: bool, title: str) -> None:
     rows = []
     for item in summary:
         s = item.setting
-        row = [s.label, *(getattr(s, attr) for _, attr in varying), item.trials]
+        row = [_shown_label(s), *(getattr(s, attr) for _, attr in varying), item.trials]
         row += [_pm(item.metrics.get("sse")), _pm(item.metrics.get("success")), item.us_per_query]
         if theory:
             t = item.theory
@@ -184,6 +177,12 @@ def _print_summary(summary, *, theory: bool, title: str) -> None:
     if fixed:
         title = f"{title}; {', '.join(fixed)}"
     print_table(title, columns, rows, width=160)
+
+
+def _shown_label(setting) -> str:
+    """The setting's label as a table shows it: `topk k=10` for the k = 10.0 that its key (and a
+    results row's `label`) writes as `k=10.0`, which `--resume` matches, so that stays."""
+    return " ".join([setting.model, *(f"{k}={format_value(v)}" for k, v in setting.shown)])
 
 
 def _pm(stats) -> str:

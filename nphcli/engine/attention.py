@@ -28,7 +28,7 @@ import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.engine.blocks import SoftmaxAccumulator
-from nphcli.engine.planning import Plan, itemsize, plan_blocks
+from nphcli.engine.planning import Plan, itemsize, note_over_budget, plan_blocks
 from nphcli.engine.precision import accumulation_dtype, matmul
 from nphcli.memory.bank import MemoryBank
 
@@ -66,6 +66,7 @@ def attention_plan(
     at once; blockwise, each (query, memory) pair of a block holds H scores and temporaries."""
     if fused_attention_chosen(bank, heads):
         query_rows = max(1, min(num_queries, budget // row_bytes))
+        note_over_budget(budget, query_rows * row_bytes, "one query")
         return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
     cell_bytes = 3 * heads * itemsize(bank.dtype)
     return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)

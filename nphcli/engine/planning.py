@@ -60,7 +60,8 @@ def plan_blocks(
     into RAM, and the next block is read while the last is still referenced.
     Query batches are made as large as possible first: each batch reads every memory once, which
     matters most when memories stream from disk. Memory blocks then take the rest of the budget.
-    Both are at least 1, so a budget too small for even one pair still makes progress.
+    Both are at least 1, so a budget too small for even one pair still makes progress, and a
+    notice says how much memory that takes.
 
     `min_block_rows` is the smallest block a model merges at a cost proportional to the block
     (top-k: k, as each block's merge sorts the k kept scores with the block's; with blocks of
@@ -80,15 +81,24 @@ def plan_blocks(
     )
     left = budget_bytes - query_rows * row_bytes
     memory_rows = plan_rows(left, 1, block_row_bytes + query_rows * cell_bytes, total=num_memories)
+    smallest = "one query against one memory"
     if memory_rows < needed_block:
         memory_rows = needed_block
-        used = query_rows * row_bytes + memory_rows * (block_row_bytes + query_rows * cell_bytes)
-        _notice_once(
-            f"a working-memory budget of {human_bytes(budget_bytes)} is too small for this "
-            f"model's smallest efficient block ({memory_rows} memories); using about "
-            f"{human_bytes(used)} (raise --memory-budget to silence this)"
-        )
+        smallest = f"this model's smallest efficient block ({memory_rows} memories)"
+    used = query_rows * row_bytes + memory_rows * (block_row_bytes + query_rows * cell_bytes)
+    note_over_budget(budget_bytes, used, smallest)
     return Plan(query_rows=query_rows, memory_rows=memory_rows)
+
+
+def note_over_budget(budget_bytes: int, used: int, smallest: str) -> None:
+    """Tell the user, once, when a plan uses more than the budget: a planner raises its rows to
+    `smallest` (e.g. "one query against one memory") so that the work still progresses."""
+    if used > budget_bytes:
+        _notice_once(
+            f"a working-memory budget of {human_bytes(budget_bytes)} is too small for "
+            f"{smallest}; using about {human_bytes(used)} (raise --memory-budget to silence "
+            "this)"
+        )
 
 
 @lru_cache(maxsize=64)

@@ -194,6 +194,14 @@ _SWEEP_DRAWS = "a sweep draws its memories and queries from its dataset"
 _ONE_PROCESS = "it runs every job in this one process; use `nph retrieve --workers` per setting"
 _JSON_ONLY = "it prints one JSON object per setting; use `nph retrieve` for files and tables"
 _ROWS = "a sweep writes one row per run to its --out results file"
+_WHOLE_PROCESS = "threads are the whole process's: give --threads to the command"
+# Declared here once; commands whose options are not generated (sweep, batch, analyze, mil) build
+# their --threads from this text (`nphcli.cli.options.Threads`).
+THREADS_HELP = (
+    "CPU threads torch computes with (also $NPH_THREADS) [default: 1 for nph sweep, whose runs "
+    "are small; else one per core]. Changes speed, not the setting (float32 sums may round "
+    "differently in the last bits); on a busy machine, or beside other nph runs, use 1."
+)
 
 FIELDS: tuple[Field, ...] = (
     # What is read.
@@ -393,6 +401,15 @@ FIELDS: tuple[Field, ...] = (
         group="distributed",
         above=0,
         refused={"batch": _ONE_PROCESS, "sweep": _SWEEP_DRAWS},
+    ),
+    Field(
+        "threads",
+        "int",
+        None,
+        THREADS_HELP,
+        group="distributed",
+        minimum=1,
+        refused={"batch": _WHOLE_PROCESS, "sweep": _WHOLE_PROCESS},
     ),
     # What is written.
     Field(

@@ -54,6 +54,7 @@ class RetrieveRequest:
     output: OutputSpec
     workers: int = default("workers")
     timeout: float = default("timeout")
+    threads: int | None = default("threads")  # torch's CPU threads; None: $NPH_THREADS or torch's
 
     def __post_init__(self) -> None:
         many = len(self.settings) > 1
@@ -96,6 +97,7 @@ def request_from(values: Mapping[str, Sequence[Any]]) -> RetrieveRequest:
         output=OutputSpec(**{**{f.name: pick[f.name] for f in _outputs()}, **path}),
         workers=pick["workers"],
         timeout=pick["timeout"],
+        threads=pick["threads"],
     )
 
 
@@ -137,6 +139,9 @@ def check_request(request: RetrieveRequest) -> None:
 def run_request(request: RetrieveRequest) -> Outcome:
     """Check the request, then evaluate every setting: in this process on inputs read once, or
     over --workers processes / torchrun ranks (one setting)."""
+    from nphcli.devices import use_threads
+
+    use_threads(request.threads)
     check_request(request)
     if request.distributed:
         return _run_distributed(request)

@@ -100,7 +100,8 @@ def write_shards(
     force: bool = False,
 ) -> Path:
     """Split a memory file into shards (`parts` even ones, or rows per shard `sizes`) and a
-    manifest in `out_dir`; returns the manifest's path. Reads one shard's rows at a time."""
+    manifest in `out_dir` (created if missing); returns the manifest's path. Reads one shard's
+    rows at a time."""
     source = Path(memory_path)
     if is_manifest(source):
         raise NphError(f"{source} is already a shard manifest; shard the memory file itself")
@@ -113,8 +114,12 @@ def write_shards(
     if sum(sizes) != total:
         raise NphError(f"shard sizes {sizes} add up to {sum(sizes)}, not M = {total}")
     out_dir = Path(out_dir)
-    if not out_dir.is_dir():
-        raise NphError(f"--out-dir {out_dir} is not an existing folder; create it first")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NphError(f"--out-dir {out_dir} is a file, not a folder; choose a folder")
+    try:  # a new folder holds nothing the checks below could refuse
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise NphError(f"cannot create --out-dir {out_dir}: {error.strerror}") from None
     stem = source.stem
     count = len(sizes)
     names = [f"{stem}.part-{i}-of-{count}.safetensors" for i in range(count)]

@@ -191,7 +191,8 @@ def load_folder(spec: str, options: SourceOptions) -> Loaded:
             raise NphError(
                 f"the images in {folder} differ in size ({chosen[0].name} is "
                 f"{_wxh(pictures[0].size)}, {chosen[other].name} is "
-                f"{_wxh(pictures[other].size)}); pass --size WxH to resize them all"
+                f"{_wxh(pictures[other].size)}); give them one size (`nph store --size WxH` "
+                "resizes them as it stores them)"
             )
     arrays = []
     for picture in pictures:

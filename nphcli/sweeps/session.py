@@ -14,6 +14,7 @@ from typing import Any
 from nphcli.errors import NphError
 
 DEFAULT_OUT = Path("sweep.jsonl")
+SWEEP_THREADS = 1  # torch threads of a sweep unless --threads or $NPH_THREADS says otherwise
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class SweepRequest:
     force: bool = False  # replace `out` (and `plot`) when the sweep completes
     plot: Path | None = None  # also draw mean SSE against the varying axis
     theory: bool = False  # add the §4 checks to every row
-    threads: int | None = None  # CPU threads for torch; None: torch's
+    threads: int | None = None  # CPU threads for torch; None: $NPH_THREADS, else SWEEP_THREADS
 
 
 @dataclass
@@ -39,6 +40,7 @@ class SweepReport:
     request: SweepRequest
     outcome: Any  # nphcli.sweeps.runner.Outcome
     summary: list[Any]  # nphcli.sweeps.summary.SummaryRow, in grid order
+    threads: int  # torch's CPU threads the runs used
 
     def to_json(self) -> dict[str, Any]:
         """The object of `nph sweep --json`."""
@@ -53,7 +55,7 @@ class SweepReport:
                 "skipped": outcome.skipped,
             },
             "wall_s": outcome.wall_s,
-            "threads": request.threads,
+            "threads": self.threads,
             "summary": [row.to_json() for row in self.summary],
         }
 
@@ -68,12 +70,11 @@ def run_sweep(
     data, origin = load(request.preset, request.config)
     grid = resolve(data, origin, request.given, root=request.root)
     _check_outputs(request, grid.dataset)
-    if request.threads is not None:
-        if request.threads < 1:
-            raise NphError(f"--threads must be ≥ 1, got {request.threads}")
-        import torch
+    from nphcli.devices import use_threads
 
-        torch.set_num_threads(request.threads)
+    # Runs are small (at most a few hundred queries of one trial's memory): one thread does each
+    # as fast on a quiet machine and many times faster on a busy one (docs/performance.md).
+    threads = use_threads(request.threads, default=SWEEP_THREADS)
 
     from nphcli.sweeps.results import Results
     from nphcli.sweeps.runner import execute
@@ -88,7 +89,7 @@ def run_sweep(
         keys = {s.key for s in outcome.settings}
         rows = [row for row in outcome.rows if row.get("setting") in keys]
         plot_results(rows, request.plot, force=request.force)
-    return SweepReport(request, outcome, summary)
+    return SweepReport(request, outcome, summary, threads)
 
 
 def _check_outputs(request: SweepRequest, dataset: str) -> None:
