@@ -53,7 +53,7 @@ def same_rows(before: list[dict], after: list[dict]) -> None:
             if key in TIMINGS:
                 continue
             if isinstance(value, float) and not math.isnan(value):
-                assert new[key] == pytest.approx(value, rel=1e-5, abs=1e-9), key
+                assert new[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
             else:
                 assert new[key] == value, key
 

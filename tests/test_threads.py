@@ -1,5 +1,6 @@
 """--threads and $NPH_THREADS: one definition, the same on every command that computes, applied
-once by `nphcli.devices.use_threads`; a sweep defaults to one thread; outputs do not change."""
+once by `nphcli.evaluation.threads.use_threads`; a sweep defaults to one thread; outputs do not
+change."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from nphcli.devices import THREADS_ENV, use_threads
 from nphcli.errors import NphError
 from nphcli.evaluation.fields import get_field
+from nphcli.evaluation.threads import THREADS_ENV, use_threads
 from nphcli.memory.file import save_memory
 
 COMMANDS = ("retrieve", "batch", "sweep", "analyze", "mil")

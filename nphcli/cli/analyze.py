@@ -130,7 +130,7 @@ def analyze_command(
     With --capacity (and no FILE): the capacity experiment on random patterns instead; see
     docs/reproduction.md, "Proposition 4.1".
     """
-    from nphcli.devices import use_threads
+    from nphcli.evaluation.threads import use_threads
 
     use_threads(threads)
     values = _single(field_values(given))

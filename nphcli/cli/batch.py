@@ -36,8 +36,8 @@ def batch_command(
     {"job": LINE, "error": MESSAGE} when it cannot run; the other jobs still run. Memory files
     are read once and kept between jobs. Exit status 1 when any job failed.
     """
-    from nphcli.devices import use_threads
     from nphcli.evaluation.batch import run_jobs
+    from nphcli.evaluation.threads import use_threads
 
     use_threads(threads)
     if jobs == "-":

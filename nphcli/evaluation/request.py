@@ -139,7 +139,7 @@ def check_request(request: RetrieveRequest) -> None:
 def run_request(request: RetrieveRequest) -> Outcome:
     """Check the request, then evaluate every setting: in this process on inputs read once, or
     over --workers processes / torchrun ranks (one setting)."""
-    from nphcli.devices import use_threads
+    from nphcli.evaluation.threads import use_threads
 
     use_threads(request.threads)
     check_request(request)

@@ -70,7 +70,7 @@ def run_sweep(
     data, origin = load(request.preset, request.config)
     grid = resolve(data, origin, request.given, root=request.root)
     _check_outputs(request, grid.dataset)
-    from nphcli.devices import use_threads
+    from nphcli.evaluation.threads import use_threads
 
     # Runs are small (at most a few hundred queries of one trial's memory): one thread does each
     # as fast on a quiet machine and many times faster on a busy one (docs/performance.md).
