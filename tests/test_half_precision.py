@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nphcli.engine.precision import accumulation_dtype, matmul
+from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
+from nphcli.errors import NphError
 from nphcli.models import create_model
 from nphcli.models.registry import model_names
 
@@ -63,3 +64,80 @@ def test_products_in_half_and_results_in_float32():
     assert matmul(a.float(), b.float()).dtype == torch.float32
     assert accumulation_dtype(torch.float16) == torch.float32
     assert accumulation_dtype(torch.float64) == torch.float64
+
+
+# -- large β and large norms: half precision overflows only where float32 does ---------------
+
+
+def _gaussian(device, dtype, *, scale=1.0):
+    """600 Gaussian patterns of 32 dimensions (issue 26's case) and 40 noisy queries."""
+    generator = torch.Generator().manual_seed(1)
+    keys = scale * torch.randn(600, 32, generator=generator, dtype=torch.float64)
+    queries = keys[:40] + 0.1 * scale * torch.randn(40, 32, generator=generator)
+    return queries.to(device=device, dtype=dtype), keys.to(device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("budget", [None, 2**16], ids=["one-block", "blockwise"])
+def test_large_beta_does_not_overflow_half(device, name, dtype, budget):
+    """β = 3000 puts the scores β⟨x, ξ⟩ near 10⁵, beyond float16 (65504) but far inside
+    float32: every model runs, as dense does, and matches float64 on the same inputs. Blockwise
+    is what dense does on a GPU and on streamed memories (no fused kernel)."""
+    queries, keys = _gaussian(device, dtype)
+    model = create_model(name, beta=3000.0, **PARAMS.get(name, {}))
+    out = model.retrieve(queries, keys, memory_budget=budget).patterns
+    reference = model.retrieve(queries.double(), keys.double(), memory_budget=budget).patterns
+    assert out.dtype == dtype and bool(torch.isfinite(out).all())
+    error = (out.double() - reference).norm() / reference.norm()
+    assert error <= TOLERANCE[dtype], float(error)
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_float16_products_beyond_its_range_are_redone_in_float32(device, name):
+    """Entries near 300 fit float16, but their inner products (~3·10⁶) do not: the products are
+    taken again in float32, so every model stays finite and close to float64, as dense does."""
+    queries, keys = _gaussian(device, torch.float16, scale=300.0)
+    model = create_model(name, beta=1e-5, **PARAMS.get(name, {}))
+    out = model.retrieve(queries, keys, memory_budget=2**16).patterns
+    reference = model.retrieve(queries.double(), keys.double(), memory_budget=2**16).patterns
+    assert bool(torch.isfinite(out).all())
+    error = (out.double() - reference).norm() / reference.norm()
+    assert error <= TOLERANCE[torch.float16], float(error)
+
+
+@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_score_overflow_names_float32(device, name, dtype):
+    """Half inputs keep their scores in float32, so scores beyond float32 are reported as a
+    float32 overflow, whatever path the model takes (or the model stays finite)."""
+    queries, keys = _gaussian(device, dtype)
+    model = create_model(name, beta=1e37, **PARAMS.get(name, {}))
+    try:
+        result = model.retrieve(queries, keys, memory_budget=2**16)
+    except NphError as error:
+        assert "overflow float32" in str(error), str(error)
+        return
+    assert bool(torch.isfinite(result.patterns).all())  # e.g. the kernel models' log domain
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_beta_scales_the_float32_product_of_half_operands(dtype):
+    """scale_queries leaves half queries unscaled and β multiplies the float32 product; for
+    float32 and float64 it scales the queries, as before (so their results are unchanged)."""
+    a = torch.randn(5, 8).to(dtype)
+    b = torch.randn(8, 3).to(dtype)
+    scaled, rest = scale_queries(a, 3000.0)
+    assert scaled is a and rest == 3000.0
+    torch.testing.assert_close(matmul(scaled, b, scale=rest), 3000.0 * (a @ b).float())
+    full = a.double()
+    scaled, rest = scale_queries(full, 3000.0)
+    assert rest == 1.0 and torch.equal(scaled, 3000.0 * full)
+    assert torch.equal(matmul(scaled, b.double(), scale=rest), scaled @ b.double())
+
+
+def test_float16_product_past_its_range_equals_the_float32_product():
+    a = torch.full((2, 4), 200.0, dtype=torch.float16)  # each product: 4 · 200² = 160000
+    b = torch.full((4, 3), 200.0, dtype=torch.float16)
+    assert bool(torch.isinf(a @ b).all())  # what torch's float16 product gives
+    torch.testing.assert_close(matmul(a, b), torch.full((2, 3), 160000.0))
