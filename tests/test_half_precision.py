@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nphcli.engine.planning import Plan
 from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
 from nphcli.errors import NphError
 from nphcli.models import create_model
@@ -69,6 +70,11 @@ def test_products_in_half_and_results_in_float32():
 # -- large β and large norms: half precision overflows only where float32 does ---------------
 
 
+# Memory blocks of 128 rows: dense and multihead then take the blockwise path they take on a GPU
+# or on streamed memories (no fused kernel), entmax its candidate rounds.
+BLOCKWISE = Plan(query_rows=40, memory_rows=128)
+
+
 def _gaussian(device, dtype, *, scale=1.0):
     """600 Gaussian patterns of 32 dimensions (issue 26's case) and 40 noisy queries."""
     generator = torch.Generator().manual_seed(1)
@@ -79,18 +85,34 @@ def _gaussian(device, dtype, *, scale=1.0):
 
 @pytest.mark.parametrize("name", model_names())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("budget", [None, 2**16], ids=["one-block", "blockwise"])
-def test_large_beta_does_not_overflow_half(device, name, dtype, budget):
+@pytest.mark.parametrize("plan", [None, BLOCKWISE], ids=["planned", "blockwise"])
+def test_large_beta_does_not_overflow_half(device, name, dtype, plan):
     """β = 3000 puts the scores β⟨x, ξ⟩ near 10⁵, beyond float16 (65504) but far inside
     float32: every model runs, as dense does, and matches float64 on the same inputs. Blockwise
     is what dense does on a GPU and on streamed memories (no fused kernel)."""
     queries, keys = _gaussian(device, dtype)
-    model = create_model(name, beta=3000.0, **PARAMS.get(name, {}))
-    out = model.retrieve(queries, keys, memory_budget=budget).patterns
-    reference = model.retrieve(queries.double(), keys.double(), memory_budget=budget).patterns
+    params = PARAMS.get(name, {})
+    model = create_model(name, beta=3000.0, **params)
+    out = model.retrieve(queries, keys, plan=plan).patterns
+    reference = model.retrieve(queries.double(), keys.double(), plan=plan).patterns
     assert out.dtype == dtype and bool(torch.isfinite(out).all())
-    error = (out.double() - reference).norm() / reference.norm()
+    rows = _decided(queries, keys, params.get("heads", 1))
+    assert rows.float().mean() >= 0.75  # the comparison covers most queries
+    error = (out[rows].double() - reference[rows]).norm() / reference[rows].norm()
     assert error <= TOLERANCE[dtype], float(error)
+
+
+def _decided(queries, keys, heads):
+    """Queries (Q,) bool whose best memory in every head leads the runner-up by more than the
+    half rounding of the scores. At β = 3000 retrieval is an argmax, and two memories whose
+    ⟨x, ξ⟩ differ by less than that rounding may trade places: an exact answer to the rounded
+    scores, not an overflow (measured: a gap of 0.005 on scores near 10 swaps in bfloat16)."""
+    x = queries.double().unflatten(1, (heads, -1))  # (Q, H, d/H)
+    k = keys.double().unflatten(1, (heads, -1))  # (M, H, d/H)
+    scores = torch.einsum("qhd,mhd->qhm", x, k)  # (Q, H, M)
+    best = scores.topk(2, dim=2).values  # (Q, H, 2)
+    rounding = torch.finfo(queries.dtype).eps * scores.abs().amax(dim=2)  # (Q, H): 2 × ½ ulp
+    return ((best[..., 0] - best[..., 1]) > rounding).all(dim=1)  # (Q,)
 
 
 @pytest.mark.parametrize("name", model_names())
@@ -99,8 +121,8 @@ def test_float16_products_beyond_its_range_are_redone_in_float32(device, name):
     taken again in float32, so every model stays finite and close to float64, as dense does."""
     queries, keys = _gaussian(device, torch.float16, scale=300.0)
     model = create_model(name, beta=1e-5, **PARAMS.get(name, {}))
-    out = model.retrieve(queries, keys, memory_budget=2**16).patterns
-    reference = model.retrieve(queries.double(), keys.double(), memory_budget=2**16).patterns
+    out = model.retrieve(queries, keys, plan=BLOCKWISE).patterns
+    reference = model.retrieve(queries.double(), keys.double(), plan=BLOCKWISE).patterns
     assert bool(torch.isfinite(out).all())
     error = (out.double() - reference).norm() / reference.norm()
     assert error <= TOLERANCE[torch.float16], float(error)
@@ -114,7 +136,7 @@ def test_half_score_overflow_names_float32(device, name, dtype):
     queries, keys = _gaussian(device, dtype)
     model = create_model(name, beta=1e37, **PARAMS.get(name, {}))
     try:
-        result = model.retrieve(queries, keys, memory_budget=2**16)
+        result = model.retrieve(queries, keys, plan=BLOCKWISE)
     except NphError as error:
         assert "overflow float32" in str(error), str(error)
         return
