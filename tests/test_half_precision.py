@@ -163,3 +163,26 @@ def test_float16_product_past_its_range_equals_the_float32_product():
     b = torch.full((4, 3), 200.0, dtype=torch.float16)
     assert bool(torch.isinf(a @ b).all())  # what torch's float16 product gives
     torch.testing.assert_close(matmul(a, b), torch.full((2, 3), 160000.0))
+
+
+@pytest.fixture(scope="module")
+def gaussian_memory(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from nphcli.cli import app
+
+    path = tmp_path_factory.mktemp("half") / "gaussian.safetensors"
+    args = ["store", "random", "--n", "600", "--dim", "32", "--distribution", "gaussian"]
+    result = CliRunner().invoke(app, [*args, "--out", str(path)])
+    assert result.exit_code == 0, result.stderr
+    return path
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", model_names())
+def test_cli_retrieves_at_large_beta_in_half(invoke, gaussian_memory, name, dtype):
+    """Issue 26's case: sparse and entmax stopped with 'overflow float32', random and window
+    with 'overflow float16', where dense retrieved every pattern."""
+    args = ["retrieve", "--memory", gaussian_memory, "--model", name, "--beta", "3000"]
+    result = invoke(*args, "--dtype", dtype, "--json")
+    assert result.exit_code == 0, result.stderr
