@@ -29,7 +29,7 @@ from torch import Tensor
 
 from nphcli.engine.blocks import SoftmaxAccumulator
 from nphcli.engine.planning import Plan, itemsize, note_over_budget, plan_blocks
-from nphcli.engine.precision import accumulation_dtype, matmul
+from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
 from nphcli.memory.bank import MemoryBank
 
 
@@ -51,10 +51,10 @@ def softmax_attention(
         dtype=accumulation_dtype(queries.dtype),
         batch=(heads,),
     )
-    scaled = beta * x  # (H, Q, d/H); scaling Q·d entries instead of Q·M scores
+    scaled, rest = scale_queries(x, beta)  # (H, Q, d/H) and what β leaves for the scores
     for _, keys, values in bank.blocks(block_rows):
         k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
-        acc.add(matmul(scaled, k.transpose(1, 2)), v)  # scores (H, Q, B)
+        acc.add(matmul(scaled, k.transpose(1, 2), scale=rest), v)  # scores (H, Q, B)
     acc.merge(bank.collective)
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
@@ -124,9 +124,9 @@ def masked_attention(
         device=queries.device,
         dtype=accumulation_dtype(queries.dtype),
     )
-    scaled = beta * queries  # (Q, d)
+    scaled, rest = scale_queries(queries, beta)  # (Q, d)
     for start, keys, values in bank.blocks(block_rows):
-        scores = matmul(scaled, keys.T)  # (Q, B)
+        scores = matmul(scaled, keys.T, scale=rest)  # (Q, B)
         acc.add(scores.masked_fill(~keep(start, keys.shape[0]), -torch.inf), values)
     acc.merge(bank.collective)
     return acc.result(), acc.support
@@ -138,7 +138,8 @@ def gathered_attention(
     """Vᵀ softmax(β K x) over the memories index (Q, c) of each query (where `valid` (Q, c), if
     given, is true): only those c keys and values are read, with no work over the other M − c."""
     keys, values = bank.gather(index)  # (Q, c, d), (Q, c, d_v)
-    scores = matmul(keys, (beta * queries).unsqueeze(2)).squeeze(2)  # (Q, c)
+    scaled, rest = scale_queries(queries, beta)  # (Q, d)
+    scores = matmul(keys, scaled.unsqueeze(2), scale=rest).squeeze(2)  # (Q, c)
     if valid is not None:
         scores = scores.masked_fill(~valid, -torch.inf)
     weights = torch.softmax(scores, dim=1)  # (Q, c)

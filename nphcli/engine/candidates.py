@@ -21,7 +21,7 @@ from torch import Tensor
 
 from nphcli.engine.blocks import TopKAccumulator, weighted_rows
 from nphcli.engine.planning import itemsize
-from nphcli.engine.precision import accumulation_dtype, matmul
+from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
 from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
 
@@ -47,7 +47,7 @@ def candidate_update(
     candidates take no more memory than one block of scores (Q × max(block_rows, c₀)).
     """
     num_queries, num_memories = queries.shape[0], bank.num_memories
-    scaled = beta * queries  # (Q, d)
+    scaled, rest = scale_queries(queries, beta)  # (Q, d)
     scores_dtype = accumulation_dtype(queries.dtype)
     patterns = queries.new_zeros(num_queries, bank.value_dim, dtype=scores_dtype)  # (Q, d_v)
     support = torch.zeros(num_queries, dtype=torch.int64, device=queries.device)  # (Q,)
@@ -60,7 +60,7 @@ def candidate_update(
             top = TopKAccumulator(rows.numel(), count, device=queries.device, dtype=scores_dtype)
             x = scaled[rows]  # (G, d)
             for start, keys in bank.key_blocks(block_rows):
-                top.add(matmul(x, keys.T), start)  # (G, B) scores
+                top.add(matmul(x, keys.T, scale=rest), start)  # (G, B) scores
             top.merge(bank.collective)  # every rank now holds the same global top c
             if not bool(torch.isfinite(top.scores).all()):  # no threshold exists among ±inf
                 raise score_overflow(top.scores.dtype)

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from nphcli.engine.blocks import weighted_rows
 from nphcli.engine.functional import entmax_threshold, entmax_weights
-from nphcli.engine.precision import accumulation_dtype, matmul
+from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
 from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
 
@@ -52,7 +52,8 @@ def entmax_block_update(
     (Q, d_v) and each query's support size (Q,)."""
     keys, _ = bank.resident()
     dtype = accumulation_dtype(queries.dtype)
-    scores = matmul(beta * queries, keys.T).to(dtype)  # (Q, M)
+    scaled, rest = scale_queries(queries, beta)  # (Q, d)
+    scores = matmul(scaled, keys.T, scale=rest).to(dtype)  # (Q, M)
     top = scores.amax(dim=1, keepdim=True)  # (Q, 1)
     if not bool(torch.isfinite(top).all()):
         raise score_overflow(dtype)

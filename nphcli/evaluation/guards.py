@@ -78,7 +78,9 @@ def check_range(scale: MemoryScale, queries: Tensor, beta: float, dtype: torch.d
 
     Memories and queries must be finite once cast to `dtype`. The scores β⟨x, ξ⟩, and the inner
     products ⟨x, ξ⟩ they are made from, are bounded by max(1, β)·max‖x‖·max‖ξ‖ (Cauchy–Schwarz)
-    and must fit the dtype models accumulate in: float32 for half precision, else `dtype`.
+    and must fit the dtype models accumulate in: float32 for half precision, else `dtype`. For
+    half inputs float32 is the right limit, not the half dtype's: β scales the float32 product
+    and a half product past its range is redone in float32 (`engine.precision`).
     """
     name, most = dtype_name(dtype), torch.finfo(dtype).max
     rows = queries.to(torch.float64)  # (Q, d)

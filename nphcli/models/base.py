@@ -25,7 +25,7 @@ from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
-from nphcli.engine.precision import HALF_DTYPES
+from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype
 from nphcli.errors import NphError, score_overflow
 from nphcli.memory.bank import MemoryBank, as_bank
 
@@ -363,6 +363,7 @@ def _check_inputs(
 def _check_output(patterns: Tensor) -> None:
     """Finite inputs can still give scores beyond the accumulation dtype; the result is then NaN
     or infinite, which is an error, never a result. Checked here, where every caller passes,
-    at the cost of one pass over the output."""
+    at the cost of one pass over the output. What overflowed is the dtype scores are kept in
+    (float32 for half inputs, `engine.precision`), not the output's."""
     if not bool(torch.isfinite(patterns).all()):
-        raise score_overflow(patterns.dtype)
+        raise score_overflow(accumulation_dtype(patterns.dtype))
