@@ -54,7 +54,7 @@ def softmax_attention(
     scaled = beta * x  # (H, Q, d/H); scaling Q·d entries instead of Q·M scores
     for _, keys, values in bank.blocks(block_rows):
         k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
-        acc.add(matmul(scaled, k.transpose(1, 2)), v)  # scores (H, Q, B)
+        acc.add(matmul(scaled, k.transpose(1, 2)), v, complete=True)  # scores (H, Q, B)
     acc.merge(bank.collective)
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
@@ -63,11 +63,15 @@ def attention_plan(
     num_queries: int, bank: MemoryBank, budget: int, *, heads: int, row_bytes: int
 ) -> Plan:
     """The fused kernel's working memory does not grow with M, so in RAM it takes all memories
-    at once; blockwise, each (query, memory) pair of a block holds H scores and temporaries."""
+    at once. Blockwise, each (query, memory) pair of a block holds, per head, its score in the
+    accumulation dtype and its weight: the same buffer in place (float32, float64), or a fresh
+    half copy for the product with half values, or a fresh tensor from the compiled step
+    (`blocks.exp_step`); counting both covers each. Half inputs are planned under half the
+    budget (`HopfieldModel.retrieve`), so their count errs on the safe side."""
     if fused_attention_chosen(bank, heads):
         query_rows = max(1, min(num_queries, budget // row_bytes))
         return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
-    cell_bytes = 3 * heads * itemsize(bank.dtype)
+    cell_bytes = heads * (itemsize(accumulation_dtype(bank.dtype)) + itemsize(bank.dtype))
     return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
 
 

@@ -1,10 +1,11 @@
 """Half precision: matrix products in the inputs' half dtype, everything else in float32.
 
 For bfloat16 / float16 memories and queries, the products X·Kᵀ and P·V run in the half dtype
-(tensor cores on a GPU; torch accumulates half products in float32 inside the kernel and rounds
-the result to the half dtype), while score normalisation (softmax, sparsemax, entmax, top-k
-weights), running sums and outputs of each step are float32; `retrieve` casts the final patterns
-back to the half dtype. float32 and float64 inputs are computed as they are, untouched.
+(tensor cores on a GPU) with float32 accumulation inside the kernel: on CUDA that float32 sum is
+the result; elsewhere torch rounds it to the half dtype and it is cast back. Score normalisation
+(softmax, sparsemax, entmax, top-k weights), running sums and outputs of each step are float32;
+`retrieve` casts the final patterns back to the half dtype. float32 and float64 inputs are
+computed as they are, untouched.
 """
 
 from __future__ import annotations
@@ -27,6 +28,22 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     """a @ b; when either operand is half, both are taken in that half dtype (a float32 weight
     matrix is rounded to it) and the product is returned in float32."""
     low = b.dtype if b.dtype in HALF_DTYPES else a.dtype
-    if low in HALF_DTYPES:
-        return (a.to(low) @ b.to(low)).to(torch.float32)
-    return a @ b
+    if low not in HALF_DTYPES:
+        return a @ b
+    a, b = a.to(low), b.to(low)
+    if _float32_out(a, b):  # cuBLAS writes its float32 accumulator: no rounding, no cast pass
+        product = torch.mm if a.ndim == 2 else torch.bmm
+        return product(a, b, out_dtype=torch.float32)
+    return (a @ b).to(torch.float32)
+
+
+def _float32_out(a: Tensor, b: Tensor) -> bool:
+    """Whether torch's mm/bmm with out_dtype=float32 takes these half operands: CUDA only (the
+    CPU has no such kernel), and no broadcasting, which those ops do not do."""
+    return (
+        a.is_cuda
+        and a.ndim == b.ndim
+        and a.ndim in (2, 3)
+        and a.shape[:-2] == b.shape[:-2]
+        and not (a.requires_grad or b.requires_grad)
+    )
