@@ -11,7 +11,9 @@ Two exact ways to compute it:
 - blockwise, for anything else (memories streamed from disk, memories on a GPU, or when torch
   would not pick a fused kernel, e.g. d_v ≠ d; see `fused_attention_chosen`): online softmax
   (`SoftmaxAccumulator`) over memory blocks of `block_rows`, each block one X·K_bᵀ and one
-  P_b·V_b product.
+  P_b·V_b product around one elementwise step (`blocks.exp_step`: in place, or compiled into
+  one kernel on CUDA). A memory resident on the device is read as views, so one query takes
+  all of it in one block (`planning.bank_block_row_bytes`).
 
 Both equal the softmax formula up to float rounding (tests compare them in float64).
 

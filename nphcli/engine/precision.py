@@ -33,8 +33,16 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     a, b = a.to(low), b.to(low)
     if _float32_out(a, b):  # cuBLAS writes its float32 accumulator: no rounding, no cast pass
         product = torch.mm if a.ndim == 2 else torch.bmm
-        return product(a, b, out_dtype=torch.float32)
+        try:
+            return product(a, b, out_dtype=torch.float32)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError:  # a torch or GPU without that kernel: round and cast, as before
+            _FLOAT32_OUT["failed"] = True
     return (a @ b).to(torch.float32)
+
+
+_FLOAT32_OUT = {"failed": False}
 
 
 def _float32_out(a: Tensor, b: Tensor) -> bool:
@@ -42,6 +50,7 @@ def _float32_out(a: Tensor, b: Tensor) -> bool:
     CPU has no such kernel), and no broadcasting, which those ops do not do."""
     return (
         a.is_cuda
+        and not _FLOAT32_OUT["failed"]
         and a.ndim == b.ndim
         and a.ndim in (2, 3)
         and a.shape[:-2] == b.shape[:-2]
