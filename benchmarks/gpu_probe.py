@@ -34,7 +34,7 @@ from _common import device_or_exit  # noqa: E402  (the benchmarks' sibling modul
 from large import BETA, BLOCK, gemm2, mm_topk  # noqa: E402
 
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET  # noqa: E402
-from nphcli.engine import blocks  # noqa: E402
+from nphcli.engine import blocks, precision  # noqa: E402
 from nphcli.engine.precision import HALF_DTYPES  # noqa: E402
 from nphcli.memory.bank import TensorBank  # noqa: E402
 from nphcli.models import create_model  # noqa: E402
@@ -163,8 +163,9 @@ def probe(device: torch.device, *, small: bool, time_s: float) -> dict:
             case["ratios"] = _ratios(case["s"])
     out["fused_step"] = {
         "failed": blocks._FUSED["failed"],
-        "compiled": bool(blocks._FUSED["compiled"]),
+        "compiled": blocks._FUSED["compiled"] is not None,
     }
+    out["float32_out_fell_back"] = precision._FLOAT32_OUT["failed"]
     out["total_s"] = time.perf_counter() - began
     out["targets"] = _targets(out["cases"])
     return out
