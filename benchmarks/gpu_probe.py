@@ -6,8 +6,9 @@ For Q = 1, 1024 and 16384 queries, M = 10⁶ unit-norm memories, d = 784, β = 1
 bfloat16, it times nph's dense, topk (k = 10), sparse, entmax, random (k = 10) and multihead
 (H = 4) against the plain-torch baselines of `large.py` on the same inputs in the same run (the
 two GEMMs per block, X·Kᵀ in one product, X·K_bᵀ + torch.topk(10) + weighted sum). Every time
-is the median of a few synchronised calls after a warm-up; the warm-up's own time is kept too
-(`first_s`: it includes compiling the fused softmax step). It also records each model's peak
+is the median of a few synchronised calls after a warm-up (`first_s`, the warm-up's own time;
+`first_dense_call_s`, the process's first dense call per dtype, which compiles the fused softmax
+step). It also records each model's peak
 allocation beyond its inputs (torch.cuda.max_memory_allocated) against `--memory-budget`, each
 model's relative error against float64 on 64 queries, the plan (query batch, memory block) nph
 chose, and whether cuBLAS float32 output and the compiled step were used. Cases projected past
@@ -85,19 +86,18 @@ def timed(fn, device: torch.device, *, repeats: int = 3, budget_s: float = 3.0) 
     return {"s": statistics.median(times), "first_s": first, "reps": len(times)}
 
 
-def peak_beyond(fn, device: torch.device) -> int | None:
-    """Bytes allocated at the peak of fn() beyond what was allocated before (CUDA only)."""
+def timed_with_peak(fn, device: torch.device) -> dict:
+    """`timed(fn)` plus, on CUDA, the bytes allocated at the peak of those calls beyond what was
+    allocated before them (each call's result is dropped before the next)."""
     if device.type != "cuda":
-        return None
+        return {**timed(fn, device), "peak_bytes": None}
     _sync(device)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
-    result = fn()
-    _sync(device)
-    peak = torch.cuda.max_memory_allocated(device) - before
-    del result
-    return peak
+    entry = timed(fn, device)
+    entry["peak_bytes"] = torch.cuda.max_memory_allocated(device) - before
+    return entry
 
 
 def float32_out_works(device: torch.device) -> bool | str:
@@ -130,6 +130,7 @@ def probe(device: torch.device, *, small: bool, time_s: float) -> dict:
         "beta": BETA,
         "memory_budget": DEFAULT_MEMORY_BUDGET,
         "float32_out": float32_out_works(device),
+        "first_dense_call_s": _first_calls(all_queries[:1024], keys, device),
         "errors_vs_float64": _errors(all_queries[:ERROR_QUERIES], keys),
         "cases": [],
     }
@@ -153,8 +154,7 @@ def probe(device: torch.device, *, small: bool, time_s: float) -> dict:
                 plan = model.plan(num_queries, TensorBank(k), _planned_budget(dtype))
                 case["notes"][model_name] = f"plan {plan.query_rows}x{plan.memory_rows}"
                 try:
-                    entry = timed(partial(model.retrieve, x, k), device)
-                    entry["peak_bytes"] = peak_beyond(partial(model.retrieve, x, k), device)
+                    entry = timed_with_peak(partial(model.retrieve, x, k), device)
                 except (RuntimeError, MemoryError) as error:  # out of memory: report, go on
                     case["notes"][model_name] += f"; {type(error).__name__}: {error}"[:200]
                     continue
@@ -190,6 +190,20 @@ def _projected(previous: tuple[int, float] | None, num_queries: int) -> float:
         return 0.0
     queries, seconds = previous
     return seconds * num_queries / queries if seconds > 0.5 else 0.0
+
+
+def _first_calls(queries: torch.Tensor, keys: torch.Tensor, device: torch.device) -> dict:
+    """Seconds of this process's first dense retrieval per dtype: what one `nph retrieve` pays
+    to compile the fused softmax step (on CUDA, for blocks of 2²⁴ scores or more)."""
+    seconds = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x, k = queries.to(dtype), keys.to(dtype)
+        _sync(device)
+        start = time.perf_counter()
+        create_model("dense", beta=BETA).retrieve(x, k)
+        _sync(device)
+        seconds[str(dtype).removeprefix("torch.")] = time.perf_counter() - start
+    return seconds
 
 
 def _errors(queries: torch.Tensor, keys: torch.Tensor) -> dict:
