@@ -97,6 +97,8 @@ def exp_step(
     if _fused_applies(scores):
         try:
             return _compiled_step()(scores, running_max, dtype, complete, False)
+        except torch.OutOfMemoryError:
+            raise
         except Exception as error:  # no compiler or Triton: the eager steps give the same
             _FUSED["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
             notice(f"the fused softmax step is unavailable ({_FUSED['failed']}); using eager")
