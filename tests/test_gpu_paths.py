@@ -201,3 +201,15 @@ def test_half_scores_are_the_float32_accumulator_on_cuda(device):
     exact = a.double() @ b.double()  # products of bfloat16 numbers are exact in float64
     # Far closer than the bfloat16 rounding (2⁻⁹ relative) the product had before.
     assert float((got.double() - exact).norm() / exact.norm()) < 1e-5
+
+
+def test_matmul_falls_back_where_the_float32_out_kernel_is_missing(monkeypatch):
+    """The CPU has no mm with out_dtype: asked to use it anyway, matmul rounds and casts as
+    before and stops asking."""
+    from nphcli.engine import precision
+
+    monkeypatch.setattr(precision, "_float32_out", lambda a, b: True)
+    monkeypatch.setitem(precision._FLOAT32_OUT, "failed", False)
+    a, b = torch.randn(5, 8).bfloat16(), torch.randn(8, 3).bfloat16()
+    torch.testing.assert_close(matmul(a, b), (a @ b).float(), rtol=0, atol=0)
+    assert precision._FLOAT32_OUT["failed"]

@@ -37,7 +37,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
             return product(a, b, out_dtype=torch.float32)
         except torch.OutOfMemoryError:
             raise
-        except RuntimeError:  # a torch or GPU without that kernel: round and cast, as before
+        except (RuntimeError, TypeError):  # a torch or GPU without it: round and cast instead
             _FLOAT32_OUT["failed"] = True
     return (a @ b).to(torch.float32)
 
