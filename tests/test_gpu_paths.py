@@ -12,7 +12,7 @@ import torch
 from test_memory_budget import PeakTracker
 
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET
-from nphcli.engine import blocks
+from nphcli.engine import blocks, precision
 from nphcli.engine.blocks import SoftmaxAccumulator
 from nphcli.engine.planning import bank_block_row_bytes
 from nphcli.engine.precision import _float32_out, matmul
@@ -206,8 +206,6 @@ def test_half_scores_are_the_float32_accumulator_on_cuda(device):
 def test_matmul_falls_back_where_the_float32_out_kernel_is_missing(monkeypatch):
     """The CPU has no mm with out_dtype: asked to use it anyway, matmul rounds and casts as
     before and stops asking."""
-    from nphcli.engine import precision
-
     monkeypatch.setattr(precision, "_float32_out", lambda a, b: True)
     monkeypatch.setitem(precision._FLOAT32_OUT, "failed", False)
     a, b = torch.randn(5, 8).bfloat16(), torch.randn(8, 3).bfloat16()
