@@ -21,7 +21,7 @@ def test_online_softmax_equals_softmax(rows):
     bank = TensorBank(torch.zeros(23, 2, dtype=torch.float64), values)
     acc = SoftmaxAccumulator(5, 4, device="cpu", dtype=torch.float64)
     for start, _, value_block in bank.blocks(rows):
-        acc.add(scores[:, start : start + value_block.shape[0]], value_block)
+        acc.add(scores[:, start : start + value_block.shape[0]].clone(), value_block)  # consumed
     expected = torch.softmax(scores, dim=1) @ values
     torch.testing.assert_close(acc.result(), expected, rtol=1e-12, atol=1e-12)
     assert acc.support.tolist() == torch.isfinite(scores).sum(1).tolist()

@@ -11,7 +11,9 @@ Two exact ways to compute it:
 - blockwise, for anything else (memories streamed from disk, memories on a GPU, or when torch
   would not pick a fused kernel, e.g. d_v ≠ d; see `fused_attention_chosen`): online softmax
   (`SoftmaxAccumulator`) over memory blocks of `block_rows`, each block one X·K_bᵀ and one
-  P_b·V_b product.
+  P_b·V_b product around one elementwise step (`blocks.exp_step`: in place, or compiled into
+  one kernel on CUDA). A memory resident on the device is read as views, so one query takes
+  all of it in one block (`planning.bank_block_row_bytes`).
 
 Both equal the softmax formula up to float rounding (tests compare them in float64).
 
@@ -54,7 +56,7 @@ def softmax_attention(
     scaled, rest = scale_queries(x, beta)  # (H, Q, d/H) and what β leaves for the scores
     for _, keys, values in bank.blocks(block_rows):
         k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
-        acc.add(matmul(scaled, k.transpose(1, 2), scale=rest), v)  # scores (H, Q, B)
+        acc.add(matmul(scaled, k.transpose(1, 2), scale=rest), v, complete=True)  # (H, Q, B)
     acc.merge(bank.collective)
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
@@ -63,12 +65,16 @@ def attention_plan(
     num_queries: int, bank: MemoryBank, budget: int, *, heads: int, row_bytes: int
 ) -> Plan:
     """The fused kernel's working memory does not grow with M, so in RAM it takes all memories
-    at once; blockwise, each (query, memory) pair of a block holds H scores and temporaries."""
+    at once. Blockwise, each (query, memory) pair of a block holds, per head, its score in the
+    accumulation dtype and its weight: the same buffer in place (float32, float64), or a fresh
+    half copy for the product with half values, or a fresh tensor from the compiled step
+    (`blocks.exp_step`); counting both covers each. Half inputs are planned under half the
+    budget (`HopfieldModel.retrieve`), so their count errs on the safe side."""
     if fused_attention_chosen(bank, heads):
         query_rows = max(1, min(num_queries, budget // row_bytes))
         note_over_budget(budget, query_rows * row_bytes, "one query")
         return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
-    cell_bytes = 3 * heads * itemsize(bank.dtype)
+    cell_bytes = heads * (itemsize(accumulation_dtype(bank.dtype)) + itemsize(bank.dtype))
     return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nphcli.engine.precision import matmul
+from nphcli.engine.precision import HALF_DTYPES, matmul
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
+from nphcli.notices import notice
 
 
 class SoftmaxAccumulator:
@@ -41,15 +42,21 @@ class SoftmaxAccumulator:
         self.total = torch.zeros(*rows, value_dim, device=device, dtype=dtype)  # (*batch, Q, d_v)
         self.support = torch.zeros(rows, dtype=torch.int64, device=device)  # (*batch, Q)
 
-    def add(self, scores: Tensor, values: Tensor) -> None:
-        """Merge one block: scores (*batch, Q, B) (−inf = excluded), values (*batch, B, d_v)."""
-        new_max = torch.maximum(self.max, scores.amax(dim=-1))  # (*batch, Q)
-        shift = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
+    def add(self, scores: Tensor, values: Tensor, *, complete: bool = False) -> None:
+        """Merge one block: scores (*batch, Q, B) (−inf = excluded), values (*batch, B, d_v).
+
+        The scores are consumed: their buffer becomes the block's weights (unless it carries a
+        gradient). `complete` says no score is excluded (dense retrieval): the support grows by
+        B with no pass over the scores, and the shift needs no guard for rows with none finite.
+        """
+        if complete:
+            self.support += scores.shape[-1]
+        else:
+            self.support += torch.isfinite(scores).sum(dim=-1)
+        new_max, shift, weights, sums = exp_step(scores, self.max, values.dtype, complete)
         rescale = torch.exp(self.max - shift)  # (*batch, Q); exp(−inf) = 0 for empty rows
-        weights = torch.exp(scores - shift.unsqueeze(-1))  # (*batch, Q, B)
-        self.norm = self.norm * rescale + weights.sum(dim=-1)
+        self.norm = self.norm * rescale + sums
         self.total = self.total * rescale.unsqueeze(-1) + matmul(weights, values)
-        self.support += torch.isfinite(scores).sum(dim=-1)
         self.max = new_max
 
     def merge(self, collective: Collective) -> None:
@@ -72,6 +79,68 @@ class SoftmaxAccumulator:
         """The weighted average (*batch, Q, d_v); rows with no admitted memory are an error
         upstream."""
         return self.total / self.norm.unsqueeze(-1)
+
+
+def exp_step(
+    scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One block's elementwise softmax work, for scores s (*batch, Q, B) and the running max m:
+    the new max m' = max(m, max_j s_j), the shift c (m', or 0 where m' = −inf unless
+    `complete`), the weights exp(s − c) (*batch, Q, B) (in `dtype` if that is a half dtype, as
+    the product with half values takes them) and their row sums (*batch, Q) before rounding.
+
+    On CUDA, for blocks of at least `FUSED_MIN_CELLS` scores, a `torch.compile`d copy of the
+    same steps runs as one or two kernels that read the scores once or twice and write the
+    weights once; eager torch takes four to five passes. Anywhere else, or if compiling fails,
+    eager torch runs, in place on the scores' buffer (one (Q, B) tensor, not three).
+    """
+    if _fused_applies(scores):
+        try:
+            return _compiled_step()(scores, running_max, dtype, complete, False)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # no compiler or Triton: the eager steps give the same
+            _FUSED["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
+            notice(f"the fused softmax step is unavailable ({_FUSED['failed']}); using eager")
+    return _exp_math(scores, running_max, dtype, complete, not scores.requires_grad)
+
+
+def _exp_math(
+    scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, in_place: bool
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """`exp_step`'s formula, the one definition the eager and compiled forms both run."""
+    new_max = torch.maximum(running_max, scores.amax(dim=-1))  # (*batch, Q)
+    shift = new_max if complete else torch.where(torch.isfinite(new_max), new_max, 0.0)
+    if in_place:
+        weights = scores.sub_(shift.unsqueeze(-1)).exp_()  # (*batch, Q, B)
+    else:
+        weights = torch.exp(scores - shift.unsqueeze(-1))  # (*batch, Q, B)
+    sums = weights.sum(dim=-1)  # (*batch, Q)
+    if dtype in HALF_DTYPES:
+        weights = weights.to(dtype)
+    return new_max, shift, weights, sums
+
+
+# Devices and block sizes that take the compiled step: compiling costs seconds once per process
+# (cached on disk after), which only a block of at least this many scores repays.
+FUSED_DEVICES = ("cuda",)
+FUSED_MIN_CELLS = 1 << 24
+_FUSED: dict[str, object] = {"failed": None, "compiled": None}
+
+
+def _fused_applies(scores: Tensor) -> bool:
+    return (
+        scores.device.type in FUSED_DEVICES
+        and scores.numel() >= FUSED_MIN_CELLS
+        and not scores.requires_grad
+        and _FUSED["failed"] is None
+    )
+
+
+def _compiled_step():
+    if _FUSED["compiled"] is None:
+        _FUSED["compiled"] = torch.compile(_exp_math, dynamic=True, fullgraph=True)
+    return _FUSED["compiled"]
 
 
 class TopKAccumulator:
