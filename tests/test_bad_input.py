@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import assert_one_error_line
 from PIL import Image
 from safetensors.torch import save_file
 
@@ -104,16 +105,11 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
 def check_refused(invoke, folder: Path, args, pattern: str):
     """Run `nph ARGS`; assert the issue's contract for a bad input and return the error line."""
     before = snapshot(folder)
-    result = invoke(*args)
-    lines = result.stderr.strip().splitlines()
-    assert result.exit_code == 2, (args, result.exit_code, result.stdout, result.stderr)
-    assert len(lines) == 1 and lines[0].startswith("Error: "), (args, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    assert result.stdout == ""
-    assert re.search(pattern, lines[0], re.IGNORECASE), (pattern, lines[0])
+    line = assert_one_error_line(invoke(*args))
+    assert re.search(pattern, line, re.IGNORECASE), (args, pattern, line)
     after = snapshot(folder)
     assert after == before, f"files changed: {sorted(set(after) ^ set(before))}"
-    return lines[0]
+    return line
 
 
 # -- memory files: every command that reads one -------------------------------------------------
