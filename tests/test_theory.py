@@ -14,6 +14,7 @@ from nphcli.memory.file import Memory, save_memory
 from nphcli.models import create_model
 from nphcli.theory import checks as theory
 from nphcli.theory import counterexamples as cx
+from nphcli.theory.well_separated import well_separation
 
 
 def hand_patterns():
@@ -22,7 +23,7 @@ def hand_patterns():
 
 
 def test_m_R_delta_and_threshold_by_hand():
-    ws = theory.well_separation(hand_patterns(), beta=1.0)  # k = M = 3
+    ws = well_separation(hand_patterns(), beta=1.0)  # k = M = 3
     sep = ws.separation
     assert sep.m == 4.0  # max(3, 4, 0)
     assert sep.R == 1.5  # ½ min(5, 3, 4)
@@ -30,7 +31,7 @@ def test_m_R_delta_and_threshold_by_hand():
     # (1/β) ln((M + k − 2) m / R) + 2mR = ln(4 · 4 / 1.5) + 12
     assert ws.threshold == pytest.approx(math.log(16 / 1.5) + 12)
     assert ws.well_separated.tolist() == [False, True, False]
-    small_k = theory.well_separation(hand_patterns(), beta=1.0, k=1)
+    small_k = well_separation(hand_patterns(), beta=1.0, k=1)
     assert small_k.threshold == pytest.approx(math.log(2 * 4 / 1.5) + 12)
 
 
@@ -60,7 +61,7 @@ def well_separated_memory():
 )
 def test_bound_holds_on_well_separated_patterns(model, params):
     X = well_separated_memory()
-    ws = theory.well_separation(X, beta=1.0)
+    ws = well_separation(X, beta=1.0)
     assert ws.separation.R == pytest.approx(0.05)
     assert ws.well_separated.tolist() == [True] * 4 + [False] * 2
     # Queries: each big pattern itself, and moved by 0.04 < R away from every pattern
