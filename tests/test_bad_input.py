@@ -280,6 +280,14 @@ CASES = [
     # analyze
     ("analyze sample", ["analyze", "mem.safetensors", "--sample", "-1"], r"--sample"),
     ("analyze unstructured model", ["analyze", "mem.safetensors", "--model", "sparse"], r"4\.1"),
+    # the other commands
+    ("batch missing jobs", ["batch", "absent.jsonl"], r"cannot read jobs file absent\.jsonl"),
+    ("index missing memory", ["index", "absent.safetensors"], r"absent\.safetensors not found"),
+    ("shard no parts", ["shard", "mem.safetensors", "--parts", "0"], r"--parts"),
+    ("mil unknown preset", ["mil", "--preset", "nope"], r"unknown MIL preset 'nope'"),
+    ("mil no epochs", ["mil", "--epochs", "0"], r"--epochs must be ≥ 1"),
+    ("models extra argument", ["models", "nope"], r"unexpected extra argument.*nope"),
+    ("doctor unknown option", ["doctor", "--bogus"], r"No such option: --bogus"),
 ]
 
 
@@ -321,9 +329,15 @@ def test_out_into_a_folder_that_is_not_writable(invoke, scene, monkeypatch, args
     check_refused(invoke, scene, args, r"not writable")
 
 
-def test_bad_inputs_cover_the_issue():
-    """A guard against the lists shrinking: the closing note of issue 7 quotes this count."""
-    assert len(MEMORY_CASES) + len(CASES) >= 140
+def test_every_command_has_a_bad_input_case():
+    """Each command of the app (read from it, so a new command is counted) is refused at least
+    once above: a new command comes with its bad-input case."""
+    from typer.main import get_command
+
+    from nphcli.cli import app
+
+    covered = {case.values[0][0] for case in MEMORY_CASES} | {args[0] for _, args, _ in CASES}
+    assert set(get_command(app).commands) <= covered, set(get_command(app).commands) - covered
 
 
 # -- --debug / NPH_DEBUG ---------------------------------------------------------------------------
