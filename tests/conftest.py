@@ -100,3 +100,14 @@ def digits(tmp_path_factory):
     images = torch.rand(20, 784, generator=torch.Generator().manual_seed(0))
     save_memory(path, images, meta={"kind": "image", "item_shape": [1, 28, 28]})
     return path
+
+
+@pytest.fixture(scope="session")
+def mnist(tmp_path_factory):
+    """100 real MNIST digits as `nph store mnist --n 100` writes them (pixels in [0, 1])."""
+    from nphcli.cli import app
+
+    path = tmp_path_factory.mktemp("mnist") / "memory.safetensors"
+    result = CliRunner().invoke(app, ["store", "mnist", "--n", "100", "--out", str(path)])
+    assert result.exit_code == 0, result.stderr
+    return path

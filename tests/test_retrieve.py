@@ -39,12 +39,6 @@ def _store(folder, name: str, *extra: str):
 
 
 @pytest.fixture(scope="session")
-def mnist(tmp_path_factory):
-    """100 real MNIST digits as `nph store mnist --n 100` writes them (pixels in [0, 1])."""
-    return _store(tmp_path_factory.mktemp("mnist"), "memory.safetensors")
-
-
-@pytest.fixture(scope="session")
 def mnist_centered(tmp_path_factory):
     """The same digits stored with --normalize centered (pixels in [−0.5, 0.5]): the stored
     pattern is then the one with the largest inner product with itself, so exact recall holds."""

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_one_error_line
-from typer.testing import CliRunner
 
 from nphcli.evaluation import metrics
 from nphcli.evaluation.fields import parse_size
@@ -16,17 +15,6 @@ from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank
 from nphcli.models import model_names
-
-
-@pytest.fixture(scope="module")
-def mnist(tmp_path_factory):
-    """60 MNIST digits as `nph store mnist --n 60` writes them."""
-    from nphcli.cli import app
-
-    path = tmp_path_factory.mktemp("stream") / "memory.safetensors"
-    result = CliRunner().invoke(app, ["store", "mnist", "--n", "60", "--out", str(path)])
-    assert result.exit_code == 0, result.stderr
-    return path
 
 
 @pytest.fixture(scope="module")
