@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+from conftest import assert_one_error_line
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,9 +123,7 @@ def test_plot_of_a_headerless_csv_says_how_to_fix_it(invoke, tmp_path, monkeypat
     rows = [invoke("retrieve", "--model", "topk", "--k", k, "--csv", "--no-header") for k in "12"]
     assert all(r.exit_code == 0 for r in rows)
     Path("runs.csv").write_text("".join(r.stdout for r in rows))
-    result = invoke("plot", "runs.csv", "--out", "runs.png")
-    assert result.exit_code == 2
-    (line,) = result.stderr.strip().splitlines()
+    line = assert_one_error_line(invoke("plot", "runs.csv", "--out", "runs.png"))
     assert "no header row" in line and "--csv > FILE" in line and "try one of" not in line
     assert not Path("runs.png").exists()
 

@@ -161,10 +161,8 @@ def test_resume_refuses_another_sweep(invoke, pool, tmp_path):
     out = tmp_path / "r.jsonl"
     assert sweep(invoke, pool, out).exit_code == 0
     result = sweep(invoke, pool, out, "--resume", "--seed", "3")
-    assert result.exit_code == 2
-    assert "another sweep" in result.stderr
-    result = sweep(invoke, pool, out, "--resume", "--theory")
-    assert result.exit_code == 2 and "without --theory" in result.stderr
+    assert_one_error_line(result, "another sweep")
+    assert_one_error_line(sweep(invoke, pool, out, "--resume", "--theory"), "without --theory")
 
 
 def test_damaged_middle_line_is_an_error(pool, tmp_path):
@@ -176,8 +174,7 @@ def test_damaged_middle_line_is_an_error(pool, tmp_path):
 
 def test_sizes_beyond_the_data_are_refused_before_work(invoke, pool, tmp_path):
     result = invoke("sweep", "--dataset", pool, "--sizes", "50", "--out", tmp_path / "r.jsonl")
-    assert result.exit_code == 2
-    assert "exceeds the 40 patterns" in result.stderr
+    assert_one_error_line(result, "exceeds the 40 patterns")
     assert not (tmp_path / "r.jsonl").exists()
 
 
@@ -185,8 +182,9 @@ def test_bundled_cifar10_limits_sizes(invoke, tmp_path):
     result = invoke(
         "sweep", "--preset", "paper-mask", "--dataset", "cifar10", "--out", tmp_path / "r.jsonl"
     )
-    assert result.exit_code == 2
-    assert "exceeds the 20 patterns of cifar10 (the offline fallback sample)" in result.stderr
+    assert_one_error_line(
+        result, "exceeds the 20 patterns of cifar10 (the offline fallback sample)"
+    )
 
 
 @pytest.mark.parametrize("name", ["paper-mask", "paper-noise"])
