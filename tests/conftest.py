@@ -1,9 +1,11 @@
-"""Shared fixtures. The suite runs on CPU; NPH_TEST_DEVICE=cuda runs the same tests on a GPU."""
+"""Shared fixtures and checks. The suite runs on CPU; NPH_TEST_DEVICE=cuda runs the same tests on
+a GPU. Test modules import the plain helpers (`from conftest import assert_one_error_line`)."""
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -43,3 +45,69 @@ def invoke(runner):
         return runner.invoke(app, [str(a) for a in args], **kwargs)
 
     return run
+
+
+def assert_one_error_line(result, *words: str, code: int = 2, stdout: bool = False) -> str:
+    """The project's bad-input contract, checked on a finished command: exit `code`, exactly one
+    stderr line starting with `Error:` that holds every word, no traceback, and nothing on stdout
+    (`stdout=True` lets a command that printed results before failing keep them). Takes click's
+    Result or a subprocess CompletedProcess; returns the line."""
+    exit_code = getattr(result, "exit_code", None)
+    if exit_code is None:
+        exit_code = result.returncode
+    assert exit_code == code, (exit_code, result.stdout, result.stderr)
+    exception = getattr(result, "exception", None)
+    assert exception is None or isinstance(exception, SystemExit), repr(exception)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    if not stdout:
+        assert result.stdout == "", result.stdout
+    return lines[0]
+
+
+def _gaussian(rows: int, dim: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(rows, dim)).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def memory_file(tmp_path_factory):
+    """40 Gaussian patterns of 16 values (seeded) as a memory file: the small memory most CLI
+    tests read. Session-wide, so tests must not write to it."""
+    from nphcli.memory.file import save_memory
+
+    path = tmp_path_factory.mktemp("memory") / "memory.safetensors"
+    save_memory(path, torch.from_numpy(_gaussian(40, 16, seed=3)))
+    return path
+
+
+@pytest.fixture(scope="session")
+def pool(tmp_path_factory):
+    """40 random 16-dimensional patterns as a .npy file: a fast dataset for sweeps."""
+    path = tmp_path_factory.mktemp("pool") / "pool.npy"
+    np.save(path, _gaussian(40, 16, seed=0))
+    return path
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory):
+    """20 random 28 × 28 grey images in [0, 1] as a memory file (fast: no dataset is read)."""
+    from nphcli.memory.file import save_memory
+
+    path = tmp_path_factory.mktemp("digits") / "memory.safetensors"
+    images = torch.rand(20, 784, generator=torch.Generator().manual_seed(0))
+    save_memory(path, images, meta={"kind": "image", "item_shape": [1, 28, 28]})
+    return path
+
+
+@pytest.fixture(scope="session")
+def mnist(tmp_path_factory):
+    """100 real MNIST digits as `nph store mnist --n 100` writes them (pixels in [0, 1])."""
+    from nphcli.cli import app
+
+    path = tmp_path_factory.mktemp("mnist") / "memory.safetensors"
+    result = CliRunner().invoke(app, ["store", "mnist", "--n", "100", "--out", str(path)])
+    assert result.exit_code == 0, result.stderr
+    return path

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from conftest import assert_one_error_line
 
 from nphcli.engine.exact_search import faiss_available
 from nphcli.errors import NphError
@@ -193,11 +194,8 @@ def test_auto_device_on_a_cpu_only_machine_searches_the_index(scene, invoke, mon
 
 
 def refused(invoke, args, pattern):
-    result = invoke(*args)
-    lines = result.stderr.strip().splitlines()
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert re.search(pattern, lines[0]), lines[0]
+    line = assert_one_error_line(invoke(*args))
+    assert re.search(pattern, line), line
 
 
 def test_bad_indexes_are_refused(scene, invoke):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import assert_one_error_line
 from PIL import Image
 from safetensors.torch import save_file
 
@@ -104,16 +105,11 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
 def check_refused(invoke, folder: Path, args, pattern: str):
     """Run `nph ARGS`; assert the issue's contract for a bad input and return the error line."""
     before = snapshot(folder)
-    result = invoke(*args)
-    lines = result.stderr.strip().splitlines()
-    assert result.exit_code == 2, (args, result.exit_code, result.stdout, result.stderr)
-    assert len(lines) == 1 and lines[0].startswith("Error: "), (args, result.stderr)
-    assert "Traceback" not in result.stderr + result.stdout
-    assert result.stdout == ""
-    assert re.search(pattern, lines[0], re.IGNORECASE), (pattern, lines[0])
+    line = assert_one_error_line(invoke(*args))
+    assert re.search(pattern, line, re.IGNORECASE), (args, pattern, line)
     after = snapshot(folder)
     assert after == before, f"files changed: {sorted(set(after) ^ set(before))}"
-    return lines[0]
+    return line
 
 
 # -- memory files: every command that reads one -------------------------------------------------
@@ -284,6 +280,14 @@ CASES = [
     # analyze
     ("analyze sample", ["analyze", "mem.safetensors", "--sample", "-1"], r"--sample"),
     ("analyze unstructured model", ["analyze", "mem.safetensors", "--model", "sparse"], r"4\.1"),
+    # the other commands
+    ("batch missing jobs", ["batch", "absent.jsonl"], r"cannot read jobs file absent\.jsonl"),
+    ("index missing memory", ["index", "absent.safetensors"], r"absent\.safetensors not found"),
+    ("shard no parts", ["shard", "mem.safetensors", "--parts", "0"], r"--parts"),
+    ("mil unknown preset", ["mil", "--preset", "nope"], r"unknown MIL preset 'nope'"),
+    ("mil no epochs", ["mil", "--epochs", "0"], r"--epochs must be ≥ 1"),
+    ("models extra argument", ["models", "nope"], r"unexpected extra argument.*nope"),
+    ("doctor unknown option", ["doctor", "--bogus"], r"No such option: --bogus"),
 ]
 
 
@@ -325,9 +329,15 @@ def test_out_into_a_folder_that_is_not_writable(invoke, scene, monkeypatch, args
     check_refused(invoke, scene, args, r"not writable")
 
 
-def test_bad_inputs_cover_the_issue():
-    """A guard against the lists shrinking: the closing note of issue 7 quotes this count."""
-    assert len(MEMORY_CASES) + len(CASES) >= 140
+def test_every_command_has_a_bad_input_case():
+    """Each command of the app (read from it, so a new command is counted) is refused at least
+    once above: a new command comes with its bad-input case."""
+    from typer.main import get_command
+
+    from nphcli.cli import app
+
+    covered = {case.values[0][0] for case in MEMORY_CASES} | {args[0] for _, args, _ in CASES}
+    assert set(get_command(app).commands) <= covered, set(get_command(app).commands) - covered
 
 
 # -- --debug / NPH_DEBUG ---------------------------------------------------------------------------

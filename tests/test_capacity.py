@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from conftest import assert_one_error_line
 
 from nphcli.models import create_model
 from nphcli.theory import capacity
@@ -208,9 +209,4 @@ def test_cli_table_marks_m_star(invoke):
     ],
 )
 def test_cli_bad_input_is_one_error_line(invoke, args, words):
-    result = invoke("analyze", *args)
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
+    assert_one_error_line(invoke("analyze", *args), *words)

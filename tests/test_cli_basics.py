@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from conftest import assert_one_error_line
+
 
 def test_version(invoke):
     result = invoke("--version")
@@ -30,11 +32,7 @@ def test_every_command_has_help(invoke):
 
 
 def test_unknown_option_is_one_line_exit_2(invoke):
-    result = invoke("models", "--no-such-flag")
-    assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:")
-    assert "Traceback" not in result.stderr
+    assert_one_error_line(invoke("models", "--no-such-flag"), "--no-such-flag")
 
 
 def test_help_does_not_import_torch():

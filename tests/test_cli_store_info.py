@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import assert_one_error_line
 from safetensors.torch import save_file
 
 import nphcli.sources
@@ -21,14 +22,6 @@ def offline(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
     monkeypatch.setenv("NPH_DATA", str(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)
-
-
-def assert_one_error_line(result, fragment: str) -> None:
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1 and fragment in errors[0], result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "Traceback" not in result.stderr and result.stdout == ""
 
 
 def test_store_mnist_writes_100_real_digits_with_labels(invoke, tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import assert_one_error_line
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -190,9 +191,9 @@ def test_workers_refuse_a_plain_file_and_too_few_shards(tmp_path, invoke):
     random_path, _ = _memories(tmp_path)
     manifest = _shard(random_path, tmp_path / "set", [20, 20])
     plain = invoke("retrieve", "--memory", random_path, "--workers", "2")
-    assert plain.exit_code == 2 and "nph shard" in plain.stderr
+    assert_one_error_line(plain, "nph shard")
     few = invoke("retrieve", "--memory", manifest, "--workers", "3")
-    assert few.exit_code == 2 and "2 shards but 3 ranks" in few.stderr
+    assert_one_error_line(few, "2 shards but 3 ranks")
     with pytest.raises(NphError, match="--workers"):
         run_workers(0, print)
 

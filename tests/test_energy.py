@@ -150,20 +150,6 @@ def test_models_without_an_energy_say_so():
     assert trace.energy is None and trace.to_json()[0]["energy_mean"] is None
 
 
-@pytest.fixture(scope="module")
-def memory_file(tmp_path_factory):
-    from typer.testing import CliRunner
-
-    from nphcli.cli import app
-
-    path = tmp_path_factory.mktemp("energy") / "memory.safetensors"
-    result = CliRunner().invoke(
-        app, ["store", "random", "--n", "40", "--dim", "16", "--out", str(path)]
-    )
-    assert result.exit_code == 0, result.stderr
-    return path
-
-
 @pytest.fixture
 def retrieve(invoke):
     def run(*args: str):

@@ -13,21 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import assert_one_error_line
 from PIL import Image
 
 import nphcli
 from nphcli.memory.file import load_memory, save_memory
 
 REPO = Path(nphcli.__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    """20 random 28 × 28 grey images in [0, 1] as a memory file (fast: no dataset is read)."""
-    path = tmp_path_factory.mktemp("digits") / "memory.safetensors"
-    images = torch.rand(20, 784, generator=torch.Generator().manual_seed(0))
-    save_memory(path, images, meta={"kind": "image", "item_shape": [1, 28, 28]})
-    return path
 
 
 @pytest.fixture
@@ -91,10 +83,7 @@ def test_store_pairing_errors_are_one_line(invoke, pairs, option, content, words
     np.save(folder / "bad.npy", content)
     out = folder / "h.safetensors"
     result = invoke("store", folder / "keys.npy", option, folder / "bad.npy", "--out", out)
-    assert result.exit_code == 2, result.stderr
-    line = result.stderr.strip()
-    assert line.startswith("Error:") and "\n" not in line
-    assert all(word in line for word in words), line
+    assert_one_error_line(result, *words)
     assert not out.exists()
 
 
@@ -123,7 +112,7 @@ def test_grid_scale_out_of_range_is_refused(invoke, digits, tmp_path):
     result = invoke(
         "retrieve", "--memory", digits, "--save-grid", tmp_path / "g.png", "--scale", "0"
     )
-    assert result.exit_code == 2 and "--scale must be a whole number from 1 to" in result.stderr
+    assert_one_error_line(result, "--scale must be a whole number from 1 to")
     assert not (tmp_path / "g.png").exists()
 
 
@@ -162,8 +151,7 @@ def test_quiet_silences_notices_not_errors(invoke, tmp_path):
     quiet = invoke("--quiet", "retrieve", "--memory", path)
     assert quiet.exit_code == 0 and quiet.stderr == ""
     assert "Metrics" in quiet.stdout
-    failed = invoke("-q", "retrieve", "--memory", tmp_path / "missing.safetensors")
-    assert failed.exit_code == 2 and failed.stderr.startswith("Error:")
+    assert_one_error_line(invoke("-q", "retrieve", "--memory", tmp_path / "missing.safetensors"))
 
 
 @pytest.mark.parametrize(
@@ -186,7 +174,7 @@ def test_errors_under_json_are_a_json_object_on_stderr(invoke, tmp_path, monkeyp
 
 def test_errors_without_json_stay_one_line(invoke, tmp_path):
     result = invoke("retrieve", "--memory", tmp_path / "missing.safetensors")
-    assert result.stderr.startswith("Error:") and "{" not in result.stderr
+    assert "{" not in assert_one_error_line(result, "missing.safetensors")
 
 
 # -- public API, license, install docs ----------------------------------------------------------

@@ -305,11 +305,19 @@ def test_save_and_load_round_trip_with_the_porting_options(tmp_path):
     torch.testing.assert_close(loaded(r), layer(r))
 
 
+def _old_file_loads_the_same(layer, path, metadata: dict, inputs: torch.Tensor) -> None:
+    """Write `layer`'s weights with an older format's metadata; load_layer must rebuild it."""
+    from safetensors.torch import save_file
+
+    save_file(dict(layer.state_dict()), str(path), metadata=metadata)
+    loaded = load_layer(path)
+    assert loaded.config == layer.config
+    torch.testing.assert_close(loaded(inputs), layer(inputs))
+
+
 def test_version_2_layer_files_still_load(tmp_path):
     """Format nph-layer/2: the config without the porting fields, which take their defaults."""
     import json
-
-    from safetensors.torch import save_file
 
     torch.manual_seed(17)
     layer = NPH(8, rule=create_model("topk", k=0.5, beta=0.3), heads=2, learn_beta=True)
@@ -320,19 +328,12 @@ def test_version_2_layer_files_still_load(tmp_path):
     }  # fmt: skip
     metadata = {"format": "nph-layer/2", "class": "NPH", "config": json.dumps(config)}
     metadata["arguments"] = "{}"
-    path = tmp_path / "v2.safetensors"
-    save_file(dict(layer.state_dict()), str(path), metadata=metadata)
-    loaded = load_layer(path)
-    assert loaded.config == layer.config
-    r = torch.randn(2, 3, 8)
-    torch.testing.assert_close(loaded(r), layer(r))
+    _old_file_loads_the_same(layer, tmp_path / "v2.safetensors", metadata, torch.randn(2, 3, 8))
 
 
 def test_version_1_layer_files_still_load(tmp_path):
     """Format nph-layer/1 kept the model's name, β and parameters among the layer's keywords."""
     import json
-
-    from safetensors.torch import save_file
 
     torch.manual_seed(15)
     layer = NPHPooling(8, prototypes=2, rule=create_model("topk", k=0.5, beta=0.3), heads=2)
@@ -341,13 +342,8 @@ def test_version_1_layer_files_still_load(tmp_path):
         "beta": 0.3, "learn_beta": False, "dropout": 0.0, "bias": False, "k": 0.5,
         "prototypes": 2,
     }  # fmt: skip
-    path = tmp_path / "v1.safetensors"
     metadata = {"format": "nph-layer/1", "class": "NPHPooling", "config": json.dumps(flat)}
-    save_file(dict(layer.state_dict()), str(path), metadata=metadata)
-    loaded = load_layer(path)
-    assert loaded.config == layer.config
-    y = torch.randn(3, 6, 8)
-    torch.testing.assert_close(loaded(y), layer(y))
+    _old_file_loads_the_same(layer, tmp_path / "v1.safetensors", metadata, torch.randn(3, 6, 8))
 
 
 @pytest.mark.parametrize(

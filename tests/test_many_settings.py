@@ -15,6 +15,7 @@ import sys
 
 import pytest
 import torch
+from conftest import assert_one_error_line
 
 from nphcli.errors import NphError
 from nphcli.evaluation.batch import MemoryCache, run_jobs
@@ -26,15 +27,6 @@ from nphcli.evaluation.settings import RetrieveSettings, expand_settings
 from nphcli.memory.file import save_memory
 
 TIMING_COLUMNS = set(TIMINGS)  # differ between runs; everything else must not
-
-
-@pytest.fixture(scope="module")
-def memory_file(tmp_path_factory):
-    """40 Gaussian patterns of 16 values (seeded), as a memory file."""
-    path = tmp_path_factory.mktemp("grid") / "mem.safetensors"
-    generator = torch.Generator().manual_seed(3)
-    save_memory(path, torch.randn(40, 16, generator=generator))
-    return path
 
 
 def _untimed(obj: dict) -> dict:
@@ -223,13 +215,7 @@ def test_bad_lists_are_one_error_line_and_write_nothing(
     invoke, memory_file, tmp_path, monkeypatch, args, words
 ):
     monkeypatch.chdir(tmp_path)
-    result = invoke("retrieve", "--memory", memory_file, *args)
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    for word in words:
-        assert word in lines[0]
-    assert result.stdout == ""
+    assert_one_error_line(invoke("retrieve", "--memory", memory_file, *args), *words)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from conftest import assert_one_error_line
 from safetensors.torch import load_file
 
 from nphcli.catalog import cards_from_registry, models_markdown
@@ -89,7 +90,7 @@ def test_retrieve_takes_the_new_parameter(first_j, memory, tmp_path, invoke):
 
 def test_other_models_refuse_the_new_parameter(first_j, memory, invoke):
     result = invoke("retrieve", "--memory", memory, "--model", "dense", "--first", "3")
-    assert result.exit_code == 2 and "takes --first" in result.stderr
+    assert_one_error_line(result, "takes --first")
 
 
 def test_analyze_takes_the_new_parameter(first_j, memory, invoke):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 SCRIPT = r"""
 import dataclasses, json, sys
@@ -73,3 +74,35 @@ def test_a_new_field_reaches_every_surface(invoke, tmp_path):
     assert seen["labels"] == ["dense fill2=0.1", "dense fill2=0.2"]
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert [row["label"] for row in rows] == ["dense fill2=0.1", "dense fill2=0.2"]
+
+
+def _option_help(command: str, flag: str) -> str:
+    from typer.main import get_command
+
+    from nphcli.cli import app
+
+    click_command = get_command(app).commands[command]
+    (option,) = [p for p in click_command.params if flag in getattr(p, "opts", ())]
+    return option.help
+
+
+def test_a_command_can_say_what_a_field_means_for_it():
+    """analyze runs no model unless asked and sweep's models come from its grid: their --model
+    help says so instead of retrieve's "[default: dense] … on the memory read once"."""
+    retrieve = _option_help("retrieve", "--model")
+    assert "[default: dense]" in retrieve and "memory read once" in retrieve
+    analyze = _option_help("analyze", "--model")
+    assert "[default: none" in analyze and "[default: dense]" not in analyze
+    sweep = _option_help("sweep", "--model")
+    assert "--preset or --config" in sweep and "memory read once" not in sweep
+
+
+def test_help_for_a_field_the_command_lacks_is_refused():
+    from nphcli.cli.field_options import with_fields
+
+    def command(given: dict) -> None:
+        """A command taking only --seed."""
+
+    wrapped = with_fields(["seed"], params=False, help={"sed": "typo"})(command)
+    with pytest.raises(ValueError, match="sed"):
+        _ = wrapped.__signature__

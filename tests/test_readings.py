@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from nphcli.memory.file import save_memory
-from nphcli.theory import checks as theory
 from nphcli.theory import convergence, readings
+from nphcli.theory.well_separated import well_separation
 
 
 def reference_support_reading(X, beta, k):
@@ -45,7 +45,7 @@ def test_support_reading_with_k_equal_M_is_the_all_pairs_reading():
     generator = torch.Generator().manual_seed(4)
     X = 3 * torch.randn(10, 5, generator=generator, dtype=torch.float64)
     support = readings.support_reading(X, 1.0)
-    pairs = theory.well_separation(X, 1.0)
+    pairs = well_separation(X, 1.0)
     assert torch.equal(support.well_separated, pairs.well_separated)
     assert float(support.R[0]) == pairs.separation.R
 

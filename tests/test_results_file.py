@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
+from conftest import assert_one_error_line
 
 from nphcli.errors import NphError
 from nphcli.sweeps.lock import ResultsLock, lock_path
@@ -17,24 +17,8 @@ from nphcli.sweeps.results import Results, read_results
 TINY = ("--model", "dense,topk", "--k", "0.5", "--trials", "2", "--beta", "0.5", "--noise", "0.3")
 
 
-@pytest.fixture
-def pool(tmp_path):
-    """40 random 16-dimensional patterns: a fast dataset for sweeps."""
-    path = tmp_path / "pool.npy"
-    np.save(path, np.random.default_rng(0).normal(size=(40, 16)).astype(np.float32))
-    return path
-
-
 def sweep(invoke, pool, out, sizes, *extra):
     return invoke("sweep", "--dataset", pool, *TINY, "--sizes", sizes, "--out", out, *extra)
-
-
-def one_error_line(result):
-    assert result.exit_code == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_path, pool):
@@ -59,10 +43,7 @@ def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_pat
         command = [sys.executable, "-m", "nphcli", "sweep", "--dataset", str(pool), *TINY]
         command += ["--sizes", "5", "--out", str(out)]
         second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-        assert second.returncode == 2, second.stderr
-        lines = second.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("Error: "), second.stderr
-        assert f"pid {holder.pid}" in lines[0] and "being written" in lines[0]
+        assert_one_error_line(second, f"pid {holder.pid}", "being written")
         assert not out.exists()  # the refused sweep wrote nothing
     finally:
         holder.communicate("", timeout=60)  # stdin closed: the holder exits
@@ -75,7 +56,7 @@ def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_pat
 def test_the_lock_is_held_for_the_whole_run_and_released_after(tmp_path, pool, invoke):
     out = tmp_path / "s.jsonl"
     with ResultsLock(out):
-        line = one_error_line(sweep(invoke, pool, out, "5"))
+        line = assert_one_error_line(sweep(invoke, pool, out, "5"))
         assert f"pid {os.getpid()}" in line
         with pytest.raises(NphError, match="being written"):
             Results(out)
@@ -107,7 +88,7 @@ def test_cat_merged_csv_resumes_and_plots(tmp_path, pool, invoke):
     assert png.stat().st_size > 1000
 
 
-def test_a_foreign_header_is_one_error_line(tmp_path, pool, invoke):
+def test_a_foreign_header_is_assert_one_error_line(tmp_path, pool, invoke):
     """Rows of another program (here `nph retrieve --csv`'s columns) appended to a sweep's CSV:
     --resume and plot each say so in one line, naming the line."""
     a = tmp_path / "a.csv"
@@ -121,10 +102,10 @@ def test_a_foreign_header_is_one_error_line(tmp_path, pool, invoke):
     )
     mixed = tmp_path / "mixed.csv"
     mixed.write_text(a.read_text() + foreign + "\n")
-    line = one_error_line(sweep(invoke, pool, mixed, "5", "--resume"))
+    line = assert_one_error_line(sweep(invoke, pool, mixed, "5", "--resume"))
     assert "line 6" in line and "second header" in line
     pytest.importorskip("matplotlib")
-    line = one_error_line(invoke("plot", mixed, "--out", tmp_path / "p.png"))
+    line = assert_one_error_line(invoke("plot", mixed, "--out", tmp_path / "p.png"))
     assert "line 6" in line and "second header" in line
 
 
@@ -134,7 +115,7 @@ def test_a_retrieve_csv_is_not_resumed_as_a_sweep(tmp_path, pool, invoke):
     runs = tmp_path / "runs.csv"
     result = invoke("retrieve", "--memory", memory, "--model", "topk", "--k", "1,5", "--csv")
     runs.write_text(result.stdout)
-    line = one_error_line(sweep(invoke, pool, runs, "5", "--resume"))
+    line = assert_one_error_line(sweep(invoke, pool, runs, "5", "--resume"))
     assert "not runs of nph sweep" in line
 
 
@@ -144,5 +125,5 @@ def test_jsonl_rows_of_another_sweep_further_down_are_refused(tmp_path, pool, in
     assert sweep(invoke, pool, b, "8", "--seed", "4").exit_code == 0
     with open(a, "ab") as handle:
         handle.write(b.read_bytes())
-    line = one_error_line(sweep(invoke, pool, a, "5,8", "--resume"))
+    line = assert_one_error_line(sweep(invoke, pool, a, "5,8", "--resume"))
     assert "another sweep" in line and "sweep_seed" in line

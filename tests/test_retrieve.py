@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import assert_one_error_line
 from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -38,12 +39,6 @@ def _store(folder, name: str, *extra: str):
 
 
 @pytest.fixture(scope="session")
-def mnist(tmp_path_factory):
-    """100 real MNIST digits as `nph store mnist --n 100` writes them (pixels in [0, 1])."""
-    return _store(tmp_path_factory.mktemp("mnist"), "memory.safetensors")
-
-
-@pytest.fixture(scope="session")
 def mnist_centered(tmp_path_factory):
     """The same digits stored with --normalize centered (pixels in [−0.5, 0.5]): the stored
     pattern is then the one with the largest inner product with itself, so exact recall holds."""
@@ -67,16 +62,6 @@ def _json(result) -> dict:
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1, "stdout must carry exactly one JSON object"
     return json.loads(lines[0])
-
-
-def _one_error_line(result, *words: str) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    assert "Traceback" not in result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 # -- every registered model, three output formats -------------------------------------------
@@ -380,10 +365,10 @@ def test_out_file_contents(retrieve, mnist, tmp_path):
     assert json.loads(meta["config"]) == data["config"]
 
     before = out.read_bytes()
-    _one_error_line(retrieve("--memory", mnist, "--out", out), "--force")
+    assert_one_error_line(retrieve("--memory", mnist, "--out", out), "--force")
     assert out.read_bytes() == before
     assert retrieve("--memory", mnist, "--queries", "2", "--out", out, "--force").exit_code == 0
-    _one_error_line(retrieve("--memory", mnist, "--out", mnist, "--force"), "input")
+    assert_one_error_line(retrieve("--memory", mnist, "--out", mnist, "--force"), "input")
 
 
 # -- the picture ----------------------------------------------------------------------------
@@ -417,7 +402,7 @@ def test_grid_png_size_and_rows(retrieve, mnist, tmp_path, queries, columns):
 def test_grid_needs_images(retrieve, tmp_path):
     path = tmp_path / "vectors.safetensors"
     save_memory(path, torch.rand(10, 6))
-    _one_error_line(retrieve("--memory", path, "--save-grid", tmp_path / "g.png"), "image")
+    assert_one_error_line(retrieve("--memory", path, "--save-grid", tmp_path / "g.png"), "image")
     assert not (tmp_path / "g.png").exists()
 
 
@@ -448,35 +433,39 @@ def _model_without(flag: str) -> str:
     ],
 )
 def test_user_errors_are_one_line_exit_2(retrieve, mnist, args, words):
-    _one_error_line(retrieve("--memory", mnist, *args), *words)
+    assert_one_error_line(retrieve("--memory", mnist, *args), *words)
 
 
 @pytest.mark.parametrize("k", ["0", "101", "2.5", "-0.5"])
 def test_k_out_of_range(retrieve, mnist, k):
     assert MODELS_WITH["k"], "a model that takes --k (topk, random) is missing from the registry"
-    _one_error_line(retrieve("--memory", mnist, "--model", MODELS_WITH["k"][0], "--k", k), "--k")
+    assert_one_error_line(
+        retrieve("--memory", mnist, "--model", MODELS_WITH["k"][0], "--k", k), "--k"
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 def test_cuda_without_cuda(invoke, mnist):
-    _one_error_line(invoke("retrieve", "--memory", mnist, "--device", "cuda"), "CUDA")
+    assert_one_error_line(invoke("retrieve", "--memory", mnist, "--device", "cuda"), "CUDA")
 
 
 def test_missing_memory_file(retrieve, tmp_path):
-    _one_error_line(retrieve("--memory", tmp_path / "nope.safetensors"), "not found", "nph store")
+    assert_one_error_line(
+        retrieve("--memory", tmp_path / "nope.safetensors"), "not found", "nph store"
+    )
 
 
 def test_queries_of_the_wrong_dimension(retrieve, mnist, tmp_path):
     path = tmp_path / "q.npy"
     np.save(path, np.zeros((3, 783), dtype=np.float32))
-    _one_error_line(retrieve("--memory", mnist, "--queries-file", path), "784")
+    assert_one_error_line(retrieve("--memory", mnist, "--queries-file", path), "784")
 
 
 def test_targets_count_must_match(retrieve, mnist, tmp_path):
     np.save(tmp_path / "q.npy", np.zeros((3, 784), dtype=np.float32))
     np.save(tmp_path / "t.npy", np.zeros((2, 784), dtype=np.float32))
     args = ["--queries-file", tmp_path / "q.npy", "--targets-file", tmp_path / "t.npy"]
-    _one_error_line(retrieve("--memory", mnist, *args), "2 targets for 3 queries")
+    assert_one_error_line(retrieve("--memory", mnist, *args), "2 targets for 3 queries")
 
 
 def test_help_states_the_default_beta(invoke):

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
+from conftest import assert_one_error_line
 
 from nphcli.evaluation import metrics
 from nphcli.evaluation.fields import parse_size
@@ -15,17 +15,6 @@ from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank
 from nphcli.models import model_names
-
-
-@pytest.fixture(scope="module")
-def mnist(tmp_path_factory):
-    """60 MNIST digits as `nph store mnist --n 60` writes them."""
-    from nphcli.cli import app
-
-    path = tmp_path_factory.mktemp("stream") / "memory.safetensors"
-    result = CliRunner().invoke(app, ["store", "mnist", "--n", "60", "--out", str(path)])
-    assert result.exit_code == 0, result.stderr
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +93,7 @@ def test_small_memory_budget_gives_the_same_metrics(retrieve, mnist, model, dtyp
 
 @pytest.mark.parametrize("bad", ["0", "-1", "abc", "12X", "0.5", "1.5MB2"])
 def test_bad_memory_budget_is_one_error_line(retrieve, mnist, bad):
-    result = retrieve("--memory", mnist, "--memory-budget", bad)
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    assert "--memory-budget" in lines[0] and "Traceback" not in result.stderr
+    assert_one_error_line(retrieve("--memory", mnist, "--memory-budget", bad), "--memory-budget")
 
 
 def test_parse_size_units():

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import assert_one_error_line
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nphcli"
 
@@ -33,15 +34,6 @@ def folder(tmp_path, monkeypatch):
     np.save(tmp_path / "good.npy", rng.normal(size=(6, 4)).astype(np.float32))
     assert not (tmp_path / "memory.safetensors").exists()
     return tmp_path
-
-
-def _refused(result, *words: str) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 def _pickles(folder: Path) -> dict[str, Path]:
@@ -71,7 +63,7 @@ def test_pickled_objects_are_refused_and_never_run(invoke, folder, kind, command
         result = invoke("retrieve", "--queries-file", path)
     else:
         result = invoke("sweep", "--dataset", path, "--sizes", "2", "--out", "r.jsonl")
-    message = _refused(result, "cannot read")
+    message = assert_one_error_line(result, "cannot read")
     if kind.startswith("pt"):
         assert "weights_only=True" in message
     assert not (folder / "UNPICKLED").exists()

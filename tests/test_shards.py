@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from conftest import assert_one_error_line
 
 from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
@@ -166,9 +167,7 @@ def test_bad_shard_sets_are_refused_before_any_compute(tmp_path, invoke):
             read_manifest(manifest)
         out = tmp_path / f"{label.replace(' ', '-')}.safetensors"
         result = invoke("retrieve", "--memory", manifest, "--queries", "3", "--out", out)
-        assert result.exit_code == 2, (label, result.output)
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("Error:") and message in lines[0], label
+        assert_one_error_line(result, message)
         assert not out.exists()
 
 
@@ -180,7 +179,7 @@ def test_cli_shard_and_retrieve_over_the_manifest(tmp_path, invoke):
     assert [p["rows"] for p in listing["parts"]] == [14, 13, 13]
     manifest = listing["manifest"]
     again = invoke("shard", path, "--parts", "3", "--out-dir", tmp_path)
-    assert again.exit_code == 2 and "--force" in again.stderr
+    assert_one_error_line(again, "--force")
     common = ["--model", "topk", "--k", "4", "--noise", "0.3", "--queries", "11", "--json"]
     common += ["--dtype", "float64", "--per-query"]
     runs = [
@@ -240,9 +239,8 @@ def test_a_shard_with_replaced_rows_is_refused(tmp_path, invoke):
     out = tmp_path / "r.safetensors"
     for extra in ([], ["--stream"]):
         result = invoke("retrieve", "--memory", manifest, "--queries", "3", "--out", out, *extra)
-        assert result.exit_code == 2, result.output
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and "checksum differs" in lines[0] and not out.exists()
+        assert_one_error_line(result, "checksum differs")
+        assert not out.exists()
 
 
 def test_a_manifest_without_checksums_is_refused(tmp_path):

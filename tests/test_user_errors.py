@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import assert_one_error_line
 from PIL import Image
 
 import nphcli
@@ -22,29 +23,9 @@ from nphcli.memory.file import save_memory
 REPO = Path(nphcli.__file__).resolve().parent.parent
 
 
-def _error_line(result, code: int, *words: str) -> str:
-    """The single stderr line of a failed command, checked: exit `code`, no traceback."""
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
-
-
 def _files(folder: Path) -> list[str]:
     """Every name in `folder`, hidden temporaries included."""
     return sorted(os.listdir(folder))
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    """20 random 28 × 28 grey images in [0, 1] as a memory file (fast: no dataset is read)."""
-    path = tmp_path_factory.mktemp("digits") / "memory.safetensors"
-    images = torch.rand(20, 784, generator=torch.Generator().manual_seed(0))
-    save_memory(path, images, meta={"kind": "image", "item_shape": [1, 28, 28]})
-    return path
 
 
 def _disk_full(*args, **kwargs):
@@ -73,14 +54,14 @@ def test_store_on_a_full_disk_safetensors_error(invoke, tmp_path, monkeypatch):
     result = invoke(
         "store", "random", "--n", "10", "--dim", "4", "--out", tmp_path / "m.safetensors"
     )
-    _error_line(result, 1, "m.safetensors", "no space left")
+    assert_one_error_line(result, "m.safetensors", "no space left", code=1)
     assert _files(tmp_path) == []
 
 
 def test_retrieve_out_on_a_full_disk(invoke, digits, tmp_path, monkeypatch):
     monkeypatch.setattr("safetensors.torch.save_file", _disk_full)
     result = invoke("retrieve", "--memory", digits, "--out", tmp_path / "r.safetensors")
-    _error_line(result, 1, "r.safetensors", "no space left")
+    assert_one_error_line(result, "r.safetensors", "no space left", code=1)
     assert _files(tmp_path) == []
 
 
@@ -91,7 +72,7 @@ def test_retrieve_npz_out_on_a_full_disk(invoke, digits, tmp_path, monkeypatch):
 
     monkeypatch.setattr(np, "savez", full)
     result = invoke("retrieve", "--memory", digits, "--out", tmp_path / "r.npz")
-    _error_line(result, 1, "r.npz", "no space left")
+    assert_one_error_line(result, "r.npz", "no space left", code=1)
     assert _files(tmp_path) == []
 
 
@@ -105,7 +86,7 @@ def test_sweep_on_a_full_disk(invoke, tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", full)
     out = tmp_path / "r.jsonl"
     result = invoke("sweep", "--dataset", pool, "--sizes", "5", "--trials", "1", "--out", out)
-    _error_line(result, 1, "no space left", "free some space")
+    assert_one_error_line(result, "no space left", "free some space", code=1)
 
 
 def test_full_disk_anywhere_else_is_one_line(invoke, tmp_path, monkeypatch):
@@ -117,7 +98,7 @@ def test_full_disk_anywhere_else_is_one_line(invoke, tmp_path, monkeypatch):
 
     monkeypatch.setattr(nphcli.sources, "prepare_memory", full)
     result = invoke("store", "random", "--out", tmp_path / "m.safetensors")
-    _error_line(result, 1, "no space left", "/tmp/cache")
+    assert_one_error_line(result, "no space left", "/tmp/cache", code=1)
 
 
 # -- sizes and memory ---------------------------------------------------------------------------
@@ -126,7 +107,7 @@ def test_full_disk_anywhere_else_is_one_line(invoke, tmp_path, monkeypatch):
 def test_impossible_size_is_refused_before_allocating(invoke, tmp_path):
     out = tmp_path / "m.safetensors"
     result = invoke("store", "random", "--n", "100000000", "--dim", "100000", "--out", out)
-    line = _error_line(result, 2, "--n", "--dim", "TiB")
+    line = assert_one_error_line(result, "--n", "--dim", "TiB", code=2)
     assert "allocate" not in line  # our check, not the allocator's message
     assert _files(tmp_path) == []
 
@@ -161,7 +142,7 @@ def test_out_of_memory_is_one_line_saying_what_to_reduce(invoke, digits, monkeyp
 
     monkeypatch.setattr("nphcli.evaluation.product.evaluate_settings", fail)
     result = invoke("retrieve", "--memory", digits)
-    _error_line(result, 1, "out of memory", "--batch-size", "--memory-budget")
+    assert_one_error_line(result, "out of memory", "--batch-size", "--memory-budget", code=1)
 
 
 def test_a_bug_keeps_its_traceback(invoke, digits, monkeypatch):
@@ -214,7 +195,7 @@ def test_unknown_output_extension_is_refused_before_any_work(invoke, tmp_path, a
     """Refused before the memory is even opened: it does not exist here."""
     args = [tmp_path / a if "." in a or a == "g" else a for a in args]
     result = invoke("retrieve", "--memory", tmp_path / "missing.safetensors", *args)
-    _error_line(result, 2, *words)
+    assert_one_error_line(result, *words, code=2)
     assert _files(tmp_path) == []
 
 
@@ -237,7 +218,7 @@ def test_retrieve_out_npz_holds_the_results(invoke, digits, tmp_path):
 
 def test_store_out_must_be_safetensors(invoke, tmp_path):
     result = invoke("store", "random", "--out", tmp_path / "m.npy")
-    _error_line(result, 2, "m.npy", ".safetensors")
+    assert_one_error_line(result, "m.npy", ".safetensors", code=2)
     assert _files(tmp_path) == []
 
 
@@ -265,7 +246,7 @@ def test_plot_writes_the_format_its_extension_names(invoke, results, name, magic
 
 def test_plot_unknown_extension_is_refused(invoke, results):
     out = results.parent / "p.gif"
-    _error_line(invoke("plot", results, "--out", out), 2, "p.gif", ".svg")
+    assert_one_error_line(invoke("plot", results, "--out", out), "p.gif", ".svg", code=2)
     assert not out.exists()
 
 
@@ -278,7 +259,7 @@ def test_sweep_plot_without_matplotlib_fails_before_the_work(invoke, tmp_path, m
     out = tmp_path / "r.jsonl"
     args = ["--sizes", "5", "--trials", "1", "--out", out, "--plot", tmp_path / "p.png"]
     result = invoke("sweep", "--dataset", pool, *args)
-    _error_line(result, 2, "matplotlib")
+    assert_one_error_line(result, "matplotlib", code=2)
     assert not out.exists()  # no run was done
 
 

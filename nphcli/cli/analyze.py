@@ -23,7 +23,14 @@ from nphcli.theory.analysis import RETRIEVAL_FIELDS
 
 
 @app.command("analyze")
-@with_fields(RETRIEVAL_FIELDS)
+@with_fields(
+    RETRIEVAL_FIELDS,
+    help={
+        "model": "With it, corrupted stored patterns are retrieved by this model and checked "
+        "against Theorem 4.1 (`nph models` lists the models; their parameters are options "
+        "too); one value.  [default: none, the memory alone is analysed]"
+    },
+)
 def analyze_command(
     file: Annotated[
         Path | None,

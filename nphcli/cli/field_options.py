@@ -11,7 +11,7 @@ True for a switch), and `field_values(given)` parses it into the lists of values
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any
 
 import typer
@@ -31,13 +31,19 @@ PANELS = {
 
 
 def with_fields(
-    names: Iterable[str] | None = None, *, params: bool = True
+    names: Iterable[str] | None = None,
+    *,
+    params: bool = True,
+    help: Mapping[str, str] | None = None,  # noqa: A002  (typer's own word for it)
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: the command gets the fields `names` (all declared fields when None) and, with
-    `params`, every model parameter as options; it must take a `given: dict` keyword."""
+    `params`, every model parameter as options; it must take a `given: dict` keyword. `help`
+    replaces a field's help text (default note included) where one command means it otherwise,
+    e.g. a model that analyze only runs when asked."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        return _WithFields(command, None if names is None else tuple(names), params)
+        names_ = None if names is None else tuple(names)
+        return _WithFields(command, names_, params, dict(help or {}))
 
     return decorate
 
@@ -56,8 +62,14 @@ class _WithFields:
     """A callable whose signature is the command's own plus the generated options (typer reads
     `__signature__` and `__annotations__` when it builds the CLI)."""
 
-    def __init__(self, command: Callable[..., Any], names: tuple[str, ...] | None, params: bool):
-        self._command, self._names, self._params = command, names, params
+    def __init__(
+        self,
+        command: Callable[..., Any],
+        names: tuple[str, ...] | None,
+        params: bool,
+        help: dict[str, str],  # noqa: A002
+    ):
+        self._command, self._names, self._params, self._help = command, names, params, help
         self.__name__ = command.__name__
         self.__qualname__ = command.__qualname__
         self.__module__ = command.__module__
@@ -74,6 +86,9 @@ class _WithFields:
         chosen = [f for f in FIELDS if self._names is None or f.name in self._names]
         if self._params:
             chosen += param_fields()
+        unknown = set(self._help) - {f.name for f in chosen}
+        if unknown:  # a typo would silently keep the generic text
+            raise ValueError(f"help for fields the command does not take: {sorted(unknown)}")
         return [f for f in chosen if f.name not in own]
 
     @property
@@ -81,7 +96,10 @@ class _WithFields:
         own = self._own()
         extra = [
             inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, default=_empty(f), annotation=_option(f)
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=_empty(f),
+                annotation=_option(f, self._help.get(f.name)),
             )
             for f in self._fields()
         ]
@@ -106,18 +124,20 @@ def _empty(field: Field) -> Any:
     return False if field.kind == "bool" else None
 
 
-def _option(field: Field) -> Any:
+def _option(field: Field, help_text: str | None = None) -> Any:
     """The typer annotation of a field's option: a switch for booleans, else text parsed by
-    the field itself (so a comma list works wherever the field takes many values)."""
+    the field itself (so a comma list works wherever the field takes many values). `help_text`,
+    when given, is shown as it is instead of the field's help and default."""
     panel = PANELS[field.group]
     if field.kind == "bool":
-        return Annotated[bool, typer.Option(field.flag, help=field.help, rich_help_panel=panel)]
+        text = field.help if help_text is None else help_text
+        return Annotated[bool, typer.Option(field.flag, help=text, rich_help_panel=panel)]
     shown = "" if field.default is None else f"  [default: {field.default}]"
     return Annotated[
         str | None,
         typer.Option(
             field.flag,
-            help=field.help + shown,
+            help=field.help + shown if help_text is None else help_text,
             metavar=field.metavar or _METAVARS.get(field.kind, "TEXT"),
             show_default=False,
             rich_help_panel=panel,

@@ -34,7 +34,15 @@ def _preset_help() -> str:
 
 
 @app.command("sweep")
-@with_fields(SWEEP_FIELDS)
+@with_fields(
+    SWEEP_FIELDS,
+    help={
+        "model": "Retrieval models of the grid (`nph models` lists them; their parameters are "
+        "options too). Any setting option takes a comma list (e.g. --model dense,topk --k 1,5 "
+        "--noise 0,0.5): every combination is a setting, run on fresh memories each trial.  "
+        "[default: the --preset or --config grid's, else dense]"
+    },
+)
 def sweep_command(
     preset: Annotated[str | None, typer.Option("--preset", help=_preset_help())] = None,
     config: Annotated[

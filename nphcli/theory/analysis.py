@@ -70,8 +70,8 @@ class AnalysisRequest:
 
 def analyze(memory: Memory, request: AnalysisRequest, *, source: str | None = None) -> dict:
     """The JSON-ready result of `nph analyze` (see its --help and the README)."""
-    from nphcli.theory.checks import well_separation
     from nphcli.theory.readings import support_reading
+    from nphcli.theory.well_separated import well_separation
 
     request.check()
     beta, k = request.beta, request.theorem_k

@@ -1,4 +1,5 @@
-"""The paper's §4 checks: separation, well-separation, the Theorem 4.1 error bound, Corollary 4.1.
+"""The paper's §4 checks on queries: the Theorem 4.1 error bound and Corollary 4.1 (the
+well-separation condition per pattern is `nphcli.theory.well_separated`).
 
 Notation (Hu et al., "Nonparametric Modern Hopfield Models", ICML 2025, §4): stored patterns
 ξ_1 … ξ_M (rows of X (M, d)), a query x (one row of (Q, d)) whose target is ξ_μ, and a
@@ -55,10 +56,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.engine.masks import check_k, resolve_k
 from nphcli.models import HopfieldModel, create_model
 from nphcli.theory.bounds import bound_summary, tight_bound
 from nphcli.theory.separation import Separation, separation
+from nphcli.theory.well_separated import well_separation_threshold
 
 # Relative slack when comparing an error with a bound: float64 rounding, nothing more.
 RELATIVE_SLACK = 1e-9
@@ -80,76 +81,10 @@ def is_structured(model: str, params: dict[str, Any]) -> bool:
     return _structured_model(model, params) is not None
 
 
-def well_separation_threshold(beta: float, num_memories: int, k: int, m: float, R: float) -> float:
-    """(1/β)·ln((M + k − 2)·m / R) + 2mR: the Δ_μ a pattern needs to be well separated.
-
-    inf when R = 0 (duplicate patterns); −inf when M + k − 2 = 0 (a single pattern).
-    """
-    factor = num_memories + k - 2
-    if R <= 0 or m <= 0:
-        return math.inf
-    if factor <= 0:
-        return -math.inf
-    return math.log(factor * m / R) / beta + 2 * m * R
-
-
 def theorem_bound(beta: float, num_memories: int, k: Tensor, m: float, gap: Tensor) -> Tensor:
     """m(M + k − 2)·exp(−β·gap), elementwise over k and gap (float64)."""
     factor = (num_memories + k.to(torch.float64) - 2).clamp(min=0)
     return m * factor * torch.exp(-beta * gap.to(torch.float64))
-
-
-@dataclass
-class WellSeparation:
-    """Which stored patterns satisfy the well-separation condition for given β and k."""
-
-    beta: float
-    k: int  # support size in the condition
-    threshold: float  # (1/β) ln((M + k − 2) m / R) + 2mR
-    separation: Separation  # m, R, Δ_μ (over `separation.rows`)
-    well_separated: Tensor  # (S,) bool, for separation.rows
-
-    def to_json(self, *, per_pattern: bool = False) -> dict[str, Any]:
-        sep = self.separation
-        count = int(self.well_separated.sum())
-        out: dict[str, Any] = {
-            "beta": self.beta,
-            "k": self.k,
-            "M": sep.num_memories,
-            "m": sep.m,
-            "R": sep.R,
-            "threshold": _finite(self.threshold),
-            "condition": "Δ_μ ≥ (1/β)·ln((M + k − 2)·m/R) + 2mR",
-            "delta": sep.delta_summary(),
-            "patterns_checked": int(sep.delta.numel()),
-            "well_separated": count,
-            "fraction": count / sep.delta.numel() if sep.delta.numel() else None,
-            "sampled": sep.sampled,
-        }
-        if per_pattern:
-            out["per_pattern"] = {
-                "row": sep.rows.tolist(),
-                "delta": sep.delta.tolist(),
-                "well_separated": self.well_separated.tolist(),
-            }
-        return out
-
-
-def well_separation(
-    patterns: Tensor, beta: float, k: float | None = None, *, max_rows: int | None = None, seed=0
-) -> WellSeparation:
-    """Separation statistics of patterns (M, d) and the well-separation check per pattern for β
-    and k (a count, a fraction of M as `--k` takes it, or None for k = M: dense retrieval)."""
-    if k is not None:
-        check_k(k)  # before resolve_k, which would quietly round k ≤ 0 up to one memory
-    sep = separation(patterns, max_rows=max_rows, seed=seed)
-    M = sep.num_memories
-    count = M if k is None else resolve_k(k, M)
-    if sep.R is None:
-        threshold = math.inf
-    else:
-        threshold = well_separation_threshold(beta, M, count, sep.m, sep.R)
-    return WellSeparation(beta, count, threshold, sep, sep.delta >= threshold)
 
 
 @dataclass
@@ -420,7 +355,3 @@ def check_report(memory: Any, report: Any) -> QueryCheck | None:
         model=config["model"],
         params=params,
     )
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None

@@ -178,8 +178,8 @@ def closest_pair_well_separated(
     Never (True, True) when the threshold's log term is ≥ 0: ‖ξ_a − ξ_b‖ = 2R gives
     Δ_a ≤ ⟨ξ_a, ξ_a − ξ_b⟩ ≤ 2mR, below (1/β)·ln((M + k − 2)m/R) + 2mR, and the same for b.
     """
-    from nphcli.theory.checks import well_separation
     from nphcli.theory.readings import closest_pair
+    from nphcli.theory.well_separated import well_separation
 
     X = patterns.to(torch.float64)
     a, b = closest_pair(X)
