@@ -288,6 +288,7 @@ CASES = [
     ("mil no epochs", ["mil", "--epochs", "0"], r"--epochs must be ≥ 1"),
     ("models extra argument", ["models", "nope"], r"unexpected extra argument.*nope"),
     ("doctor unknown option", ["doctor", "--bogus"], r"No such option: --bogus"),
+    ("report of a missing file", ["report", "absent.jsonl"], r"absent\.jsonl"),
 ]
 
 
