@@ -57,9 +57,12 @@ def test_a_narrow_output_encoding_gets_ascii_tables_not_a_traceback(tmp_path):
     assert models.returncode == 0, models.stderr
     assert "Traceback" not in models.stderr
     assert "+---" in models.stdout and "dense" in models.stdout
+    import torch
+
+    from nphcli.memory.file import save_memory
+
     memory = str(tmp_path / "m.safetensors")
-    store = [*run, "store", "random", "--n", "8", "--dim", "4", "--out", memory]
-    subprocess.run(store, env=env, check=True, capture_output=True)
+    save_memory(memory, torch.eye(8, 4))
     retrieve = subprocess.run(
         [*run, "retrieve", "--memory", memory],
         env=env,
