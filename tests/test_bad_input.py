@@ -364,6 +364,7 @@ def test_debug_environment_variable(invoke, scene, monkeypatch):
     assert "Traceback" not in invoke("info", "nope.safetensors").stderr
 
 
+@pytest.mark.slow
 def test_debug_traceback_in_a_real_process(scene):
     import subprocess
     import sys

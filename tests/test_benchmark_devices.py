@@ -19,6 +19,7 @@ def test_the_scripts_with_a_device_option_are_found():
     assert {"run.py", "layers.py"} <= set(SCRIPTS)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_missing_cuda_device_is_one_error_line(script):

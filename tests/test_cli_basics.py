@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import assert_one_error_line
 
 
@@ -47,6 +48,7 @@ def test_python_dash_m_runs():
     assert out.stdout.startswith("nph ")
 
 
+@pytest.mark.slow
 def test_a_narrow_output_encoding_gets_ascii_tables_not_a_traceback(tmp_path):
     """PYTHONIOENCODING=ascii stands for a redirected Windows console under cp1252."""
     import os

@@ -97,6 +97,7 @@ def test_every_page_is_in_the_index_and_the_site():
     importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
     reason="mkdocs and mkdocs-material are not installed (pip install -e '.[docs]')",
 )
+@pytest.mark.slow
 def test_site_builds_strictly(tmp_path):
     """`mkdocs build --strict`: a broken link or anchor in any page fails (mkdocs.yml)."""
     site = tmp_path / "site"

@@ -51,6 +51,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_a_new_field_reaches_every_surface(invoke, tmp_path):
     pool = tmp_path / "pool.npy"
     np.save(pool, np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32))

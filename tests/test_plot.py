@@ -141,6 +141,7 @@ def many_series_rows():
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_forty_series_keep_a_whole_legend_and_distinct_looks(tmp_path):
     pytest.importorskip("matplotlib")
     from nphcli.plot import _look

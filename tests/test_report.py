@@ -88,6 +88,7 @@ TRAP += "const e = console.error; console.error = (...a) => { window.__errors.pu
 TRAP += "</script>"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install chromium)")
 def test_report_renders_in_headless_chromium(invoke, tmp_path):
     out, _ = _report(invoke, tmp_path)

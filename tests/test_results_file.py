@@ -21,6 +21,7 @@ def sweep(invoke, pool, out, sizes, *extra):
     return invoke("sweep", "--dataset", pool, *TINY, "--sizes", sizes, "--out", out, *extra)
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_path, pool):
     """Two real processes: one holds the results file's lock, the sweep started second fails
     in one line naming the holder, and runs once the holder is gone."""
