@@ -289,3 +289,24 @@ def test_static_commands_do_not_import_torch():
         "    assert 'torch' not in sys.modules, args\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_batch_takes_every_retrieve_option_or_says_why_not(invoke, memory_file):
+    """Issue 20's bug: `nph batch` refused noise_clip, tf32 and every --index option as unknown
+    keys. Now each is a key (checked as retrieve checks it) or refused with its reason."""
+    memory = str(memory_file)
+    jobs = [
+        {"memory": memory, "noise": 0.3, "noise_clip": True, "tf32": True, "queries": 4},
+        {"memory": memory, "model": "topk", "k": 3, "candidates": 8},  # an index option
+        {"memory": memory, "out": "x.safetensors"},
+        {"memory": memory, "noise": [0.0, 0.5], "queries": 4},  # a list: two settings
+    ]
+    text = "\n".join(json.dumps(job) for job in jobs) + "\n"
+    result = invoke("batch", "-", input=text)
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(out) == 5 and result.exit_code == 1
+    first = out[0]["config"]
+    assert first["corruption"]["noise_clip"] is True and first["tf32"] is True
+    assert "--index" in out[1]["error"]  # understood, and refused only for lack of an index
+    assert "'out'" in out[2]["error"] and "JSON" in out[2]["error"]  # refused with the reason
+    assert [o["config"]["corruption"]["noise"] for o in out[3:]] == [0.0, 0.5]
