@@ -93,14 +93,8 @@ def plot_results(
             f"{len(names)} lines are too many for one plot: choose some with --where (e.g. "
             "--where model=topk) or split them into panels with --facet COLUMN"
         )
-    figure_cls, canvas_cls = _matplotlib()
     width, height = size
-    figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
-    canvas_cls(figure)
-    columns = math.ceil(math.sqrt(len(data.panels)))
-    grid = figure.subplots(
-        math.ceil(len(data.panels) / columns), columns, squeeze=False, sharex=True, sharey=True
-    )
+    figure, grid = _figure(size, len(data.panels))
     looks = {name: _look(i, len(names)) for i, name in enumerate(names)}
     handles = {}
     for axes, (panel, lines) in zip(grid.flat, data.panels.items(), strict=False):
@@ -167,14 +161,8 @@ def plot_phase(
             f"{len(data.panels)} panels are too many for one phase diagram: choose some with "
             "--where (e.g. --where model=topk)"
         )
-    figure_cls, canvas_cls = _matplotlib()
     width, height = size
-    figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
-    canvas_cls(figure)
-    columns = math.ceil(math.sqrt(len(data.panels)))
-    grid = figure.subplots(
-        math.ceil(len(data.panels) / columns), columns, squeeze=False, sharex=True, sharey=True
-    )
+    figure, grid = _figure(size, len(data.panels))
     metric_name = data.column.removesuffix("_mean")
     values = [cell[0] for panel in data.panels.values() for cell in panel.values()]
     bounded = metric_name in ("success", "pixel_success", "cosine")
@@ -274,3 +262,16 @@ def _matplotlib():
             '(or pip install -e ".[plot]" in a checkout of nph)'
         ) from None
     return Figure, FigureCanvasAgg
+
+
+def _figure(size: tuple[int, int], panels: int):
+    """A figure of `size` pixels with a near-square grid of `panels` axes sharing x and y."""
+    figure_cls, canvas_cls = _matplotlib()
+    width, height = size
+    figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+    canvas_cls(figure)
+    columns = math.ceil(math.sqrt(panels))
+    grid = figure.subplots(
+        math.ceil(panels / columns), columns, squeeze=False, sharex=True, sharey=True
+    )
+    return figure, grid
