@@ -244,5 +244,5 @@ def test_without_faiss_clear_error(scene, invoke, monkeypatch):
     assert not (folder / "x.index").exists()
     from nphcli.ann.index_file import require_faiss
 
-    with pytest.raises(NphError, match="nph\\[ann\\]"):
+    with pytest.raises(NphError, match="pip install faiss-cpu"):
         require_faiss()

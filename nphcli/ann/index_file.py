@@ -49,7 +49,8 @@ def require_faiss():
         import faiss
     except ImportError:
         raise NphError(
-            "approximate indexes need FAISS: pip install 'nph[ann]' (installs faiss-cpu)"
+            "approximate indexes need FAISS: pip install faiss-cpu (in a checkout, the ann extra: "
+            'pip install -e ".[ann]")'
         ) from None
     return faiss
 

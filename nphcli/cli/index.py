@@ -40,8 +40,8 @@ def index_command(
 ) -> None:
     """Build an inner-product index of the stored patterns for `nph retrieve --index`.
 
-    Needs the ann extra (pip install "nph[ann]"). The index records the memory file's SHA-256:
-    retrieval refuses it for any other file. See docs/ann.md.
+    Needs FAISS (pip install faiss-cpu; in a checkout, pip install -e ".[ann]"). The index
+    records the memory file's SHA-256: retrieval refuses it for any other file. See docs/ann.md.
     """
     from nphcli.ann.index_file import (
         build_index,
@@ -54,6 +54,7 @@ def index_command(
     from nphcli.errors import NphError
     from nphcli.memory import open_memory
 
+    open_memory(memory, stream=True)  # the input first (its header only): a missing file says so
     require_faiss()
     check_kind(kind)
     if seed < 0:

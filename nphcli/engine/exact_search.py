@@ -80,9 +80,7 @@ def use_faiss(queries: Tensor, bank: MemoryBank) -> bool:
     fits = _faiss_fits(queries, bank)
     if choice == "faiss":
         if not faiss_available():
-            raise NphError(
-                f"{ENVIRONMENT}=faiss needs FAISS: pip install 'nph[ann]' (faiss-cpu), or unset it"
-            )
+            raise NphError(f"{ENVIRONMENT}=faiss needs FAISS: pip install faiss-cpu, or unset it")
         if not fits:
             raise NphError(
                 f"{ENVIRONMENT}=faiss searches float32 memories held in CPU RAM only; "
