@@ -11,9 +11,10 @@ trials.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
-from nphcli.evaluation.evaluate import evaluate, evaluate_inputs
+from nphcli.evaluation.evaluate import evaluate_inputs
 from nphcli.evaluation.inputs import Inputs
 from nphcli.evaluation.report import RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
@@ -28,19 +29,5 @@ def evaluate_settings(inputs: Inputs, grid: Sequence[RetrieveSettings]) -> list[
     """
     for settings in grid:
         build_model(settings)
-    reports = []
-    for i, settings in enumerate(grid):
-        if i == 0:
-            reports.append(evaluate_inputs(inputs, settings))
-            continue
-        reports.append(
-            evaluate(
-                inputs.memory,
-                settings,
-                queries=inputs.queries,
-                targets=inputs.targets,
-                target_indices=inputs.target_indices,
-                sources=inputs.sources,
-            )
-        )
-    return reports
+    reuse = dataclasses.replace(inputs, load_s=0.0)  # read once: later settings cost no load
+    return [evaluate_inputs(inputs if i == 0 else reuse, s) for i, s in enumerate(grid)]
