@@ -35,7 +35,7 @@ from _common import device_or_exit  # noqa: E402  (the benchmarks' sibling modul
 from large import BETA, BLOCK, gemm2, mm_topk  # noqa: E402
 
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET  # noqa: E402
-from nphcli.engine import blocks, precision  # noqa: E402
+from nphcli.engine import attention, blocks, precision  # noqa: E402
 from nphcli.engine.precision import HALF_DTYPES  # noqa: E402
 from nphcli.memory.bank import TensorBank  # noqa: E402
 from nphcli.models import create_model  # noqa: E402
@@ -162,8 +162,8 @@ def probe(device: torch.device, *, small: bool, time_s: float) -> dict:
                 last[(model_name, name)] = (num_queries, entry["s"])
             case["ratios"] = _ratios(case["s"])
     out["fused_step"] = {
-        "failed": blocks._FUSED["failed"],
-        "compiled": blocks._FUSED["compiled"] is not None,
+        "failed": blocks._KERNEL["failed"],
+        "decode_failed": attention._DECODE["failed"],
     }
     out["float32_out_fell_back"] = precision._FLOAT32_OUT["failed"]
     out["total_s"] = time.perf_counter() - began

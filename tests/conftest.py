@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-import pytest
-import torch
-from typer.testing import CliRunner
+# Triton reads this when it is first imported: on a CPU run its kernels
+# (tests/test_triton_kernels.py) run in its interpreter; a CUDA run compiles them. Nothing else
+# on the CPU path uses Triton.
+if not os.environ.get("NPH_TEST_DEVICE", "cpu").startswith("cuda"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
 
 
 def pytest_configure(config) -> None:

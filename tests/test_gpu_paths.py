@@ -1,18 +1,17 @@
 """The GPU fast paths of issue 22, checked on the CPU: plans for memories resident on a device
-(blocks are views, so one query takes all M memories in one block), the online softmax step
-(in place, compiled, or falling back) against the formula, and the half path's real peak memory
-within the budget. Speed is measured by `benchmarks/gpu_probe.py`, never here."""
+(blocks are views, so one query takes all M memories in one block), the online softmax step in
+place against the formula (its Triton kernel: tests/test_triton_kernels.py), and the half
+path's real peak memory within the budget. Speed is measured by `benchmarks/gpu_probe.py`,
+never here."""
 
 from __future__ import annotations
-
-import logging
 
 import pytest
 import torch
 from test_memory_budget import PeakTracker
 
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET
-from nphcli.engine import blocks, precision
+from nphcli.engine import precision
 from nphcli.engine.blocks import SoftmaxAccumulator
 from nphcli.engine.planning import bank_block_row_bytes
 from nphcli.engine.precision import _float32_out, matmul
@@ -147,40 +146,6 @@ def test_dense_blocks_skip_the_support_pass_and_match_masked_blocks():
         assert acc.support.tolist() == [90] * 6
     torch.testing.assert_close(results[0], results[1], rtol=1e-13, atol=0)
     torch.testing.assert_close(results[0], torch.softmax(scores, 1) @ values, rtol=1e-12, atol=0)
-
-
-def test_a_failing_compiled_step_falls_back_to_eager(monkeypatch, caplog):
-    def broken():
-        def step(*args):
-            raise RuntimeError("no compiler here")
-
-        return step
-
-    monkeypatch.setattr(blocks, "FUSED_DEVICES", ("cpu",))
-    monkeypatch.setattr(blocks, "FUSED_MIN_CELLS", 0)
-    monkeypatch.setattr(blocks, "_compiled_step", broken)
-    monkeypatch.setitem(blocks._FUSED, "failed", None)
-    queries, keys, values = _data()
-    with caplog.at_level(logging.WARNING, logger="nph"):
-        got = create_model("dense", beta=8.0).retrieve(queries, keys, values).patterns
-    assert "fused softmax step is unavailable" in caplog.text
-    assert "no compiler here" in blocks._FUSED["failed"]
-    want = _dense_reference(queries, keys, values, 8.0)
-    assert float((got.double() - want).norm() / want.norm()) <= ERROR[torch.float32]
-
-
-@pytest.mark.slow  # compiling on a CPU takes from seconds (cached) to minutes (cold)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_step_equals_eager_step(monkeypatch, dtype):
-    queries, keys, values = _data(dtype)
-    model = create_model("dense", beta=8.0)
-    eager = model.retrieve(queries, keys, values, memory_budget=2**16).patterns
-    monkeypatch.setattr(blocks, "FUSED_DEVICES", ("cpu",))
-    monkeypatch.setattr(blocks, "FUSED_MIN_CELLS", 0)
-    monkeypatch.setitem(blocks._FUSED, "failed", None)
-    fused = model.retrieve(queries, keys, values, memory_budget=2**16).patterns
-    assert blocks._FUSED["failed"] is None and blocks._FUSED["compiled"] is not None
-    torch.testing.assert_close(fused, eager, rtol=2e-6 if dtype == torch.float32 else 1e-2, atol=0)
 
 
 def test_float32_out_only_where_torch_has_it():

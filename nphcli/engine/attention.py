@@ -29,10 +29,12 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
+from nphcli.engine import blocks
 from nphcli.engine.blocks import SoftmaxAccumulator
 from nphcli.engine.planning import Plan, itemsize, note_over_budget, plan_blocks
-from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
+from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype, matmul, scale_queries
 from nphcli.memory.bank import MemoryBank
+from nphcli.notices import notice
 
 
 def softmax_attention(
@@ -53,12 +55,95 @@ def softmax_attention(
         dtype=accumulation_dtype(queries.dtype),
         batch=(heads,),
     )
-    scaled, rest = scale_queries(x, beta)  # (H, Q, d/H) and what β leaves for the scores
-    for _, keys, values in bank.blocks(block_rows):
-        k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
-        acc.add(matmul(scaled, k.transpose(1, 2), scale=rest), v, complete=True)  # (H, Q, B)
+    if heads == 1 and block_rows >= bank.num_memories and decode_applies(queries, bank):
+        _decode(queries, bank, beta, acc)
+    else:
+        scaled, rest = scale_queries(x, beta)  # (H, Q, d/H) and what β leaves for the scores
+        for _, block_keys, block_values in bank.blocks(block_rows):
+            for keys, values in _step_parts(block_keys, block_values, heads * num_queries):
+                k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
+                scores = matmul(scaled, k.transpose(1, 2))  # (H, Q, B), times rest in the step
+                acc.add(scores, v, complete=True, scale=rest)
     acc.merge(bank.collective)
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
+
+
+# On CUDA, blocks for at least this many score rows are cut into parts no wider than a row the
+# Triton step holds in registers (`blocks.STEP_PARTS_MAX_COLUMNS`): each score is then read
+# once, not twice; fewer rows keep whole blocks, where more parts would cost more launches.
+STEP_PARTS_MIN_ROWS = 128
+
+
+def _step_parts(keys: Tensor, values: Tensor, rows: int) -> list[tuple[Tensor, Tensor]]:
+    """The block (keys, values) as parts of at most `STEP_PARTS_MAX_COLUMNS` memories (views)
+    where the Triton step applies to `rows` score rows; else the block itself."""
+    width = blocks.STEP_PARTS_MAX_COLUMNS
+    if keys.device.type not in blocks.KERNEL_DEVICES or rows < STEP_PARTS_MIN_ROWS:
+        return [(keys, values)]
+    return list(zip(keys.split(width), values.split(width), strict=True))
+
+
+# Queries that take the one-pass decode kernel on CUDA: each reads the memories once, so past a
+# few queries two matrix products (which read them once for all queries) are faster.
+DECODE_MAX_QUERIES = 4
+DECODE_DEVICES = ("cuda",)
+DECODE_PROGRAMS_PER_SM = 4  # slices of the memories per multiprocessor: enough loads in flight
+DECODE_MAX_WIDTH = 4096  # d or d_v beyond this would spill the kernel's registers
+_DECODE: dict[str, str | None] = {"failed": None}
+
+
+def decode_applies(queries: Tensor, bank: MemoryBank) -> bool:
+    """Whether `softmax_attention` reads the memories once with the decode kernel
+    (`triton_kernels.decode_partials`): a few queries, memories resident on a CUDA device in a
+    float32 or half dtype, nothing to differentiate."""
+    whole = bank.resident()
+    return (
+        whole is not None
+        and _DECODE["failed"] is None
+        and queries.device.type in DECODE_DEVICES
+        and queries.shape[0] <= DECODE_MAX_QUERIES
+        and queries.dtype in (torch.float32, *HALF_DTYPES)
+        and whole[0].dtype == queries.dtype == whole[1].dtype
+        and whole[0].is_contiguous()
+        and whole[1].is_contiguous()
+        and max(whole[0].shape[1], whole[1].shape[1]) <= DECODE_MAX_WIDTH
+        and not (queries.requires_grad or whole[0].requires_grad or whole[1].requires_grad)
+    )
+
+
+def _decode(queries: Tensor, bank: MemoryBank, beta: float, acc: SoftmaxAccumulator) -> None:
+    """Fold the decode kernel's per-slice sums into `acc` (one head), or, if the kernel fails,
+    the same sums from two matrix products (eager)."""
+    keys, values = bank.resident()
+    try:
+        from nphcli.engine import triton_kernels
+
+        best, norm, total = triton_kernels.decode_partials(
+            queries, keys, values, scale=beta, programs=_decode_programs(queries.device)
+        )  # (P, Q), (P, Q), (P, Q, d_v)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as error:  # no Triton, or a GPU it cannot compile for
+        _DECODE["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
+        notice(f"the one-pass decode kernel is unavailable ({_DECODE['failed']}); using eager")
+        scaled, rest = scale_queries(queries, beta)
+        acc.add(matmul(scaled, keys.T)[None], values[None], complete=True, scale=rest)
+        return
+    top = best.amax(dim=0)  # (Q,)
+    rescale = torch.exp(best - top)  # (P, Q)
+    acc.support += bank.num_memories
+    acc.fold(
+        top[None],
+        top[None],
+        (norm * rescale).sum(0)[None],
+        (total * rescale[..., None]).sum(0)[None],
+    )
+
+
+def _decode_programs(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 8  # Triton's CPU interpreter (tests)
+    return DECODE_PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def attention_plan(

@@ -42,8 +42,11 @@ class SoftmaxAccumulator:
         self.total = torch.zeros(*rows, value_dim, device=device, dtype=dtype)  # (*batch, Q, d_v)
         self.support = torch.zeros(rows, dtype=torch.int64, device=device)  # (*batch, Q)
 
-    def add(self, scores: Tensor, values: Tensor, *, complete: bool = False) -> None:
-        """Merge one block: scores (*batch, Q, B) (−inf = excluded), values (*batch, B, d_v).
+    def add(
+        self, scores: Tensor, values: Tensor, *, complete: bool = False, scale: float = 1.0
+    ) -> None:
+        """Merge one block: scores (*batch, Q, B) (−inf = excluded), values (*batch, B, d_v);
+        the block's scores are `scale` times `scores` (β, for half products: `precision`).
 
         The scores are consumed: their buffer becomes the block's weights (unless it carries a
         gradient). `complete` says no score is excluded (dense retrieval): the support grows by
@@ -53,10 +56,15 @@ class SoftmaxAccumulator:
             self.support += scores.shape[-1]
         else:
             self.support += torch.isfinite(scores).sum(dim=-1)
-        new_max, shift, weights, sums = exp_step(scores, self.max, values.dtype, complete)
+        new_max, shift, weights, sums = exp_step(scores, self.max, values.dtype, complete, scale)
+        self.fold(new_max, shift, sums, matmul(weights, values))
+
+    def fold(self, new_max: Tensor, shift: Tensor, norm: Tensor, total: Tensor) -> None:
+        """Merge sums computed elsewhere with weights exp(s − shift): their normaliser (*batch,
+        Q) and weighted sum (*batch, Q, d_v), the max becoming `new_max`."""
         rescale = torch.exp(self.max - shift)  # (*batch, Q); exp(−inf) = 0 for empty rows
-        self.norm = self.norm * rescale + sums
-        self.total = self.total * rescale.unsqueeze(-1) + matmul(weights, values)
+        self.norm = self.norm * rescale + norm
+        self.total = self.total * rescale.unsqueeze(-1) + total
         self.max = new_max
 
     def merge(self, collective: Collective) -> None:
@@ -82,33 +90,38 @@ class SoftmaxAccumulator:
 
 
 def exp_step(
-    scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool
+    scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, scale: float = 1.0
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """One block's elementwise softmax work, for scores s (*batch, Q, B) and the running max m:
-    the new max m' = max(m, max_j s_j), the shift c (m', or 0 where m' = −inf unless
-    `complete`), the weights exp(s − c) (*batch, Q, B) (in `dtype` if that is a half dtype, as
-    the product with half values takes them) and their row sums (*batch, Q) before rounding.
+    """One block's elementwise softmax work, for scores s = scale · `scores` (*batch, Q, B) and
+    the running max m: the new max m' = max(m, max_j s_j), the shift c (m', or 0 where m' = −inf
+    unless `complete`), the weights exp(s − c) (*batch, Q, B) (in `dtype` if that is a half dtype,
+    as the product with half values takes them) and their row sums (*batch, Q) before rounding.
 
-    On CUDA, for blocks of at least `FUSED_MIN_CELLS` scores, a `torch.compile`d copy of the
-    same steps runs as one or two kernels that read the scores once or twice and write the
-    weights once; eager torch takes four to five passes. Anywhere else, or if compiling fails,
-    eager torch runs, in place on the scores' buffer (one (Q, B) tensor, not three).
+    On CUDA, float32 blocks of at least `KERNEL_MIN_CELLS` scores take a Triton kernel
+    (`triton_kernels.softmax_step`) that reads each score once and writes each weight once;
+    eager torch takes four to six passes. Anywhere else, or if the kernel fails, eager torch
+    runs, in place on the scores' buffer (one (Q, B) tensor, not three).
     """
-    if _fused_applies(scores):
+    if _kernel_applies(scores):
         try:
-            return _compiled_step()(scores, running_max, dtype, complete, False)
+            from nphcli.engine import triton_kernels
+
+            return triton_kernels.softmax_step(scores, running_max, dtype, complete, scale)
         except torch.OutOfMemoryError:
             raise
-        except Exception as error:  # no compiler or Triton: the eager steps give the same
-            _FUSED["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
-            notice(f"the fused softmax step is unavailable ({_FUSED['failed']}); using eager")
-    return _exp_math(scores, running_max, dtype, complete, not scores.requires_grad)
+        except Exception as error:  # no Triton, or a GPU it cannot compile for: eager is exact
+            _KERNEL["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
+            notice(f"the fused softmax step is unavailable ({_KERNEL['failed']}); using eager")
+    in_place = not scores.requires_grad
+    if scale != 1:
+        scores = scores.mul_(scale) if in_place else scores * scale
+    return _exp_math(scores, running_max, dtype, complete, in_place)
 
 
 def _exp_math(
     scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, in_place: bool
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """`exp_step`'s formula, the one definition the eager and compiled forms both run."""
+    """`exp_step`'s formula in eager torch."""
     new_max = torch.maximum(running_max, scores.amax(dim=-1))  # (*batch, Q)
     shift = new_max if complete else torch.where(torch.isfinite(new_max), new_max, 0.0)
     if in_place:
@@ -121,26 +134,25 @@ def _exp_math(
     return new_max, shift, weights, sums
 
 
-# Devices and block sizes that take the compiled step: compiling costs seconds once per process
-# (cached on disk after), which only a block of at least this many scores repays.
-FUSED_DEVICES = ("cuda",)
-FUSED_MIN_CELLS = 1 << 24
-_FUSED: dict[str, object] = {"failed": None, "compiled": None}
+# Devices and block sizes that take the Triton step: below this many scores a block's eager
+# passes cost microseconds, and the kernel's first call compiles (about a second, cached on disk).
+KERNEL_DEVICES = ("cuda",)
+KERNEL_MIN_CELLS = 1 << 20
+STEP_PARTS_MAX_COLUMNS = (
+    16384  # = triton_kernels.STEP_MAX_BLOCK (not imported: Triton may be absent)
+)
+_KERNEL: dict[str, str | None] = {"failed": None}
 
 
-def _fused_applies(scores: Tensor) -> bool:
+def _kernel_applies(scores: Tensor) -> bool:
     return (
-        scores.device.type in FUSED_DEVICES
-        and scores.numel() >= FUSED_MIN_CELLS
+        scores.device.type in KERNEL_DEVICES
+        and scores.dtype == torch.float32
+        and scores.numel() >= KERNEL_MIN_CELLS
+        and scores.is_contiguous()
         and not scores.requires_grad
-        and _FUSED["failed"] is None
+        and _KERNEL["failed"] is None
     )
-
-
-def _compiled_step():
-    if _FUSED["compiled"] is None:
-        _FUSED["compiled"] = torch.compile(_exp_math, dynamic=True, fullgraph=True)
-    return _FUSED["compiled"]
 
 
 class TopKAccumulator:

@@ -1,0 +1,211 @@
+"""Two Triton kernels for softmax attention on CUDA, where torch's eager steps read memory more
+often than the arithmetic needs (issue 22, measured on an H100/H200):
+
+- `softmax_step`: one block's elementwise online-softmax step (β·s, running max, exp, row sums,
+  weights cast for the P·V product) with each score read once and each weight written once. The
+  eager steps read a (Q, B) float32 block four or five times, and scaling half scores by β is
+  one more pass of its own.
+- `decode_partials`: a few queries against all memories in one pass, each memory row read once
+  for its score and its share of the weighted sum (the keys are the values in auto-association).
+  Two matrix-vector products read the memories twice; one query is bound by that read.
+
+Both compute what `blocks.exp_step` and `SoftmaxAccumulator` define, in float32; tests compare
+them with the eager forms under Triton's CPU interpreter (`TRITON_INTERPRET=1`) and on CUDA.
+Importing this module needs Triton; callers fall back to eager torch when it is missing.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+# Widest row one program holds in registers: the step reads a row once when B fits, twice else.
+STEP_MAX_BLOCK = 16384
+# Elements of one memory tile held by a decode program (tile rows × padded width).
+DECODE_TILE_ELEMENTS = 16384
+
+
+@triton.jit
+def _softmax_step_kernel(
+    scores_ptr,
+    weights_ptr,
+    running_max_ptr,
+    new_max_ptr,
+    shift_ptr,
+    sums_ptr,
+    columns,
+    scale,
+    COMPLETE: tl.constexpr,
+    SINGLE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offsets = tl.arange(0, BLOCK)
+    scores_row = scores_ptr + row * columns
+    weights_row = weights_ptr + row * columns
+    old_max = tl.load(running_max_ptr + row)
+    if SINGLE:  # the whole row in registers: one read
+        inside = offsets < columns
+        s = tl.load(scores_row + offsets, mask=inside, other=float("-inf")) * scale
+        new_max = tl.maximum(old_max, tl.max(s, axis=0))
+    else:
+        best = tl.full([BLOCK], float("-inf"), tl.float32)
+        for start in range(0, columns, BLOCK):
+            inside = start + offsets < columns
+            chunk = tl.load(scores_row + start + offsets, mask=inside, other=float("-inf"))
+            best = tl.maximum(best, chunk * scale)
+        new_max = tl.maximum(old_max, tl.max(best, axis=0))
+    if COMPLETE:
+        shift = new_max
+    else:  # rows with no finite score yet: shift 0, as torch.where(isfinite(m), m, 0)
+        finite = (new_max == new_max) & (tl.abs(new_max) < float("inf"))
+        shift = tl.where(finite, new_max, 0.0)
+    if SINGLE:
+        weights = tl.where(inside, tl.exp(s - shift), 0.0)
+        tl.store(weights_row + offsets, weights.to(weights_ptr.dtype.element_ty), mask=inside)
+        total = tl.sum(weights, axis=0)
+    else:
+        sums = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, columns, BLOCK):
+            inside = start + offsets < columns
+            chunk = tl.load(scores_row + start + offsets, mask=inside, other=float("-inf"))
+            weights = tl.where(inside, tl.exp(chunk * scale - shift), 0.0)
+            tl.store(
+                weights_row + start + offsets,
+                weights.to(weights_ptr.dtype.element_ty),
+                mask=inside,
+            )
+            sums += weights
+        total = tl.sum(sums, axis=0)
+    tl.store(new_max_ptr + row, new_max)
+    tl.store(shift_ptr + row, shift)
+    tl.store(sums_ptr + row, total)
+
+
+def softmax_step(
+    scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, scale: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """`blocks.exp_step` for float32 scores (*batch, Q, B), β·scores taken as the scores: the new
+    max, the shift, the weights (in `dtype`) and their row sums."""
+    columns = scores.shape[-1]
+    rows = scores.numel() // max(1, columns)
+    flat = scores.reshape(rows, columns)  # a view: scores are contiguous
+    weights = torch.empty(scores.shape, device=scores.device, dtype=dtype)
+    new_max = torch.empty_like(running_max)
+    shift = torch.empty_like(running_max)
+    sums = torch.empty_like(running_max)
+    block = min(triton.next_power_of_2(max(columns, 1)), STEP_MAX_BLOCK)
+    _softmax_step_kernel[(rows,)](
+        flat,
+        weights,
+        running_max.reshape(rows),
+        new_max.view(rows),
+        shift.view(rows),
+        sums.view(rows),
+        columns,
+        float(scale),
+        COMPLETE=complete,
+        SINGLE=columns <= block,
+        BLOCK=block,
+        num_warps=8 if block >= 4096 else 4,
+    )
+    return new_max, shift, weights, sums
+
+
+@triton.jit
+def _decode_kernel(
+    queries_ptr,
+    keys_ptr,
+    values_ptr,
+    max_ptr,
+    norm_ptr,
+    total_ptr,
+    num_memories,
+    dim,
+    value_dim,
+    rows_per_program,
+    scale,
+    SAME: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    query = tl.program_id(0)  # fastest axis: the queries of one slice run side by side
+    part = tl.program_id(1)
+    num_queries = tl.num_programs(0)
+    d = tl.arange(0, BLOCK_D)
+    v = tl.arange(0, BLOCK_V)
+    x = tl.load(queries_ptr + query * dim + d, mask=d < dim, other=0.0).to(tl.float32)
+    first = part.to(tl.int64) * rows_per_program
+    end = tl.minimum(first + rows_per_program, num_memories)
+    best = tl.max(tl.full([TILE], float("-inf"), tl.float32), axis=0)
+    norm = tl.sum(tl.zeros([TILE], tl.float32), axis=0)
+    total = tl.zeros([BLOCK_V], tl.float32)
+    for start in range(first, end, TILE):
+        rows = start + tl.arange(0, TILE)
+        live = rows < end
+        keys = tl.load(
+            keys_ptr + rows[:, None] * dim + d[None, :],
+            mask=live[:, None] & (d[None, :] < dim),
+            other=0.0,
+        ).to(tl.float32)  # (TILE, BLOCK_D)
+        s = tl.where(live, tl.sum(keys * x[None, :], axis=1) * scale, float("-inf"))
+        new_best = tl.maximum(best, tl.max(s, axis=0))
+        rescale = tl.exp(best - new_best)
+        w = tl.exp(s - new_best)  # (TILE,)
+        if SAME:
+            values = keys
+        else:
+            values = tl.load(
+                values_ptr + rows[:, None] * value_dim + v[None, :],
+                mask=live[:, None] & (v[None, :] < value_dim),
+                other=0.0,
+            ).to(tl.float32)  # (TILE, BLOCK_V)
+        norm = norm * rescale + tl.sum(w, axis=0)
+        total = total * rescale + tl.sum(w[:, None] * values, axis=0)
+        best = new_best
+    slot = part * num_queries + query
+    tl.store(max_ptr + slot, best)
+    tl.store(norm_ptr + slot, norm)
+    tl.store(total_ptr + slot.to(tl.int64) * value_dim + v, total, mask=v < value_dim)
+
+
+def decode_partials(
+    queries: Tensor, keys: Tensor, values: Tensor, *, scale: float, programs: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Online-softmax partial sums of queries (Q, d) over `programs` slices of the memories
+    (keys (M, d), values (M, d_v), contiguous): each slice's max (P, Q), normaliser (P, Q) and
+    weighted sum (P, Q, d_v) of β·⟨x, k⟩, merged like `SoftmaxAccumulator.merge` merges ranks."""
+    num_queries, dim = queries.shape
+    num_memories, value_dim = values.shape
+    same = keys.data_ptr() == values.data_ptr() and keys.shape == values.shape
+    block_d = triton.next_power_of_2(dim)
+    block_v = block_d if same else triton.next_power_of_2(value_dim)
+    tile = max(1, DECODE_TILE_ELEMENTS // max(block_d, block_v))
+    rows_per_program = triton.cdiv(triton.cdiv(num_memories, programs), tile) * tile
+    programs = triton.cdiv(num_memories, rows_per_program)
+    new = queries.new_empty
+    best = new(programs, num_queries, dtype=torch.float32)
+    norm = new(programs, num_queries, dtype=torch.float32)
+    total = new(programs, num_queries, value_dim, dtype=torch.float32)
+    _decode_kernel[(num_queries, programs)](
+        queries.contiguous(),
+        keys,
+        values,
+        best,
+        norm,
+        total,
+        num_memories,
+        dim,
+        value_dim,
+        rows_per_program,
+        float(scale),
+        SAME=same,
+        TILE=tile,
+        BLOCK_D=block_d,
+        BLOCK_V=block_v,
+        num_warps=8,
+    )
+    return best, norm, total

@@ -1,0 +1,151 @@
+"""The Triton kernels of softmax attention on CUDA (`nphcli.engine.triton_kernels`) against the
+eager torch they replace: on a CPU through Triton's interpreter (float32, float16), on CUDA
+compiled. And the fallback: a kernel that fails leaves eager torch to give the same result."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+from nphcli.engine import attention, blocks
+from nphcli.models import create_model
+
+triton = pytest.importorskip("triton", reason="the kernels need Triton (installed with CUDA torch)")
+
+
+@pytest.fixture
+def kernels(device, monkeypatch):
+    """The kernel module, compiled on CUDA or interpreted on a CPU (conftest sets
+    TRITON_INTERPRET there), with both paths enabled on `device` for any block size."""
+    from nphcli.engine import triton_kernels
+
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter must be chosen before Triton is imported")
+    monkeypatch.setattr(blocks, "KERNEL_DEVICES", (device.type,))
+    monkeypatch.setattr(blocks, "KERNEL_MIN_CELLS", 0)
+    monkeypatch.setattr(attention, "DECODE_DEVICES", (device.type,))
+    monkeypatch.setitem(blocks._KERNEL, "failed", None)
+    monkeypatch.setitem(attention._DECODE, "failed", None)
+    monkeypatch.setattr(attention, "fused_attention_chosen", lambda bank, heads: False)
+    return triton_kernels
+
+
+def _counted(monkeypatch, module, name: str) -> list:
+    """Replace module.name by a wrapper that records each call; returns the record."""
+    calls: list = []
+    inner = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        calls.append(name)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+
+def _scores(rows: int, columns: int, *, complete: bool, device) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(rows * 7 + columns)
+    scores = 3 * torch.randn(rows, columns, generator=generator)
+    if not complete:
+        scores[1] = -torch.inf  # a row with nothing admitted yet
+        scores[2, ::3] = -torch.inf
+    return scores.to(device)
+
+
+@pytest.mark.parametrize("complete", [True, False])
+@pytest.mark.parametrize("columns", [37, 3000, 40000])  # one read; 40000 > 16384: two passes
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_step_kernel_equals_the_eager_step(kernels, device, complete, columns, dtype):
+    scores = _scores(5, columns, complete=complete, device=device)
+    running = torch.tensor([0.5, -torch.inf, -torch.inf, 30.0, -1.0], device=device)
+    got = kernels.softmax_step(scores.clone(), running, dtype, complete, 2.5)
+    want = blocks._exp_math(2.5 * scores, running, dtype, complete, in_place=True)
+    names = ("max", "shift", "weights", "sums")
+    for name, a, b in zip(names, got, want, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        rtol = 1e-3 if name == "weights" and dtype == torch.float16 else 2e-6
+        torch.testing.assert_close(a, b, rtol=rtol, atol=1e-30, msg=name)
+    if not complete:  # nothing admitted: max −inf, shift 0, no weight
+        assert got[0][1] == -torch.inf and got[1][1] == 0 and got[3][1] == 0
+
+
+@pytest.mark.parametrize("num_queries", [1, 3])
+@pytest.mark.parametrize("hetero", [False, True])
+def test_decode_kernel_equals_the_softmax_formula(kernels, device, num_queries, hetero):
+    generator = torch.Generator().manual_seed(num_queries)
+    keys = torch.randn(1000, 50, generator=generator).to(device)
+    values = torch.randn(1000, 20, generator=generator).to(device) if hetero else keys
+    queries = torch.randn(num_queries, 50, generator=generator).to(device)
+    best, norm, total = kernels.decode_partials(queries, keys, values, scale=0.7, programs=6)
+    assert best.shape == norm.shape == (best.shape[0], num_queries) and 1 < best.shape[0] <= 6
+    top = best.amax(dim=0)
+    rescale = torch.exp(best - top)
+    got = (total * rescale[..., None]).sum(0) / (norm * rescale).sum(0)[:, None]
+    want = torch.softmax(0.7 * queries.double() @ keys.double().T, dim=1) @ values.double()
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def _reference(queries, keys, values, beta, heads=1):
+    x = queries.double().reshape(len(queries), heads, -1).transpose(0, 1)
+    k = keys.double().reshape(len(keys), heads, -1).transpose(0, 1)
+    v = values.double().reshape(len(values), heads, -1).transpose(0, 1)
+    out = torch.softmax(beta * x @ k.transpose(1, 2), dim=-1) @ v
+    return out.transpose(0, 1).reshape(len(queries), -1)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "num_queries"),
+    [("dense", {}, 2), ("dense", {}, 150), ("multihead", {"heads": 2}, 70)],
+)
+def test_retrieval_through_the_kernels_equals_the_formula(
+    kernels, device, monkeypatch, name, params, num_queries
+):
+    """Dense with few queries takes the decode kernel; with many, the step kernel over block
+    parts (narrowed here so that a small memory is cut into several)."""
+    monkeypatch.setattr(blocks, "STEP_PARTS_MAX_COLUMNS", 96)
+    monkeypatch.setattr(attention, "STEP_PARTS_MIN_ROWS", 64)
+    names = ("softmax_step", "decode_partials")
+    calls = {name: _counted(monkeypatch, kernels, name) for name in names}
+    generator = torch.Generator().manual_seed(5)
+    keys = torch.nn.functional.normalize(torch.randn(400, 32, generator=generator), dim=1)
+    queries = keys[:num_queries] + 0.1 * torch.randn(num_queries, 32, generator=generator)
+    model = create_model(name, beta=6.0, **params)
+    got = model.retrieve(queries.to(device), keys.to(device), memory_budget=2**20).patterns
+    want = _reference(queries, keys, keys, 6.0, params.get("heads", 1))
+    torch.testing.assert_close(got.double().cpu(), want, rtol=1e-5, atol=1e-6)
+    assert blocks._KERNEL["failed"] is None and attention._DECODE["failed"] is None
+    used = "decode_partials" if num_queries <= attention.DECODE_MAX_QUERIES else "softmax_step"
+    assert len(calls[used]) >= (1 if used == "decode_partials" else 5)  # 400 memories, parts of 96
+
+
+def _failing_kernels(monkeypatch) -> None:
+    def fail(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    broken = types.SimpleNamespace(softmax_step=fail, decode_partials=fail)
+    monkeypatch.setitem(sys.modules, "nphcli.engine.triton_kernels", broken)
+    monkeypatch.setattr(sys.modules["nphcli.engine"], "triton_kernels", broken, raising=False)
+
+
+@pytest.mark.parametrize("num_queries", [2, 150])
+def test_a_failing_kernel_falls_back_to_eager(monkeypatch, caplog, num_queries):
+    _failing_kernels(monkeypatch)
+    monkeypatch.setattr(blocks, "KERNEL_DEVICES", ("cpu",))
+    monkeypatch.setattr(blocks, "KERNEL_MIN_CELLS", 0)
+    monkeypatch.setattr(attention, "DECODE_DEVICES", ("cpu",))
+    monkeypatch.setitem(blocks._KERNEL, "failed", None)
+    monkeypatch.setitem(attention._DECODE, "failed", None)
+    monkeypatch.setattr(attention, "fused_attention_chosen", lambda bank, heads: False)
+    generator = torch.Generator().manual_seed(2)
+    keys = torch.randn(300, 16, generator=generator)
+    queries = torch.randn(num_queries, 16, generator=generator)
+    with caplog.at_level(logging.WARNING, logger="nph"):
+        got = create_model("dense", beta=2.0).retrieve(queries, keys, memory_budget=2**22)
+    assert "no compiler here" in caplog.text
+    want = _reference(queries, keys, keys, 2.0)
+    torch.testing.assert_close(got.patterns.double(), want, rtol=1e-5, atol=1e-5)
