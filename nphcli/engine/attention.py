@@ -2,18 +2,20 @@
 
     T(x) = concat_h V_hᵀ softmax(β K_h x_h),  heads h = 1..H on contiguous slices of d and d_v.
 
-Two exact ways to compute it:
+Three exact ways to compute it:
 
-- one-shot, for memories in RAM: torch's fused `scaled_dot_product_attention`. On CPU it is a
-  flash-attention kernel (online softmax over tiles that stay in cache), so it never forms the
-  (Q, M) score matrix, needs only per-thread tile buffers, and reads each key and value tile
-  once; it beats the two matrix products X·Kᵀ and P·V run one after the other.
-- blockwise, for anything else (memories streamed from disk, memories on a GPU, or when torch
-  would not pick a fused kernel, e.g. d_v ≠ d; see `fused_attention_chosen`): online softmax
-  (`SoftmaxAccumulator`) over memory blocks of `block_rows`, each block one X·K_bᵀ and one
-  P_b·V_b product around one elementwise step (`blocks.exp_step`: in place, or compiled into
-  one kernel on CUDA). A memory resident on the device is read as views, so one query takes
-  all of it in one block (`planning.bank_block_row_bytes`).
+- one-shot, for resident memories where torch has a fused `scaled_dot_product_attention`
+  kernel that pays (`fused_attention_chosen`): on the CPU a flash-attention kernel (online
+  softmax over tiles that stay in cache), on CUDA flash attention for half dtypes and head
+  sizes ≤ 256 (multihead). It never forms the (Q, M) score matrix and reads each key and
+  value tile once; it beats the two matrix products X·Kᵀ and P·V run one after the other.
+- one pass for one query on CUDA (`decode_applies`): a Triton kernel reads each memory row once
+  for its score and its share of the weighted sum.
+- blockwise, for anything else (memories streamed from disk, d = 784 on a GPU, or d_v ≠ d):
+  online softmax (`SoftmaxAccumulator`) over memory blocks of `block_rows`, each block one
+  X·K_bᵀ and one P_b·V_b product around one elementwise step (`blocks.exp_step`: in place, or
+  one Triton kernel on CUDA). A memory resident on the device is read as views, so one query
+  takes all of it in one block (`planning.bank_block_row_bytes`).
 
 Both equal the softmax formula up to float rounding (tests compare them in float64).
 
@@ -29,7 +31,6 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.engine import blocks
 from nphcli.engine.blocks import SoftmaxAccumulator
 from nphcli.engine.planning import Plan, itemsize, note_over_budget, plan_blocks
 from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype, matmul, scale_queries
@@ -43,7 +44,7 @@ def softmax_attention(
     """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): shape (Q, d_v)."""
     num_queries = queries.shape[0]
     x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
-    if block_rows >= bank.num_memories and fused_attention_chosen(bank, heads):
+    if block_rows >= bank.num_memories and fused_attention_chosen(bank, heads, unmasked=True):
         keys, values = bank.resident()
         k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, M, ·)
         out = F.scaled_dot_product_attention(x[None], k[None], v[None], scale=beta)[0]
@@ -59,33 +60,18 @@ def softmax_attention(
         _decode(queries, bank, beta, acc)
     else:
         scaled, rest = scale_queries(x, beta)  # (H, Q, d/H) and what β leaves for the scores
-        for _, block_keys, block_values in bank.blocks(block_rows):
-            for keys, values in _step_parts(block_keys, block_values, heads * num_queries):
-                k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
-                scores = matmul(scaled, k.transpose(1, 2))  # (H, Q, B), times rest in the step
-                acc.add(scores, v, complete=True, scale=rest)
+        for _, keys, values in bank.blocks(block_rows):
+            k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
+            scores = matmul(scaled, k.transpose(1, 2))  # (H, Q, B), times rest in the step
+            acc.add(scores, v, complete=True, scale=rest)
     acc.merge(bank.collective)
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
 
-# On CUDA, blocks for at least this many score rows are cut into parts no wider than a row the
-# Triton step holds in registers (`blocks.STEP_PARTS_MAX_COLUMNS`): each score is then read
-# once, not twice; fewer rows keep whole blocks, where more parts would cost more launches.
-STEP_PARTS_MIN_ROWS = 128
-
-
-def _step_parts(keys: Tensor, values: Tensor, rows: int) -> list[tuple[Tensor, Tensor]]:
-    """The block (keys, values) as parts of at most `STEP_PARTS_MAX_COLUMNS` memories (views)
-    where the Triton step applies to `rows` score rows; else the block itself."""
-    width = blocks.STEP_PARTS_MAX_COLUMNS
-    if keys.device.type not in blocks.KERNEL_DEVICES or rows < STEP_PARTS_MIN_ROWS:
-        return [(keys, values)]
-    return list(zip(keys.split(width), values.split(width), strict=True))
-
-
-# Queries that take the one-pass decode kernel on CUDA: each reads the memories once, so past a
-# few queries two matrix products (which read them once for all queries) are faster.
-DECODE_MAX_QUERIES = 4
+# Queries that take the one-pass decode kernel on CUDA: each reads the memories once, so past
+# one query two matrix products (which read them once for all queries) are as fast or faster
+# (H100, M = 10⁶, d = 784: bfloat16 Q = 2 took 2.9 ms by the kernel, 1.7 ms by two products).
+DECODE_MAX_QUERIES = 1
 DECODE_DEVICES = ("cuda",)
 DECODE_PROGRAMS_PER_SM = 4  # slices of the memories per multiprocessor: enough loads in flight
 DECODE_MAX_WIDTH = 4096  # d or d_v beyond this would spill the kernel's registers
@@ -152,10 +138,10 @@ def attention_plan(
     """The fused kernel's working memory does not grow with M, so in RAM it takes all memories
     at once. Blockwise, each (query, memory) pair of a block holds, per head, its score in the
     accumulation dtype and its weight: the same buffer in place (float32, float64), or a fresh
-    half copy for the product with half values, or a fresh tensor from the compiled step
+    half copy for the product with half values, or a fresh tensor from the Triton step
     (`blocks.exp_step`); counting both covers each. Half inputs are planned under half the
     budget (`HopfieldModel.retrieve`), so their count errs on the safe side."""
-    if fused_attention_chosen(bank, heads):
+    if fused_attention_chosen(bank, heads, unmasked=True):
         query_rows = max(1, min(num_queries, budget // row_bytes))
         note_over_budget(budget, query_rows * row_bytes, "one query")
         return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
@@ -163,34 +149,48 @@ def attention_plan(
     return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
 
 
-def fused_attention_chosen(bank: MemoryBank, heads: int) -> bool:
-    """Whether `softmax_attention` runs torch's fused kernel on this bank: memories resident on
-    the CPU, where torch would pick a fused kernel for them.
+def fused_attention_chosen(bank: MemoryBank, heads: int, *, unmasked: bool = False) -> bool:
+    """Whether `softmax_attention` runs torch's fused kernel on this bank (resident memories):
+    on the CPU whenever torch would pick a fused kernel; on CUDA, for `unmasked` attention only,
+    when torch picks its flash or cuDNN kernel (half dtypes, head size ≤ 256: multihead).
 
     Chosen per device by measurement: on the CPU the fused kernel beats the two matrix products;
-    on CUDA at d = 784 torch's flash kernels do not apply (head size > 256) and SDPA took 458 ms
-    against the blockwise path's 82 ms (H200, Q = 1024, M = 10⁶), so CUDA is blockwise. The
-    answer depends on the bank and H alone, never on the query batch, so `attention_plan` and
-    `softmax_attention` always agree: a plan that takes all M memories at once is only made for
-    the kernel that never forms the (Q, M) scores, which keeps `--memory-budget` honest.
+    on CUDA at d = 784 torch's flash kernels do not apply (head size > 256) and its
+    memory-efficient kernel took 458 ms against the blockwise path's 82 ms (H200, Q = 1024,
+    M = 10⁶), so CUDA takes only the flash-type kernels. The answer depends on the bank and H
+    alone, never on the query batch, so `attention_plan` and `softmax_attention` always agree:
+    a plan that takes all M memories at once is only made for a kernel that never forms the
+    (Q, M) scores, which keeps `--memory-budget` honest.
     """
     whole = bank.resident()
-    if whole is None or bank.device.type != "cpu":
+    if whole is None:
         return False
     probe = whole[0].new_empty(1, heads, 1, bank.dim // heads)  # (1, H, 1, d/H)
     k, v = _split_heads(whole[0], heads), _split_heads(whole[1], heads)  # (H, M, ·)
-    return fused_attention_available(probe, k[None], v[None])
+    choice = fused_attention_choice(probe, k[None], v[None])
+    if bank.device.type == "cpu":
+        return choice not in (None, SDPA_MATH)
+    return unmasked and bank.device.type == "cuda" and choice in (SDPA_FLASH, SDPA_CUDNN)
+
+
+# torch's numbers for its SDPA kernels (torch.nn.attention.SDPBackend).
+SDPA_MATH, SDPA_FLASH, SDPA_CUDNN = 0, 1, 3
 
 
 def fused_attention_available(x: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether `scaled_dot_product_attention` would run a fused (flash or memory-efficient)
-    kernel on these inputs rather than its math fallback, which forms the full score matrix."""
+    """Whether `scaled_dot_product_attention` would run a fused (flash, memory-efficient or
+    cuDNN) kernel on these inputs rather than its math fallback, which forms the score matrix."""
+    return fused_attention_choice(x, k, v) not in (None, SDPA_MATH)
+
+
+def fused_attention_choice(x: Tensor, k: Tensor, v: Tensor) -> int | None:
+    """The SDPA kernel torch's dispatcher would pick for these inputs (`SDPA_*`), or None."""
     if k.shape[-1] != v.shape[-1]:  # the fused kernels need one head size for keys and values
-        return False
-    try:  # torch's own dispatcher decision (0 = math fallback); private, so guarded
-        return int(torch._fused_sdp_choice(x, k, v, scale=1.0)) != 0
+        return None
+    try:  # torch's own dispatcher decision; private, so guarded
+        return int(torch._fused_sdp_choice(x, k, v, scale=1.0))
     except (AttributeError, RuntimeError):
-        return False
+        return None
 
 
 def _split_heads(rows: Tensor, heads: int) -> Tensor:

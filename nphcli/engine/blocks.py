@@ -20,7 +20,9 @@ class SoftmaxAccumulator:
     """Online softmax over memory blocks: Σ_μ exp(s_μ − m) v_μ / Σ_μ exp(s_μ − m).
 
     After each block the running max m is raised and earlier sums are rescaled by exp(m_old −
-    m_new), which makes the merged result equal to the one-shot softmax. Excluded memories carry
+    m_new), which makes the merged result equal to the one-shot softmax. (m is the reference
+    the sums are relative to: the Triton step on CUDA may keep it up to
+    `triton_kernels.STEP_LEAD` below the true max, saving a pass; the result is the same.) Excluded memories carry
     a score of −inf and get weight exactly 0; a row whose memories are all excluded so far keeps
     m = −inf and contributes nothing until a finite score arrives.
 

@@ -21,10 +21,15 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-# Widest row one program holds in registers: the step reads a row once when B fits, twice else.
+# Widest row one program holds in registers: a row that fits is read once and shifted by its new
+# max; a wider one is read in chunks, once in the common case (see `_softmax_step_kernel`).
 STEP_MAX_BLOCK = 16384
-# Elements of one memory tile held by a decode program (tile rows × padded width).
-DECODE_TILE_ELEMENTS = 16384
+# How far a block's max may exceed the running max before the weights are recomputed against
+# it: weights exp(s − m) stay below e¹⁶ ≈ 9·10⁶, far inside float32's and bfloat16's range.
+STEP_LEAD = 16.0
+# Bytes of one memory tile a decode program loads at once (tile rows × padded width): measured
+# on an H100 at M = 10⁶, d = 784, 64 KiB beat 16 and 32 KiB (float32) and 16 KiB (bfloat16).
+DECODE_TILE_BYTES = 65536
 
 
 @triton.jit
@@ -40,55 +45,83 @@ def _softmax_step_kernel(
     COMPLETE: tl.constexpr,
     SINGLE: tl.constexpr,
     BLOCK: tl.constexpr,
+    LEAD: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     offsets = tl.arange(0, BLOCK)
     scores_row = scores_ptr + row * columns
     weights_row = weights_ptr + row * columns
     old_max = tl.load(running_max_ptr + row)
-    if SINGLE:  # the whole row in registers: one read
+    if SINGLE:  # the whole row in registers: one read, shifted by the new max
         inside = offsets < columns
         s = tl.load(scores_row + offsets, mask=inside, other=float("-inf")) * scale
         new_max = tl.maximum(old_max, tl.max(s, axis=0))
-    else:
-        best = tl.full([BLOCK], float("-inf"), tl.float32)
-        for start in range(0, columns, BLOCK):
-            inside = start + offsets < columns
-            chunk = tl.load(scores_row + start + offsets, mask=inside, other=float("-inf"))
-            best = tl.maximum(best, chunk * scale)
-        new_max = tl.maximum(old_max, tl.max(best, axis=0))
-    if COMPLETE:
-        shift = new_max
-    else:  # rows with no finite score yet: shift 0, as torch.where(isfinite(m), m, 0)
-        finite = (new_max == new_max) & (tl.abs(new_max) < float("inf"))
-        shift = tl.where(finite, new_max, 0.0)
-    if SINGLE:
+        shift = _shift(new_max, COMPLETE)
         weights = tl.where(inside, tl.exp(s - shift), 0.0)
         tl.store(weights_row + offsets, weights.to(weights_ptr.dtype.element_ty), mask=inside)
         total = tl.sum(weights, axis=0)
+        reference = new_max
     else:
+        # One pass shifted by the running max, which the block's max rarely exceeds by much
+        # once a block has been seen; a second pass, shifted by the new max, only for a row
+        # whose block max is more than LEAD above it (or that has no finite max yet).
+        no_reference = tl.abs(old_max) == float("inf")  # −inf: nothing admitted yet
+        provisional = tl.where(no_reference, 0.0, old_max)  # a stand-in; redone below
+        best = tl.full([BLOCK], float("-inf"), tl.float32)
         sums = tl.zeros([BLOCK], tl.float32)
         for start in range(0, columns, BLOCK):
             inside = start + offsets < columns
             chunk = tl.load(scores_row + start + offsets, mask=inside, other=float("-inf"))
-            weights = tl.where(inside, tl.exp(chunk * scale - shift), 0.0)
+            chunk = chunk * scale
+            best = tl.maximum(best, chunk)
+            weights = tl.where(inside, tl.exp(chunk - provisional), 0.0)
             tl.store(
                 weights_row + start + offsets,
                 weights.to(weights_ptr.dtype.element_ty),
-                mask=inside,
+                mask=inside & (no_reference == 0),
             )
             sums += weights
+        block_max = tl.max(best, axis=0)
+        new_max = tl.maximum(old_max, block_max)
+        shift = old_max
+        reference = old_max
         total = tl.sum(sums, axis=0)
-    tl.store(new_max_ptr + row, new_max)
+        if no_reference | (block_max > old_max + LEAD):
+            shift = _shift(new_max, COMPLETE)
+            reference = new_max
+            sums = tl.zeros([BLOCK], tl.float32)
+            for start in range(0, columns, BLOCK):
+                inside = start + offsets < columns
+                chunk = tl.load(scores_row + start + offsets, mask=inside, other=float("-inf"))
+                weights = tl.where(inside, tl.exp(chunk * scale - shift), 0.0)
+                tl.store(
+                    weights_row + start + offsets,
+                    weights.to(weights_ptr.dtype.element_ty),
+                    mask=inside,
+                )
+                sums += weights
+            total = tl.sum(sums, axis=0)
+    tl.store(new_max_ptr + row, reference)
     tl.store(shift_ptr + row, shift)
     tl.store(sums_ptr + row, total)
+
+
+@triton.jit
+def _shift(new_max, COMPLETE: tl.constexpr):
+    """The shift of `blocks.exp_step`: the new max, or 0 for a row with no finite score yet
+    (as torch.where(isfinite(m), m, 0)) unless every score is admitted."""
+    if COMPLETE:
+        return new_max
+    finite = (new_max == new_max) & (tl.abs(new_max) < float("inf"))
+    return tl.where(finite, new_max, 0.0)
 
 
 def softmax_step(
     scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, scale: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """`blocks.exp_step` for float32 scores (*batch, Q, B), β·scores taken as the scores: the new
-    max, the shift, the weights (in `dtype`) and their row sums."""
+    """`blocks.exp_step` for float32 scores (*batch, Q, B), `scale`·scores taken as the scores:
+    the new reference (the new max, or for rows wider than `STEP_MAX_BLOCK` possibly the running
+    max, up to `STEP_LEAD` below it), the shift, the weights (in `dtype`) and their row sums."""
     columns = scores.shape[-1]
     rows = scores.numel() // max(1, columns)
     flat = scores.reshape(rows, columns)  # a view: scores are contiguous
@@ -109,6 +142,7 @@ def softmax_step(
         COMPLETE=complete,
         SINGLE=columns <= block,
         BLOCK=block,
+        LEAD=STEP_LEAD,
         num_warps=8 if block >= 4096 else 4,
     )
     return new_max, shift, weights, sums
@@ -183,7 +217,7 @@ def decode_partials(
     same = keys.data_ptr() == values.data_ptr() and keys.shape == values.shape
     block_d = triton.next_power_of_2(dim)
     block_v = block_d if same else triton.next_power_of_2(value_dim)
-    tile = max(1, DECODE_TILE_ELEMENTS // max(block_d, block_v))
+    tile = max(1, DECODE_TILE_BYTES // (keys.element_size() * max(block_d, block_v)))
     rows_per_program = triton.cdiv(triton.cdiv(num_memories, programs), tile) * tile
     programs = triton.cdiv(num_memories, rows_per_program)
     new = queries.new_empty
