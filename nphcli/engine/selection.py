@@ -40,7 +40,7 @@ def block_topk(scores: Tensor, k: int) -> Tensor:
     lower index. Group selection where it pays (see the module docstring), else a full topk."""
     scores = scores.detach()
     if scores.device.type in GROUP_DEVICES and scores.shape[1] >= MIN_GROUPS_PER_K * k * GROUP:
-        return group_topk(scores, k)
+        return group_topk(scores, k, GROUP)
     return full_topk(scores, k)
 
 
