@@ -18,7 +18,7 @@ from _common import device_or_exit
 
 from nphcli.engine.selection import MIN_GROUPS_PER_K, full_topk, group_topk
 
-GROUPS = (16, 32, 64)
+GROUPS = (32, 64, 128)
 
 
 def _median_ms(run, device: torch.device, repeats: int) -> float:

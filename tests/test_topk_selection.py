@@ -87,7 +87,7 @@ def test_running_topk_identical_with_group_selection(device, monkeypatch, rows, 
         monkeypatch.setattr(selection, "GROUP_DEVICES", ())
         old_scores, old_index = _running(scores, k, rows)
         monkeypatch.setattr(selection, "GROUP_DEVICES", (device.type,))
-        monkeypatch.setattr(selection, "GROUP", 4)
+        monkeypatch.setattr(selection, "group_size", lambda k: 4)
         monkeypatch.setattr(selection, "MIN_GROUPS_PER_K", 1)
         calls = []
         counted = lambda *a, c=calls: c.append(1) or group_topk(*a)  # noqa: E731
@@ -110,7 +110,7 @@ def test_candidate_rounds_identical_with_group_selection(device, monkeypatch):
     runs = []
     for devices in ((), (device.type,)):
         monkeypatch.setattr(selection, "GROUP_DEVICES", devices)
-        monkeypatch.setattr(selection, "GROUP", 2)
+        monkeypatch.setattr(selection, "group_size", lambda k: 2)
         monkeypatch.setattr(selection, "MIN_GROUPS_PER_K", 1)
         runs.append(candidate_update(x, bank, beta=0.5, simplex_map=sparsemax, block_rows=300))
     assert torch.equal(runs[0][0], runs[1][0])
