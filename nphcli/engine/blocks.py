@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.precision import HALF_DTYPES, matmul
+from nphcli.engine.selection import block_topk
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
 from nphcli.notices import notice
@@ -166,9 +167,7 @@ class TopKAccumulator:
     block's entries are laid out in index order, so equal scores stay in index order, exactly as
     one stable sort over all M scores would leave them.
 
-    The cut uses `torch.topk(k + 1)`, which is fast but breaks ties arbitrarily. If the k-th and
-    (k+1)-th largest differ, the k best are one well-defined set and the arbitrary order does not
-    matter; only rows where they are equal (a tie across the cut) are redone by a stable sort.
+    The cut (`block_topk`) is exact with the same tie rule; `nphcli.engine.selection` says how.
     """
 
     def __init__(self, num_queries: int, k: int, *, device, dtype: torch.dtype):
@@ -180,7 +179,7 @@ class TopKAccumulator:
         """Merge one block of scores (Q, B) for memories start .. start + B − 1."""
         num_queries, block = scores.shape
         if block > self.k:
-            local = _block_topk(scores, self.k)  # (Q, k) block-local indices, ascending
+            local = block_topk(scores, self.k)  # (Q, k) block-local indices, ascending
         else:
             local = torch.arange(block, device=scores.device).expand(num_queries, -1)  # (Q, B)
         merged_scores = torch.cat([self.scores, scores.gather(1, local)], dim=1)  # (Q, ≤2k)
@@ -210,18 +209,6 @@ class TopKAccumulator:
 
 
 _NO_ROW = torch.iinfo(torch.int64).max  # the index of a padding entry: after every real row
-
-
-def _block_topk(scores: Tensor, k: int) -> Tensor:
-    """Indices (Q, k), ascending, of each row's k largest scores; ties go to the lower index."""
-    values, index = torch.topk(scores.detach(), k + 1, dim=1)  # (Q, k + 1), descending
-    tied = values[:, k - 1] == values[:, k]  # (Q,) a tie straddles the cut
-    index = index[:, :k]  # (Q, k)
-    if bool(tied.any()):
-        rows = tied.nonzero().squeeze(1)  # (T,)
-        stable = torch.sort(scores[rows].detach(), dim=1, descending=True, stable=True).indices
-        index = index.index_copy(0, rows, stable[:, :k])
-    return torch.sort(index, dim=1).values  # (Q, k)
 
 
 # `weighted_rows` gathers rows while each query keeps fewer than 1/this of the memories; above

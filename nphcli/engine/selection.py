@@ -1,0 +1,90 @@
+"""Exact per-block top-k: each row's k best scores of a (Q, B) block, ties to the lower index.
+
+`full_topk` runs `torch.topk(k + 1)`, which is fast but breaks ties arbitrarily. If the k-th
+and (k+1)-th largest differ, the k best are one well-defined set and the arbitrary order does
+not matter; only rows where they are equal (a tie across the cut) are redone by a stable sort,
+which costs a host sync per block.
+
+`group_topk` reads the block once with a cheap reduction, then selects on a few scores. Each
+row is cut into groups of G consecutive scores and only the group maxima (Q, ⌈B/G⌉) are kept
+(one `amax` pass). Choose k groups by (max descending, group index ascending), and let τ be the
+k-th chosen max. Every chosen group holds a score ≥ τ, so the k-th best score is ≥ τ; a score
+> τ lies in a group whose max is > τ, and every such group is chosen. Among scores equal to τ
+the lowest indices win; a τ in an unchosen group comes after one τ in each chosen group of max
+τ (those groups come earlier, being chosen by lowest index), and there are at least as many of
+those as τ's still needed. So the true top k, with nph's tie rule, lies in the k chosen groups:
+a stable descending sort of their k·G scores, gathered in index order, gives exactly what one
+stable sort over all B scores gives. Ties need no second pass and the host is never asked.
+
+On CUDA, `torch.topk` is a radix select that reads the whole block several times, while the
+two stable sorts here are on small rows (⌈B/G⌉ and k·G); on the CPU, `torch.topk` is a
+one-pass partial sort and the sort of the group maxima costs more than it saves, so group
+selection runs on `GROUP_DEVICES` only.
+
+NaN sorts above every number (as in `torch.sort`) and `amax` propagates it, so a NaN group
+ranks first; among NaNs the lowest index wins (`torch.topk` leaves that order unspecified).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+SMALL_K = 16  # up to this k, groups of 128 scores; above, 64 (see `group_size`)
+MIN_GROUPS_PER_K = 4  # group selection from ⌈B/G⌉ ≥ this many times k groups; below, a full topk
+GROUP_DEVICES = ("cuda",)  # where group selection is faster (see benchmarks/topk_select.py)
+
+
+def group_size(k: int) -> int:
+    """Scores per group G. Eager `amax` over groups runs faster the longer they are (H100,
+    (1024, 65,536) float32: 0.52, 0.28, 0.16 ms for G = 32, 64, 128; one pass over the row
+    takes 0.11), while the stable sort of the k·G gathered scores grows with k·G: G = 128 was
+    fastest for k = 10 (0.34 ms in all, against 1.11 for `full_topk`), G = 64 for k = 64 (0.63
+    against 1.08)."""
+    return 128 if k <= SMALL_K else 64
+
+
+def block_topk(scores: Tensor, k: int) -> Tensor:
+    """Indices (Q, k), ascending, of each row's k largest scores (Q, B), B > k; ties go to the
+    lower index. Group selection where it pays (see the module docstring), else a full topk."""
+    scores = scores.detach()
+    group = group_size(k)
+    if scores.device.type in GROUP_DEVICES and scores.shape[1] >= MIN_GROUPS_PER_K * k * group:
+        return group_topk(scores, k, group)
+    return full_topk(scores, k)
+
+
+def full_topk(scores: Tensor, k: int) -> Tensor:
+    """`block_topk` by `torch.topk(k + 1)` and a stable sort of rows tied across the cut."""
+    values, index = torch.topk(scores, k + 1, dim=1)  # (Q, k + 1), descending
+    tied = values[:, k - 1] == values[:, k]  # (Q,) a tie straddles the cut
+    index = index[:, :k]  # (Q, k)
+    if bool(tied.any()):
+        rows = tied.nonzero().squeeze(1)  # (T,)
+        stable = torch.sort(scores[rows], dim=1, descending=True, stable=True).indices
+        index = index.index_copy(0, rows, stable[:, :k])
+    return torch.sort(index, dim=1).values  # (Q, k)
+
+
+def group_topk(scores: Tensor, k: int, group: int) -> Tensor:
+    """`block_topk` by group maxima; needs at least k groups (B > (k − 1)·G), pays when
+    k·G ≪ B."""
+    num_queries, block = scores.shape
+    full = block // group
+    maxima = scores[:, : full * group].reshape(num_queries, full, group).amax(dim=2)  # (Q, n)
+    if full * group < block:  # a shorter last group
+        tail = scores[:, full * group :].amax(dim=1, keepdim=True)  # (Q, 1)
+        maxima = torch.cat([maxima, tail], dim=1)  # (Q, n)
+    chosen = _stable_top(maxima, k).sort(dim=1).values  # (Q, k) group numbers, ascending
+    offsets = torch.arange(group, device=scores.device)  # (G,)
+    columns = (chosen.unsqueeze(2) * group + offsets).reshape(num_queries, k * group)  # (Q, kG)
+    picked = scores.gather(1, columns.clamp(max=block - 1))  # (Q, kG), in index order
+    if full * group < block:  # past the end: below every real score, after it in index order
+        picked = picked.masked_fill(columns >= block, -torch.inf)
+    best = _stable_top(picked, k)  # (Q, k) positions within the gathered scores
+    return columns.gather(1, best).sort(dim=1).values  # (Q, k)
+
+
+def _stable_top(values: Tensor, k: int) -> Tensor:
+    """Positions (Q, k) of each row's k largest values, equal values in position order."""
+    return torch.sort(values, dim=1, descending=True, stable=True).indices[:, :k]
