@@ -187,6 +187,32 @@ def test_cli_workers_equal_one_process_and_a_failing_rank_writes_nothing(tmp_pat
     assert not broken_out.exists()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("model", [["dense"], ["topk", "--k", "3"], ["sparse"]])
+def test_cuda_workers_equal_one_process(tmp_path, invoke, model):
+    """`--workers 2 --device cuda`: NCCL with a GPU per rank, or with one GPU both ranks on
+    cuda:0 over gloo (exchanges staged through host memory); either way one process's result."""
+    from nphcli.distributed.group import choose_backend
+
+    random_path, _ = _memories(tmp_path)
+    manifest = _shard(random_path, tmp_path / "set", [17, 23])
+    args = [*model, "--beta", "1", "--noise", "0.3", "--queries", "7", "--json", "--per-query"]
+    args += ["--dtype", "float64", "--device", "cuda"]
+    single = invoke("retrieve", "--memory", random_path, *args)
+    spread = invoke("retrieve", "--memory", manifest, "--workers", "2", *args)
+    assert single.exit_code == 0 and spread.exit_code == 0, spread.output
+    got, want = json.loads(spread.stdout), json.loads(single.stdout)
+    backend = "nccl" if torch.cuda.device_count() > 1 else "gloo"
+    assert got["config"]["distributed"]["backend"] == choose_backend("cuda") == backend
+    assert got["per_query"]["nearest"] == want["per_query"]["nearest"]
+    torch.testing.assert_close(
+        torch.tensor(got["per_query"]["sse"]),
+        torch.tensor(want["per_query"]["sse"]),
+        atol=1e-9,
+        rtol=0,
+    )
+
+
 def test_workers_refuse_a_plain_file_and_too_few_shards(tmp_path, invoke):
     random_path, _ = _memories(tmp_path)
     manifest = _shard(random_path, tmp_path / "set", [20, 20])

@@ -30,25 +30,49 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
 
 
+def gpu_per_rank(device: str) -> bool:
+    """Whether the `--device` string leaves each rank's GPU to nph: `cuda` (or `auto`) with CUDA
+    present. `cuda:N` pins every rank to GPU N instead."""
+    return device.strip().lower() in ("cuda", "auto") and torch.cuda.is_available()
+
+
+def choose_backend(device: str) -> str:
+    """The process group's backend for ranks computing on `device` (a `--device` string): "nccl"
+    when each rank gets a GPU of its own (`gpu_per_rank`, more than one GPU visible, NCCL built
+    in), else "gloo" (CPU ranks, one GPU, or ranks pinned to one `cuda:N`: NCCL refuses two ranks
+    on one GPU)."""
+    import torch.distributed as dist
+
+    if gpu_per_rank(device) and torch.cuda.device_count() > 1 and dist.is_nccl_available():
+        return "nccl"
+    return "gloo"
+
+
 def join_group(
     *,
     rank: int | None = None,
     world_size: int | None = None,
     address: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    device: str = "cpu",
 ) -> GroupCollective:
-    """Join the default process group (gloo on CPU) as `rank` of `world_size` at `address`
-    ("tcp://host:port"); all None: from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT)."""
+    """Join the default process group as `rank` of `world_size` at `address` ("tcp://host:port";
+    all None: from torchrun's environment, RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+    MASTER_PORT), with the backend `choose_backend(device)` picks. When `gpu_per_rank(device)`,
+    this rank computes on GPU local rank mod the visible GPUs (made the current device, which
+    `--device cuda` resolves to)."""
     import torch.distributed as dist
 
     if not dist.is_available():
         raise NphError("this torch build has no torch.distributed; install a standard build")
+    if gpu_per_rank(device):
+        local_rank = rank if address is not None else int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
     if not dist.is_initialized():
         kwargs = {"timeout": timedelta(seconds=timeout)}
         if address is not None:
             kwargs.update(init_method=address, rank=rank, world_size=world_size)
-        dist.init_process_group(backend="gloo", **kwargs)
+        dist.init_process_group(backend=choose_backend(device), **kwargs)
     collective = GroupCollective()
     if collective.rank > 0:  # every rank would say the same; rank 0 speaks for all
         logging.getLogger("nph").setLevel(logging.ERROR)

@@ -1,6 +1,7 @@
 """Local worker processes for one machine: `run_workers` starts N processes, joins them into a
-gloo process group on a free localhost port, runs `work(collective)` on each, and returns rank
-0's result. No torchrun needed.
+process group on a free localhost port (gloo, or NCCL for ranks with a GPU each: see
+`group.choose_backend`), runs `work(collective)` on each, and returns rank 0's result. No
+torchrun needed.
 
 Processes start from a fork server ("forkserver"): one fresh interpreter that imports torch
 and nph once, then forks each worker cheaply. Not a plain fork of this process: a forked child
@@ -82,12 +83,14 @@ def run_workers(
     timeout: float = DEFAULT_TIMEOUT,
     threads: int | None = None,
     method: str | None = None,
+    device: str = "cpu",
 ) -> Any:
     """Run `work(collective)` on `workers` local ranks and return rank 0's result.
 
     `timeout` (seconds) bounds each collective wait; `threads` is each worker's torch thread
     count (default: this machine's cores shared evenly); `method` "forkserver" (default), "spawn"
-    or "fork" (see the module docstring).
+    or "fork" (see the module docstring); `device` the `--device` the ranks compute on, which
+    picks the backend and each rank's GPU (`group.join_group`).
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise NphError(f"--workers must be a whole number ≥ 1, got {workers!r}")
@@ -102,7 +105,7 @@ def run_workers(
     processes = [
         context.Process(
             target=_worker,
-            args=(rank, workers, address, timeout, threads, work, pipes[rank][1]),
+            args=(rank, workers, address, timeout, threads, device, work, pipes[rank][1]),
             daemon=True,
         )
         for rank in range(workers)
@@ -145,12 +148,14 @@ def _stop_signals_raise():
             signal.signal(number, old)
 
 
-def _worker(rank, world_size, address, timeout, threads, work, pipe) -> None:
+def _worker(rank, world_size, address, timeout, threads, device, work, pipe) -> None:
     _exit_with_parent()
     torch.set_num_threads(threads)
     code = 0
     try:
-        collective = join_group(rank=rank, world_size=world_size, address=address, timeout=timeout)
+        collective = join_group(
+            rank=rank, world_size=world_size, address=address, timeout=timeout, device=device
+        )
         result = work(collective)
         # Tensors travel through shared memory that this process serves until the parent has
         # read them, so rank 0 waits for the parent's word before it exits.

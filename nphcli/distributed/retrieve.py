@@ -37,7 +37,7 @@ def evaluate_on_rank(
     target_indices: list[int] | None = None,
 ) -> RetrievalReport:
     """`evaluate` on this rank's shards; the report (equal on every rank) records the number of
-    ranks and the bytes this rank sent in collectives."""
+    ranks, the backend and the bytes this rank sent in collectives."""
     t0 = time.perf_counter()
     bank = open_rank_memory(memory_path, stream=stream, collective=collective)
     inputs = inputs_with(bank, memory_path, queries_file, targets_file, target_indices, t0)
@@ -45,6 +45,7 @@ def evaluate_on_rank(
     report.config["memory"]["stream"] = stream
     report.config["distributed"] = {
         "ranks": collective.world_size,
+        "backend": collective.backend,
         "rank_rows": bank.local_rows,
         "bytes_sent": collective.bytes_sent,
     }
@@ -70,7 +71,7 @@ def distributed_retrieve(
     if workers != 1 and launched_by_torchrun():
         raise NphError("--workers starts its own processes; under torchrun leave it at 1")
     if workers == 1 and launched_by_torchrun():
-        collective = join_group(timeout=timeout)
+        collective = join_group(timeout=timeout, device=settings.device)
         try:
             report = evaluate_on_rank(collective, memory_path, settings, **load)
         except BaseException:
@@ -81,4 +82,4 @@ def distributed_retrieve(
     manifest = read_shard_set(memory_path)  # a bad shard set fails here, before any start
     owned_parts(len(manifest.parts), 0, workers)  # so does a shard set with too few shards
     work = functools.partial(evaluate_on_rank, memory_path=memory_path, settings=settings, **load)
-    return run_workers(workers, work, timeout=timeout)
+    return run_workers(workers, work, timeout=timeout, device=settings.device)

@@ -384,8 +384,9 @@ FIELDS: tuple[Field, ...] = (
         "workers",
         "int",
         1,
-        "Run on N local processes (gloo), each reading its own shards of a --memory manifest "
-        "from `nph shard`; results equal one process's. Under torchrun, leave at 1.",
+        "Run on N local processes (gloo; NCCL with a GPU each), each reading its own shards of a "
+        "--memory manifest from `nph shard`; results equal one process's. Under torchrun, leave "
+        "at 1.",
         group="distributed",
         minimum=1,
         refused={"batch": _ONE_PROCESS, "sweep": _SWEEP_DRAWS},

@@ -7,6 +7,11 @@ an element-wise maximum, an element-wise sum and a concatenation. `LOCAL` is the
 case, where each is the identity, so kernels call them unconditionally and never ask which kind
 of memory they read. `GroupCollective` runs them over `torch.distributed` (gloo or NCCL).
 
+Each backend exchanges tensors on one device: NCCL on this rank's GPU, gloo on the host. torch's
+backend table lists gloo's CUDA support as broadcast and all_reduce only (no all_gather), so
+with gloo a CUDA tensor is copied to host memory for the exchange and the result copied back;
+with NCCL, which takes CUDA tensors only, a CPU tensor goes to the GPU and back.
+
 Every rank must make the same calls in the same order; kernels guarantee this by deciding
 control flow only on merged values. `bytes_sent` counts what this rank contributed, for the
 benchmarks' communication measurements.
@@ -53,6 +58,13 @@ class GroupCollective(Collective):
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.bytes_sent = 0
+        self.backend = str(dist.get_backend())
+        # The device the backend exchanges tensors on (see the module docstring).
+        self.wire = (
+            torch.device("cuda", torch.cuda.current_device())
+            if self.backend == "nccl"
+            else torch.device("cpu")
+        )
 
     def _count(self, tensor: Tensor) -> None:
         self.bytes_sent += tensor.numel() * tensor.element_size()
@@ -64,17 +76,18 @@ class GroupCollective(Collective):
         return self._reduce(tensor, self._dist.ReduceOp.SUM)
 
     def all_cat(self, tensor: Tensor, dim: int) -> Tensor:
-        tensor = tensor.contiguous()
-        self._count(tensor)
-        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        self._guarded(lambda: self._dist.all_gather(parts, tensor))
-        return torch.cat(parts, dim=dim)
+        sent = tensor.to(self.wire).contiguous()
+        self._count(sent)
+        parts = [torch.empty_like(sent) for _ in range(self.world_size)]
+        self._guarded(lambda: self._dist.all_gather(parts, sent))
+        return torch.cat(parts, dim=dim).to(tensor.device)
 
     def _reduce(self, tensor: Tensor, op) -> Tensor:
-        out = tensor.clone().contiguous()
+        # A copy: all_reduce works in place, and the caller's tensor must stay as it was.
+        out = tensor.to(self.wire, copy=True, memory_format=torch.contiguous_format)
         self._count(out)
         self._guarded(lambda: self._dist.all_reduce(out, op=op))
-        return out
+        return out.to(tensor.device)
 
     def _guarded(self, call) -> None:
         """Run one collective; a peer that died, left or hung past the group's timeout becomes
