@@ -60,6 +60,8 @@ TARGETS = [
     ("dense/xkt", "dense", "xkt", 2.0, ("float32", "bfloat16"), (1,)),
     ("topk/xkt", "topk", "xkt", 2.0, ("float32", "bfloat16"), (1,)),
     ("sparse/xkt", "sparse", "xkt", 2.0, ("float32", "bfloat16"), (1,)),
+    ("multihead/dense", "multihead", "dense", 1.3, ("float32", "bfloat16"), (1024, 16384)),
+    ("random/topk", "random", "topk", 2.0, ("float32", "bfloat16"), (1, 1024, 16384)),
 ]
 
 
@@ -225,6 +227,8 @@ def _ratios(times: dict) -> dict:
     pairs = {
         "dense/gemm2": ("dense", "gemm2"),
         "multihead/gemm2": ("multihead", "gemm2"),
+        "multihead/dense": ("multihead", "dense"),
+        "random/topk": ("random", "topk"),
         "topk/mm_topk10": ("topk", "mm_topk10"),
         "sparse/dense": ("sparse", "dense"),
         "entmax/dense": ("entmax", "dense"),
