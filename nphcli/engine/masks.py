@@ -86,7 +86,7 @@ def _fmix32(x):
 # Entries hashed at a time. fmix32 makes several passes over its input: on chunks this size, with
 # a reused scratch buffer, every pass stays in cache and nothing is allocated, an order of
 # magnitude faster than passes over a fresh (Q, M) tensor.
-_HASH_CHUNK = 2**16
+_HASH_CHUNK = 2**17
 _SIGN = -(2**31)  # int32 with only the sign bit set
 
 
