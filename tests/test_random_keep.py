@@ -64,3 +64,27 @@ def test_random_large_k_fused_and_blockwise_agree_with_the_formula():
     blockwise = model.retrieve(queries, keys, plan=Plan(query_rows=7, memory_rows=64))
     torch.testing.assert_close(whole.patterns, expected, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(blockwise.patterns, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_random_bias_is_zero_on_the_k_smallest_hashes_and_minus_inf_elsewhere(
+    monkeypatch, threads, dtype
+):
+    # Several groups of queries (shared among threads when there are several), each row's
+    # k smallest hashes against a plain sort of `random_keys`.
+    monkeypatch.setattr(masks, "_KEEP_CHUNK", 2000)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        positions = torch.arange(37) * 3 + 2**32 - 5
+        for num_memories, k in ((5, 2), (700, 1), (700, 700), (1000, 200)):
+            keys = masks.random_keys(9, positions, torch.arange(num_memories))  # (Q, M)
+            kept = keys <= keys.sort(dim=1).values[:, k - 1 : k]  # (Q, M)
+            expected = torch.zeros(kept.shape, dtype=dtype).masked_fill(~kept, -torch.inf)
+            bias = masks.random_bias(9, positions, num_memories, k, dtype)
+            assert bias.dtype == dtype
+            assert torch.equal(bias, expected)
+            assert torch.equal(masks.random_keep(9, positions, num_memories, k), kept)
+    finally:
+        torch.set_num_threads(previous)

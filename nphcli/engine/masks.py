@@ -9,6 +9,7 @@ never on how queries or memories are split into batches or blocks.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -82,10 +83,10 @@ def _fmix32(x):
     return x ^ (x >> 16)
 
 
-# Entries hashed at a time. fmix32 makes about fifteen passes over its input: on chunks this size,
-# in two reused buffers, every pass stays in cache and nothing is allocated, an order of
+# Entries hashed at a time. fmix32 makes several passes over its input: on chunks this size, with
+# a reused scratch buffer, every pass stays in cache and nothing is allocated, an order of
 # magnitude faster than passes over a fresh (Q, M) tensor.
-_HASH_CHUNK = 2**16
+_HASH_CHUNK = 2**17
 _SIGN = -(2**31)  # int32 with only the sign bit set
 
 
@@ -104,38 +105,53 @@ def ordered_keys(
 ) -> Tensor:
     """`random_keys` − 2³¹ as int32 (Q, M): the same order in half the bytes of int64.
 
-    Hashed in 32-bit words, chunk by chunk: on the CPU with numpy's uint32 kernels (SIMD, and
-    products wrap modulo 2³² by definition; about three times torch's int32 ones), elsewhere
-    with torch's int32 kernels (`_fmix32_`). Flipping the sign bit at the end maps [0, 2³²)
-    in order onto int32. `out` (Q, M) int32, if given, receives them."""
+    Hashed in 32-bit words, chunk by chunk: on the CPU with numpy's uint32 kernels
+    (`_hash_numpy`), elsewhere with torch's int32 kernels (`_fmix32_`). Flipping the sign bit at
+    the end maps [0, 2³²) in order onto int32. `out` (Q, M) int32, if given, receives them."""
     state = _to_int32(_query_state(seed, positions))  # (Q,)
     memory_indices = _to_int32(memory_indices.to(device=positions.device, dtype=torch.int64))
     num_queries, num_memories = state.shape[0], memory_indices.shape[0]
     if out is None:
         out = torch.empty(num_queries, num_memories, dtype=torch.int32, device=positions.device)
-    columns = min(num_memories, max(256, _HASH_CHUNK // max(1, num_queries)))
-    rows = min(num_queries, max(1, _HASH_CHUNK // columns))
-    on_cpu = out.device.type == "cpu"
-    words, out_words = (state, memory_indices), out
-    if on_cpu:
-        words = tuple(w.numpy().view(np.uint32) for w in words)
-        out_words = out.numpy().view(np.uint32)
-    buffers = [
-        np.empty(rows * columns, np.uint32) if on_cpu else out.new_empty(rows * columns)
-        for _ in range(2)
-    ]
-    fmix, xor = (_fmix32_numpy, np.bitwise_xor) if on_cpu else (_fmix32_, torch.bitwise_xor)
-    sign = np.uint32(2**31) if on_cpu else _SIGN
+    if out.device.type == "cpu":
+        words = out.numpy().view(np.uint32)  # (Q, M)
+        _hash_numpy(state.numpy().view(np.uint32), memory_indices.numpy().view(np.uint32), words)
+        np.bitwise_xor(words, np.uint32(2**31), out=words)
+        return out
+    columns, rows = _chunk_shape(num_queries, num_memories)
+    x, scratch = (out.new_empty(rows * columns) for _ in range(2))
     for row in range(0, num_queries, rows):
         for column in range(0, num_memories, columns):
-            left, right = (
-                words[0][row : row + rows, None],
-                words[1][None, column : column + columns],
-            )
+            left = state[row : row + rows, None]  # (r, 1)
+            right = memory_indices[None, column : column + columns]  # (1, c)
             shape = (left.shape[0], right.shape[1])
-            x, scratch = (buf[: shape[0] * shape[1]].reshape(shape) for buf in buffers)
-            xor(left, right, out=x)
-            out_words[row : row + rows, column : column + columns] = xor(fmix(x, scratch), sign)
+            chunk, spare = (buf[: shape[0] * shape[1]].reshape(shape) for buf in (x, scratch))
+            torch.bitwise_xor(left, right, out=chunk)
+            out[row : row + rows, column : column + columns] = _fmix32_(chunk, spare) ^ _SIGN
+    return out
+
+
+def _chunk_shape(num_queries: int, num_memories: int) -> tuple[int, int]:
+    """Columns and rows of a hash chunk of about `_HASH_CHUNK` entries."""
+    columns = min(num_memories, max(256, _HASH_CHUNK // max(1, num_queries)))
+    return columns, min(num_queries, max(1, _HASH_CHUNK // columns))
+
+
+def _hash_numpy(state: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out (Q, M) uint32 ← fmix32(state[q] ⊕ index[m]), hashed in place chunk by chunk with
+    numpy's uint32 kernels (SIMD; products wrap modulo 2³² by definition; about three times
+    torch's int32 ones). fmix32's first step x ← x ⊕ (x ≫ 16) distributes over the ⊕ of the two
+    words, so it is applied to the Q + M words instead of the Q·M pairs."""
+    state, index = (w ^ (w >> np.uint32(16)) for w in (state, index))  # (Q,), (M,)
+    columns, rows = _chunk_shape(*out.shape)
+    scratch = np.empty(rows * columns, np.uint32)
+    for row in range(0, out.shape[0], rows):
+        for column in range(0, out.shape[1], columns):
+            x = out[row : row + rows, column : column + columns]  # (r, c), a view
+            np.bitwise_xor(
+                state[row : row + rows, None], index[None, column : column + columns], out=x
+            )
+            _fmix32_numpy(x, scratch[: x.size].reshape(x.shape), skip_first=True)
     return out
 
 
@@ -147,10 +163,12 @@ def _to_int32(x: Tensor) -> Tensor:
 _FMIX_STEPS = ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None))  # `_fmix32`'s shifts, multipliers
 
 
-def _fmix32_numpy(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
-    """`_fmix32` of a uint32 array in place, with scratch (same shape)."""
-    for shift, multiplier in _FMIX_STEPS:
-        x ^= np.right_shift(x, shift, out=scratch)
+def _fmix32_numpy(x: np.ndarray, scratch: np.ndarray, *, skip_first: bool = False) -> np.ndarray:
+    """`_fmix32` of a uint32 array in place, with scratch (same shape); `skip_first`: x has had
+    the first xor-shift already."""
+    for step, (shift, multiplier) in enumerate(_FMIX_STEPS):
+        if step or not skip_first:
+            x ^= np.right_shift(x, shift, out=scratch)
         if multiplier is None:
             return x
         x *= np.uint32(multiplier)
@@ -170,34 +188,100 @@ def _fmix32_(x: Tensor, scratch: Tensor) -> Tensor:
     return x
 
 
-# Queries whose keys `random_keep` hashes and selects from at a time: their keys (about 4 MB at
+# Queries whose keys `_each_kth` hashes and selects from at a time: their keys (about 1 MB at
 # M = 60,000) stay in cache between hashing, selection and comparison, in buffers reused for
 # every group, where a fresh (Q, M) table costs a page fault per 4 KB first touched.
-_KEEP_CHUNK = 2**20
+_KEEP_CHUNK = 2**18
 
 
 def random_keep(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
     """Mask (Q, M) of each query's k memories with the smallest hash (`random_subset`'s set,
-    formed directly): the keys up to the row's k-th smallest, as they never tie. The k-th
-    smallest is found by numpy's introselect on the CPU (SIMD; several times `torch.kthvalue`
-    there), elsewhere by `torch.kthvalue`."""
-    num_queries = positions.shape[0]
-    memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
-    mask = torch.empty(num_queries, num_memories, dtype=torch.bool, device=positions.device)
-    rows = max(1, min(num_queries, _KEEP_CHUNK // num_memories))
-    keys = torch.empty(rows, num_memories, dtype=torch.int32, device=positions.device)
-    spare = torch.empty_like(keys)  # selection reorders its copy of the keys
-    for start in range(0, num_queries, rows):
-        part = positions[start : start + rows]  # (R,)
-        these = ordered_keys(seed, part, memory_index, out=keys[: part.shape[0]])  # (R, M)
-        if these.device.type == "cpu":
-            copy = spare[: part.shape[0]].copy_(these).numpy()
-            copy.partition(k - 1, axis=1)
-            kth = torch.from_numpy(copy[:, k - 1 : k])  # (R, 1)
-        else:
-            kth = torch.kthvalue(these, k, dim=1, keepdim=True).values  # (R, 1)
-        torch.le(these, kth, out=mask[start : start + rows])
+    formed directly): the keys up to the row's k-th smallest, as they never tie."""
+    mask = torch.empty(positions.shape[0], num_memories, dtype=torch.bool, device=positions.device)
+    if mask.device.type == "cpu":
+        target = mask.numpy()
+        _each_kth(
+            seed,
+            positions,
+            num_memories,
+            k,
+            lambda rows, keys, kth: np.less_equal(keys, kth, out=target[rows]),
+        )
+    else:
+        _each_kth(
+            seed,
+            positions,
+            num_memories,
+            k,
+            lambda rows, keys, kth: torch.le(keys, kth, out=mask[rows]),
+        )
     return mask
+
+
+def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) -> Tensor:
+    """`random_keep` as an additive mask (Q, M) of `dtype`: 0 on the kept memories, −inf on the
+    others. torch's fused attention adds such a mask to its scores; given a bool mask it first
+    builds this one itself (`torch.where`, a further pass and allocation)."""
+    if positions.device.type != "cpu":
+        keep = random_keep(seed, positions, num_memories, k)  # (Q, M)
+        return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(
+            ~keep, -torch.inf
+        )
+    # numpy asks Linux for huge pages for a large array; a fresh (Q, M) tensor from torch's
+    # allocator takes a page fault per 4 KB first written, which costs more than the writing.
+    words = np.empty((positions.shape[0], num_memories), _BITS[torch.finfo(dtype).bits])
+    bias = torch.from_numpy(words).view(dtype)  # (Q, M), written through its bits
+    minus_inf = torch.full((1,), -torch.inf, dtype=dtype).view(torch.from_numpy(words).dtype)
+
+    def write(rows: slice, keys: np.ndarray, kth: np.ndarray) -> None:
+        dropped = np.greater(keys, kth).view(np.int8)  # (R, M) 0 or 1
+        np.multiply(dropped, minus_inf.numpy(), out=words[rows], casting="unsafe")
+
+    _each_kth(seed, positions, num_memories, k, write)
+    return bias
+
+
+_BITS = {16: np.int16, 32: np.int32, 64: np.int64}  # a float's bits as an integer of its size
+
+
+def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) -> None:
+    """Calls write(rows, keys, kth) for groups of queries: rows a slice of the queries, keys
+    (R, M) their hashes in hash order, kth (R, 1) each row's k-th smallest.
+
+    On the CPU, keys are the hashes as uint32 numpy arrays, and the k-th smallest is found by
+    numpy's introselect (SIMD; several times `torch.kthvalue` there); groups are shared among
+    torch's threads (numpy releases the GIL), each with its own buffers. Elsewhere keys are
+    `ordered_keys` and the k-th smallest is `torch.kthvalue`'s."""
+    num_queries = positions.shape[0]
+    rows = max(1, min(num_queries, _KEEP_CHUNK // num_memories))
+    groups = [slice(start, start + rows) for start in range(0, num_queries, rows)]
+    memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
+    if positions.device.type != "cpu":
+        keys = torch.empty(rows, num_memories, dtype=torch.int32, device=positions.device)
+        for group in groups:
+            part = positions[group]  # (R,)
+            these = ordered_keys(seed, part, memory_index, out=keys[: part.shape[0]])  # (R, M)
+            write(group, these, torch.kthvalue(these, k, dim=1, keepdim=True).values)
+        return
+    state = _to_int32(_query_state(seed, positions)).numpy().view(np.uint32)  # (Q,)
+    index = _to_int32(memory_index).numpy().view(np.uint32)  # (M,)
+    workers = min(torch.get_num_threads(), len(groups))
+
+    def run(first: int) -> None:
+        keys, spare = (np.empty((rows, num_memories), np.uint32) for _ in range(2))
+        for group in groups[first::workers]:
+            part = state[group]  # (R,)
+            these = _hash_numpy(part, index, keys[: part.shape[0]])  # (R, M)
+            copy = spare[: these.shape[0]]
+            np.copyto(copy, these)
+            copy.partition(k - 1, axis=1)  # selection reorders its copy of the keys
+            write(group, these, copy[:, k - 1 : k])
+
+    if workers == 1:
+        run(0)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(run, range(workers)))
 
 
 def random_mask(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:

@@ -13,9 +13,9 @@ weight underflows to 0).
 
 Reading: for k ≤ M/8 only the k chosen memories are gathered and scored, O(Q·k·d). For larger k
 every memory is scored and masked: a matrix product reads memory far faster than per-query
-gathers. The mask is each query's hashes up to its k-th smallest (`masks.random_keep`); with the
-memories in RAM on the CPU it goes into torch's fused attention kernel (the dense model's), else
-into a blockwise online softmax.
+gathers. The mask is each query's hashes up to its k-th smallest: with the memories in RAM on the
+CPU as an additive float mask (`masks.random_bias`) in torch's fused attention kernel (the dense
+model's), else as a bool mask (`masks.random_keep`) in a blockwise online softmax.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import (
     K_HELP,
     check_k,
+    random_bias,
     random_choice,
     random_keep,
     random_mask,
@@ -86,13 +87,14 @@ class RandomMask(HopfieldModel):
             chosen = random_choice(self.seed, positions, num_memories, k, block_rows=block_rows)
             patterns = gathered_attention(queries, bank, chosen, None, beta=self.beta)
         else:
-            mask = random_keep(self.seed, positions, num_memories, k)  # (Q, M)
             if block_rows >= num_memories and fused_attention_chosen(bank, 1):
                 keys, values = bank.resident()
+                bias = random_bias(self.seed, positions, num_memories, k, queries.dtype)
                 patterns = F.scaled_dot_product_attention(
-                    queries[None], keys[None], values[None], attn_mask=mask, scale=self.beta
-                )[0]  # (Q, d_v); torch's fused kernel, the mask applied inside its tiles
+                    queries[None], keys[None], values[None], attn_mask=bias, scale=self.beta
+                )[0]  # (Q, d_v); torch's fused kernel, the mask added inside its tiles
             else:
+                mask = random_keep(self.seed, positions, num_memories, k)  # (Q, M)
                 patterns, _ = masked_attention(
                     queries,
                     bank,
@@ -109,13 +111,14 @@ class RandomMask(HopfieldModel):
             # The running k smallest hashes with indices and the k gathered rows; per pair of a
             # block, a hash and (at most) its three scratch buffers.
             return row_bytes + 4 * k * 8 + k * (bank.dim + bank.value_dim + 2) * size, 4 * 8
-        # A row of the (Q, M) mask; per pair of a block, a score with its softmax temporaries
-        # and a mask entry. (The keys are hashed for a few queries at a time in fixed buffers.)
-        return row_bytes + bank.num_memories, 4 * size + 1
+        # A row of the (Q, M) mask (the fused kernel's additive one, `size` bytes an entry; the
+        # blockwise bool one takes less); per pair of a block, a score with its softmax
+        # temporaries and a mask entry. (Keys are hashed a few queries at a time.)
+        return row_bytes + bank.num_memories * size, 4 * size + 1
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """With every memory scored and the fused kernel available, all memories at once: the
-        kernel's working memory does not grow with M, the mask does (a byte per pair)."""
+        kernel's working memory does not grow with M, the additive mask does (an entry per pair)."""
         k = resolve_k(self.k, bank.num_memories)
         if not _gathers(k, bank.num_memories) and fused_attention_chosen(bank, 1):
             row_bytes, _ = self.working_set(bank)
