@@ -1,7 +1,7 @@
 """Benchmark nph's retrieval engine against the hardware's own limits, in one run.
 
     python benchmarks/run.py [--quick] [--device cpu|cuda] [--out FILE] [--markdown FILE]
-                             [--stream-gb 6] [--machine NAME]
+                             [--stream-gb 6] [--machine NAME] [--only regimes]
 
 Prints one JSON object on stdout (and to --out) and a short table on stderr. Everything a target
 compares is measured in the same run: per model, the time of `retrieve` for Q ∈ {1, 100, 1000}
@@ -571,6 +571,9 @@ def main() -> None:
         default="auto",
         help="M = 10⁶ cases (large.py): auto = on for CUDA; dry-run = tiny sizes, any device",
     )
+    parser.add_argument(
+        "--only", choices=["regimes"], help="run this section alone (JSON on stdout, no targets)"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -585,6 +588,10 @@ def main() -> None:
     budget_s = 1.0 if args.quick else 3.0
     queries_list = QUERIES[:2] if args.quick else QUERIES
     memories_list = MEMORIES[:2] if args.quick else MEMORIES
+    if args.only == "regimes":
+        regime_queries = queries_list[1:2] if args.quick else REGIME_QUERIES
+        print(json.dumps(regimes(device, memories_list[-1], regime_queries, budget_s), indent=1))
+        return
     results: dict = {
         "machine": args.machine,
         "device": str(device),

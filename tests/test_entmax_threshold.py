@@ -91,3 +91,30 @@ def model_bank(keys):
     from nphcli.memory.bank import as_bank
 
     return as_bank(keys)
+
+
+@pytest.mark.parametrize("dense_share", [0.0, 1.0], ids=["whole-block", "candidates"])
+@pytest.mark.parametrize("beta", [1.0, 30.0], ids=["wide", "narrow"])
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 2.0])
+def test_one_block_paths_match_float64_reference(monkeypatch, dense_share, beta, alpha):
+    """Both one-block paths (weights over the whole block, or on compacted candidates), forced
+    at wide and narrow supports, within 1e-12 of the bisection reference in float64."""
+    import nphcli.engine.thresholds as thresholds
+
+    monkeypatch.setattr(thresholds, "DENSE_SHARE", dense_share)
+    keys = _patterns(20000, 2).double()
+    queries = torch.nn.functional.normalize(keys[:24] + 0.05 * _patterns(24, 3).double(), dim=1)
+    weights = _reference(beta * queries @ keys.T, alpha)  # (Q, M)
+    result = create_model("entmax", alpha=alpha, beta=beta).retrieve(queries, keys)
+    torch.testing.assert_close(result.patterns, weights @ keys, rtol=0, atol=1e-12)
+    assert torch.equal(result.support, (weights > 0).sum(dim=1))
+
+
+@pytest.mark.parametrize("beta", [1.0, 10.0, 100.0])
+def test_entmax15_matches_the_entmax_package_in_float32(beta):
+    entmax_package = pytest.importorskip("entmax")
+    keys = _patterns(20000, 4)
+    queries = torch.nn.functional.normalize(keys[:32] + 0.05 * _patterns(32, 5), dim=1)
+    expected = entmax_package.entmax15(beta * queries @ keys.T, dim=-1) @ keys
+    got = create_model("entmax", alpha=1.5, beta=beta).retrieve(queries, keys).patterns
+    assert (got - expected).abs().max().item() <= 1e-5

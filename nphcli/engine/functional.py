@@ -130,8 +130,13 @@ def entmax_threshold(
 
 def entmax_weights(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
     """Weights (Q, n) at λ (Q, 1) renormalised to sum 1."""
-    p, _ = _weights_and_u(scaled, lam, eps)  # (Q, n); the top entry is e^{−λ} > 0
+    p = entmax_unnormalised(scaled, lam, eps)  # (Q, n); the top entry is e^{−λ} > 0
     return p / p.sum(dim=-1, keepdim=True)
+
+
+def entmax_unnormalised(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
+    """Weights (Q, n) at λ (Q, 1), summing to about 1 when λ is the threshold."""
+    return _weights_and_u(scaled, lam, eps)[0]
 
 
 def _weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:

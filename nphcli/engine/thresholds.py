@@ -1,22 +1,26 @@
-"""α-entmax retrieval from one block of all M scores: one matrix product, a threshold found on a
-few candidates per query, one weighted sum.
+"""α-entmax retrieval from one block of all M scores: one matrix product, a threshold, one
+weighted sum.
 
-α-entmax gives p_i = [(α−1)·z_i − τ]_+^{1/(α−1)}: every score at or below the threshold
-t = τ/(α−1) weighs exactly 0, and t depends only on the scores above it. So once a lower bound
-b ≤ t is known, the scores above b are all the solver needs (the others would weigh 0 at t),
-and a query whose support is 10 % of M is solved on about that many scores, not on all M.
+α-entmax gives p_i = [(α−1)·z_i − τ]_+^{1/(α−1)} on scores z shifted to row max 0. Here the
+threshold is kept in units of z, t = τ/(α−1): p_i ∝ [z_i − t]_+^k, k = 1/(α−1), and t is the
+level at which Σ_i [z_i − t]_+^k = (α−1)^{−k}. Every score at or below t weighs exactly 0.
 
-The bound: t is the threshold at which the weights sum to 1. Solving instead for weights that
-sum to m on a strided sample of 1/s of the scores estimates the threshold at which all scores
-would carry a mass of about m·s; with m·s = `SAFETY` > 1 that estimate lies below t (more mass
-needs a lower threshold) unless the sample is badly unrepresentative. It is then checked, not
-trusted: if the threshold solved on the scores above the estimate is at or above it, no score
-at or below the estimate can be in the support, and that threshold is the exact one (the
-scores left out weigh 0 at it). Rows that fail the check are solved again above a bound that
-cannot fail, the sample's own threshold (a subset's threshold is never above the whole's).
-
-When the candidates are most of the scores (α near 1, or β small: nearly every memory in the
-support) the threshold is solved on all scores at once, without compaction.
+- For α = 1.5 (k = 2) and α = 2 (k = 1, sparsemax) t is solved by an active-set iteration with
+  no exp, log or pow: at a trial t, the memories above it give c, Σd and Σd² (d = z − t), and
+  the level where those c memories alone carry the mass is a root of a quadratic (k = 2) or
+  linear (k = 1) equation. Wrong memories in the set (a trial below t) or missing ones (above)
+  change that root only by the cube of the trial's error, so from a sampled start two or three
+  passes pin t to rounding; a bracket of trials known to lie below and above t catches any
+  stray step. For other α the monotone Newton iteration of `functional.entmax_threshold`.
+- The start: t solved on a strided sample of 1/s of the scores for weights summing to m/s,
+  m·s = `SAFETY` > 1, lies a little below the threshold (more mass needs a lower level); the
+  sample's own threshold (a subset's is never above the whole's) is a bound that cannot fail.
+- Wide supports (the sample puts more than `DENSE_SHARE` of the scores above the start): the
+  weights are computed over the whole (Q, M) block in place and multiplied with the values in
+  one matrix product, as dense retrieval does. Narrow ones: the threshold is solved on each
+  query's scores above the start only (compacted), checked (a solved level at or above the
+  start means no score below it could weigh; rows that fail are solved again above the safe
+  bound), and the weighted sum gathers the support's rows.
 
 `models.entmax` uses this while the memories fit one block beside a batch of queries; with
 smaller budgets it uses the candidate rounds of `candidates.py`, also exact.
@@ -30,18 +34,19 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.blocks import weighted_rows
-from nphcli.engine.functional import entmax_threshold, entmax_weights
+from nphcli.engine.functional import entmax_threshold, entmax_unnormalised
 from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
 from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
 
-SAMPLE = 1024  # scores per query in the sample that estimates the bound
-SAFETY = 2.0  # the estimate asks the whole row for this much mass (> 1: below the threshold)
-DENSE_SHARE = 0.5  # above this share of candidates, solve on all scores without compaction
+SAMPLE = 1024  # scores per query in the sample that estimates the start
+SAFETY = 2.0  # the start asks the whole row for this much mass (> 1: below the threshold)
+DENSE_SHARE = 0.15  # above this share of scores over the start: weights over the whole block
+_STEPS = 60  # bound on the active-set iterations; they take 2–4 from the sampled start
 
-# Bytes per (query, memory) pair of the one block: its score, the candidate mask, and at most
-# one candidate per pair (two int64 positions from `nonzero`, then a score, a weight and an
-# int64 index in the compacted rows).
+# Bytes per (query, memory) pair of the one block beyond its score: two scratch rows of weights
+# (dense), or the candidate mask and at most one candidate per pair (two int64 positions from
+# `nonzero`, then a score, a weight and an int64 index in the compacted rows).
 CELL_BYTES_EXTRA = 1 + 16 + 16
 
 
@@ -50,78 +55,140 @@ def entmax_block_update(
 ) -> tuple[Tensor, Tensor]:
     """T(x) = Vᵀ α-entmax(β K x) with all M memories in one block, 1 < α ≤ 2: the patterns
     (Q, d_v) and each query's support size (Q,)."""
-    keys, _ = bank.resident()
+    keys, values = bank.resident()
     dtype = accumulation_dtype(queries.dtype)
     scaled, rest = scale_queries(queries, beta)  # (Q, d)
     scores = matmul(scaled, keys.T, scale=rest).to(dtype)  # (Q, M)
     top = scores.amax(dim=1, keepdim=True)  # (Q, 1)
     if not bool(torch.isfinite(top).all()):
         raise score_overflow(dtype)
-    weights, index = entmax_candidates(scores.sub_(top), alpha)  # (Q, c) each
+    z = scores.sub_(top)  # (Q, M) row max 0: the top is exact and always in the support
+    guess, start, safe, share = _starts(z, alpha)  # (Q, 1) each, float
+    if share > DENSE_SHARE:
+        weights, mass, count, _ = solve(z, alpha, start=guess)  # (Q, M), (Q, 1) each
+        return matmul(weights, values.to(dtype)) / mass, count.squeeze(1).long()
+    weights, index = _solve_candidates(z, alpha, start, safe)  # (Q, s) each
     support = (weights > 0).sum(dim=1)  # (Q,)
-    if index is None:  # every score is a candidate: weights are the (Q, M) matrix itself
-        return matmul(weights, bank.resident()[1]), support
     return weighted_rows(bank, index, weights, block_rows=bank.num_memories), support
 
 
-def entmax_candidates(z: Tensor, alpha: float) -> tuple[Tensor, Tensor | None]:
-    """α-entmax weights of scores z (Q, M) shifted to row max 0, on each row's candidates:
-    weights (Q, c) and memory indices (Q, c) (padding: weight 0, index 0), or the full (Q, M)
-    weights and None when most scores are candidates. Levels are in units of ε·z."""
+def solve(
+    z: Tensor, alpha: float, *, start: Tensor | None = None, mass: float = 1.0
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """α-entmax of the shifted scores z (Q, n) (row max 0, −inf entries weigh nothing) with
+    weights summing to `mass`: the unnormalised weights (Q, n), their sums, counts of weights
+    > 0 and the level t in units of z (Q, 1) each. `start` (Q, 1) is a first trial level."""
     eps = alpha - 1
+    power = round(1 / eps)
+    if power in (1, 2) and power * eps == 1:
+        return _active_set(z, power, mass * eps**-power, start)
+    # Levels in units of z lose ε·|t| ≈ 1 of their digits as ε → 0: they are converted to and
+    # from λ (τ = −e^{−ελ}) in float64, and serve only as starts and checks.
+    lam = None if start is None else (-torch.log(-eps * start.double()) / eps).to(z.dtype)
+    scaled = z * eps  # (Q, n)
+    lam = entmax_threshold(scaled, eps, start=lam, log_target=math.log(mass))  # (Q, 1)
+    weights = entmax_unnormalised(scaled, lam, eps)  # (Q, n)
+    count = (weights > 0).sum(dim=1, keepdim=True)  # (Q, 1)
+    t = -torch.exp(-eps * lam.double()) / eps  # (Q, 1) float64
+    return weights, weights.sum(dim=1, keepdim=True), count, t
+
+
+def _active_set(
+    z: Tensor, power: int, mass: float, start: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Σ_i [z_i − t]_+^power = mass solved for t by the active-set iteration (module docstring):
+    [z − t]_+^power (Q, n) at the final t, its row sums, counts and t (Q, 1) each."""
+    rows = z.shape[0]
+    lo = z.new_full((rows, 1), -(mass ** (1 / power)))  # the top alone carries `mass` here
+    hi = z.new_zeros(rows, 1)  # nothing weighs at the top's level
+    t = lo if start is None else torch.minimum(torch.maximum(start, lo), hi)  # (Q, 1)
+    tolerance = 8 * torch.finfo(z.dtype).eps * mass ** (1 / power)
+    weights, spare = torch.empty_like(z), torch.empty_like(z)  # (Q, n) scratch
+    for _ in range(_STEPS):
+        trial = t
+        d = torch.sub(z, trial, out=weights).clamp_(min=0)  # (Q, n)
+        s1 = d.sum(dim=1, keepdim=True)  # (Q, 1)
+        count = torch.sign(d, out=spare).sum(dim=1, keepdim=True)  # (Q, 1) ≥ 1: t < 0
+        if power == 2:
+            total = torch.linalg.vector_norm(d, dim=1, keepdim=True).square_()  # (Q, 1) Σd²
+            # c·a² − 2·Σd·a + Σd² − mass = 0: its smaller root, written without cancellation;
+            # with no real root (a trial far below t) a Newton step, which stays below t.
+            disc = s1 * s1 - count * (total - mass)  # (Q, 1)
+            root = (total - mass) / (s1 + disc.clamp(min=0).sqrt())
+            step = torch.where(disc >= 0, root, (total - mass) / (2 * s1))  # (Q, 1)
+        else:
+            total = s1
+            step = (total - mass) / count  # (Q, 1)
+        if not bool(step.abs().amax() > tolerance):
+            break
+        below = total >= mass  # (Q, 1) the trial lies at or below t
+        lo = torch.where(below, torch.maximum(lo, t), lo)
+        hi = torch.where(below, hi, torch.minimum(hi, t))
+        t = t + step
+        stray = ((t < lo) | (t > hi)) & (step.abs() > tolerance)  # (Q, 1) left the bracket
+        t = torch.where(stray, (lo + hi) / 2, t)
+    return d.square_() if power == 2 else d, total, count, trial
+
+
+def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float]:
+    """From a strided sample of z's columns, in units of z (Q, 1) each: the threshold's
+    estimate (either side of it), a start a little below it, a bound that cannot be above it;
+    and the share of the sample above the start."""
     num_memories = z.shape[1]
     stride = max(1, num_memories // SAMPLE)
-    sample = eps * z[:, ::stride]  # (Q, n) ε·z, row max ≤ 0
-    sample_top = sample.amax(dim=1, keepdim=True)  # (Q, 1)
-    sample = sample - sample_top  # (Q, n) row max 0
-    estimate = _level(sample, eps, math.log(SAFETY * sample.shape[1] / num_memories))  # (Q, 1)
-    safe = _level(sample, eps, 0.0)  # (Q, 1) the sample's threshold: never above t
-    # A candidate has ε·z > level; every level is < 0, so the top (z = 0) always is one.
-    estimate, safe = estimate + sample_top, safe + sample_top
-    bound = torch.maximum(estimate, safe)  # (Q, 1)
-    keep = z > bound / eps  # (Q, M)
-    if bool(keep.sum() > DENSE_SHARE * keep.numel()):
-        return _solve_all(z, eps), None
-    weights, index, level = _solve_above(z, eps, keep)
-    del keep
-    failed = (level < bound).squeeze(1)  # (Q,) a score at or below the estimate may weigh
+    sample = z[:, ::stride]  # (Q, n)
+    top = sample.amax(dim=1, keepdim=True)  # (Q, 1)
+    sample = sample - top  # (Q, n) row max 0
+    safe = solve(sample, alpha)[3]  # (Q, 1)
+    levels = [safe]
+    for mass in (SAFETY * sample.shape[1] / num_memories, sample.shape[1] / num_memories):
+        level = solve(sample, alpha, start=levels[-1], mass=mass)[3] if mass < 1 else safe
+        levels.append(torch.maximum(level, levels[-1]))  # (Q, 1): less mass, higher level
+    _, start, guess = levels
+    share = float((sample > start).sum()) / sample.numel()
+    return guess + top, start + top, safe + top, share
+
+
+def _solve_candidates(
+    z: Tensor, alpha: float, start: Tensor, safe: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Normalised weights and memory indices (Q, s) of each row's support (padding: weight 0,
+    index 0), solved on the scores above the start, checked, and redone above the safe bound
+    where the check fails."""
+    weights, index, t = _solve_above(z, alpha, z > start)
+    failed = (t < start).squeeze(1)  # (Q,) a score at or below the start may weigh
     if bool(failed.any()):
         rows = failed.nonzero().squeeze(1)  # (F,)
         part = z[rows]  # (F, M)
-        w, i, _ = _solve_above(part, eps, part > safe[rows] / eps)
+        w, i, _ = _solve_above(part, alpha, part > safe[rows])
         width = max(weights.shape[1], w.shape[1])
         weights, index = _widen(weights, width), _widen(index, width)
         weights[rows], index[rows] = _widen(w, width), _widen(i, width)
     return weights, index
 
 
-def _level(scaled: Tensor, eps: float, log_target: float) -> Tensor:
-    """The level ε·(z − max) (Q, 1) below which scores weigh 0 when the row's weights sum to
-    e^{log_target}: from λ, τ = −e^{−ελ}."""
-    lam = entmax_threshold(scaled, eps, log_target=log_target)  # (Q, 1)
-    return -torch.exp(-eps * lam)
+def _solve_above(z: Tensor, alpha: float, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Normalised weights (Q, s) and memory indices (Q, s) of each row's support, and the
+    solved level (Q, 1), from the shifted scores z (Q, M) where keep holds."""
+    scores, columns = _compact(keep, z, -torch.inf)  # (Q, c) each, padding −inf
+    weights, total, count, t = solve(scores, alpha)  # (Q, c), (Q, 1), (Q, 1), (Q, 1)
+    weights, slot = _compact(weights > 0, weights / total, 0.0)  # (Q, s) each
+    return weights, columns.gather(1, slot), t
 
 
-def _solve_above(z: Tensor, eps: float, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Weights (Q, c), indices (Q, c) and the solved level (Q, 1) on the shifted scores z
-    (Q, M) where keep holds, compacted row by row (padding: −inf, weight 0, index 0)."""
+def _compact(keep: Tensor, values: Tensor, fill: float) -> tuple[Tensor, Tensor]:
+    """values (Q, n) where keep holds, moved to the left of each row (Q, c), c the widest
+    row's count (padding: fill), and their columns (Q, c) (padding 0)."""
     rows, columns = keep.nonzero(as_tuple=True)  # (K,) each, row-major
-    counts = torch.bincount(rows, minlength=z.shape[0])  # (Q,) ≥ 1: the top is kept
+    counts = torch.bincount(rows, minlength=keep.shape[0])  # (Q,) ≥ 1: the top is kept
     starts = counts.cumsum(0) - counts  # (Q,)
     slot = torch.arange(rows.numel(), device=rows.device) - starts[rows]  # (K,) rank in its row
     width = int(counts.max())
-    scaled = z.new_full((z.shape[0], width), -torch.inf)  # (Q, c)
-    scaled[rows, slot] = z[rows, columns] * eps
-    index = torch.zeros(z.shape[0], width, dtype=torch.int64, device=z.device)
+    out = values.new_full((keep.shape[0], width), fill)  # (Q, c)
+    out[rows, slot] = values[rows, columns]
+    index = torch.zeros(keep.shape[0], width, dtype=torch.int64, device=keep.device)
     index[rows, slot] = columns
-    lam = entmax_threshold(scaled, eps)  # (Q, 1)
-    return entmax_weights(scaled, lam, eps), index, -torch.exp(-eps * lam)
-
-
-def _solve_all(z: Tensor, eps: float) -> Tensor:
-    """Weights (Q, M) solved on every shifted score (z is scaled in place)."""
-    scaled = z.mul_(eps)  # (Q, M)
-    return entmax_weights(scaled, entmax_threshold(scaled, eps), eps)
+    return out, index
 
 
 def _widen(rows: Tensor, width: int) -> Tensor:
