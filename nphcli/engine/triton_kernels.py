@@ -24,6 +24,9 @@ from torch import Tensor
 # Widest row one program holds in registers: a row that fits is read once and shifted by its new
 # max; a wider one is read in chunks, once in the common case (see `_softmax_step_kernel`).
 STEP_MAX_BLOCK = 16384
+# Scores per chunk of a wider row: small enough that the running max and sums kept per lane
+# (two vectors of this length) fit the registers beside the chunk.
+STEP_CHUNK = 4096
 # How far a block's max may exceed the running max before the weights are recomputed against
 # it: weights exp(s − m) stay below e¹⁶ ≈ 9·10⁶, far inside float32's and bfloat16's range.
 STEP_LEAD = 16.0
@@ -129,7 +132,8 @@ def softmax_step(
     new_max = torch.empty_like(running_max)
     shift = torch.empty_like(running_max)
     sums = torch.empty_like(running_max)
-    block = min(triton.next_power_of_2(max(columns, 1)), STEP_MAX_BLOCK)
+    single = columns <= STEP_MAX_BLOCK
+    block = triton.next_power_of_2(max(columns, 1)) if single else STEP_CHUNK
     _softmax_step_kernel[(rows,)](
         flat,
         weights,
@@ -140,10 +144,10 @@ def softmax_step(
         columns,
         float(scale),
         COMPLETE=complete,
-        SINGLE=columns <= block,
+        SINGLE=single,
         BLOCK=block,
         LEAD=STEP_LEAD,
-        num_warps=8 if block >= 4096 else 4,
+        num_warps=max(4, min(16, block // 1024)),  # 16 to 64 scores per thread
     )
     return new_max, shift, weights, sums
 
