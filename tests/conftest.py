@@ -8,7 +8,26 @@ import os
 import numpy as np
 import pytest
 import torch
+import typer.main
+import typer.testing
 from typer.testing import CliRunner
+
+_built_commands: dict[tuple, object] = {}
+
+
+def _cached_command(app: typer.Typer):
+    """typer's CliRunner rebuilds the whole click command tree from the typer app on every
+    invoke (about 0.2 s of signature introspection, most of a small command's run). The tree
+    only changes when a model (hence a parameter option, or its help) is registered, so it is
+    built once per app and set of registered models and parameters."""
+    from nphcli.evaluation.fields import param_fields
+    from nphcli.models import model_names
+
+    params = tuple((field.name, field.help) for field in param_fields())
+    key = (app, len(app.registered_commands), tuple(model_names()), params)
+    if key not in _built_commands:
+        _built_commands[key] = typer.main.get_command(app)
+    return _built_commands[key]
 
 
 def pytest_configure(config) -> None:
@@ -16,6 +35,8 @@ def pytest_configure(config) -> None:
     # from competing for the cores (most tests are single-threaded Python around small tensors).
     if os.environ.get("PYTEST_XDIST_WORKER"):
         torch.set_num_threads(1)
+    # Every CliRunner (the `invoke` fixture's and the ones tests make) reuses the built command.
+    pytest.MonkeyPatch().setattr(typer.testing, "_get_command", _cached_command)
 
 
 def _test_device() -> torch.device:
