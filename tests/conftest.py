@@ -18,13 +18,15 @@ _built_commands: dict[tuple, object] = {}
 def _cached_command(app: typer.Typer):
     """typer's CliRunner rebuilds the whole click command tree from the typer app on every
     invoke (about 0.2 s of signature introspection, most of a small command's run). The tree
-    only changes when a model (hence a parameter option, or its help) is registered, so it is
-    built once per app and set of registered models and parameters."""
+    changes only with what its build reads: the registered models (a parameter option and its
+    help) and typer's switch for its completion options' shell detection. So it is built once
+    per app and value of those."""
     from nphcli.evaluation.fields import param_fields
     from nphcli.models import model_names
 
     params = tuple((field.name, field.help) for field in param_fields())
-    key = (app, len(app.registered_commands), tuple(model_names()), params)
+    completion = os.environ.get("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION")
+    key = (app, len(app.registered_commands), tuple(model_names()), params, completion)
     if key not in _built_commands:
         _built_commands[key] = typer.main.get_command(app)
     return _built_commands[key]
