@@ -14,7 +14,28 @@ if not os.environ.get("NPH_TEST_DEVICE", "cpu").startswith("cuda"):
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import typer.main  # noqa: E402
+import typer.testing  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
+
+_built_commands: dict[tuple, object] = {}
+
+
+def _cached_command(app: typer.Typer):
+    """typer's CliRunner rebuilds the whole click command tree from the typer app on every
+    invoke (about 0.2 s of signature introspection, most of a small command's run). The tree
+    changes only with what its build reads: the registered models (a parameter option and its
+    help) and typer's switch for its completion options' shell detection. So it is built once
+    per app and value of those."""
+    from nphcli.evaluation.fields import param_fields
+    from nphcli.models import model_names
+
+    params = tuple((field.name, field.help) for field in param_fields())
+    completion = os.environ.get("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION")
+    key = (app, len(app.registered_commands), tuple(model_names()), params, completion)
+    if key not in _built_commands:
+        _built_commands[key] = typer.main.get_command(app)
+    return _built_commands[key]
 
 
 def pytest_configure(config) -> None:
@@ -22,6 +43,8 @@ def pytest_configure(config) -> None:
     # from competing for the cores (most tests are single-threaded Python around small tensors).
     if os.environ.get("PYTEST_XDIST_WORKER"):
         torch.set_num_threads(1)
+    # Every CliRunner (the `invoke` fixture's and the ones tests make) reuses the built command.
+    pytest.MonkeyPatch().setattr(typer.testing, "_get_command", _cached_command)
 
 
 def _test_device() -> torch.device:
