@@ -115,3 +115,21 @@ def test_candidate_rounds_identical_with_group_selection(device, monkeypatch):
         runs.append(candidate_update(x, bank, beta=0.5, simplex_map=sparsemax, block_rows=300))
     assert torch.equal(runs[0][0], runs[1][0])
     assert torch.equal(runs[0][1], runs[1][1])
+
+
+def test_topk_plans_blocks_that_group_selection_takes_on_cuda():
+    """On CUDA the planner's smallest topk block is where group selection starts (so large query
+    batches, which get the smallest blocks, are selected from group maxima); elsewhere k."""
+    from nphcli.models import create_model
+
+    keys = torch.empty(10**6, 784, device="meta", dtype=torch.bfloat16)
+    model = create_model("topk", k=10)
+    start = selection.MIN_GROUPS_PER_K * 10 * selection.group_size(10)
+    assert selection.selection_block_rows(10, torch.device("cuda")) == start
+    assert selection.selection_block_rows(10, torch.device("cpu")) == 10
+    plan = model.plan(16384, TensorBank(keys), 2**28)  # meta: the CPU rule (k)
+    assert plan.memory_rows < start
+    cuda_like = TensorBank(keys)
+    cuda_like.device = torch.device("cuda")  # the plan reads only shapes and the device
+    plan = model.plan(16384, cuda_like, 2**28)
+    assert plan.memory_rows >= start and plan.memory_rows % 128 == 0

@@ -44,6 +44,14 @@ def group_size(k: int) -> int:
     return 128 if k <= SMALL_K else 64
 
 
+def selection_block_rows(k: int, device: torch.device) -> int:
+    """The smallest memory block whose top-k selection is efficient on `device`: where group
+    selection runs, the block it starts from (so a planner's blocks take it); elsewhere k."""
+    if device.type in GROUP_DEVICES:
+        return MIN_GROUPS_PER_K * k * group_size(k)
+    return k
+
+
 def block_topk(scores: Tensor, k: int) -> Tensor:
     """Indices (Q, k), ascending, of each row's k largest scores (Q, B), B > k; ties go to the
     lower index. Group selection where it pays (see the module docstring), else a full topk."""
