@@ -318,13 +318,22 @@ def random_choice(
     return random_subset(seed, positions, num_memories, k, block_rows=block_rows)
 
 
-def _query_state(seed: int, positions: Tensor) -> Tensor:
-    """The per-query hash state (Q,) from the seed's and the position's 32-bit words."""
+def _query_state(seed: int, positions):
+    """The per-query hash state (Q,) from the seed's and the position's 32-bit words; of a
+    Python int position, a Python int."""
     state = _fmix32((seed & _MASK32) ^ 0x6A09E667)
     state = _fmix32(state ^ ((seed >> 32) & _MASK32))
-    positions = positions.to(torch.int64)
+    if isinstance(positions, Tensor):
+        positions = positions.to(torch.int64)
     state = _fmix32(state ^ (positions & _MASK32))  # (Q,)
     return _fmix32(state ^ ((positions >> 32) & _MASK32))  # (Q,)
+
+
+# Up to this many draws (Q·k) in all, Floyd's steps run on the host in Python integers
+# (`_floyd_host`): a few microseconds a draw, where the tensor form queues about 25 small ops
+# for the hashes and 5 per step whatever Q is (about 250 at k = 10), each a kernel launch on
+# a GPU, which made one query with k = 10 cost more than scoring 10⁶ memories.
+HOST_FLOYD_MAX_DRAWS = 256
 
 
 def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
@@ -337,6 +346,8 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
     practice), so the draw is a pure function of (seed, position, M, k). Work O(k²) per query:
     each step compares t with the k kept so far; no other memory index is touched.
     """
+    if positions.shape[0] * k <= HOST_FLOYD_MAX_DRAWS:
+        return _floyd_host(seed, positions, num_memories, k)
     state = _query_state(seed, positions)[:, None]  # (Q, 1)
     steps = torch.arange(num_memories - k, num_memories, device=positions.device)  # (k,) j
     # Every draw depends on (state, j) alone, so all k are hashed at once; only the choice
@@ -350,6 +361,22 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
         taken = (chosen[:, :step] == draws[:, step : step + 1]).any(dim=1)  # (Q,)
         chosen[:, step] = torch.where(taken, steps[step], draws[:, step])
     return torch.sort(chosen, dim=1).values  # (Q, k)
+
+
+def _floyd_host(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
+    """`floyd_subset` step by step in Python integers, the same arithmetic on the same words
+    (the positions are read once from the device)."""
+    rows = []
+    for position in positions.tolist():
+        state = _query_state(seed, position)
+        chosen: set[int] = set()
+        for j in range(num_memories - k, num_memories):
+            high = _fmix32(_fmix32(state ^ (j & _MASK32)) ^ ((j >> 32) & _MASK32) ^ 0x3C6EF372)
+            low = _fmix32(high ^ 0xBB67AE85)
+            draw = ((high >> 1) << 31 | (low >> 1)) % (j + 1)
+            chosen.add(j if draw in chosen else draw)
+        rows.append(sorted(chosen))
+    return torch.tensor(rows, dtype=torch.int64).reshape(-1, k).to(positions.device)  # (Q, k)
 
 
 def random_subset(
