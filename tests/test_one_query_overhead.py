@@ -14,6 +14,7 @@ import torch
 
 from nphcli.engine import masks, selection
 from nphcli.models import create_model
+from nphcli.models.random_mask import floyd_host
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from one_query import count_ops  # noqa: E402
@@ -48,8 +49,7 @@ def test_one_query_syncs_once_at_the_end(monkeypatch, memories, name, params, mo
 
 @pytest.mark.parametrize("seed", [0, 3, 2**40 + 17, 2**64 - 1])
 @pytest.mark.parametrize(("num_memories", "k"), [(10**6, 10), (640, 10), (70, 1), (2**34, 5)])
-def test_floyd_on_the_host_draws_what_the_tensor_steps_draw(monkeypatch, seed, num_memories, k):
+def test_floyd_on_the_host_draws_what_the_tensor_steps_draw(seed, num_memories, k):
     positions = torch.tensor([7, 2**40 + 1, 0, 123456, 2**33])
-    host = masks.floyd_subset(seed, positions, num_memories, k)
-    monkeypatch.setattr(masks, "HOST_FLOYD_MAX_DRAWS", 0)
+    host = floyd_host(seed, positions, num_memories, k)
     assert torch.equal(host, masks.floyd_subset(seed, positions, num_memories, k))

@@ -329,13 +329,6 @@ def _query_state(seed: int, positions):
     return _fmix32(state ^ ((positions >> 32) & _MASK32))  # (Q,)
 
 
-# Up to this many draws (Q·k) in all, Floyd's steps run on the host in Python integers
-# (`_floyd_host`): a few microseconds a draw, where the tensor form queues about 25 small ops
-# for the hashes and 5 per step whatever Q is (about 250 at k = 10), each a kernel launch on
-# a GPU, which made one query with k = 10 cost more than scoring 10⁶ memories.
-HOST_FLOYD_MAX_DRAWS = 256
-
-
 def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
     """k distinct memories per query, (Q, k) ascending, by Floyd's sampling algorithm:
 
@@ -346,8 +339,6 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
     practice), so the draw is a pure function of (seed, position, M, k). Work O(k²) per query:
     each step compares t with the k kept so far; no other memory index is touched.
     """
-    if positions.shape[0] * k <= HOST_FLOYD_MAX_DRAWS:
-        return _floyd_host(seed, positions, num_memories, k)
     state = _query_state(seed, positions)[:, None]  # (Q, 1)
     steps = torch.arange(num_memories - k, num_memories, device=positions.device)  # (k,) j
     # Every draw depends on (state, j) alone, so all k are hashed at once; only the choice
@@ -361,22 +352,6 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
         taken = (chosen[:, :step] == draws[:, step : step + 1]).any(dim=1)  # (Q,)
         chosen[:, step] = torch.where(taken, steps[step], draws[:, step])
     return torch.sort(chosen, dim=1).values  # (Q, k)
-
-
-def _floyd_host(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
-    """`floyd_subset` step by step in Python integers, the same arithmetic on the same words
-    (the positions are read once from the device)."""
-    rows = []
-    for position in positions.tolist():
-        state = _query_state(seed, position)
-        chosen: set[int] = set()
-        for j in range(num_memories - k, num_memories):
-            high = _fmix32(_fmix32(state ^ (j & _MASK32)) ^ ((j >> 32) & _MASK32) ^ 0x3C6EF372)
-            low = _fmix32(high ^ 0xBB67AE85)
-            draw = ((high >> 1) << 31 | (low >> 1)) % (j + 1)
-            chosen.add(j if draw in chosen else draw)
-        rows.append(sorted(chosen))
-    return torch.tensor(rows, dtype=torch.int64).reshape(-1, k).to(positions.device)  # (Q, k)
 
 
 def random_subset(
