@@ -182,8 +182,11 @@ class TopKAccumulator:
             local = block_topk(scores, self.k)  # (Q, k) block-local indices, ascending
         else:
             local = torch.arange(block, device=scores.device).expand(num_queries, -1)  # (Q, B)
-        merged_scores = torch.cat([self.scores, scores.gather(1, local)], dim=1)  # (Q, ≤2k)
-        merged_index = torch.cat([self.index, local + start], dim=1)  # (Q, ≤2k)
+        merged_scores = scores.gather(1, local)  # (Q, ≤k)
+        merged_index = local + start if start else local  # (Q, ≤k)
+        if self.scores.shape[1]:  # nothing kept before the first block: nothing to merge
+            merged_scores = torch.cat([self.scores, merged_scores], dim=1)  # (Q, ≤2k)
+            merged_index = torch.cat([self.index, merged_index], dim=1)  # (Q, ≤2k)
         order = torch.sort(merged_scores, dim=1, descending=True, stable=True).indices
         order = order[:, : self.k]  # (Q, ≤k)
         self.scores = merged_scores.gather(1, order)

@@ -43,39 +43,68 @@ def candidate_update(
     the patterns (Q, d_v) and each query's support size (Q,).
 
     `simplex_map` maps scores (Q, c) to weights on the simplex that are 0 below a threshold.
-    While candidate sets grow, queries are taken in groups small enough that a group's
-    candidates take no more memory than one block of scores (Q × max(block_rows, c₀)).
+    The first round takes every query and asks the host nothing until its work is queued: one
+    check then says whether any query needs more candidates (rarely). While candidate sets
+    grow, queries are taken in groups small enough that a group's candidates take no more
+    memory than one block of scores (Q × max(block_rows, c₀)).
     """
     num_queries, num_memories = queries.shape[0], bank.num_memories
     scaled, rest = scale_queries(queries, beta)  # (Q, d)
     scores_dtype = accumulation_dtype(queries.dtype)
-    patterns = queries.new_zeros(num_queries, bank.value_dim, dtype=scores_dtype)  # (Q, d_v)
-    support = torch.zeros(num_queries, dtype=torch.int64, device=queries.device)  # (Q,)
-    pending = torch.arange(num_queries, device=queries.device)  # (P,) rows still to solve
     count = min(num_memories, INITIAL_CANDIDATES)
+    patterns, support, solved, finite = _round(scaled, rest, bank, count, simplex_map, block_rows)
+    if bool(solved.all()):  # the common case's one host sync, after all its work is queued
+        return patterns, support
+    pending = _unsolved(solved, finite, scores_dtype)  # (P,) rows still to solve
     while pending.numel():
+        count = min(num_memories, GROWTH * count)
         group = max(1, num_queries * max(block_rows, INITIAL_CANDIDATES) // count)
         unsolved = []
         for rows in pending.split(group):
-            top = TopKAccumulator(rows.numel(), count, device=queries.device, dtype=scores_dtype)
-            x = scaled[rows]  # (G, d)
-            for start, keys in bank.key_blocks(block_rows):
-                top.add(matmul(x, keys.T, scale=rest), start)  # (G, B) scores
-            top.merge(bank.collective)  # every rank now holds the same global top c
-            if not bool(torch.isfinite(top.scores).all()):  # no threshold exists among ±inf
-                raise score_overflow(top.scores.dtype)
-            weights = simplex_map(top.scores)  # (G, c)
-            kept = (weights > 0).sum(dim=1)  # (G,)
-            solved = (kept < count) | (count == num_memories)  # (G,)
-            done = rows[solved]
-            patterns[done] = weighted_rows(
-                bank, top.index[solved], weights[solved], block_rows=block_rows
+            found, kept, solved, finite = _round(
+                scaled[rows], rest, bank, count, simplex_map, block_rows
             )
-            support[done] = kept[solved]
-            unsolved.append(rows[~solved])
+            done = solved.nonzero().squeeze(1)  # (S,) positions within the group
+            patterns.index_copy_(0, rows[done], found[done])
+            support.index_copy_(0, rows[done], kept[done])
+            unsolved.append(rows[_unsolved(solved, finite, scores_dtype)])
         pending = torch.cat(unsolved)
-        count = min(num_memories, GROWTH * count)
     return patterns, support
+
+
+def _round(
+    scaled: Tensor,
+    rest: float,
+    bank: MemoryBank,
+    count: int,
+    simplex_map: Callable[[Tensor], Tensor],
+    block_rows: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One round on `count` candidates for queries (G, d) (times `rest`: `scale_queries`): the
+    patterns (G, d_v), support sizes (G,), and (G,) bool whether each row is solved (finite,
+    with a support smaller than its set or the set all M memories; else its pattern is not
+    T(x)) and whether its candidate scores are finite (else no threshold exists among ±inf,
+    and it was mapped as if its scores were 0). The host is asked nothing here."""
+    scores_dtype = accumulation_dtype(scaled.dtype)
+    top = TopKAccumulator(scaled.shape[0], count, device=scaled.device, dtype=scores_dtype)
+    for start, keys in bank.key_blocks(block_rows):
+        top.add(matmul(scaled, keys.T, scale=rest), start)  # (G, B) scores
+    top.merge(bank.collective)  # every rank now holds the same global top c
+    # Sorted scores: a NaN or +inf comes first, a −inf last; the largest magnitude sees them all.
+    finite = top.scores.abs().amax(dim=1, keepdim=True) < torch.inf  # (G, 1)
+    weights = simplex_map(torch.where(finite, top.scores, 0.0))  # (G, c)
+    kept = (weights > 0).sum(dim=1)  # (G,)
+    finite = finite.squeeze(1)  # (G,)
+    solved = finite & (kept < count) if count < bank.num_memories else finite
+    patterns = weighted_rows(bank, top.index, weights, block_rows=block_rows)  # (G, d_v)
+    return patterns, kept, solved, finite
+
+
+def _unsolved(solved: Tensor, finite: Tensor, scores_dtype: torch.dtype) -> Tensor:
+    """The rows (U,) that `_round` left unsolved; the overflow error if any was not finite."""
+    if not bool(finite.all()):
+        raise score_overflow(scores_dtype)
+    return (~solved).nonzero().squeeze(1)
 
 
 def candidate_working_set(bank: MemoryBank) -> tuple[int, int]:

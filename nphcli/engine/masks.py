@@ -318,11 +318,13 @@ def random_choice(
     return random_subset(seed, positions, num_memories, k, block_rows=block_rows)
 
 
-def _query_state(seed: int, positions: Tensor) -> Tensor:
-    """The per-query hash state (Q,) from the seed's and the position's 32-bit words."""
+def _query_state(seed: int, positions):
+    """The per-query hash state (Q,) from the seed's and the position's 32-bit words; of a
+    Python int position, a Python int."""
     state = _fmix32((seed & _MASK32) ^ 0x6A09E667)
     state = _fmix32(state ^ ((seed >> 32) & _MASK32))
-    positions = positions.to(torch.int64)
+    if isinstance(positions, Tensor):
+        positions = positions.to(torch.int64)
     state = _fmix32(state ^ (positions & _MASK32))  # (Q,)
     return _fmix32(state ^ ((positions >> 32) & _MASK32))  # (Q,)
 

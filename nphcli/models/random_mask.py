@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
@@ -30,13 +31,17 @@ from nphcli.engine.attention import fused_attention_chosen, gathered_attention, 
 from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import (
+    _MASK32,
     K_HELP,
+    _fmix32,
+    _query_state,
     check_k,
     random_bias,
     random_choice,
     random_keep,
     random_mask,
     resolve_k,
+    uses_floyd,
 )
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.memory.bank import MemoryBank
@@ -84,7 +89,10 @@ class RandomMask(HopfieldModel):
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
         num_memories = bank.num_memories
         if _gathers(k, num_memories):  # (every k that `uses_floyd` gathers: 64·k ≤ M)
-            chosen = random_choice(self.seed, positions, num_memories, k, block_rows=block_rows)
+            if uses_floyd(num_memories, k) and positions.shape[0] * k <= HOST_FLOYD_MAX_DRAWS:
+                chosen = floyd_host(self.seed, positions, num_memories, k)
+            else:
+                chosen = random_choice(self.seed, positions, num_memories, k, block_rows=block_rows)
             patterns = gathered_attention(queries, bank, chosen, None, beta=self.beta)
         else:
             if block_rows >= num_memories and fused_attention_chosen(bank, 1):
@@ -142,3 +150,26 @@ def _gathers(k: int, num_memories: int) -> bool:
     """Read each query's k memories by index when they are few; else score every block (a
     matrix product reads memory far faster than per-query gathers)."""
     return k * GATHER_LIMIT <= num_memories
+
+
+# Up to this many draws (Q·k) in all, Floyd's steps run on the host in Python integers
+# (`floyd_host`): a few microseconds a draw, where the tensor form queues about 25 small ops
+# for the hashes and 5 per step whatever Q is (about 250 at k = 10), each a kernel launch on
+# a GPU, which made one query with k = 10 cost more than scoring 10⁶ memories.
+HOST_FLOYD_MAX_DRAWS = 256
+
+
+def floyd_host(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
+    """`masks.floyd_subset` step by step in Python integers, the same arithmetic on the same words
+    (the positions are read once from the device)."""
+    rows = []
+    for position in positions.tolist():
+        state = _query_state(seed, position)
+        chosen: set[int] = set()
+        for j in range(num_memories - k, num_memories):
+            high = _fmix32(_fmix32(state ^ (j & _MASK32)) ^ ((j >> 32) & _MASK32) ^ 0x3C6EF372)
+            low = _fmix32(high ^ 0xBB67AE85)
+            draw = ((high >> 1) << 31 | (low >> 1)) % (j + 1)
+            chosen.add(j if draw in chosen else draw)
+        rows.append(sorted(chosen))
+    return torch.tensor(rows, dtype=torch.int64).reshape(-1, k).to(positions.device)  # (Q, k)
