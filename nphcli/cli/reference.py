@@ -47,7 +47,8 @@ def _option_row(param, ctx) -> str:
     kind = "flag" if getattr(param, "is_flag", False) else names.rsplit(" ", 1)[-1]
     # Typer versions name a repeatable option's type <list[Path]>, <Path> or <path>: one spelling
     # here (<path>), so the page does not change with the installed version.
-    kind = re.sub(r"^<list\[(.+)\]>$", r"<\1>", kind).lower()
+    if kind.startswith("<"):
+        kind = re.sub(r"^<list\[(.+)\]>$", r"<\1>", kind).lower()
     return f"| {_flags(param)} | {_cell(kind)} | {_cell(text)} |"
 
 
