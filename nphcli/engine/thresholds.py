@@ -29,6 +29,7 @@ smaller budgets it uses the candidate rounds of `candidates.py`, also exact.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
@@ -77,15 +78,25 @@ def _weigh_in_place(z: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Ten
     """Overwrite the shifted scores z (Q, M) with their unnormalised weights, solving a few
     rows at a time so that each chunk's scores stay in cache through every evaluation of its
     threshold (the whole block would be read from memory again by each); the weights' sums and
-    counts (Q, 1) each."""
+    counts (Q, 1) each. With several intra-op threads, chunks go to as many workers, each
+    single-threaded: the chunks' many small operations would otherwise each wait for every
+    thread, and for any core another process holds."""
     rows = max(1, CHUNK_BYTES // (z.shape[1] * z.element_size()))
-    sums, counts = [], []
-    for first in range(0, z.shape[0], rows):
+    firsts = range(0, z.shape[0], rows)
+
+    def weigh(first: int, threads: int = 1) -> tuple[Tensor, Tensor]:
+        torch.set_num_threads(threads)  # per thread: the caller's own setting is untouched
         part = z[first : first + rows]  # (R, M), a view: written in place
         _, mass, count, _ = solve(part, alpha, start=start[first : first + rows], out=part)
-        sums.append(mass)
-        counts.append(count)
-    return torch.cat(sums), torch.cat(counts)
+        return mass, count.to(mass.dtype)
+
+    workers = min(torch.get_num_threads(), len(firsts))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(weigh, firsts))
+    else:
+        parts = [weigh(first, torch.get_num_threads()) for first in firsts]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
 def solve(
