@@ -12,15 +12,17 @@ level at which Σ_i [z_i − t]_+^k = (α−1)^{−k}. Every score at or below t
   change that root only by the cube of the trial's error, so from a sampled start two or three
   passes pin t to rounding; a bracket of trials known to lie below and above t catches any
   stray step. For other α the monotone Newton iteration of `functional.entmax_threshold`.
-- The start: t solved on a strided sample of 1/s of the scores for weights summing to m/s,
-  m·s = `SAFETY` > 1, lies a little below the threshold (more mass needs a lower level); the
-  sample's own threshold (a subset's is never above the whole's) is a bound that cannot fail.
+- The start: t solved on a strided sample of n scores per row, each standing for M/n of them
+  (the row's top only for itself), for weights summing to `SAFETY` > 1 lies a little below the
+  threshold (more mass needs a lower level); the sample's own threshold (a subset's is never
+  above the whole's) is a bound that cannot fail.
 - Wide supports (the sample puts more than `DENSE_SHARE` of the scores above the start): the
-  weights are computed over the whole (Q, M) block in place and multiplied with the values in
-  one matrix product, as dense retrieval does. Narrow ones: the threshold is solved on each
-  query's scores above the start only (compacted), checked (a solved level at or above the
-  start means no score below it could weigh; rows that fail are solved again above the safe
-  bound), and the weighted sum gathers the support's rows.
+  weights are computed over the whole (Q, M) block in place, `CHUNK_BYTES` of rows at a time
+  (the few evaluations of a chunk's level then read it from cache, not memory), and multiplied
+  with the values in one matrix product, as dense retrieval does. Narrow ones: the threshold is
+  solved on each query's scores above the start only (compacted), checked (a solved level at
+  or above the start means no score below it could weigh; rows that fail are solved again
+  above the safe bound), and the weighted sum gathers the support's rows.
 
 `models.entmax` uses this while the memories fit one block beside a batch of queries; with
 smaller budgets it uses the candidate rounds of `candidates.py`, also exact.
