@@ -118,3 +118,42 @@ def test_entmax15_matches_the_entmax_package_in_float32(beta):
     expected = entmax_package.entmax15(beta * queries @ keys.T, dim=-1) @ keys
     got = create_model("entmax", alpha=1.5, beta=beta).retrieve(queries, keys).patterns
     assert (got - expected).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 2.0])
+def test_whole_block_weights_in_row_chunks_match_float64_reference(monkeypatch, alpha, threads):
+    """Weights solved a few rows at a time (here 1–2 rows per chunk, on one or two workers)
+    and written into the score block in place: the same result as the reference."""
+    import nphcli.engine.thresholds as thresholds
+
+    monkeypatch.setattr(thresholds, "DENSE_SHARE", 0.0)
+    monkeypatch.setattr(thresholds, "CHUNK_BYTES", 2 * 20000 * 8 - 1)  # one row per chunk
+    keys = _patterns(20000, 2).double()
+    queries = torch.nn.functional.normalize(keys[:7] + 0.05 * _patterns(7, 3).double(), dim=1)
+    weights = _reference(queries @ keys.T, alpha)  # (Q, M)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        result = create_model("entmax", alpha=alpha, beta=1.0).retrieve(queries, keys)
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.get_num_threads() == previous  # the workers' settings stay theirs
+    torch.testing.assert_close(result.patterns, weights @ keys, rtol=0, atol=1e-12)
+    assert torch.equal(result.support, (weights > 0).sum(dim=1))
+
+
+def test_sampled_start_counts_a_far_top_once():
+    """Queries that are stored patterns score one memory far above the rest; a sample that
+    happens to hold that top must not weigh it like the stride of scores it stands for (it
+    would put the estimate far above the threshold)."""
+    import nphcli.engine.thresholds as thresholds
+
+    keys = _patterns(20000, 6)
+    scores = 3.0 * keys[:64] @ keys.T  # (Q, M): each row's top is its own pattern, at 3
+    z = scores - scores.amax(dim=1, keepdim=True)
+    stride = 20000 // thresholds.SAMPLE
+    assert bool((z[:, ::stride] == 0).any(dim=1)[0])  # row 0's top (column 0) is sampled
+    guess = thresholds._starts(z, 1.5)[0]  # (Q, 1)
+    exact = thresholds.solve(z.double(), 1.5)[3]  # (Q, 1)
+    assert (guess - exact).abs().max().item() < 0.05

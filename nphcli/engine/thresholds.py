@@ -12,15 +12,17 @@ level at which Σ_i [z_i − t]_+^k = (α−1)^{−k}. Every score at or below t
   change that root only by the cube of the trial's error, so from a sampled start two or three
   passes pin t to rounding; a bracket of trials known to lie below and above t catches any
   stray step. For other α the monotone Newton iteration of `functional.entmax_threshold`.
-- The start: t solved on a strided sample of 1/s of the scores for weights summing to m/s,
-  m·s = `SAFETY` > 1, lies a little below the threshold (more mass needs a lower level); the
-  sample's own threshold (a subset's is never above the whole's) is a bound that cannot fail.
+- The start: t solved on a strided sample of n scores per row, each standing for M/n of them
+  (the row's top only for itself), for weights summing to `SAFETY` > 1 lies a little below the
+  threshold (more mass needs a lower level); the sample's own threshold (a subset's is never
+  above the whole's) is a bound that cannot fail.
 - Wide supports (the sample puts more than `DENSE_SHARE` of the scores above the start): the
-  weights are computed over the whole (Q, M) block in place and multiplied with the values in
-  one matrix product, as dense retrieval does. Narrow ones: the threshold is solved on each
-  query's scores above the start only (compacted), checked (a solved level at or above the
-  start means no score below it could weigh; rows that fail are solved again above the safe
-  bound), and the weighted sum gathers the support's rows.
+  weights are computed over the whole (Q, M) block in place, `CHUNK_BYTES` of rows at a time
+  (the few evaluations of a chunk's level then read it from cache, not memory), and multiplied
+  with the values in one matrix product, as dense retrieval does. Narrow ones: the threshold is
+  solved on each query's scores above the start only (compacted), checked (a solved level at
+  or above the start means no score below it could weigh; rows that fail are solved again
+  above the safe bound), and the weighted sum gathers the support's rows.
 
 `models.entmax` uses this while the memories fit one block beside a batch of queries; with
 smaller budgets it uses the candidate rounds of `candidates.py`, also exact.
@@ -29,6 +31,7 @@ smaller budgets it uses the candidate rounds of `candidates.py`, also exact.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
@@ -42,6 +45,7 @@ from nphcli.memory.bank import MemoryBank
 SAMPLE = 1024  # scores per query in the sample that estimates the start
 SAFETY = 2.0  # the start asks the whole row for this much mass (> 1: below the threshold)
 DENSE_SHARE = 0.15  # above this share of scores over the start: weights over the whole block
+CHUNK_BYTES = 2**22  # rows of scores whose threshold is solved together: they stay in cache
 _STEPS = 60  # bound on the active-set iterations; they take 2–4 from the sampled start
 
 # Bytes per (query, memory) pair of the one block beyond its score: two scratch rows of weights
@@ -65,23 +69,56 @@ def entmax_block_update(
     z = scores.sub_(top)  # (Q, M) row max 0: the top is exact and always in the support
     guess, start, safe, share = _starts(z, alpha)  # (Q, 1) each, float
     if share > DENSE_SHARE:
-        weights, mass, count, _ = solve(z, alpha, start=guess)  # (Q, M), (Q, 1) each
-        return matmul(weights, values.to(dtype)) / mass, count.squeeze(1).long()
+        mass, count = _weigh_in_place(z, alpha, guess)  # z now holds the weights; (Q, 1) each
+        return matmul(z, values.to(dtype)) / mass, count.squeeze(1).long()
     weights, index = _solve_candidates(z, alpha, start, safe)  # (Q, s) each
     support = (weights > 0).sum(dim=1)  # (Q,)
     return weighted_rows(bank, index, weights, block_rows=bank.num_memories), support
 
 
+def _weigh_in_place(z: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Tensor]:
+    """Overwrite the shifted scores z (Q, M) with their unnormalised weights, solving a few
+    rows at a time so that each chunk's scores stay in cache through every evaluation of its
+    threshold (the whole block would be read from memory again by each); the weights' sums and
+    counts (Q, 1) each. With several intra-op threads, chunks go to as many workers, each
+    single-threaded: the chunks' many small operations would otherwise each wait for every
+    thread, and for any core another process holds."""
+    rows = max(1, CHUNK_BYTES // (z.shape[1] * z.element_size()))
+    firsts = range(0, z.shape[0], rows)
+
+    def weigh(first: int, threads: int = 1) -> tuple[Tensor, Tensor]:
+        torch.set_num_threads(threads)  # per thread: the caller's own setting is untouched
+        part = z[first : first + rows]  # (R, M), a view: written in place
+        _, mass, count, _ = solve(part, alpha, start=start[first : first + rows], out=part)
+        return mass, count.to(mass.dtype)
+
+    workers = min(torch.get_num_threads(), len(firsts))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(weigh, firsts))
+    else:
+        parts = [weigh(first, torch.get_num_threads()) for first in firsts]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
 def solve(
-    z: Tensor, alpha: float, *, start: Tensor | None = None, mass: float = 1.0
+    z: Tensor,
+    alpha: float,
+    *,
+    start: Tensor | None = None,
+    mass: float = 1.0,
+    weight: Tensor | None = None,
+    out: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """α-entmax of the shifted scores z (Q, n) (row max 0, −inf entries weigh nothing) with
-    weights summing to `mass`: the unnormalised weights (Q, n), their sums, counts of weights
-    > 0 and the level t in units of z (Q, 1) each. `start` (Q, 1) is a first trial level."""
+    weights summing to `mass`: the unnormalised weights (Q, n) (written to `out` when given,
+    which may be z itself), their sums, counts of weights > 0 and the level t in units of z
+    (Q, 1) each. `start` (Q, 1) is a first trial level. `weight` (Q, n), for α = 1.5 and 2
+    only, counts each score that many times (a sample standing for a whole row)."""
     eps = alpha - 1
-    power = round(1 / eps)
-    if power in (1, 2) and power * eps == 1:
-        return _active_set(z, power, mass * eps**-power, start)
+    if _closed_form(alpha):
+        power = round(1 / eps)
+        return _active_set(z, power, mass * eps**-power, start, weight, out)
     # Levels in units of z lose ε·|t| ≈ 1 of their digits as ε → 0: they are converted to and
     # from λ (τ = −e^{−ελ}) in float64, and serve only as starts and checks.
     lam = None if start is None else (-torch.log(-eps * start.double()) / eps).to(z.dtype)
@@ -90,14 +127,29 @@ def solve(
     weights = entmax_unnormalised(scaled, lam, eps)  # (Q, n)
     count = (weights > 0).sum(dim=1, keepdim=True)  # (Q, 1)
     t = -torch.exp(-eps * lam.double()) / eps  # (Q, 1) float64
+    if out is not None:
+        weights = out.copy_(weights)
     return weights, weights.sum(dim=1, keepdim=True), count, t
 
 
+def _closed_form(alpha: float) -> bool:
+    """Whether α's threshold is solved by the active-set iteration: α = 1.5 or 2."""
+    power = round(1 / (alpha - 1))
+    return power in (1, 2) and power * (alpha - 1) == 1
+
+
 def _active_set(
-    z: Tensor, power: int, mass: float, start: Tensor | None
+    z: Tensor,
+    power: int,
+    mass: float,
+    start: Tensor | None,
+    weight: Tensor | None,
+    out: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Σ_i [z_i − t]_+^power = mass solved for t by the active-set iteration (module docstring):
-    [z − t]_+^power (Q, n) at the final t, its row sums, counts and t (Q, 1) each."""
+    """Σ_i w_i·[z_i − t]_+^power = mass (w = `weight`, else 1) solved for t by the active-set
+    iteration (module docstring): [z − t]_+^power (Q, n) at the final t (in `out` if given),
+    its row sums, counts and t (Q, 1) each. Each evaluation is one subtraction, one clamp and
+    three row reductions over z, so a chunk of z that fits the cache stays there."""
     rows = z.shape[0]
     lo = z.new_full((rows, 1), -(mass ** (1 / power)))  # the top alone carries `mass` here
     hi = z.new_zeros(rows, 1)  # nothing weighs at the top's level
@@ -107,17 +159,14 @@ def _active_set(
     for _ in range(_STEPS):
         trial = t
         d = torch.sub(z, trial, out=weights).clamp_(min=0)  # (Q, n)
-        s1 = d.sum(dim=1, keepdim=True)  # (Q, 1)
-        count = torch.sign(d, out=spare).sum(dim=1, keepdim=True)  # (Q, 1) ≥ 1: t < 0
+        count, s1, total = _moments(d, power, weight, spare)  # (Q, 1) each
         if power == 2:
-            total = torch.linalg.vector_norm(d, dim=1, keepdim=True).square_()  # (Q, 1) Σd²
             # c·a² − 2·Σd·a + Σd² − mass = 0: its smaller root, written without cancellation;
             # with no real root (a trial far below t) a Newton step, which stays below t.
             disc = s1 * s1 - count * (total - mass)  # (Q, 1)
             root = (total - mass) / (s1 + disc.clamp(min=0).sqrt())
             step = torch.where(disc >= 0, root, (total - mass) / (2 * s1))  # (Q, 1)
         else:
-            total = s1
             step = (total - mass) / count  # (Q, 1)
         if not bool(step.abs().amax() > tolerance):
             break
@@ -127,7 +176,31 @@ def _active_set(
         t = t + step
         stray = ((t < lo) | (t > hi)) & (step.abs() > tolerance)  # (Q, 1) left the bracket
         t = torch.where(stray, (lo + hi) / 2, t)
-    return d.square_() if power == 2 else d, total, count, trial
+    if out is None:
+        out = d
+    if power == 2:
+        torch.mul(d, d, out=out)
+    elif out is not d:
+        out.copy_(d)
+    return out, total, count, trial
+
+
+def _moments(
+    d: Tensor, power: int, weight: Tensor | None, spare: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Σw·1[d > 0], Σw·d and Σw·d^power over each row of d = [z − t]_+ (Q, n): (Q, 1) each."""
+    if weight is not None:
+        ones = torch.sign(d, out=spare).mul_(weight)  # (Q, n)
+        count = ones.sum(dim=1, keepdim=True)
+        wd = torch.mul(d, weight, out=spare)  # (Q, n)
+        s1 = wd.sum(dim=1, keepdim=True)
+        total = (wd * d).sum(dim=1, keepdim=True) if power == 2 else s1
+        return count, s1, total
+    count = torch.sign(d, out=spare).sum(dim=1, keepdim=True)  # ≥ 1: t < 0
+    s1 = d.sum(dim=1, keepdim=True)
+    if power == 1:
+        return count, s1, s1
+    return count, s1, torch.linalg.vector_norm(d, dim=1, keepdim=True).square_()
 
 
 def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float]:
@@ -138,15 +211,33 @@ def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float]:
     stride = max(1, num_memories // SAMPLE)
     sample = z[:, ::stride]  # (Q, n)
     top = sample.amax(dim=1, keepdim=True)  # (Q, 1)
-    sample = sample - top  # (Q, n) row max 0
-    safe = solve(sample, alpha)[3]  # (Q, 1)
+    safe = solve(sample - top, alpha)[3] + top  # (Q, 1): a subset's level is never higher
     levels = [safe]
-    for mass in (SAFETY * sample.shape[1] / num_memories, sample.shape[1] / num_memories):
-        level = solve(sample, alpha, start=levels[-1], mass=mass)[3] if mass < 1 else safe
-        levels.append(torch.maximum(level, levels[-1]))  # (Q, 1): less mass, higher level
+    for mass in (SAFETY, 1.0):  # more mass, lower level: the start lies below the estimate
+        level = _sample_level(sample, top, num_memories, alpha, mass, start=levels[-1])
+        levels.append(torch.maximum(level, levels[-1]))  # (Q, 1)
     _, start, guess = levels
     share = float((sample > start).sum()) / sample.numel()
-    return guess + top, start + top, safe + top, share
+    return guess, start, safe, share
+
+
+def _sample_level(
+    sample: Tensor, top: Tensor, num_memories: int, alpha: float, mass: float, start: Tensor
+) -> Tensor:
+    """The level (Q, 1) at which the whole rows would carry `mass`, estimated from the sample
+    (Q, n) of z (row max 0; the sample's own top (Q, 1)); `start` a level below it."""
+    if _closed_form(alpha):
+        # Each sampled score stands for M/n scores, except the row's top, which stands for
+        # itself (counted M/n times, a top far above the rest pulls the estimate up): it is
+        # appended with weight 1 and its sampled copies weigh 0.
+        weight = torch.where(sample == 0, 0.0, num_memories / sample.shape[1])  # (Q, n)
+        weight = torch.cat([weight, weight.new_ones(len(sample), 1)], dim=1).to(sample.dtype)
+        rows = torch.cat([sample, sample.new_zeros(len(sample), 1)], dim=1)  # (Q, n + 1)
+        return solve(rows, alpha, start=start, mass=mass, weight=weight)[3]
+    share = mass * sample.shape[1] / num_memories  # the sample alone, for its share of the mass
+    if share >= 1:  # the sample is the row: its own level
+        return start
+    return solve(sample - top, alpha, start=start - top, mass=share)[3] + top
 
 
 def _solve_candidates(

@@ -2,10 +2,12 @@
 
 α-entmax maximises pᵀs plus a Tsallis entropy of order α over the simplex. For α > 1 it gives
 memories below a per-query threshold weight exactly 0, with a support that shrinks as α grows.
-The threshold is found exactly by a monotone Newton iteration (`functional.entmax_threshold`):
+The threshold is found exactly: for α = 1.5 and 2 by closed-form active-set steps, for other α
+by a monotone Newton iteration (`functional.entmax_threshold`), each from a sampled start:
 - memories in RAM that fit one block beside a batch of at least `MIN_QUERY_ROWS` queries (the
-  plan prefers that): one matrix product for all scores, the threshold solved on each query's
-  scores above a checked lower bound (`thresholds.py`), one weighted sum;
+  plan prefers that): one matrix product for all scores, the threshold solved a few rows at a
+  time over all scores (wide supports) or on each query's scores above a checked lower bound
+  (narrow ones) (`thresholds.py`), one weighted sum;
 - otherwise (small budgets, streamed or distributed memories, α = 1): on each query's largest
   scores collected over memory blocks (`candidates.py`).
 Both are exact, so `--memory-budget` changes speed, not results.
