@@ -43,7 +43,8 @@ MIN_QUERY_ROWS = 64
     summary="α-entmax over all memories: softmax at α = 1, sparsemax at α = 2 (Peters et al. 2019)",
     formula="T(x) = Vᵀ α-entmax(β K x)",
     cost=(
-        "time O(Q·M·d + Q·M + Q·c·n), n ≈ 3–10 Newton steps, c ≥ support candidates; "
+        "time O(Q·M·d + Q·M·n), n ≈ 2–4 closed-form steps (α = 1.5, 2) or 3–10 Newton "
+        "steps, fewer scores (c ≥ support) for narrow supports; "
         "extra memory O(Q·M) in one block, else O(Q·c + Q·B)"
     ),
 )
