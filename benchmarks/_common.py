@@ -1,9 +1,12 @@
 """Shared by the benchmark scripts: a `--device` that is not present ends the script in one
-line (exit 2), as `nph retrieve --device cuda` does, instead of a traceback mid-run."""
+line (exit 2), as `nph retrieve --device cuda` does, instead of a traceback mid-run; and the
+median time of a call, synchronised on CUDA."""
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
 
 import torch
 
@@ -18,3 +21,19 @@ def device_or_exit(name: str) -> torch.device:
     except NphError as error:
         sys.stderr.write(f"Error: {error}\n")
         raise SystemExit(2) from None
+
+
+def median_ms(run, device: torch.device, repeats: int) -> float:
+    """Median milliseconds of `run()` over `repeats` calls after one warm-up (kernels,
+    allocator, caches), each call waited for on CUDA."""
+    run()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        begin = time.perf_counter()
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - begin) * 1000)
+    return statistics.median(times)

@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import statistics
-import time
 
 import torch
-from _common import device_or_exit
+from _common import device_or_exit, median_ms
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nphcli.dtypes import torch_dtype
@@ -67,20 +65,6 @@ def count_ops(run) -> OpCounter:
     with counter:
         run()
     return counter
-
-
-def median_ms(run, device: torch.device, repeats: int) -> float:
-    run()  # warm-up (kernels, allocator, caches)
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        begin = time.perf_counter()
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - begin) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -10,29 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
-from _common import device_or_exit
+from _common import device_or_exit, median_ms
 
 from nphcli.engine.selection import MIN_GROUPS_PER_K, full_topk, group_topk
 
 GROUPS = (32, 64, 128)
-
-
-def _median_ms(run, device: torch.device, repeats: int) -> float:
-    run()  # warm-up (kernels, allocator)
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        begin = time.perf_counter()
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - begin) * 1000)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -53,13 +37,13 @@ def main() -> None:
     rows = []
     for k in args.k:
         old = full_topk(scores, k)
-        full_ms = _median_ms(lambda k=k: full_topk(scores, k), device, repeats)
+        full_ms = median_ms(lambda k=k: full_topk(scores, k), device, repeats)
         row = {"k": k, "full_topk_ms": full_ms}
         for group in GROUPS:
             if block < MIN_GROUPS_PER_K * k * group:
                 continue
             assert torch.equal(group_topk(scores, k, group), old)  # same answer, or no timing
-            ms = _median_ms(lambda k=k, g=group: group_topk(scores, k, g), device, repeats)
+            ms = median_ms(lambda k=k, g=group: group_topk(scores, k, g), device, repeats)
             row[f"group{group}_ms"] = ms
             row[f"group{group}_over_full"] = ms / row["full_topk_ms"]
         rows.append(row)
