@@ -66,30 +66,29 @@ def entmax_block_update(
     top = scores.amax(dim=1, keepdim=True)  # (Q, 1)
     if not bool(torch.isfinite(top).all()):
         raise score_overflow(dtype)
-    guess, start, safe, share = _starts(scores, top, alpha)  # (Q, 1) each, float
-    if share > DENSE_SHARE:
-        mass, count = _weigh_in_place(scores, top, alpha, guess)  # scores now hold the weights
-        return matmul(scores, values.to(dtype)) / mass, count.squeeze(1).long()
     z = scores.sub_(top)  # (Q, M) row max 0: the top is exact and always in the support
+    guess, start, safe, share = _starts(z, alpha)  # (Q, 1) each, float
+    if share > DENSE_SHARE:
+        mass, count = _weigh_in_place(z, alpha, guess)  # z now holds the weights; (Q, 1) each
+        return matmul(z, values.to(dtype)) / mass, count.squeeze(1).long()
     weights, index = _solve_candidates(z, alpha, start, safe)  # (Q, s) each
     support = (weights > 0).sum(dim=1)  # (Q,)
     return weighted_rows(bank, index, weights, block_rows=bank.num_memories), support
 
 
-def _weigh_in_place(z: Tensor, top: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Tensor]:
-    """Overwrite the scores z (Q, M) with their unnormalised weights, solving a few rows at a
-    time so that each chunk's scores stay in cache through every evaluation of its threshold
-    (the whole block would be read from memory again by each), its shift to row max 0 (`top`
-    (Q, 1)) included; the weights' sums and counts (Q, 1) each. With several intra-op
-    threads, chunks go to as many workers, each single-threaded: the chunks' many small
-    operations would otherwise each wait for every thread, and for any core another process
-    holds."""
+def _weigh_in_place(z: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Tensor]:
+    """Overwrite the shifted scores z (Q, M) with their unnormalised weights, solving a few
+    rows at a time so that each chunk's scores stay in cache through every evaluation of its
+    threshold (the whole block would be read from memory again by each); the weights' sums and
+    counts (Q, 1) each. With several intra-op threads, chunks go to as many workers, each
+    single-threaded: the chunks' many small operations would otherwise each wait for every
+    thread, and for any core another process holds."""
     rows = max(1, CHUNK_BYTES // (z.shape[1] * z.element_size()))
     firsts = range(0, z.shape[0], rows)
 
     def weigh(first: int, threads: int = 1) -> tuple[Tensor, Tensor]:
         torch.set_num_threads(threads)  # per thread: the caller's own setting is untouched
-        part = z[first : first + rows].sub_(top[first : first + rows])  # (R, M) row max 0
+        part = z[first : first + rows]  # (R, M), a view: written in place
         _, mass, count, _ = solve(part, alpha, start=start[first : first + rows], out=part)
         return mass, count.to(mass.dtype)
 
@@ -204,18 +203,18 @@ def _moments(
     return count, s1, torch.linalg.vector_norm(d, dim=1, keepdim=True).square_()
 
 
-def _starts(scores: Tensor, top: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float]:
-    """From a strided sample of the columns of z = scores − top (row max 0), in units of z
-    (Q, 1) each: the threshold's estimate (either side of it), a start a little below it, a
-    bound that cannot be above it; and the share of the sample above the start."""
-    num_memories = scores.shape[1]
+def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float]:
+    """From a strided sample of z's columns, in units of z (Q, 1) each: the threshold's
+    estimate (either side of it), a start a little below it, a bound that cannot be above it;
+    and the share of the sample above the start."""
+    num_memories = z.shape[1]
     stride = max(1, num_memories // SAMPLE)
-    sample = scores[:, ::stride] - top  # (Q, n) contiguous: read from memory once
-    peak = sample.amax(dim=1, keepdim=True)  # (Q, 1) the sample's own top
-    safe = solve(sample - peak, alpha)[3] + peak  # (Q, 1): a subset's level is never higher
+    sample = z[:, ::stride]  # (Q, n)
+    top = sample.amax(dim=1, keepdim=True)  # (Q, 1)
+    safe = solve(sample - top, alpha)[3] + top  # (Q, 1): a subset's level is never higher
     levels = [safe]
     for mass in (SAFETY, 1.0):  # more mass, lower level: the start lies below the estimate
-        level = _sample_level(sample, peak, num_memories, alpha, mass, start=levels[-1])
+        level = _sample_level(sample, top, num_memories, alpha, mass, start=levels[-1])
         levels.append(torch.maximum(level, levels[-1]))  # (Q, 1)
     _, start, guess = levels
     share = float((sample > start).sum()) / sample.numel()
