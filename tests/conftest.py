@@ -47,6 +47,16 @@ def pytest_configure(config) -> None:
     pytest.MonkeyPatch().setattr(typer.testing, "_get_command", _cached_command)
 
 
+def fmix32_reference(x: int) -> int:
+    """MurmurHash3's fmix32 in plain Python integers: the independent reference for nph's
+    hashed random masks (`engine.masks`)."""
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) % 2**32
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) % 2**32
+    return x ^ (x >> 16)
+
+
 def _test_device() -> torch.device:
     name = os.environ.get("NPH_TEST_DEVICE", "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():

@@ -13,6 +13,7 @@ from itertools import combinations
 
 import pytest
 import torch
+from conftest import fmix32_reference
 
 from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
 from nphcli.engine.masks import (
@@ -175,21 +176,12 @@ def test_topk_mask_ties_go_to_lower_index():
     assert torch.equal(topk_mask(scores, 2), expected)
 
 
-def _fmix32_reference(x: int) -> int:
-    """MurmurHash3 fmix32 with plain Python integers (no 16-bit split)."""
-    x ^= x >> 16
-    x = (x * 0x85EBCA6B) % 2**32
-    x ^= x >> 13
-    x = (x * 0xC2B2AE35) % 2**32
-    return x ^ (x >> 16)
-
-
 def _hash_reference(seed: int, position: int, memory: int) -> int:
-    state = _fmix32_reference((seed % 2**32) ^ 0x6A09E667)
-    state = _fmix32_reference(state ^ (seed >> 32))
-    state = _fmix32_reference(state ^ (position % 2**32))
-    state = _fmix32_reference(state ^ (position >> 32))
-    return _fmix32_reference(state ^ memory)
+    state = fmix32_reference((seed % 2**32) ^ 0x6A09E667)
+    state = fmix32_reference(state ^ (seed >> 32))
+    state = fmix32_reference(state ^ (position % 2**32))
+    state = fmix32_reference(state ^ (position >> 32))
+    return fmix32_reference(state ^ memory)
 
 
 def test_random_keys_match_plain_python_hash():
@@ -246,18 +238,18 @@ def _floyd_reference(seed: int, position: int, num_memories: int, k: int) -> lis
     state = _query_state_reference(seed, position)
     kept: set[int] = set()
     for j in range(num_memories - k, num_memories):
-        high = _fmix32_reference(_fmix32_reference(state ^ (j % 2**32)) ^ (j >> 32) ^ 0x3C6EF372)
-        low = _fmix32_reference(high ^ 0xBB67AE85)
+        high = fmix32_reference(fmix32_reference(state ^ (j % 2**32)) ^ (j >> 32) ^ 0x3C6EF372)
+        low = fmix32_reference(high ^ 0xBB67AE85)
         draw = ((high // 2) * 2**31 + low // 2) % (j + 1)
         kept.add(j if draw in kept else draw)
     return sorted(kept)
 
 
 def _query_state_reference(seed: int, position: int) -> int:
-    state = _fmix32_reference((seed % 2**32) ^ 0x6A09E667)
-    state = _fmix32_reference(state ^ (seed >> 32))
-    state = _fmix32_reference(state ^ (position % 2**32))
-    return _fmix32_reference(state ^ (position >> 32))
+    state = fmix32_reference((seed % 2**32) ^ 0x6A09E667)
+    state = fmix32_reference(state ^ (seed >> 32))
+    state = fmix32_reference(state ^ (position % 2**32))
+    return fmix32_reference(state ^ (position >> 32))
 
 
 def test_random_mask_small_k_is_floyds_draw():

@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import fmix32_reference
 
 import nphcli.engine.masks as masks
 from nphcli.engine.planning import Plan
 from nphcli.memory.bank import as_bank
 from nphcli.models import create_model
-
-
-def _fmix32_reference(x: int) -> int:
-    """MurmurHash3 fmix32 with plain Python integers."""
-    x ^= x >> 16
-    x = (x * 0x85EBCA6B) % 2**32
-    x ^= x >> 13
-    x = (x * 0xC2B2AE35) % 2**32
-    return x ^ (x >> 16)
 
 
 def test_fmix32_in_torch_int32_matches_plain_python_hash():
@@ -28,7 +20,7 @@ def test_fmix32_in_torch_int32_matches_plain_python_hash():
     words = torch.tensor([0, 1, 2**31 - 1, 2**31, 2**32 - 1, 0x6A09E667, 123456789])
     x = masks._to_int32(words)
     hashed = masks._fmix32_(x, torch.empty_like(x)).to(torch.int64) & 0xFFFFFFFF
-    assert hashed.tolist() == [_fmix32_reference(w) for w in words.tolist()]
+    assert hashed.tolist() == [fmix32_reference(w) for w in words.tolist()]
 
 
 def test_ordered_keys_keep_the_hash_order():
