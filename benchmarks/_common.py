@@ -1,6 +1,6 @@
 """Shared by the benchmark scripts: a `--device` that is not present ends the script in one
-line (exit 2), as `nph retrieve --device cuda` does, instead of a traceback mid-run; and the
-median time of a call, synchronised on CUDA."""
+line (exit 2), as `nph retrieve --device cuda` does, instead of a traceback mid-run; the
+median time of a call, synchronised on CUDA; and the half-masked queries of a memory file."""
 
 from __future__ import annotations
 
@@ -37,3 +37,13 @@ def median_ms(run, device: torch.device, repeats: int) -> float:
             torch.cuda.synchronize(device)
         times.append((time.perf_counter() - begin) * 1000)
     return statistics.median(times)
+
+
+def half_masked_queries(keys: torch.Tensor, count: int) -> torch.Tensor:
+    """`count` stored patterns (seed 0) with their second half set to 0: the paper's masked
+    retrieval task on a memory's own rows, (Q, d)."""
+    generator = torch.Generator().manual_seed(0)
+    chosen = torch.randperm(keys.shape[0], generator=generator)[:count]
+    queries = keys[chosen].clone()  # (Q, d)
+    queries[:, keys.shape[1] // 2 :] = 0.0
+    return queries

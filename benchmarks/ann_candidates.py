@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from _common import half_masked_queries
 
 from nphcli.ann.index_file import build_index, open_index, write_index
 from nphcli.ann.search import IndexedModel
@@ -36,10 +37,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=500)
     args = parser.parse_args()
     keys = load_memory(args.memory).patterns.to(torch.float32)  # (M, d)
-    generator = torch.Generator().manual_seed(0)
-    chosen = torch.randperm(keys.shape[0], generator=generator)[: args.queries]
-    queries = keys[chosen].clone()  # (Q, d)
-    queries[:, keys.shape[1] // 2 :] = 0.0
+    queries = half_masked_queries(keys, args.queries)  # (Q, d)
     bank = TensorBank(keys)
     out: dict = {"memory": args.memory, "queries": args.queries, "models": {}}
     with tempfile.TemporaryDirectory() as folder:

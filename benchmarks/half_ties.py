@@ -14,6 +14,7 @@ import argparse
 import json
 
 import torch
+from _common import half_masked_queries
 
 from nphcli.engine.masks import topk_mask
 from nphcli.engine.precision import matmul
@@ -29,10 +30,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=1000)
     args = parser.parse_args()
     keys = load_memory(args.memory).patterns.to(torch.float64)  # (M, d)
-    generator = torch.Generator().manual_seed(0)
-    chosen = torch.randperm(keys.shape[0], generator=generator)[: args.queries]
-    queries = keys[chosen].clone()  # (Q, d)
-    queries[:, keys.shape[1] // 2 :] = 0.0
+    queries = half_masked_queries(keys, args.queries)  # (Q, d)
     rows = []
     for k, beta in SETTINGS:
         model = create_model("topk", k=k, beta=beta)

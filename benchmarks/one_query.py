@@ -20,18 +20,14 @@ import json
 
 import torch
 from _common import device_or_exit, median_ms
+from gpu_probe import MODELS as PROBE_MODELS
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nphcli.dtypes import torch_dtype
 from nphcli.models import create_model
 
-MODELS = {
-    "dense": {},
-    "topk": {"k": 10},
-    "sparse": {},
-    "entmax": {},
-    "random": {"k": 10},
-}
+# The GPU probe's models and parameters, without multihead (no one-query target of its own).
+MODELS = {name: params for name, params in PROBE_MODELS.items() if name != "multihead"}
 # aten ops that make the host wait for the device on CUDA: a value read back (`.item()`,
 # `bool(t)`), or an output whose size depends on the data.
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "_unique2", "unique_dim", "equal"}
