@@ -56,9 +56,9 @@ def block_topk(scores: Tensor, k: int) -> Tensor:
     """Indices (Q, k), ascending, of each row's k largest scores (Q, B), B > k; ties go to the
     lower index. Group selection where it pays (see the module docstring), else a full topk."""
     scores = scores.detach()
-    group = group_size(k)
-    if scores.device.type in GROUP_DEVICES and scores.shape[1] >= MIN_GROUPS_PER_K * k * group:
-        return group_topk(scores, k, group)
+    device = scores.device
+    if device.type in GROUP_DEVICES and scores.shape[1] >= selection_block_rows(k, device):
+        return group_topk(scores, k, group_size(k))
     return full_topk(scores, k)
 
 
