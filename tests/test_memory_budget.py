@@ -137,3 +137,66 @@ def test_peak_gpu_memory_within_budget(device, name, params):
     peak = torch.cuda.max_memory_allocated(device) - before
     result_bytes = result.patterns.untyped_storage().nbytes() + result.steps.nbytes
     assert peak <= BUDGET + result_bytes, (peak, BUDGET)
+
+
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 2.0])
+@pytest.mark.parametrize(
+    ("beta", "dense_share", "slots"),
+    [(1.0, 0.0, None), (200.0, 1.0, None), (1.0, 1.0, 4 * 3000)],
+    ids=["wide", "narrow", "narrow-halved"],
+)
+def test_entmax_one_block_within_its_planned_budget(monkeypatch, alpha, beta, dense_share, slots):
+    """The one-block entmax path, planned at exactly its own count (fixed scratch plus all 200
+    queries), stays within it on each route: the whole block's weights, the compacted candidates,
+    and candidates in chunks halved until they fit (`slots` forces halving down to single rows
+    at wide supports). Small chunks make the per-query terms dominate the fixed ones."""
+    import nphcli.engine.thresholds as thresholds
+    from nphcli.engine import host_buffers
+    from nphcli.memory.bank import as_bank
+
+    monkeypatch.setattr(host_buffers, "HUGE_PAGE_MIN_BYTES", float("inf"))  # seen by the tracker
+    monkeypatch.setattr(thresholds, "CHUNK_BYTES", 2**16)
+    monkeypatch.setattr(thresholds, "DENSE_SHARE", dense_share)
+    if slots is not None:
+        slot = thresholds.SLOT_ITEMS * 4 + thresholds.SLOT_BYTES
+        monkeypatch.setattr(thresholds, "_slot_limit", lambda *_: slots * slot)
+    generator = torch.Generator().manual_seed(3)
+    keys = torch.nn.functional.normalize(torch.rand(3000, 32, generator=generator), dim=1)
+    queries = torch.nn.functional.normalize(keys[:200] + 0.05 * torch.rand(200, 32), dim=1)
+    model = create_model("entmax", alpha=alpha, beta=beta)
+    per_query, fixed = thresholds.one_block_bytes(3000, 4, threads=1)
+    budget = fixed + 200 * (per_query + (32 + 3 * 32) * 4)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # chunks solved on this thread, where the tracker sees them
+    try:
+        assert model.plan(200, as_bank(keys), budget).memory_rows == 3000
+        assert model.plan(200, as_bank(keys), budget).query_rows == 200
+        with PeakTracker() as tracker:
+            result = model.retrieve(queries, keys, memory_budget=budget)
+    finally:
+        torch.set_num_threads(previous)
+    result_bytes = result.patterns.untyped_storage().nbytes() + result.steps.nbytes
+    assert tracker.peak <= budget + result_bytes, (tracker.peak, budget)
+    assert tracker.peak >= 200 * 3000 * 4  # the (Q, M) scores were seen
+
+
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 2.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_entmax_candidate_slots_cover_a_narrow_chunk(alpha, dtype):
+    """What solving one narrow chunk allocates stays within the slot bytes `one_block_bytes`
+    counts for it: `SLOT_ITEMS` items and `SLOT_BYTES` bytes per slot of its compacted
+    candidates (rows × widest count)."""
+    import nphcli.engine.thresholds as thresholds
+
+    generator = torch.Generator().manual_seed(4)
+    scores = torch.randn(8, 3000, generator=generator, dtype=dtype)
+    z = scores - scores.amax(dim=1, keepdim=True)  # (R, M) row max 0
+    start = z.quantile(0.7, dim=1, keepdim=True)  # (R, 1): about 30% candidates
+    safe = start - 1  # not needed: the level solved above the start lies above it
+    keep = z > start
+    widest = int(keep.sum(dim=1).max())
+    item = z.element_size()
+    with PeakTracker() as tracker:
+        thresholds._solve_candidates(z, alpha, keep, start, safe)
+    slots = z.shape[0] * widest * (thresholds.SLOT_ITEMS * item + thresholds.SLOT_BYTES)
+    assert tracker.peak <= slots, (tracker.peak, slots)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nphcli.engine import host_buffers
 from nphcli.errors import NphError
 
 K_HELP = (
@@ -227,11 +228,9 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
         return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(
             ~keep, -torch.inf
         )
-    # numpy asks Linux for huge pages for a large array; a fresh (Q, M) tensor from torch's
-    # allocator takes a page fault per 4 KB first written, which costs more than the writing.
-    words = np.empty((positions.shape[0], num_memories), _BITS[torch.finfo(dtype).bits])
-    bias = torch.from_numpy(words).view(dtype)  # (Q, M), written through its bits
-    minus_inf = torch.full((1,), -torch.inf, dtype=dtype).view(torch.from_numpy(words).dtype)
+    bias = host_buffers.empty((positions.shape[0], num_memories), dtype)  # (Q, M)
+    words = bias.view(_BITS[torch.finfo(dtype).bits]).numpy()  # written through its bits
+    minus_inf = torch.full((1,), -torch.inf, dtype=dtype).view(_BITS[torch.finfo(dtype).bits])
 
     def write(rows: slice, keys: np.ndarray, kth: np.ndarray) -> None:
         dropped = np.greater(keys, kth).view(np.int8)  # (R, M) 0 or 1
@@ -241,7 +240,7 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
     return bias
 
 
-_BITS = {16: np.int16, 32: np.int32, 64: np.int64}  # a float's bits as an integer of its size
+_BITS = {16: torch.int16, 32: torch.int32, 64: torch.int64}  # a float's bits, as an integer
 
 
 def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) -> None:

@@ -26,8 +26,9 @@ from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_update, candidate_working_set
 from nphcli.engine.functional import entmax
-from nphcli.engine.planning import Plan, plan_rows
-from nphcli.engine.thresholds import CELL_BYTES_EXTRA, entmax_block_update
+from nphcli.engine.planning import Plan, itemsize, plan_rows
+from nphcli.engine.precision import accumulation_dtype
+from nphcli.engine.thresholds import entmax_block_update, one_block_bytes
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
@@ -88,14 +89,21 @@ class Entmax(HopfieldModel):
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """All memories in one block when a batch of `MIN_QUERY_ROWS` queries (or all of them)
-        fits the budget with its (Q, M) scores and candidates; else the blockwise plan."""
-        if self._one_block(bank):
-            row_bytes, cell_bytes = self.working_set(bank)
-            per_query = row_bytes + bank.num_memories * (cell_bytes + CELL_BYTES_EXTRA)
-            rows = plan_rows(budget, 1, per_query, total=num_queries)
-            if budget >= rows * per_query and rows >= min(num_queries, MIN_QUERY_ROWS):
-                return Plan(query_rows=rows, memory_rows=bank.num_memories)
-        return super().plan(num_queries, bank, budget)
+        fits the budget beside the path's fixed scratch, with its (Q, M) scores and samples
+        (`thresholds.one_block_bytes`); else the blockwise plan. A block of all M memories is
+        what tells `update` to take the one-block path, so a blockwise plan stops below M."""
+        if not self._one_block(bank):
+            return super().plan(num_queries, bank, budget)
+        item = itemsize(accumulation_dtype(bank.dtype))
+        scores, fixed = one_block_bytes(bank.num_memories, item)
+        per_query = scores + (bank.dim + 3 * bank.value_dim) * item  # input, outputs
+        rows = plan_rows(budget - fixed, 1, per_query, total=num_queries)
+        if budget >= fixed + rows * per_query and rows >= min(num_queries, MIN_QUERY_ROWS):
+            return Plan(query_rows=rows, memory_rows=bank.num_memories)
+        plan = super().plan(num_queries, bank, budget)
+        if plan.memory_rows < bank.num_memories or bank.num_memories == 1:
+            return plan
+        return Plan(query_rows=plan.query_rows, memory_rows=-(-bank.num_memories // 2))
 
     def _one_block(self, bank: MemoryBank) -> bool:
         """Whether the one-block path applies: α > 1, memories resident, one process."""
