@@ -1,17 +1,44 @@
 """Shared by the benchmark scripts: a `--device` that is not present ends the script in one
 line (exit 2), as `nph retrieve --device cuda` does, instead of a traceback mid-run; the
-median time of a call, synchronised on CUDA; and the half-masked queries of a memory file."""
+median time of a call, synchronised on CUDA; the half-masked queries of a memory file; and the
+provenance that every result file records."""
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 from nphcli.devices import resolve_device
 from nphcli.errors import NphError
+
+
+def provenance(machine: str) -> dict:
+    """What a result file needs to say where it came from, so that numbers from different code
+    or machines are never mixed unseen: the machine's name, the commit (with "+dirty" when the
+    tree had changes), the intra-op threads and the torch version."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        except OSError:
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    return {
+        "machine": machine,
+        "commit": commit,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
 
 
 def device_or_exit(name: str) -> torch.device:

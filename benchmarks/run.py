@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import device_or_exit
+from _common import device_or_exit, provenance
 from large import large_cases
 
 from nphcli.engine import summary_cache
@@ -592,10 +592,14 @@ def main() -> None:
     memories_list = MEMORIES[:2] if args.quick else MEMORIES
     if args.only == "regimes":
         regime_queries = queries_list[1:2] if args.quick else REGIME_QUERIES
-        print(json.dumps(regimes(device, memories_list[-1], regime_queries, budget_s), indent=1))
+        results = {**provenance(args.machine), "device": str(device)}
+        results["regimes"] = regimes(device, memories_list[-1], regime_queries, budget_s)
+        print(json.dumps(results, indent=1))
+        if args.out:
+            Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
         return
     results: dict = {
-        "machine": args.machine,
+        **provenance(args.machine),
         "device": str(device),
         "environment": {
             "cpu": platform.processor() or platform.machine(),

@@ -66,9 +66,7 @@ SLOT_ITEMS, SLOT_BYTES = 5, 32
 SAMPLE_COPIES = 10
 
 
-def one_block_bytes(
-    num_memories: int, item: int, threads: int | None = None
-) -> tuple[int, int]:
+def one_block_bytes(num_memories: int, item: int, threads: int | None = None) -> tuple[int, int]:
     """The one-block path's working memory for scores of `item` bytes: bytes per query (its
     scores, its sample and their scratch) and fixed bytes (the larger of the wide path's chunk
     scratch and the narrow path's; both bounded whatever Q is)."""
