@@ -141,15 +141,24 @@ def test_peak_gpu_memory_within_budget(device, name, params):
 
 @pytest.mark.parametrize("alpha", [1.25, 1.5, 2.0])
 @pytest.mark.parametrize(
-    ("beta", "dense_share", "slots"),
-    [(1.0, 0.0, None), (200.0, 1.0, None), (1.0, 1.0, 4 * 3000)],
-    ids=["wide", "narrow", "narrow-halved"],
+    ("beta", "dense_share", "slots", "single"),
+    [
+        (1.0, 0.0, None, False),
+        (200.0, 1.0, None, False),
+        (1.0, 1.0, 4 * 3000, False),
+        (1.0, 0.0, None, True),
+        (1.0, 1.0, None, True),
+    ],
+    ids=["wide", "narrow", "narrow-halved", "wide-one-chunk", "narrow-one-chunk"],
 )
-def test_entmax_one_block_within_its_planned_budget(monkeypatch, alpha, beta, dense_share, slots):
+def test_entmax_one_block_within_its_planned_budget(
+    monkeypatch, alpha, beta, dense_share, slots, single
+):
     """The one-block entmax path, planned at exactly its own count (fixed scratch plus all 200
     queries), stays within it on each route: the whole block's weights, the compacted candidates,
     and candidates in chunks halved until they fit (`slots` forces halving down to single rows
-    at wide supports). Small chunks make the per-query terms dominate the fixed ones."""
+    at wide supports). Small chunks make the per-query terms dominate the fixed ones. `single`:
+    the batch as one chunk, counted per query, as on a GPU (here on the CPU, where it is seen)."""
     import nphcli.engine.thresholds as thresholds
     from nphcli.engine import host_buffers
     from nphcli.memory.bank import as_bank
@@ -164,13 +173,15 @@ def test_entmax_one_block_within_its_planned_budget(monkeypatch, alpha, beta, de
     keys = torch.nn.functional.normalize(torch.rand(3000, 32, generator=generator), dim=1)
     queries = torch.nn.functional.normalize(keys[:200] + 0.05 * torch.rand(200, 32), dim=1)
     model = create_model("entmax", alpha=alpha, beta=beta)
-    per_query, fixed = thresholds.one_block_bytes(3000, 4, threads=1)
+    monkeypatch.setattr(thresholds, "_single_chunk", lambda z: single)
+    per_query, fixed = thresholds.one_block_bytes(3000, 4, on_cpu=not single, threads=1)
     budget = fixed + 200 * (per_query + (32 + 3 * 32) * 4)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # chunks solved on this thread, where the tracker sees them
     try:
-        assert model.plan(200, as_bank(keys), budget).memory_rows == 3000
-        assert model.plan(200, as_bank(keys), budget).query_rows == 200
+        if not single:  # (the plan counts a CPU bank's way)
+            assert model.plan(200, as_bank(keys), budget).memory_rows == 3000
+            assert model.plan(200, as_bank(keys), budget).query_rows == 200
         with PeakTracker() as tracker:
             result = model.retrieve(queries, keys, memory_budget=budget)
     finally:

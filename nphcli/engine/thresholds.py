@@ -66,12 +66,18 @@ SLOT_ITEMS, SLOT_BYTES = 5, 32
 SAMPLE_COPIES = 10
 
 
-def one_block_bytes(num_memories: int, item: int, threads: int | None = None) -> tuple[int, int]:
+def one_block_bytes(
+    num_memories: int, item: int, *, on_cpu: bool = True, threads: int | None = None
+) -> tuple[int, int]:
     """The one-block path's working memory for scores of `item` bytes: bytes per query (its
-    scores, its sample and their scratch) and fixed bytes (the larger of the wide path's chunk
-    scratch and the narrow path's; both bounded whatever Q is)."""
-    workers = max(1, threads or torch.get_num_threads())
+    scores, its sample and their scratch) and fixed bytes. On the CPU the scratch is fixed,
+    whatever Q is: the larger of the wide path's chunks and the narrow path's. Elsewhere a batch
+    is one chunk (`_chunk_rows`), so its scratch is counted per query, at the worst case."""
     per_query = item * (num_memories + SAMPLE_COPIES * (_sample_width(num_memories) + 1))
+    slot = SLOT_ITEMS * item + SLOT_BYTES
+    if not on_cpu:
+        return per_query + num_memories * max(CHUNK_COPIES * item, 2 * item + 1 + slot), 0
+    workers = max(1, threads or torch.get_num_threads())
     wide = workers * CHUNK_COPIES * _chunk_rows(num_memories, item, workers) * num_memories * item
     narrow = _chunk_rows(num_memories, item) * num_memories * (2 * item + 1) + _slot_limit(
         num_memories, item
@@ -89,8 +95,22 @@ def _sample_stride(num_memories: int) -> int:
 
 
 def _chunk_rows(num_memories: int, item: int, workers: int = 1) -> int:
-    """Rows of scores in one worker's chunk: `CHUNK_BYTES` shared among the workers, ≥ 1."""
+    """Rows of scores in one worker's chunk on the CPU: `CHUNK_BYTES` shared among the workers,
+    ≥ 1. (A GPU has no such cache to keep them in: there a batch is one chunk, `_rows_for`.)"""
     return max(1, CHUNK_BYTES // (workers * num_memories * item))
+
+
+def _single_chunk(z: Tensor) -> bool:
+    """Whether the scores z are solved as one chunk: off the CPU, where each chunk costs kernel
+    launches and host syncs and no cache would keep a chunk's scores between its passes."""
+    return z.device.type != "cpu"
+
+
+def _rows_for(z: Tensor, workers: int = 1) -> int:
+    """Rows per chunk of the scores z (Q, M): `_chunk_rows`, or all Q as one chunk."""
+    if _single_chunk(z):
+        return max(1, z.shape[0])
+    return _chunk_rows(z.shape[1], z.element_size(), workers)
 
 
 def _slot_limit(num_memories: int, item: int) -> int:
@@ -138,13 +158,16 @@ def _narrow_chunks(z: Tensor, start: Tensor):
     """(rows, keep) for row slices of z (Q, M), keep (R, M) marking their candidates (scores
     above the start): chunks of `_chunk_rows`, halved until their candidates, compacted to the
     widest row, fit `_slot_limit` (a single row always does)."""
+    if _single_chunk(z):  # its worst case is counted per query by the plan
+        yield slice(0, z.shape[0]), z > start
+        return
     item = z.element_size()
     slots = _slot_limit(z.shape[1], item) // (SLOT_ITEMS * item + SLOT_BYTES)
-    step = _chunk_rows(z.shape[1], item)
+    step = _rows_for(z)
     for first in range(0, z.shape[0], step):
         rows = slice(first, min(first + step, z.shape[0]))
         keep = z[rows] > start[rows]  # (R, M)
-        counts = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32)  # (R,) a bool sum's speed x2
+        counts = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32)  # (R,) twice a bool sum's speed
         yield from _fitting(rows, keep, counts, slots)
 
 
@@ -166,8 +189,8 @@ def _weigh_in_place(z: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Ten
     counts (Q, 1) each. With several intra-op threads, chunks go to as many workers, each
     single-threaded: the chunks' many small operations would otherwise each wait for every
     thread, and for any core another process holds."""
-    threads = torch.get_num_threads()
-    rows = _chunk_rows(z.shape[1], z.element_size(), threads)
+    threads = 1 if _single_chunk(z) else torch.get_num_threads()
+    rows = _rows_for(z, threads)
     firsts = range(0, z.shape[0], rows)
 
     def weigh(first: int, threads: int = 1) -> tuple[Tensor, Tensor]:
