@@ -167,7 +167,7 @@ def _narrow_chunks(z: Tensor, start: Tensor):
     for first in range(0, z.shape[0], step):
         rows = slice(first, min(first + step, z.shape[0]))
         keep = z[rows] > start[rows]  # (R, M)
-        counts = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32)  # (R,) twice a bool sum's speed
+        counts = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32)  # (R,) 2x a bool sum
         yield from _fitting(rows, keep, counts, slots)
 
 
