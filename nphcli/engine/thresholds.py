@@ -351,16 +351,26 @@ def _solve_candidates(
 ) -> tuple[Tensor, Tensor]:
     """Normalised weights and memory indices (Q, s) of each row's support (padding: weight 0,
     index 0), solved on the scores above the start (keep: z > start), checked, and redone above
-    the safe bound where the check fails (a row at a time, within `_slot_limit` whatever its
-    support)."""
+    the safe bound where the check fails (in pieces halved to `_slot_limit`, as the chunks
+    are)."""
     weights, index, t = _solve_above(z, alpha, keep)
     failed = (t < start).squeeze(1)  # (Q,) a score at or below the start may weigh
-    for row in failed.nonzero().squeeze(1).tolist():  # one at a time: more candidates each
-        part = z[row : row + 1]  # (1, M)
-        w, i, _ = _solve_above(part, alpha, part > safe[row])
+    if not bool(failed.any()):
+        return weights, index
+    rows = failed.nonzero().squeeze(1)  # (F,)
+    part = z[rows]  # (F, M)
+    above = part > safe[rows]  # (F, M): more candidates than above the start
+    pieces = [(slice(0, len(rows)), above)]
+    if not _single_chunk(z):
+        item = z.element_size()
+        slots = _slot_limit(z.shape[1], item) // (SLOT_ITEMS * item + SLOT_BYTES)
+        counts = above.view(torch.uint8).sum(dim=1, dtype=torch.int32)  # (F,)
+        pieces = list(_fitting(slice(0, len(rows)), above, counts, slots))
+    for piece, kept in pieces:
+        w, i, _ = _solve_above(part[piece], alpha, kept)
         width = max(weights.shape[1], w.shape[1])
         weights, index = _widen(weights, width), _widen(index, width)
-        weights[row], index[row] = _widen(w, width)[0], _widen(i, width)[0]
+        weights[rows[piece]], index[rows[piece]] = _widen(w, width), _widen(i, width)
     return weights, index
 
 
