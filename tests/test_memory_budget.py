@@ -174,7 +174,8 @@ def test_entmax_one_block_within_its_planned_budget(
     queries = torch.nn.functional.normalize(keys[:200] + 0.05 * torch.rand(200, 32), dim=1)
     model = create_model("entmax", alpha=alpha, beta=beta)
     monkeypatch.setattr(thresholds, "_single_chunk", lambda z: single)
-    per_query, fixed = thresholds.one_block_bytes(3000, 4, on_cpu=not single, threads=1)
+    device = torch.device("meta" if single else "cpu")  # (only its type is read)
+    per_query, fixed = thresholds.one_block_bytes(3000, 4, device, threads=1)
     budget = fixed + 200 * (per_query + (32 + 3 * 32) * 4)
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # chunks solved on this thread, where the tracker sees them

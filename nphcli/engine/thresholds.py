@@ -67,7 +67,7 @@ SAMPLE_COPIES = 10
 
 
 def one_block_bytes(
-    num_memories: int, item: int, *, on_cpu: bool = True, threads: int | None = None
+    num_memories: int, item: int, device: torch.device, *, threads: int | None = None
 ) -> tuple[int, int]:
     """The one-block path's working memory for scores of `item` bytes: bytes per query (its
     scores, its sample and their scratch) and fixed bytes. On the CPU the scratch is fixed,
@@ -75,7 +75,7 @@ def one_block_bytes(
     is one chunk (`_chunk_rows`), so its scratch is counted per query, at the worst case."""
     per_query = item * (num_memories + SAMPLE_COPIES * (_sample_width(num_memories) + 1))
     slot = SLOT_ITEMS * item + SLOT_BYTES
-    if not on_cpu:
+    if device.type != "cpu":
         return per_query + num_memories * max(CHUNK_COPIES * item, 2 * item + 1 + slot), 0
     workers = max(1, threads or torch.get_num_threads())
     wide = workers * CHUNK_COPIES * _chunk_rows(num_memories, item, workers) * num_memories * item
@@ -87,11 +87,7 @@ def one_block_bytes(
 
 def _sample_width(num_memories: int) -> int:
     """Scores in a row's sample: every ⌊M / SAMPLE⌋-th (all of them for M < 2·SAMPLE)."""
-    return -(-num_memories // _sample_stride(num_memories))
-
-
-def _sample_stride(num_memories: int) -> int:
-    return max(1, num_memories // SAMPLE)
+    return -(-num_memories // max(1, num_memories // SAMPLE))
 
 
 def _chunk_rows(num_memories: int, item: int, workers: int = 1) -> int:
@@ -315,7 +311,7 @@ def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float]:
     estimate (either side of it), a start a little below it, a bound that cannot be above it;
     and the share of the sample above the start."""
     num_memories = z.shape[1]
-    sample = z[:, :: _sample_stride(num_memories)].contiguous()  # (Q, n): one strided read
+    sample = z[:, :: max(1, num_memories // SAMPLE)].contiguous()  # (Q, n): one strided read
     top = sample.amax(dim=1, keepdim=True)  # (Q, 1)
     safe = solve(sample - top, alpha)[3] + top  # (Q, 1): a subset's level is never higher
     levels = [safe]

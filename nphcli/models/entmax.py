@@ -95,8 +95,7 @@ class Entmax(HopfieldModel):
         if not self._one_block(bank):
             return super().plan(num_queries, bank, budget)
         item = itemsize(accumulation_dtype(bank.dtype))
-        on_cpu = bank.resident()[0].device.type == "cpu"
-        scores, fixed = one_block_bytes(bank.num_memories, item, on_cpu=on_cpu)
+        scores, fixed = one_block_bytes(bank.num_memories, item, bank.resident()[0].device)
         per_query = scores + (bank.dim + 3 * bank.value_dim) * item  # input, outputs
         rows = plan_rows(budget - fixed, 1, per_query, total=num_queries)
         if budget >= fixed + rows * per_query and rows >= min(num_queries, MIN_QUERY_ROWS):
