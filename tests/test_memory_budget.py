@@ -167,16 +167,15 @@ def test_entmax_one_block_within_its_planned_budget(
     monkeypatch.setattr(thresholds, "CHUNK_BYTES", 2**16)
     monkeypatch.setattr(thresholds, "DENSE_SHARE", dense_share)
     if slots is not None:
-        slot = thresholds.SLOT_ITEMS * 4 + thresholds.SLOT_BYTES
-        monkeypatch.setattr(thresholds, "_slot_limit", lambda *_: slots * slot)
+        monkeypatch.setattr(thresholds, "_slot_limit", lambda *_: slots * thresholds._slot_bytes(4))
     generator = torch.Generator().manual_seed(3)
     keys = torch.nn.functional.normalize(torch.rand(3000, 32, generator=generator), dim=1)
     queries = torch.nn.functional.normalize(keys[:200] + 0.05 * torch.rand(200, 32), dim=1)
     model = create_model("entmax", alpha=alpha, beta=beta)
     monkeypatch.setattr(thresholds, "_single_chunk", lambda z: single)
-    device = torch.device("meta" if single else "cpu")  # (only its type is read)
-    per_query, fixed = thresholds.one_block_bytes(3000, 4, device, threads=1)
-    budget = fixed + 200 * (per_query + (32 + 3 * 32) * 4)
+    bank = as_bank(keys.to("meta") if single else keys)  # (only its device type is read)
+    per_query, fixed = thresholds.one_block_bytes(bank, 4, threads=1)
+    budget = fixed + 200 * per_query
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # chunks solved on this thread, where the tracker sees them
     try:
@@ -210,5 +209,5 @@ def test_entmax_candidate_slots_cover_a_narrow_chunk(alpha, dtype):
     item = z.element_size()
     with PeakTracker() as tracker:
         thresholds._solve_candidates(z, alpha, keep, start, safe)
-    slots = z.shape[0] * widest * (thresholds.SLOT_ITEMS * item + thresholds.SLOT_BYTES)
+    slots = z.shape[0] * widest * thresholds._slot_bytes(item)
     assert tracker.peak <= slots, (tracker.peak, slots)

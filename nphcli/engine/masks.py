@@ -229,8 +229,8 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
             ~keep, -torch.inf
         )
     bias = host_buffers.empty((positions.shape[0], num_memories), dtype)  # (Q, M)
-    words = bias.view(_BITS[torch.finfo(dtype).bits]).numpy()  # written through its bits
-    minus_inf = torch.full((1,), -torch.inf, dtype=dtype).view(_BITS[torch.finfo(dtype).bits])
+    words = bias.view(host_buffers.word_dtype(dtype)).numpy()  # written through its bits
+    minus_inf = torch.full((1,), -torch.inf, dtype=dtype).view(host_buffers.word_dtype(dtype))
 
     def write(rows: slice, keys: np.ndarray, kth: np.ndarray) -> None:
         dropped = np.greater(keys, kth).view(np.int8)  # (R, M) 0 or 1
@@ -238,9 +238,6 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
 
     _each_kth(seed, positions, num_memories, k, write)
     return bias
-
-
-_BITS = {16: torch.int16, 32: torch.int32, 64: torch.int64}  # a float's bits, as an integer
 
 
 def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) -> None:

@@ -24,14 +24,10 @@ level at which Σ_i [z_i − t]_+^k = (α−1)^{−k}. Every score at or below t
   or above the start means no score below it could weigh; rows that fail are solved again
   above the safe bound), and the weighted sum gathers the support's rows.
 
-Memory (`one_block_bytes`, which the plan uses): per query its scores and sample; beside them a
-fixed scratch, whatever Q is: the wide path's chunks, or the narrow path's, whose rows are split
-until their candidates fit it. A batch as large as the budget allows keeps the two matrix
-products efficient: at Q = 1000, M = 60,000, d = 784 on 2 cores, one batch of 1000 queries runs
-them in about two thirds of the time that five batches of 200 take.
-
-`models.entmax` uses this while the memories fit one block beside a batch of queries; with
-smaller budgets it uses the candidate rounds of `candidates.py`, also exact.
+Memory (`one_block_bytes`, the plan's count): per query its scores and sample, beside a scratch
+fixed whatever Q is, so a batch is as large as the budget allows (the two matrix products took a
+third less time per query in one batch of 1000 than in batches of 200: M = 60,000, 2 cores).
+`models.entmax` uses this while the memories fit one block, else `candidates.py`'s exact rounds.
 """
 
 from __future__ import annotations
@@ -66,17 +62,21 @@ SLOT_ITEMS, SLOT_BYTES = 5, 32
 SAMPLE_COPIES = 10
 
 
-def one_block_bytes(
-    num_memories: int, item: int, device: torch.device, *, threads: int | None = None
-) -> tuple[int, int]:
+def one_block_bytes(bank: MemoryBank, item: int, *, threads: int | None = None) -> tuple[int, int]:
     """The one-block path's working memory for scores of `item` bytes: bytes per query (its
-    scores, its sample and their scratch) and fixed bytes. On the CPU the scratch is fixed,
-    whatever Q is: the larger of the wide path's chunks and the narrow path's. Elsewhere a batch
-    is one chunk (`_chunk_rows`), so its scratch is counted per query, at the worst case."""
-    per_query = item * (num_memories + SAMPLE_COPIES * (_sample_width(num_memories) + 1))
-    slot = SLOT_ITEMS * item + SLOT_BYTES
-    if device.type != "cpu":
-        return per_query + num_memories * max(CHUNK_COPIES * item, 2 * item + 1 + slot), 0
+    input, outputs, scores, sample and their scratch) and fixed bytes. On the CPU the scratch is
+    fixed, whatever Q is: the larger of the wide path's chunks and the narrow path's. Elsewhere a
+    batch is one chunk (`_single_chunk`), so its scratch is counted per query, at the worst case."""
+    num_memories = bank.num_memories
+    per_query = item * (
+        bank.dim
+        + 3 * bank.value_dim
+        + num_memories
+        + SAMPLE_COPIES * (_sample_width(num_memories) + 1)
+    )
+    if bank.resident()[0].device.type != "cpu":
+        scratch = max(CHUNK_COPIES * item, 2 * item + 1 + _slot_bytes(item))
+        return per_query + num_memories * scratch, 0
     workers = max(1, threads or torch.get_num_threads())
     wide = workers * CHUNK_COPIES * _chunk_rows(num_memories, item, workers) * num_memories * item
     narrow = _chunk_rows(num_memories, item) * num_memories * (2 * item + 1) + _slot_limit(
@@ -104,14 +104,18 @@ def _single_chunk(z: Tensor) -> bool:
 
 def _rows_for(z: Tensor, workers: int = 1) -> int:
     """Rows per chunk of the scores z (Q, M): `_chunk_rows`, or all Q as one chunk."""
-    if _single_chunk(z):
-        return max(1, z.shape[0])
-    return _chunk_rows(z.shape[1], z.element_size(), workers)
+    single = _single_chunk(z)
+    return max(1, z.shape[0]) if single else _chunk_rows(z.shape[1], z.element_size(), workers)
 
 
 def _slot_limit(num_memories: int, item: int) -> int:
     """Bytes a narrow chunk's compacted candidates may take; always enough for one whole row."""
-    return max(CHUNK_COPIES * CHUNK_BYTES, num_memories * (SLOT_ITEMS * item + SLOT_BYTES))
+    return max(CHUNK_COPIES * CHUNK_BYTES, num_memories * _slot_bytes(item))
+
+
+def _slot_bytes(item: int) -> int:
+    """Scratch bytes per slot of compacted candidates, for scores of `item` bytes."""
+    return SLOT_ITEMS * item + SLOT_BYTES
 
 
 def entmax_block_update(
@@ -141,41 +145,45 @@ def entmax_block_update(
 
 
 def _scores(scaled: Tensor, keys: Tensor, rest: float, dtype: torch.dtype) -> Tensor:
-    """β K x as `dtype` (Q, M); a float32 or float64 product is written into a buffer on huge
-    pages (`host_buffers`), a half one is `precision.matmul`'s float32."""
+    """β K x as `dtype` (Q, M): a half product is `precision.matmul`'s float32; a float32 or
+    float64 one (where `scale_queries` put all of β into the queries: rest = 1) is written
+    into a buffer on huge pages (`host_buffers`)."""
     if scaled.dtype != dtype or keys.dtype != dtype:
         return matmul(scaled, keys.T, scale=rest).to(dtype)
     out = host_buffers.empty((scaled.shape[0], keys.shape[0]), dtype, scaled.device)
-    torch.matmul(scaled, keys.T, out=out)
-    return out if rest == 1 else out.mul_(rest)
+    return torch.matmul(scaled, keys.T, out=out)
 
 
 def _narrow_chunks(z: Tensor, start: Tensor):
     """(rows, keep) for row slices of z (Q, M), keep (R, M) marking their candidates (scores
-    above the start): chunks of `_chunk_rows`, halved until their candidates, compacted to the
-    widest row, fit `_slot_limit` (a single row always does)."""
-    if _single_chunk(z):  # its worst case is counted per query by the plan
-        yield slice(0, z.shape[0]), z > start
-        return
-    item = z.element_size()
-    slots = _slot_limit(z.shape[1], item) // (SLOT_ITEMS * item + SLOT_BYTES)
+    above the start): chunks of `_rows_for`, each cut by `_pieces`."""
     step = _rows_for(z)
     for first in range(0, z.shape[0], step):
         rows = slice(first, min(first + step, z.shape[0]))
-        keep = z[rows] > start[rows]  # (R, M)
-        counts = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32)  # (R,) 2x a bool sum
-        yield from _fitting(rows, keep, counts, slots)
+        yield from _pieces(rows, z[rows] > start[rows], z.element_size())
 
 
-def _fitting(rows: slice, keep: Tensor, counts: Tensor, slots: int):
+def _pieces(rows: slice, keep: Tensor, item: int):
+    """(rows, keep) cut so that each piece's candidates, compacted to its widest row, fit
+    `_slot_limit` for scores of `item` bytes. One chunk (`_single_chunk`) stays whole: the plan
+    counted its worst case."""
+    if _single_chunk(keep):
+        yield rows, keep
+        return
+    slots = _slot_limit(keep.shape[1], item) // _slot_bytes(item)
+    counts = keep.view(torch.uint8).sum(dim=1, dtype=torch.int32)  # (R,) 2x a bool sum's speed
+    yield from _halved(rows, keep, counts, slots)
+
+
+def _halved(rows: slice, keep: Tensor, counts: Tensor, slots: int):
     """(rows, keep) halved until rows × the widest count ≤ slots, or a single row."""
     size = rows.stop - rows.start
     if size == 1 or size * int(counts.max()) <= slots:
         yield rows, keep
         return
     half = size // 2
-    yield from _fitting(slice(rows.start, rows.start + half), keep[:half], counts[:half], slots)
-    yield from _fitting(slice(rows.start + half, rows.stop), keep[half:], counts[half:], slots)
+    yield from _halved(slice(rows.start, rows.start + half), keep[:half], counts[:half], slots)
+    yield from _halved(slice(rows.start + half, rows.stop), keep[half:], counts[half:], slots)
 
 
 def _weigh_in_place(z: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Tensor]:
@@ -347,8 +355,7 @@ def _solve_candidates(
 ) -> tuple[Tensor, Tensor]:
     """Normalised weights and memory indices (Q, s) of each row's support (padding: weight 0,
     index 0), solved on the scores above the start (keep: z > start), checked, and redone above
-    the safe bound where the check fails (in pieces halved to `_slot_limit`, as the chunks
-    are)."""
+    the safe bound where the check fails (cut by `_pieces`, as the chunks are)."""
     weights, index, t = _solve_above(z, alpha, keep)
     failed = (t < start).squeeze(1)  # (Q,) a score at or below the start may weigh
     if not bool(failed.any()):
@@ -356,13 +363,7 @@ def _solve_candidates(
     rows = failed.nonzero().squeeze(1)  # (F,)
     part = z[rows]  # (F, M)
     above = part > safe[rows]  # (F, M): more candidates than above the start
-    pieces = [(slice(0, len(rows)), above)]
-    if not _single_chunk(z):
-        item = z.element_size()
-        slots = _slot_limit(z.shape[1], item) // (SLOT_ITEMS * item + SLOT_BYTES)
-        counts = above.view(torch.uint8).sum(dim=1, dtype=torch.int32)  # (F,)
-        pieces = list(_fitting(slice(0, len(rows)), above, counts, slots))
-    for piece, kept in pieces:
+    for piece, kept in _pieces(slice(0, len(rows)), above, z.element_size()):
         w, i, _ = _solve_above(part[piece], alpha, kept)
         width = max(weights.shape[1], w.shape[1])
         weights, index = _widen(weights, width), _widen(index, width)

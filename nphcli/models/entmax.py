@@ -94,9 +94,7 @@ class Entmax(HopfieldModel):
         what tells `update` to take the one-block path, so a blockwise plan stops below M."""
         if not self._one_block(bank):
             return super().plan(num_queries, bank, budget)
-        item = itemsize(accumulation_dtype(bank.dtype))
-        scores, fixed = one_block_bytes(bank.num_memories, item, bank.resident()[0].device)
-        per_query = scores + (bank.dim + 3 * bank.value_dim) * item  # input, outputs
+        per_query, fixed = one_block_bytes(bank, itemsize(accumulation_dtype(bank.dtype)))
         rows = plan_rows(budget - fixed, 1, per_query, total=num_queries)
         if budget >= fixed + rows * per_query and rows >= min(num_queries, MIN_QUERY_ROWS):
             return Plan(query_rows=rows, memory_rows=bank.num_memories)
