@@ -20,6 +20,15 @@ DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
 _DEVICE_PATTERN = re.compile(r"^(cpu|mps|auto|cuda(?::(\d+))?)$")
 
 
+def unpinned_cuda(name: str) -> bool:
+    """Whether a `--device` string computes on CUDA without naming a GPU: `cuda`, or `auto`
+    with CUDA present (what `resolve_device` gives it). Each process may then take its own GPU;
+    `cuda:N` pins every process to GPU N."""
+    match = _DEVICE_PATTERN.match(name.strip().lower())
+    unnamed = match is not None and match.group(1) in ("cuda", "auto")
+    return unnamed and torch.cuda.is_available()
+
+
 def resolve_device(name: str) -> torch.device:
     """The torch device for a `--device` string; NphError if it is unknown or not present."""
     text = name.strip().lower()

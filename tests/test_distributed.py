@@ -207,7 +207,7 @@ def test_cuda_workers_equal_one_process(tmp_path, invoke, model, device):
     assert single.exit_code == 0 and spread.exit_code == 0, spread.output
     got, want = json.loads(spread.stdout), json.loads(single.stdout)
     backend = "nccl" if device == "cuda" and torch.cuda.device_count() > 1 else "gloo"
-    assert got["config"]["distributed"]["backend"] == choose_backend(device) == backend
+    assert got["config"]["distributed"]["backend"] == choose_backend(device, 2) == backend
     assert got["per_query"]["nearest"] == want["per_query"]["nearest"]
     torch.testing.assert_close(
         torch.tensor(got["per_query"]["sse"]),

@@ -39,7 +39,15 @@ def _fake_gpus(monkeypatch, count: int, *, nccl: bool = True) -> list[int]:
 )
 def test_choose_backend(monkeypatch, device, gpus, nccl, backend):
     _fake_gpus(monkeypatch, gpus, nccl=nccl)
-    assert choose_backend(device) == backend
+    assert choose_backend(device, 2) == backend
+
+
+@pytest.mark.parametrize(("local_ranks", "backend"), [(2, "nccl"), (3, "nccl"), (4, "gloo")])
+def test_more_local_ranks_than_gpus_take_gloo(monkeypatch, local_ranks, backend):
+    """Three GPUs hold three ranks; a fourth would share GPU 0, which NCCL refuses at its first
+    exchange, so the group uses gloo."""
+    _fake_gpus(monkeypatch, 3)
+    assert choose_backend("cuda", local_ranks) == backend
 
 
 def _fake_group(monkeypatch) -> list[str]:
@@ -74,6 +82,22 @@ def test_each_rank_takes_its_gpu(monkeypatch, device, gpus, rank, local_rank, ba
     assert chosen == ([] if gpu is None else [gpu])
     wire = torch.device("cuda", gpu) if backend == "nccl" else torch.device("cpu")
     assert collective.wire == wire  # NCCL exchanges on the rank's GPU, gloo on the host
+
+
+@pytest.mark.parametrize(("workers", "backend"), [(2, "nccl"), (3, "gloo")])
+def test_local_ranks_beyond_the_gpus_join_over_gloo(monkeypatch, workers, backend):
+    """nph's workers (an address) and torchrun's ranks (LOCAL_WORLD_SIZE) alike: with more ranks
+    on this machine than its 2 GPUs, two share a GPU, so the group uses gloo."""
+    for launcher in ("workers", "torchrun"):
+        _fake_gpus(monkeypatch, 2)
+        backends = _fake_group(monkeypatch)
+        if launcher == "workers":
+            join_group(rank=0, world_size=workers, address="tcp://127.0.0.1:1", device="cuda")
+        else:
+            monkeypatch.setenv("LOCAL_RANK", "0")
+            monkeypatch.setenv("LOCAL_WORLD_SIZE", str(workers))
+            join_group(device="cuda")
+        assert backends == [backend], launcher
 
 
 def _two_equal_ranks(monkeypatch, backend: str) -> tuple[GroupCollective, list[torch.device]]:

@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import torch
 
+from nphcli.devices import unpinned_cuda
 from nphcli.errors import NphError
 from nphcli.memory import open_memory
 from nphcli.memory.collective import GroupCollective
@@ -30,20 +31,16 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
 
 
-def gpu_per_rank(device: str) -> bool:
-    """Whether the `--device` string leaves each rank's GPU to nph: `cuda` (or `auto`) with CUDA
-    present. `cuda:N` pins every rank to GPU N instead."""
-    return device.strip().lower() in ("cuda", "auto") and torch.cuda.is_available()
-
-
-def choose_backend(device: str) -> str:
-    """The process group's backend for ranks computing on `device` (a `--device` string): "nccl"
-    when each rank gets a GPU of its own (`gpu_per_rank`, more than one GPU visible, NCCL built
-    in), else "gloo" (CPU ranks, one GPU, or ranks pinned to one `cuda:N`: NCCL refuses two ranks
-    on one GPU)."""
+def choose_backend(device: str, local_ranks: int) -> str:
+    """The process group's backend for `local_ranks` ranks on this machine computing on `device`
+    (a `--device` string): "nccl" when each rank gets a GPU of its own (`devices.unpinned_cuda`,
+    more than one GPU visible and at least one per local rank, NCCL built in), else "gloo" (CPU
+    ranks, ranks pinned to one `cuda:N`, or more ranks than GPUs: NCCL refuses two ranks on one
+    GPU)."""
     import torch.distributed as dist
 
-    if gpu_per_rank(device) and torch.cuda.device_count() > 1 and dist.is_nccl_available():
+    gpus = torch.cuda.device_count() if unpinned_cuda(device) else 0
+    if 1 < gpus and local_ranks <= gpus and dist.is_nccl_available():
         return "nccl"
     return "gloo"
 
@@ -58,21 +55,26 @@ def join_group(
 ) -> GroupCollective:
     """Join the default process group as `rank` of `world_size` at `address` ("tcp://host:port";
     all None: from torchrun's environment, RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
-    MASTER_PORT), with the backend `choose_backend(device)` picks. When `gpu_per_rank(device)`,
-    this rank computes on GPU local rank mod the visible GPUs (made the current device, which
-    `--device cuda` resolves to)."""
+    MASTER_PORT), with the backend `choose_backend` picks. With an `address` every rank is one of
+    nph's own workers on this machine; else torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE say which.
+    When `devices.unpinned_cuda(device)`, this rank computes on GPU local rank mod the visible
+    GPUs (made the current device, which `--device cuda` resolves to)."""
     import torch.distributed as dist
 
     if not dist.is_available():
         raise NphError("this torch build has no torch.distributed; install a standard build")
-    if gpu_per_rank(device):
-        local_rank = rank if address is not None else int(os.environ.get("LOCAL_RANK", "0"))
+    if address is not None:
+        local_rank, local_ranks = rank, world_size
+    else:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    if unpinned_cuda(device):
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     if not dist.is_initialized():
         kwargs = {"timeout": timedelta(seconds=timeout)}
         if address is not None:
             kwargs.update(init_method=address, rank=rank, world_size=world_size)
-        dist.init_process_group(backend=choose_backend(device), **kwargs)
+        dist.init_process_group(backend=choose_backend(device, local_ranks), **kwargs)
     collective = GroupCollective()
     if collective.rank > 0:  # every rank would say the same; rank 0 speaks for all
         logging.getLogger("nph").setLevel(logging.ERROR)
