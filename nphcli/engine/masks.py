@@ -152,7 +152,7 @@ def _hash_numpy(state: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.nda
             np.bitwise_xor(
                 state[row : row + rows, None], index[None, column : column + columns], out=x
             )
-            _fmix32_numpy(x, scratch[: x.size].reshape(x.shape), skip_first=True)
+            _fmix32_rest_numpy(x, scratch[: x.size].reshape(x.shape))
     return out
 
 
@@ -164,15 +164,15 @@ def _to_int32(x: Tensor) -> Tensor:
 _FMIX_STEPS = ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None))  # `_fmix32`'s shifts, multipliers
 
 
-def _fmix32_numpy(x: np.ndarray, scratch: np.ndarray, *, skip_first: bool = False) -> np.ndarray:
-    """`_fmix32` of a uint32 array in place, with scratch (same shape); `skip_first`: x has had
-    the first xor-shift already."""
-    for step, (shift, multiplier) in enumerate(_FMIX_STEPS):
-        if step or not skip_first:
-            x ^= np.right_shift(x, shift, out=scratch)
-        if multiplier is None:
-            return x
-        x *= np.uint32(multiplier)
+def _fmix32_rest_numpy(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """`_fmix32` after its first xor-shift (already applied to x), of a uint32 array in place,
+    with scratch (same shape)."""
+    (_, first), *rest = _FMIX_STEPS
+    x *= np.uint32(first)
+    for shift, multiplier in rest:
+        x ^= np.right_shift(x, shift, out=scratch)
+        if multiplier is not None:
+            x *= np.uint32(multiplier)
     return x
 
 
