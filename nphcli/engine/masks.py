@@ -116,8 +116,8 @@ def ordered_keys(
         out = torch.empty(num_queries, num_memories, dtype=torch.int32, device=positions.device)
     if out.device.type == "cpu":
         words = out.numpy().view(np.uint32)  # (Q, M)
-        _hash_numpy(state.numpy().view(np.uint32), memory_indices.numpy().view(np.uint32), words)
-        np.bitwise_xor(words, np.uint32(2**31), out=words)
+        state, memory_indices = (w.numpy().view(np.uint32) for w in (state, memory_indices))
+        _hash_numpy(state, memory_indices, words, flip=True)
         return out
     columns, rows = _chunk_shape(num_queries, num_memories)
     x, scratch = (out.new_empty(rows * columns) for _ in range(2))
@@ -138,11 +138,14 @@ def _chunk_shape(num_queries: int, num_memories: int) -> tuple[int, int]:
     return columns, min(num_queries, max(1, _HASH_CHUNK // columns))
 
 
-def _hash_numpy(state: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.ndarray:
+def _hash_numpy(
+    state: np.ndarray, index: np.ndarray, out: np.ndarray, *, flip: bool = False
+) -> np.ndarray:
     """out (Q, M) uint32 ← fmix32(state[q] ⊕ index[m]), hashed in place chunk by chunk with
     numpy's uint32 kernels (SIMD; products wrap modulo 2³² by definition; about three times
-    torch's int32 ones). fmix32's first step x ← x ⊕ (x ≫ 16) distributes over the ⊕ of the two
-    words, so it is applied to the Q + M words instead of the Q·M pairs."""
+    torch's int32 ones); `flip`: with the sign bit flipped, while each chunk is in cache.
+    fmix32's first step x ← x ⊕ (x ≫ 16) distributes over the ⊕ of the two words, so it is
+    applied to the Q + M words instead of the Q·M pairs."""
     state, index = (w ^ (w >> np.uint32(16)) for w in (state, index))  # (Q,), (M,)
     columns, rows = _chunk_shape(*out.shape)
     scratch = np.empty(rows * columns, np.uint32)
@@ -153,6 +156,8 @@ def _hash_numpy(state: np.ndarray, index: np.ndarray, out: np.ndarray) -> np.nda
                 state[row : row + rows, None], index[None, column : column + columns], out=x
             )
             _fmix32_rest_numpy(x, scratch[: x.size].reshape(x.shape))
+            if flip:
+                np.bitwise_xor(x, np.uint32(2**31), out=x)
     return out
 
 
