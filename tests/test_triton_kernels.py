@@ -63,7 +63,7 @@ def _scores(rows: int, columns: int, *, complete: bool, device) -> torch.Tensor:
 def test_step_kernel_equals_the_eager_step(kernels, device, complete, columns, dtype):
     """Rows that fit one program are shifted by their new max, as eager torch does. Wider rows
     may keep the running max as their reference while the block's max exceeds it by at most
-    `STEP_LEAD` (row 3 here: no block max above 30); rows further above it (rows 0 and 4) or
+    `step_lead(dtype)` (row 3 here: no block max above 30); rows further above it (rows 0 and 4) or
     with no reference yet are shifted by the new max. Either way weights are exp(s − shift)."""
     scores = _scores(5, columns, complete=complete, device=device)
     running = torch.tensor([0.5, -torch.inf, -torch.inf, 30.0, -20.0], device=device)
@@ -71,7 +71,7 @@ def test_step_kernel_equals_the_eager_step(kernels, device, complete, columns, d
         scores.clone(), running, dtype, complete, 2.5
     )
     want_max, want_shift, *_ = blocks._exp_math(2.5 * scores, running, dtype, complete, True)
-    lead = 0.0 if columns <= kernels.STEP_MAX_BLOCK else kernels.STEP_LEAD
+    lead = 0.0 if columns <= kernels.STEP_MAX_BLOCK else kernels.step_lead(dtype)
     assert weights.dtype == dtype and weights.shape == scores.shape
     kept = torch.isfinite(want_max)
     assert bool((new_max[kept] <= want_max[kept]).all())
@@ -88,6 +88,22 @@ def test_step_kernel_equals_the_eager_step(kernels, device, complete, columns, d
     torch.testing.assert_close(sums.double(), exact.sum(dim=1), rtol=1e-5, atol=0)
     if not complete:  # nothing admitted: max −inf, shift 0, no weight
         assert new_max[1] == -torch.inf and shift[1] == 0 and sums[1] == 0
+
+
+def test_wide_float16_weights_stay_within_float16(kernels, device):
+    """A wide row whose block max lies 13.6 above its running max: within `STEP_LEAD` (16), but
+    e^13.6 is beyond float16's 65504, so a float16 step must shift by the new max (its
+    `step_lead` is 10.1) and give finite weights equal to the eager step's."""
+    scores = torch.zeros(2, 20000, device=device)
+    scores[:, 7] = 14.0
+    running = torch.tensor([0.4, 0.4], device=device)
+    new_max, shift, weights, sums = kernels.softmax_step(
+        scores.clone(), running, torch.float16, True, 1.0
+    )
+    assert bool(torch.isfinite(weights).all()) and bool((new_max == 14.0).all())
+    exact = torch.exp(scores.double() - 14.0)  # (2, B)
+    torch.testing.assert_close(weights.double(), exact.half().double(), rtol=1e-3, atol=1e-7)
+    torch.testing.assert_close(sums.double(), exact.sum(dim=1), rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("num_queries", [1, 3])

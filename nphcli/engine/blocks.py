@@ -23,7 +23,7 @@ class SoftmaxAccumulator:
     After each block the running max m is raised and earlier sums are rescaled by exp(m_old −
     m_new), which makes the merged result equal to the one-shot softmax. (m is the reference
     the sums are relative to: the Triton step on CUDA may keep it up to
-    `triton_kernels.STEP_LEAD` below the true max, saving a pass; the result is the same.)
+    `triton_kernels.step_lead(dtype)` below the true max, saving a pass; the result is the same.)
     Excluded memories carry a score of −inf and get weight exactly 0; a row whose memories are
     all excluded so far keeps m = −inf and contributes nothing until a finite score arrives.
 

@@ -16,6 +16,8 @@ Importing this module needs Triton; callers fall back to eager torch when it is 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -28,7 +30,8 @@ STEP_MAX_BLOCK = 16384
 # (two vectors of this length) fit the registers beside the chunk.
 STEP_CHUNK = 4096
 # How far a block's max may exceed the running max before the weights are recomputed against
-# it: weights exp(s − m) stay below e¹⁶ ≈ 9·10⁶, far inside float32's and bfloat16's range.
+# it: weights exp(s − m) stay below e¹⁶ ≈ 9·10⁶, far inside float32's and bfloat16's range
+# (float16's is smaller: `step_lead`).
 STEP_LEAD = 16.0
 # Bytes of one memory tile a decode program loads at once (tile rows × padded width): measured
 # on an H100 at M = 10⁶, d = 784, 64 KiB beat 16 and 32 KiB (float32) and 16 KiB (bfloat16).
@@ -119,12 +122,19 @@ def _shift(new_max, COMPLETE: tl.constexpr):
     return tl.where(finite, new_max, 0.0)
 
 
+def step_lead(dtype: torch.dtype) -> float:
+    """`STEP_LEAD` for weights stored in `dtype`, within its range with a factor e to spare:
+    float16 (largest 65504 ≈ e^11.1) takes 10.1, so its weights stay below about 24,000."""
+    return min(STEP_LEAD, math.log(torch.finfo(dtype).max) - 1)
+
+
 def softmax_step(
     scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, scale: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """`blocks.exp_step` for float32 scores (*batch, Q, B), `scale`·scores taken as the scores:
     the new reference (the new max, or for rows wider than `STEP_MAX_BLOCK` possibly the running
-    max, up to `STEP_LEAD` below it), the shift, the weights (in `dtype`) and their row sums."""
+    max, up to `step_lead(dtype)` below it), the shift, the weights (in `dtype`) and their row
+    sums."""
     columns = scores.shape[-1]
     rows = scores.numel() // max(1, columns)
     flat = scores.reshape(rows, columns)  # a view: scores are contiguous
@@ -146,7 +156,7 @@ def softmax_step(
         COMPLETE=complete,
         SINGLE=single,
         BLOCK=block,
-        LEAD=STEP_LEAD,
+        LEAD=step_lead(dtype),
         num_warps=max(4, min(16, block // 1024)),  # 16 to 64 scores per thread
     )
     return new_max, shift, weights, sums
