@@ -11,6 +11,7 @@ from nphcli.engine import selection
 from nphcli.engine.blocks import TopKAccumulator
 from nphcli.engine.candidates import candidate_update
 from nphcli.engine.functional import sparsemax
+from nphcli.engine.planning import BLOCK_ALIGN
 from nphcli.engine.selection import full_topk, group_topk
 from nphcli.memory.bank import TensorBank
 
@@ -132,4 +133,4 @@ def test_topk_plans_blocks_that_group_selection_takes_on_cuda():
     cuda_like = TensorBank(keys)
     cuda_like.device = torch.device("cuda")  # the plan reads only shapes and the device
     plan = model.plan(16384, cuda_like, 2**28)
-    assert plan.memory_rows >= start and plan.memory_rows % 128 == 0
+    assert plan.memory_rows >= start and plan.memory_rows % BLOCK_ALIGN == 0

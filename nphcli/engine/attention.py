@@ -165,19 +165,28 @@ def fused_attention_chosen(bank: MemoryBank, heads: int, *, unmasked: bool = Fal
     (Q, M) scores, which keeps `--memory-budget` honest.
     """
     whole = bank.resident()
-    if whole is None:
+    on_cpu = bank.device.type == "cpu"
+    if whole is None or not (on_cpu or unmasked):  # (CUDA: masked attention stays blockwise)
         return False
     probe = whole[0].new_empty(1, heads, 1, bank.dim // heads)  # (1, H, 1, d/H)
     k, v = _split_heads(whole[0], heads), _split_heads(whole[1], heads)  # (H, M, ·)
     choice = fused_attention_choice(probe, k[None], v[None])
-    if bank.device.type == "cpu":
+    if on_cpu:
         return choice not in (None, SDPA_MATH)
     unpadded = (bank.dim // heads) % 8 == 0 and (bank.value_dim // heads) % 8 == 0
-    return unmasked and unpadded and choice in (SDPA_FLASH, SDPA_CUDNN)
+    return unpadded and choice in (SDPA_FLASH, SDPA_CUDNN)
 
 
-# torch's numbers for its SDPA kernels (torch.nn.attention.SDPBackend).
-SDPA_MATH, SDPA_FLASH, SDPA_CUDNN = 0, 1, 3
+try:  # torch's numbers for its SDPA kernels (torch 2.3 and later)
+    from torch.nn.attention import SDPBackend
+
+    SDPA_MATH, SDPA_FLASH, SDPA_CUDNN = (
+        int(SDPBackend.MATH),
+        int(SDPBackend.FLASH_ATTENTION),
+        int(SDPBackend.CUDNN_ATTENTION),
+    )
+except (ImportError, AttributeError):  # older torch: its choice is not read (taken as none)
+    SDPA_MATH = SDPA_FLASH = SDPA_CUDNN = None
 
 
 def fused_attention_available(x: Tensor, k: Tensor, v: Tensor) -> bool:
@@ -188,7 +197,7 @@ def fused_attention_available(x: Tensor, k: Tensor, v: Tensor) -> bool:
 
 def fused_attention_choice(x: Tensor, k: Tensor, v: Tensor) -> int | None:
     """The SDPA kernel torch's dispatcher would pick for these inputs (`SDPA_*`), or None."""
-    if k.shape[-1] != v.shape[-1]:  # the fused kernels need one head size for keys and values
+    if k.shape[-1] != v.shape[-1] or SDPA_MATH is None:  # (one head size for keys and values)
         return None
     try:  # torch's own dispatcher decision; private, so guarded
         return int(torch._fused_sdp_choice(x, k, v, scale=1.0))

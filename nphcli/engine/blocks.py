@@ -141,9 +141,6 @@ def _exp_math(
 # passes cost microseconds, and the kernel's first call compiles (about a second, cached on disk).
 KERNEL_DEVICES = ("cuda",)
 KERNEL_MIN_CELLS = 1 << 20
-STEP_PARTS_MAX_COLUMNS = (
-    16384  # = triton_kernels.STEP_MAX_BLOCK (not imported: Triton may be absent)
-)
 _KERNEL: dict[str, str | None] = {"failed": None}
 
 
