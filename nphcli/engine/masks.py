@@ -204,23 +204,13 @@ def random_keep(seed: int, positions: Tensor, num_memories: int, k: int) -> Tens
     """Mask (Q, M) of each query's k memories with the smallest hash (`random_subset`'s set,
     formed directly): the keys up to the row's k-th smallest, as they never tie."""
     mask = torch.empty(positions.shape[0], num_memories, dtype=torch.bool, device=positions.device)
-    if mask.device.type == "cpu":
-        target = mask.numpy()
-        _each_kth(
-            seed,
-            positions,
-            num_memories,
-            k,
-            lambda rows, keys, kth: np.less_equal(keys, kth, out=target[rows]),
-        )
-    else:
-        _each_kth(
-            seed,
-            positions,
-            num_memories,
-            k,
-            lambda rows, keys, kth: torch.le(keys, kth, out=mask[rows]),
-        )
+    on_cpu = mask.device.type == "cpu"  # keys are numpy's there (`_each_kth`), torch's elsewhere
+    target, less_equal = (mask.numpy(), np.less_equal) if on_cpu else (mask, torch.le)
+
+    def write(rows: slice, keys, kth) -> None:
+        less_equal(keys, kth, out=target[rows])
+
+    _each_kth(seed, positions, num_memories, k, write)
     return mask
 
 
@@ -344,15 +334,20 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
     steps = torch.arange(num_memories - k, num_memories, device=positions.device)  # (k,) j
     # Every draw depends on (state, j) alone, so all k are hashed at once; only the choice
     # between t and j is sequential.
-    high = _fmix32(state ^ (steps & _MASK32))  # (Q, k)
-    high = _fmix32(high ^ ((steps >> 32) & _MASK32) ^ 0x3C6EF372)
-    low = _fmix32(high ^ 0xBB67AE85)
-    draws = ((high >> 1) << 31 | (low >> 1)) % (steps + 1)  # (Q, k), column j in [0, j]
+    draws = floyd_draws(state, steps)  # (Q, k), column j in [0, j]
     chosen = draws.clone()  # (Q, k)
     for step in range(1, k):
         taken = (chosen[:, :step] == draws[:, step : step + 1]).any(dim=1)  # (Q,)
         chosen[:, step] = torch.where(taken, steps[step], draws[:, step])
     return torch.sort(chosen, dim=1).values  # (Q, k)
+
+
+def floyd_draws(state, step):
+    """Floyd's uniform t in [0, j] for query state(s) and step(s) j, Python ints or int64
+    tensors alike: a 62-bit hash of (state, j) reduced mod j + 1."""
+    high = _fmix32(_fmix32(state ^ (step & _MASK32)) ^ ((step >> 32) & _MASK32) ^ 0x3C6EF372)
+    low = _fmix32(high ^ 0xBB67AE85)
+    return ((high >> 1) << 31 | (low >> 1)) % (step + 1)
 
 
 def random_subset(

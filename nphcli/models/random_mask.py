@@ -31,11 +31,10 @@ from nphcli.engine.attention import fused_attention_chosen, gathered_attention, 
 from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import (
-    _MASK32,
     K_HELP,
-    _fmix32,
     _query_state,
     check_k,
+    floyd_draws,
     random_bias,
     random_choice,
     random_keep,
@@ -167,9 +166,7 @@ def floyd_host(seed: int, positions: Tensor, num_memories: int, k: int) -> Tenso
         state = _query_state(seed, position)
         chosen: set[int] = set()
         for j in range(num_memories - k, num_memories):
-            high = _fmix32(_fmix32(state ^ (j & _MASK32)) ^ ((j >> 32) & _MASK32) ^ 0x3C6EF372)
-            low = _fmix32(high ^ 0xBB67AE85)
-            draw = ((high >> 1) << 31 | (low >> 1)) % (j + 1)
+            draw = floyd_draws(state, j)
             chosen.add(j if draw in chosen else draw)
         rows.append(sorted(chosen))
     return torch.tensor(rows, dtype=torch.int64).reshape(-1, k).to(positions.device)  # (Q, k)
