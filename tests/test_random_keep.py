@@ -23,6 +23,26 @@ def test_fmix32_in_torch_int32_matches_plain_python_hash():
     assert hashed.tolist() == [fmix32_reference(w) for w in words.tolist()]
 
 
+def test_torch_hashing_equals_numpys(monkeypatch):
+    """The hashes, keep masks and additive masks of torch's kernels (the GPU's path, run here on
+    CPU tensors in several chunks and groups) equal those of numpy's (the CPU's)."""
+    positions = torch.arange(11) * 5 + 2**32 - 3
+
+    def forms():
+        return (
+            masks.random_keys(5, positions, torch.arange(900)),
+            masks.random_keep(5, positions, 900, 150),
+            masks.random_bias(5, positions, 900, 150, torch.float32),
+        )
+
+    want = forms()
+    monkeypatch.setattr(masks, "NUMPY_DEVICES", ())
+    monkeypatch.setattr(masks, "_HASH_CHUNK", 1000)  # chunks of 256 columns
+    monkeypatch.setattr(masks, "_KEEP_CHUNK", 2000)  # groups of 2 queries
+    for got, expected in zip(forms(), want, strict=True):
+        assert torch.equal(got, expected)
+
+
 def test_ordered_keys_keep_the_hash_order():
     positions = torch.arange(9) + 2**32 - 4
     keys = masks.random_keys(7, positions, torch.arange(300))  # int64 in [0, 2³²)

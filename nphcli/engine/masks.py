@@ -91,6 +91,11 @@ _HASH_CHUNK = 2**17
 _SIGN = -(2**31)  # int32 with only the sign bit set
 
 
+# Devices whose hashes are computed with numpy's kernels (its arrays share the tensors' memory);
+# elsewhere with torch's. Tests empty it to run torch's on the CPU.
+NUMPY_DEVICES = ("cpu",)
+
+
 def random_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
     """Hash h(seed, position, memory index) as int64 in [0, 2³²), shape (Q, M).
 
@@ -114,7 +119,7 @@ def ordered_keys(
     num_queries, num_memories = state.shape[0], memory_indices.shape[0]
     if out is None:
         out = torch.empty(num_queries, num_memories, dtype=torch.int32, device=positions.device)
-    if out.device.type == "cpu":
+    if out.device.type in NUMPY_DEVICES:
         words = out.numpy().view(np.uint32)  # (Q, M)
         state, memory_indices = (w.numpy().view(np.uint32) for w in (state, memory_indices))
         _hash_numpy(state, memory_indices, words, flip=True)
@@ -204,8 +209,8 @@ def random_keep(seed: int, positions: Tensor, num_memories: int, k: int) -> Tens
     """Mask (Q, M) of each query's k memories with the smallest hash (`random_subset`'s set,
     formed directly): the keys up to the row's k-th smallest, as they never tie."""
     mask = torch.empty(positions.shape[0], num_memories, dtype=torch.bool, device=positions.device)
-    on_cpu = mask.device.type == "cpu"  # keys are numpy's there (`_each_kth`), torch's elsewhere
-    target, less_equal = (mask.numpy(), np.less_equal) if on_cpu else (mask, torch.le)
+    numpy = mask.device.type in NUMPY_DEVICES  # then `_each_kth`'s keys are numpy's
+    target, less_equal = (mask.numpy(), np.less_equal) if numpy else (mask, torch.le)
 
     def write(rows: slice, keys, kth) -> None:
         less_equal(keys, kth, out=target[rows])
@@ -218,7 +223,7 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
     """`random_keep` as an additive mask (Q, M) of `dtype`: 0 on the kept memories, −inf on the
     others. torch's fused attention adds such a mask to its scores; given a bool mask it first
     builds this one itself (`torch.where`, a further pass and allocation)."""
-    if positions.device.type != "cpu":
+    if positions.device.type not in NUMPY_DEVICES:
         keep = random_keep(seed, positions, num_memories, k)  # (Q, M)
         return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(
             ~keep, -torch.inf
@@ -247,7 +252,7 @@ def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) ->
     rows = max(1, min(num_queries, _KEEP_CHUNK // num_memories))
     groups = [slice(start, start + rows) for start in range(0, num_queries, rows)]
     memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
-    if positions.device.type != "cpu":
+    if positions.device.type not in NUMPY_DEVICES:
         keys = torch.empty(rows, num_memories, dtype=torch.int32, device=positions.device)
         for group in groups:
             part = positions[group]  # (R,)
