@@ -31,11 +31,10 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.engine.blocks import SoftmaxAccumulator
+from nphcli.engine.blocks import SoftmaxAccumulator, triton_or_none
 from nphcli.engine.planning import Plan, itemsize, note_over_budget, plan_blocks
 from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype, matmul, scale_queries
 from nphcli.memory.bank import MemoryBank
-from nphcli.notices import notice
 
 
 def softmax_attention(
@@ -56,9 +55,8 @@ def softmax_attention(
         dtype=accumulation_dtype(queries.dtype),
         batch=(heads,),
     )
-    if heads == 1 and block_rows >= bank.num_memories and decode_applies(queries, bank):
-        _decode(queries, bank, beta, acc)
-    else:
+    one_pass = heads == 1 and block_rows >= bank.num_memories and decode_applies(queries, bank)
+    if not (one_pass and _decode(queries, bank, beta, acc)):
         scaled, rest = scale_queries(x, beta)  # (H, Q, d/H) and what β leaves for the scores
         for _, keys, values in bank.blocks(block_rows):
             k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
@@ -80,8 +78,8 @@ _DECODE: dict[str, str | None] = {"failed": None}
 
 def decode_applies(queries: Tensor, bank: MemoryBank) -> bool:
     """Whether `softmax_attention` reads the memories once with the decode kernel
-    (`triton_kernels.decode_partials`): a few queries, memories resident on a CUDA device in a
-    float32 or half dtype, nothing to differentiate."""
+    (`triton_kernels.decode_partials`): up to `DECODE_MAX_QUERIES` queries, memories resident
+    on a CUDA device in a float32 or half dtype, nothing to differentiate."""
     whole = bank.resident()
     return (
         whole is not None
@@ -97,24 +95,20 @@ def decode_applies(queries: Tensor, bank: MemoryBank) -> bool:
     )
 
 
-def _decode(queries: Tensor, bank: MemoryBank, beta: float, acc: SoftmaxAccumulator) -> None:
-    """Fold the decode kernel's per-slice sums into `acc` (one head), or, if the kernel fails,
-    the same sums from two matrix products (eager)."""
+def _decode(queries: Tensor, bank: MemoryBank, beta: float, acc: SoftmaxAccumulator) -> bool:
+    """Fold the decode kernel's per-slice sums into `acc` (one head); False if the kernel is
+    unavailable (the caller then runs the blockwise products)."""
     keys, values = bank.resident()
-    try:
-        from nphcli.engine import triton_kernels
-
-        best, norm, total = triton_kernels.decode_partials(
+    partials = triton_or_none(
+        _DECODE,
+        "the one-pass decode kernel",
+        lambda kernels: kernels.decode_partials(
             queries, keys, values, scale=beta, programs=_decode_programs(queries.device)
-        )  # (P, Q), (P, Q), (P, Q, d_v)
-    except torch.OutOfMemoryError:
-        raise
-    except Exception as error:  # no Triton, or a GPU it cannot compile for
-        _DECODE["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
-        notice(f"the one-pass decode kernel is unavailable ({_DECODE['failed']}); using eager")
-        scaled, rest = scale_queries(queries, beta)
-        acc.add(matmul(scaled, keys.T)[None], values[None], complete=True, scale=rest)
-        return
+        ),
+    )
+    if partials is None:
+        return False
+    best, norm, total = partials  # (P, Q), (P, Q), (P, Q, d_v)
     top = best.amax(dim=0)  # (Q,)
     rescale = torch.exp(best - top)  # (P, Q)
     acc.support += bank.num_memories
@@ -124,6 +118,7 @@ def _decode(queries: Tensor, bank: MemoryBank, beta: float, acc: SoftmaxAccumula
         (norm * rescale).sum(0)[None],
         (total * rescale[..., None]).sum(0)[None],
     )
+    return True
 
 
 def _decode_programs(device: torch.device) -> int:

@@ -106,19 +106,33 @@ def exp_step(
     runs, in place on the scores' buffer (one (Q, B) tensor, not three).
     """
     if _kernel_applies(scores):
-        try:
-            from nphcli.engine import triton_kernels
-
-            return triton_kernels.softmax_step(scores, running_max, dtype, complete, scale)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as error:  # no Triton, or a GPU it cannot compile for: eager is exact
-            _KERNEL["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
-            notice(f"the fused softmax step is unavailable ({_KERNEL['failed']}); using eager")
+        step = triton_or_none(
+            _KERNEL,
+            "the fused softmax step",
+            lambda kernels: kernels.softmax_step(scores, running_max, dtype, complete, scale),
+        )
+        if step is not None:
+            return step
     in_place = not scores.requires_grad
     if scale != 1:
         scores = scores.mul_(scale) if in_place else scores * scale
     return _exp_math(scores, running_max, dtype, complete, in_place)
+
+
+def triton_or_none(state: dict, what: str, call):
+    """`call(triton_kernels)`, or None where Triton is absent or cannot compile for this GPU:
+    then `state["failed"]` records why (the caller stops asking) and a notice says that `what`
+    runs in eager torch, which is exact, from now on."""
+    try:
+        from nphcli.engine import triton_kernels
+
+        return call(triton_kernels)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as error:  # noqa: BLE001  (any failure of the optional kernel)
+        state["failed"] = f"{type(error).__name__}: {str(error)[:200]}"
+        notice(f"{what} is unavailable ({state['failed']}); using eager")
+        return None
 
 
 def _exp_math(
