@@ -5,6 +5,7 @@ provenance that every result file records."""
 
 from __future__ import annotations
 
+import platform
 import statistics
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from nphcli.devices import resolve_device
 from nphcli.errors import NphError
 
 
-def provenance(machine: str) -> dict:
+def provenance(machine: str | None = None) -> dict:
     """What a result file needs to say where it came from, so that numbers from different code
     or machines are never mixed unseen: the machine's name, the commit (with "+dirty" when the
     tree had changes), the intra-op threads and the torch version."""
@@ -34,7 +35,7 @@ def provenance(machine: str) -> dict:
     if git("status", "--porcelain", "--untracked-files=no"):
         commit += "+dirty"
     return {
-        "machine": machine,
+        "machine": machine or f"{platform.node()}-{platform.machine()}",
         "commit": commit,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import device_or_exit  # noqa: E402  (the benchmarks' sibling modules)
+from _common import device_or_exit, provenance  # noqa: E402  (the benchmarks' sibling modules)
 from large import BETA, BLOCK, gemm2, mm_topk  # noqa: E402
 
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET  # noqa: E402
@@ -125,8 +125,8 @@ def probe(device: torch.device, *, small: bool, time_s: float) -> dict:
     noise = torch.randn(max(queries_list), dim, generator=generator, device=device)
     all_queries = keys[rows] + 0.05 * noise  # (Q_max, d); every case takes a prefix
     out: dict = {
+        **provenance(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
-        "torch": torch.__version__,
         "memories": memories,
         "dim": dim,
         "beta": BETA,

@@ -19,7 +19,7 @@ import collections
 import json
 
 import torch
-from _common import device_or_exit, median_ms
+from _common import device_or_exit, median_ms, provenance
 from gpu_probe import MODELS as PROBE_MODELS
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -102,9 +102,8 @@ def main() -> None:
                 }
             )
     info = {
+        **provenance(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
         "memories": args.memories,
         "dim": args.dim,
         "beta": args.beta,

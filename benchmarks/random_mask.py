@@ -24,18 +24,17 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import queries_for, synthetic  # noqa: E402
+from _common import provenance  # noqa: E402
+from run import MEMORIES, REGIME_QUERIES, REGIMES, queries_for, synthetic  # noqa: E402
 
 from nphcli.engine.masks import random_bias, resolve_k  # noqa: E402
 from nphcli.models import create_model  # noqa: E402
 
-CASES = [("unit-norm β=1", 1.0), ("random β=10", 10.0)]
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--memories", type=int, default=60_000)
-    parser.add_argument("--queries", default="200,1000")
+    parser.add_argument("--memories", type=int, default=MEMORIES[-1])
+    parser.add_argument("--queries", default=",".join(map(str, REGIME_QUERIES)))
     parser.add_argument("--k", type=float, default=0.2)
     parser.add_argument("--threads", default="1,0")
     parser.add_argument("--rounds", type=int, default=5)
@@ -44,10 +43,10 @@ def main() -> None:
     default_threads = torch.get_num_threads()
     keys = synthetic(args.memories, 0, torch.device("cpu"))  # (M, d)
     num_keep = resolve_k(args.k, args.memories)
-    out: dict = {"memories": args.memories, "k": args.k, "torch": torch.__version__, "cases": {}}
+    out: dict = {**provenance(), "memories": args.memories, "k": args.k, "cases": {}}
     for threads in (int(t) for t in args.threads.split(",")):
         torch.set_num_threads(threads or default_threads)
-        for label, beta in CASES:
+        for label, beta in REGIMES:
             for num_queries in (int(q) for q in args.queries.split(",")):
                 queries = queries_for(keys, num_queries, seed=1)  # (Q, d)
                 positions = torch.arange(num_queries)

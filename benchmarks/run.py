@@ -175,9 +175,10 @@ def grid(device: torch.device, queries_list, memories_list, budget_s: float) -> 
 
 # -- support regimes (issue 25) -------------------------------------------------------------------
 
-# (label, patterns, β): wide supports (unit-norm patterns at β = 1: nearly half the memories in
-# an α-entmax support), narrow ones (β = 10), and real MNIST digits in [0, 1] at nph's default β.
-REGIMES = [("unit-norm β=1", "synthetic", 1.0), ("random β=10", "synthetic", 10.0)]
+# (label, β) for the same random unit-norm patterns (`synthetic`): wide supports at β = 1 (nearly
+# half the memories in an α-entmax support), narrow ones at β = 10. `regimes` adds real MNIST
+# digits in [0, 1] at nph's default β.
+REGIMES = [("unit-norm β=1", 1.0), ("random β=10", 10.0)]
 REGIME_QUERIES = [200, 1000]
 MNIST = Path(__file__).resolve().parents[1] / "sample_data" / "MNIST" / "raw"
 
@@ -188,7 +189,7 @@ def regimes(device: torch.device, num_memories: int, queries_list, budget_s: flo
     the issue's targets name, all timed in this run."""
     from nphcli.defaults import DEFAULT_BETA
 
-    cases = [(label, synthetic(num_memories, 0, device), beta) for label, _, beta in REGIMES]
+    cases = [(label, synthetic(num_memories, 0, device), beta) for label, beta in REGIMES]
     digits = idx_images(MNIST / "train-images-idx3-ubyte.gz")
     if digits is not None:  # the 5,000 bundled digits, M = 5,000
         cases.append((f"MNIST β={DEFAULT_BETA}", digits.to(device), DEFAULT_BETA))
@@ -590,8 +591,8 @@ def main() -> None:
     budget_s = 1.0 if args.quick else 3.0
     queries_list = QUERIES[:2] if args.quick else QUERIES
     memories_list = MEMORIES[:2] if args.quick else MEMORIES
+    regime_queries = queries_list[1:2] if args.quick else REGIME_QUERIES
     if args.only == "regimes":
-        regime_queries = queries_list[1:2] if args.quick else REGIME_QUERIES
         results = {**provenance(args.machine), "device": str(device)}
         results["regimes"] = regimes(device, memories_list[-1], regime_queries, budget_s)
         print(json.dumps(results, indent=1))
@@ -616,12 +617,7 @@ def main() -> None:
     print("grid…", file=sys.stderr)
     results["grid"] = grid(device, queries_list, memories_list, budget_s)
     print("support regimes…", file=sys.stderr)
-    results["regimes"] = regimes(
-        device,
-        memories_list[-1],
-        queries_list[1:2] if args.quick else REGIME_QUERIES,
-        budget_s,
-    )
+    results["regimes"] = regimes(device, memories_list[-1], regime_queries, budget_s)
     if not args.quick:
         print("scaling…", file=sys.stderr)
         results["scaling"] = scaling(device, budget_s)

@@ -12,7 +12,7 @@ import argparse
 import json
 
 import torch
-from _common import device_or_exit, median_ms
+from _common import device_or_exit, median_ms, provenance
 
 from nphcli.engine.selection import MIN_GROUPS_PER_K, full_topk, group_topk
 
@@ -48,9 +48,8 @@ def main() -> None:
             row[f"group{group}_over_full"] = ms / row["full_topk_ms"]
         rows.append(row)
     info = {
+        **provenance(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
         "queries": queries,
         "block": block,
         "rows": rows,

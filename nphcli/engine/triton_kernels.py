@@ -33,8 +33,9 @@ STEP_CHUNK = 4096
 # it: weights exp(s − m) stay below e¹⁶ ≈ 9·10⁶, far inside float32's and bfloat16's range
 # (float16's is smaller: `step_lead`).
 STEP_LEAD = 16.0
-# Bytes of one memory tile a decode program loads at once (tile rows × padded width): measured
-# on an H100 at M = 10⁶, d = 784, 64 KiB beat 16 and 32 KiB (float32) and 16 KiB (bfloat16).
+# Bytes of one memory tile a decode program loads at once (tile rows × padded width): on an H100
+# at M = 10⁶, d = 784 (`h100-kernels-ab`), 64 KiB was best in bfloat16; in float32 32 KiB was
+# faster (1.44 against 1.87 ms), not yet retuned.
 DECODE_TILE_BYTES = 65536
 
 
