@@ -51,18 +51,23 @@ def device_or_exit(name: str) -> torch.device:
         raise SystemExit(2) from None
 
 
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously; a timer must not stop
+    before the kernels do)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def median_ms(run, device: torch.device, repeats: int) -> float:
     """Median milliseconds of `run()` over `repeats` calls after one warm-up (kernels,
     allocator, caches), each call waited for on CUDA."""
     run()
     times = []
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
         begin = time.perf_counter()
         run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
         times.append((time.perf_counter() - begin) * 1000)
     return statistics.median(times)
 

@@ -7,12 +7,12 @@ bfloat16, it times nph's dense, topk (k = 10), sparse, entmax, random (k = 10) a
 (H = 4) against the plain-torch baselines of `large.py` on the same inputs in the same run (the
 two GEMMs per block, X·Kᵀ in one product, X·K_bᵀ + torch.topk(10) + weighted sum). Every time
 is the median of a few synchronised calls after a warm-up (`first_s`, the warm-up's own time;
-`first_dense_call_s`, the process's first dense call per dtype, which compiles the fused softmax
-step). It also records each model's peak
-allocation beyond its inputs (torch.cuda.max_memory_allocated) against `--memory-budget`, each
-model's relative error against float64 on 64 queries, the plan (query batch, memory block) nph
-chose, and whether cuBLAS float32 output and the compiled step were used. Cases projected past
-10 s from the previous Q are skipped, and everything stops at --time-s.
+`first_dense_call_s`, the process's first dense call per dtype, which compiles the Triton
+softmax step). It also records each model's peak allocation beyond its inputs
+(torch.cuda.max_memory_allocated) against `--memory-budget`, each model's relative error against
+float64 on 64 queries, the plan (query batch, memory block) nph chose, whether cuBLAS float32
+output was used, and any Triton kernel that fell back to eager torch. Cases projected past 10 s
+from the previous Q are skipped, and everything stops at --time-s.
 
 Prints one JSON object (also written to --out) and a Markdown table. `--small` (M = 20,000,
 d = 64) runs the same code on a CPU in seconds; its numbers mean nothing.
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import device_or_exit, provenance  # noqa: E402  (the benchmarks' sibling modules)
+from _common import device_or_exit, provenance, sync  # noqa: E402  (the benchmarks' sibling modules)
 from large import BETA, BLOCK, gemm2, mm_topk  # noqa: E402
 
 from nphcli.defaults import DEFAULT_MEMORY_BUDGET  # noqa: E402
@@ -65,25 +65,20 @@ TARGETS = [
 ]
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed(fn, device: torch.device, *, repeats: int = 3, budget_s: float = 3.0) -> dict:
     """{'s': median seconds, 'first_s': the warm-up call, 'reps'}; a warm-up over 2 s is
     followed by one timed call only."""
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     fn()
-    _sync(device)
+    sync(device)
     first = time.perf_counter() - start
     times: list[float] = []
     wanted = 1 if first > 2.0 else repeats
     while len(times) < wanted and (len(times) < 1 or sum(times) < budget_s):
         start = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - start)
     return {"s": statistics.median(times), "first_s": first, "reps": len(times)}
 
@@ -93,7 +88,7 @@ def timed_with_peak(fn, device: torch.device) -> dict:
     allocated before them (each call's result is dropped before the next)."""
     if device.type != "cuda":
         return {**timed(fn, device), "peak_bytes": None}
-    _sync(device)
+    sync(device)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
@@ -196,14 +191,15 @@ def _projected(previous: tuple[int, float] | None, num_queries: int) -> float:
 
 def _first_calls(queries: torch.Tensor, keys: torch.Tensor, device: torch.device) -> dict:
     """Seconds of this process's first dense retrieval per dtype: what one `nph retrieve` pays
-    to compile the fused softmax step (on CUDA, for blocks of 2²⁴ scores or more)."""
+    to compile the Triton softmax step (on CUDA, for blocks of `blocks.KERNEL_MIN_CELLS` scores
+    or more; cached on disk for later processes)."""
     seconds = {}
     for dtype in (torch.float32, torch.bfloat16):
         x, k = queries.to(dtype), keys.to(dtype)
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         create_model("dense", beta=BETA).retrieve(x, k)
-        _sync(device)
+        sync(device)
         seconds[str(dtype).removeprefix("torch.")] = time.perf_counter() - start
     return seconds
 

@@ -18,6 +18,7 @@ import time
 from functools import partial
 
 import torch
+from _common import sync
 
 from nphcli.engine import summary_cache
 from nphcli.models import create_model
@@ -35,21 +36,16 @@ MODELS = {
 }
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _time(fn, device: torch.device, budget_s: float, repeats: int = 5) -> float:
     """Median seconds of fn() after one warm-up, synchronising the device around each call."""
-    _sync(device)
+    sync(device)
     fn()
-    _sync(device)
+    sync(device)
     times: list[float] = []
     while len(times) < repeats and (len(times) < 2 or sum(times) < budget_s):
         start = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -29,7 +29,7 @@ import sys
 import time
 
 import torch
-from _common import device_or_exit
+from _common import device_or_exit, sync
 from torch.utils.flop_counter import FlopCounterMode
 
 from nphcli.layers import NPH, NPHPooling
@@ -55,11 +55,6 @@ def build(label: str, device: torch.device) -> NPH:
     return NPH(HIDDEN, rule=create_model(model, beta=0.25, **params)).to(device).eval()
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure(label: str, size: int, repeats: int, device: torch.device) -> dict:
     torch.manual_seed(0)
     layer = build(label, device)
@@ -71,10 +66,10 @@ def measure(label: str, size: int, repeats: int, device: torch.device) -> dict:
         layer(x)  # warm-up
         times = []
         for _ in range(repeats):
-            _sync(device)
+            sync(device)
             started = time.perf_counter()
             layer(x)
-            _sync(device)
+            sync(device)
             times.append(time.perf_counter() - started)
     return {
         "rule": label,
@@ -106,10 +101,10 @@ def step_seconds(layer: NPHPooling, stored: torch.Tensor, repeats: int) -> list[
     """Forward and backward times of `layer` on `stored`, after one warm-up step."""
     times = []
     for i in range(repeats + 1):
-        _sync(stored.device)
+        sync(stored.device)
         started = time.perf_counter()
         layer(stored).square().sum().backward()
-        _sync(stored.device)
+        sync(stored.device)
         if i:
             times.append(time.perf_counter() - started)
     return times

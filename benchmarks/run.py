@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import device_or_exit, provenance
+from _common import device_or_exit, provenance, sync
 from large import large_cases
 
 from nphcli.engine import summary_cache
@@ -62,22 +62,17 @@ NPH = Path(sys.executable).with_name("nph")
 # -- timing ---------------------------------------------------------------------------------------
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed(fn, device: torch.device, *, budget_s: float, max_repeats: int = 7) -> dict:
     """Median and min seconds of fn() over repeats, after one warm-up call. Repeats stop once
     they have used `budget_s` (at least three), so slow cases do not dominate the run."""
-    _sync(device)
+    sync(device)
     fn()
-    _sync(device)
+    sync(device)
     times: list[float] = []
     while len(times) < max_repeats and (len(times) < 3 or sum(times) < budget_s):
         start = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - start)
     return {"median_s": statistics.median(times), "min_s": min(times), "repeats": len(times)}
 
