@@ -7,11 +7,13 @@ rounding): `SoftmaxAccumulator` (online softmax: running max, normaliser and wei
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 from torch import Tensor
 
 from nphcli.engine.precision import HALF_DTYPES, matmul
-from nphcli.engine.selection import block_topk
+from nphcli.engine.selection import block_topk, fused_selection_applies, group_size
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
 from nphcli.notices import notice
@@ -119,14 +121,13 @@ def exp_step(
     return _exp_math(scores, running_max, dtype, complete, in_place)
 
 
-def triton_or_none(state: dict, what: str, call):
-    """`call(triton_kernels)`, or None where Triton is absent or cannot compile for this GPU:
-    then `state["failed"]` records why (the caller stops asking) and a notice says that `what`
-    runs in eager torch, which is exact, from now on."""
+def triton_or_none(state: dict, what: str, call, module: str = "triton_kernels"):
+    """`call(kernels)` with `kernels` the Triton module `nphcli.engine.<module>`, or None where
+    Triton is absent or cannot compile for this GPU: then `state["failed"]` records why (the
+    caller stops asking) and a notice says that `what` runs in eager torch, which is exact, from
+    now on."""
     try:
-        from nphcli.engine import triton_kernels
-
-        return call(triton_kernels)
+        return call(importlib.import_module(f"nphcli.engine.{module}"))
     except torch.OutOfMemoryError:
         raise
     except Exception as error:  # noqa: BLE001  (any failure of the optional kernel)
@@ -179,6 +180,8 @@ class TopKAccumulator:
     one stable sort over all M scores would leave them.
 
     The cut (`block_topk`) is exact with the same tie rule; `nphcli.engine.selection` says how.
+    On CUDA, for k ≤ `selection.FUSED_MAX_K`, cut and merge are two Triton launches
+    (`triton_selection.select_merge`) in place of about 45 eager operations per block.
     """
 
     def __init__(self, num_queries: int, k: int, *, device, dtype: torch.dtype):
@@ -186,9 +189,24 @@ class TopKAccumulator:
         self.scores = torch.empty(num_queries, 0, device=device, dtype=dtype)  # (Q, ≤k)
         self.index = torch.empty(num_queries, 0, device=device, dtype=torch.int64)  # (Q, ≤k)
 
-    def add(self, scores: Tensor, start: int) -> None:
-        """Merge one block of scores (Q, B) for memories start .. start + B − 1."""
+    def add(self, scores: Tensor, start: int, scale: float = 1.0) -> None:
+        """Merge one block of scores `scale`·(Q, B) for memories start .. start + B − 1 (the
+        scaling is left to this step, so the fused kernels can do it while reading)."""
         num_queries, block = scores.shape
+        if fused_selection_applies(scores, start, self.k) and _SELECT["failed"] is None:
+            merged = triton_or_none(
+                _SELECT,
+                "the fused top-k selection",
+                lambda kernels: kernels.select_merge(
+                    scores, start, self.k, group_size(self.k), self.scores, self.index, scale
+                ),
+                module="triton_selection",
+            )
+            if merged is not None:
+                self.scores, self.index = merged
+                return
+        if scale != 1:
+            scores = scores * scale if scores.requires_grad else scores.mul_(scale)
         if block > self.k:
             local = block_topk(scores, self.k)  # (Q, k) block-local indices, ascending
         else:
@@ -222,6 +240,7 @@ class TopKAccumulator:
         self.scores, self.index = scores.gather(1, order), index.gather(1, order)
 
 
+_SELECT: dict[str, str | None] = {"failed": None}  # why the fused selection is off, if it is
 _NO_ROW = torch.iinfo(torch.int64).max  # the index of a padding entry: after every real row
 
 

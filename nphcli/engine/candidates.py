@@ -88,7 +88,7 @@ def _round(
     scores_dtype = accumulation_dtype(scaled.dtype)
     top = TopKAccumulator(scaled.shape[0], count, device=scaled.device, dtype=scores_dtype)
     for start, keys in bank.key_blocks(block_rows):
-        top.add(matmul(scaled, keys.T, scale=rest), start)  # (G, B) scores
+        top.add(matmul(scaled, keys.T), start, scale=rest)  # (G, B) scores, times rest
     top.merge(bank.collective)  # every rank now holds the same global top c
     # Sorted scores: a NaN or +inf comes first, a −inf last; the largest magnitude sees them all.
     finite = top.scores.abs().amax(dim=1, keepdim=True) < torch.inf  # (G, 1)

@@ -33,6 +33,10 @@ from torch import Tensor
 SMALL_K = 16  # up to this k, groups of 128 scores; above, 64 (see `group_size`)
 MIN_GROUPS_PER_K = 4  # group selection from ⌈B/G⌉ ≥ this many times k groups; below, a full topk
 GROUP_DEVICES = ("cuda",)  # where group selection is faster (see benchmarks/topk_select.py)
+# Up to this k, group selection and the merge with the kept k run as Triton kernels
+# (`triton_selection`): each program takes the best key k times, so its work grows with k·(k·G).
+FUSED_MAX_K = 64
+FUSED_INDEX_LIMIT = 2**32 - 1  # memory indices the kernels' packed keys can hold
 
 
 def group_size(k: int) -> int:
@@ -50,6 +54,22 @@ def selection_block_rows(k: int, device: torch.device) -> int:
     if device.type in GROUP_DEVICES:
         return MIN_GROUPS_PER_K * k * group_size(k)
     return k
+
+
+def fused_selection_applies(scores: Tensor, start: int, k: int) -> bool:
+    """Whether `TopKAccumulator.add` cuts and merges this block (Q, B) with the Triton kernels:
+    float32 scores on a `GROUP_DEVICES` device, in rows of contiguous columns, wide enough for
+    group selection, k ≤ `FUSED_MAX_K`, nothing to differentiate."""
+    device = scores.device
+    return (
+        device.type in GROUP_DEVICES
+        and scores.dtype == torch.float32
+        and k <= FUSED_MAX_K
+        and scores.shape[1] >= selection_block_rows(k, device)
+        and scores.stride(1) == 1
+        and start + scores.shape[1] <= FUSED_INDEX_LIMIT
+        and not scores.requires_grad
+    )
 
 
 def block_topk(scores: Tensor, k: int) -> Tensor:

@@ -37,6 +37,7 @@ STEP_LEAD = 16.0
 # at M = 10⁶, d = 784 (`h100-kernels-ab`), 64 KiB was best in bfloat16; in float32 32 KiB was
 # faster (1.44 against 1.87 ms), not yet retuned.
 DECODE_TILE_BYTES = 65536
+DECODE_WARPS = 8  # warps per decode program
 
 
 @triton.jit
@@ -255,6 +256,6 @@ def decode_partials(
         TILE=tile,
         BLOCK_D=block_d,
         BLOCK_V=block_v,
-        num_warps=8,
+        num_warps=DECODE_WARPS,
     )
     return best, norm, total

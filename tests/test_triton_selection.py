@@ -1,0 +1,134 @@
+"""The fused top-k selection (`nphcli.engine.triton_selection`) against one stable sort over
+all scores: on a CPU through Triton's interpreter, on CUDA compiled. Ties, NaN, ±inf and −0 are
+planted, since the kernels select by integer keys made from the floats' bits."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import types
+
+import pytest
+import torch
+
+from nphcli.engine import blocks, selection
+from nphcli.engine.blocks import TopKAccumulator
+from nphcli.models import create_model
+
+triton = pytest.importorskip("triton", reason="the kernels need Triton (installed with CUDA torch)")
+
+
+@pytest.fixture
+def kernels(device, monkeypatch):
+    """The kernel module, compiled on CUDA or interpreted on a CPU, with the fused selection
+    enabled on `device`."""
+    from nphcli.engine import triton_selection
+
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter must be chosen before Triton is imported")
+    monkeypatch.setattr(selection, "GROUP_DEVICES", (device.type,))
+    monkeypatch.setitem(blocks._SELECT, "failed", None)
+    return triton_selection
+
+
+def _blocks(rows: int, width: int, count: int, seed: int, device) -> list[torch.Tensor]:
+    """Score blocks of small integers (many ties, within and across blocks) with a NaN, ±inf,
+    −0 and a row of equal scores planted."""
+    generator = torch.Generator().manual_seed(seed)
+    made = [torch.randint(-6, 7, (rows, width), generator=generator).float() for _ in range(count)]
+    made[0][0, 5] = torch.nan
+    made[-1][0, 2] = torch.nan  # two NaNs in one row: the lower index first
+    made[0][1, 7] = torch.inf
+    made[-1][2, 9] = -torch.inf
+    for block in made[1:-1]:
+        block[3] = -1.0
+    made[0][3] = -0.0  # a row of −0, then +0 in the last block: equal, so the −0 are kept
+    made[-1][3] = 0.0
+    made[0][4] = 1.5  # a row of equal scores: the k lowest indices
+    return [block.to(device) for block in made]
+
+
+def _reference(parts: list[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best of all scores by one stable descending sort (NaN first, ties to lower index)."""
+    every = torch.cat([part.cpu() for part in parts], dim=1)
+    order = torch.sort(every, dim=1, descending=True, stable=True).indices[:, :k]
+    return every.gather(1, order), order
+
+
+def _same(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]):
+    scores, index = (part.cpu() for part in got)
+    assert torch.equal(index, want[1])
+    assert torch.equal(scores.nan_to_num(1e30), want[0].nan_to_num(1e30))  # −0 equals 0
+
+
+@pytest.mark.parametrize("k", [1, 10, 16, 17, 64])
+def test_select_merge_equals_one_stable_sort(kernels, device, k):
+    group = selection.group_size(k)
+    width = selection.selection_block_rows(k, device) + 37  # a shorter last group
+    parts = _blocks(5, width, 3, seed=k, device=device)
+    kept = (torch.empty(5, 0, device=device), torch.empty(5, 0, device=device, dtype=torch.int64))
+    for number, part in enumerate(parts):
+        kept = kernels.select_merge(part, number * width, k, group, *kept)
+    _same(kept, _reference(parts, k))
+
+
+def test_select_merge_scales_as_it_reads(kernels, device):
+    """scale · scores, rounded as `Tensor.mul_` rounds them: the same keys, bit for bit."""
+    k, scale = 10, 0.37
+    parts = [3 * torch.randn(5, 6000, generator=torch.Generator().manual_seed(2)).to(device)]
+    empty = (torch.empty(5, 0, device=device), torch.empty(5, 0, device=device, dtype=torch.int64))
+    got = kernels.select_merge(parts[0], 0, k, 128, *empty, scale)
+    _same(got, _reference([parts[0] * scale], k))
+
+
+def test_select_merge_in_column_slices(kernels, device, monkeypatch):
+    monkeypatch.setattr(kernels, "MAX_GROUPS", 8)  # 3 slices of 7 groups for 20 groups
+    k, group = 4, 128
+    parts = _blocks(6, 20 * group - 50, 1, seed=3, device=device)
+    empty = (torch.empty(6, 0, device=device), torch.empty(6, 0, device=device, dtype=torch.int64))
+    _same(kernels.select_merge(parts[0], 0, k, group, *empty), _reference(parts, k))
+
+
+def test_select_merge_with_fewer_kept_than_k(kernels, device):
+    """An earlier block narrower than k left fewer than k kept entries."""
+    k, group = 10, 128
+    small = torch.randint(-6, 7, (5, 6), generator=torch.Generator().manual_seed(8)).float()
+    small = small.to(device)
+    top = TopKAccumulator(5, k, device=device, dtype=torch.float32)
+    top.add(small, 0)  # eager: 6 < k entries kept
+    wide = _blocks(5, selection.selection_block_rows(k, device), 1, seed=9, device=device)[0]
+    merged = kernels.select_merge(wide, 6, k, group, top.scores, top.index)
+    _same(merged, _reference([small, wide], k))
+
+
+def test_the_accumulator_takes_the_kernels_and_agrees_with_eager(kernels, device, monkeypatch):
+    calls = []
+    inner = kernels.select_merge
+    monkeypatch.setattr(kernels, "select_merge", lambda *a: calls.append(1) or inner(*a))
+    generator = torch.Generator().manual_seed(4)
+    keys = torch.nn.functional.normalize(torch.randn(12000, 24, generator=generator), dim=1)
+    queries = keys[:7] + 0.1 * torch.randn(7, 24, generator=generator)
+    model = create_model("topk", beta=5.0, k=10)
+    fused = model.retrieve(queries.to(device), keys.to(device), memory_budget=2**17)
+    assert len(calls) >= 2  # several memory blocks
+    monkeypatch.setitem(blocks._SELECT, "failed", "off for this comparison")
+    eager = model.retrieve(queries.to(device), keys.to(device), memory_budget=2**17)
+    assert len(calls) >= 2 and torch.equal(fused.patterns, eager.patterns)
+
+
+def test_a_failing_selection_kernel_falls_back_to_eager(device, monkeypatch, caplog):
+    def fail(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    broken = types.SimpleNamespace(select_merge=fail)
+    monkeypatch.setitem(sys.modules, "nphcli.engine.triton_selection", broken)
+    monkeypatch.setattr(selection, "GROUP_DEVICES", (device.type,))
+    monkeypatch.setitem(blocks._SELECT, "failed", None)
+    parts = _blocks(5, selection.selection_block_rows(10, device), 2, seed=6, device=device)
+    top = TopKAccumulator(5, 10, device=device, dtype=torch.float32)
+    with caplog.at_level(logging.WARNING, logger="nph"):
+        for number, part in enumerate(parts):
+            top.add(part, number * part.shape[1])
+    assert "no compiler here" in caplog.text and blocks._SELECT["failed"]
+    _same((top.scores, top.index), _reference(parts, 10))
