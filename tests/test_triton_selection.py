@@ -132,3 +132,17 @@ def test_a_failing_selection_kernel_falls_back_to_eager(device, monkeypatch, cap
             top.add(part, number * part.shape[1])
     assert "no compiler here" in caplog.text and blocks._SELECT["failed"]
     _same((top.scores, top.index), _reference(parts, 10))
+
+
+@pytest.mark.parametrize("name", ["sparse", "entmax"])
+def test_candidate_rounds_plan_blocks_for_group_selection(monkeypatch, name):
+    """Where group selection runs, sparse and entmax blocks are wide enough for it (else each
+    block falls back to a radix select), as top-k's are; the budget still holds."""
+    from nphcli.memory.bank import TensorBank
+
+    monkeypatch.setattr(selection, "GROUP_DEVICES", ("cpu",))
+    bank = TensorBank(torch.zeros(100_000, 8))
+    plan = create_model(name, beta=1.0).plan(16384, bank, 2**22)
+    assert plan.memory_rows >= selection.selection_block_rows(64, torch.device("cpu")) == 16384
+    monkeypatch.setattr(selection, "GROUP_DEVICES", ())
+    assert create_model(name, beta=1.0).plan(16384, bank, 2**22).memory_rows < 16384

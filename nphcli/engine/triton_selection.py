@@ -27,6 +27,7 @@ from torch import Tensor
 
 MAX_GROUPS = 8192  # group maxima one program holds; a wider block is taken in column slices
 MAXIMA_GROUPS = 16  # groups per program of the maxima kernel
+GROUP_RUN = 32  # group maxima the selection re-reads after taking one of them
 
 
 @triton.jit
@@ -75,36 +76,57 @@ def _select_kernel(
     K_PAD: tl.constexpr,
     G: tl.constexpr,
     N_PAD: tl.constexpr,
+    RUN: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     slots = tl.arange(0, K_PAD)
-    # The k best groups. Padding lanes rank below every group; a taken lane drops below them.
-    lanes = tl.arange(0, N_PAD)
+    # The k best groups. Groups are taken in runs of RUN: each run's best untaken group key
+    # stands for it, and taking one re-reads that run (cached) for its next, so a step costs
+    # O(groups / RUN + RUN). Padding lanes rank below every group, a taken lane below them.
+    runs = tl.arange(0, N_PAD // RUN)
+    lanes = runs[:, None] * RUN + tl.arange(0, RUN)[None, :]  # (N_PAD / RUN, RUN)
     maxima = tl.load(maxima_ptr + row * groups + lanes, mask=lanes < groups, other=-2147483648)
-    group_keys = _pack(maxima, lanes)
-    taken = tl.full([N_PAD], -2147483648, tl.int64) << 32
+    run_heads = tl.max(_pack(maxima, lanes), axis=1)  # (N_PAD / RUN,)
+    taken = tl.full([RUN], -2147483648, tl.int64) << 32
     chosen = tl.zeros([K_PAD], dtype=tl.int64)
     for i in range(K):
-        best = tl.max(group_keys, axis=0)
-        chosen = tl.where(slots == i, 4294967295 - (best & 4294967295), chosen)
-        group_keys = tl.where(group_keys == best, taken, group_keys)
-    # Their scores and the kept entries, merged: the k largest keys, in order.
-    columns = chosen[:, None] * G + tl.arange(0, G)[None, :]  # (K_PAD, G)
+        best = tl.max(run_heads, axis=0)
+        group = 4294967295 - (best & 4294967295)
+        chosen = tl.where(slots == i, group, chosen)
+        run = group // RUN
+        lane = run * RUN + tl.arange(0, RUN)
+        maxima = tl.load(maxima_ptr + row * groups + lane, mask=lane < groups, other=-2147483648)
+        keys = _pack(maxima, lane)
+        run_heads = tl.where(runs == run, tl.max(tl.where(keys < best, keys, taken), 0), run_heads)
+    # Their scores and the kept entries, merged: the k largest keys, in order. The same way:
+    # each chosen group's best untaken key stands for it, and taking one re-reads the group.
+    offsets = tl.arange(0, G)
+    columns = chosen[:, None] * G + offsets[None, :]  # (K_PAD, G)
     inside = (slots[:, None] < K) & (columns < width)
     values = tl.load(scores_ptr + row * row_stride + columns, mask=inside, other=0.0) * scale
     taken_block = tl.full([K_PAD, G], -2147483648, tl.int64) << 32
+    heads = tl.max(
+        tl.where(inside, _pack(_order_key(values), start + columns), taken_block), axis=1
+    )  # (K_PAD,)
+    taken_group = tl.full([G], -2147483648, tl.int64) << 32
     taken_kept = tl.full([K_PAD], -2147483648, tl.int64) << 32
-    block_keys = tl.where(inside, _pack(_order_key(values), start + columns), taken_block)
     have = slots < kept
     kept_scores = tl.load(kept_scores_ptr + row * kept + slots, mask=have, other=0.0)
     kept_index = tl.load(kept_index_ptr + row * kept + slots, mask=have, other=0)
     kept_keys = tl.where(have, _pack(_order_key(kept_scores), kept_index), taken_kept)
     best_keys = tl.zeros([K_PAD], dtype=tl.int64)
     for i in range(K):
-        best = tl.maximum(tl.max(tl.max(block_keys, axis=1), axis=0), tl.max(kept_keys, axis=0))
+        top = tl.max(heads, axis=0)
+        best = tl.maximum(top, tl.max(kept_keys, axis=0))
         best_keys = tl.where(slots == i, best, best_keys)
-        block_keys = tl.where(block_keys == best, taken_block, block_keys)
         kept_keys = tl.where(kept_keys == best, taken_kept, kept_keys)
+        source = heads == best  # the group it came from; none if it was a kept entry
+        group = tl.sum(tl.where(source, chosen, 0), axis=0)
+        column = group * G + offsets
+        live = (column < width) & (top == best)
+        values = tl.load(scores_ptr + row * row_stride + column, mask=live, other=0.0) * scale
+        keys = tl.where(live, _pack(_order_key(values), start + column), taken_group)
+        heads = tl.where(source, tl.max(tl.where(keys < best, keys, taken_group), 0), heads)
     key = (best_keys >> 32).to(tl.int32)
     bits = tl.where(key >= 0, key, key ^ 0x7FFFFFFF)
     done = slots < K
@@ -156,7 +178,7 @@ def _select_part(
     out_index = torch.empty(rows, k, device=scores.device, dtype=torch.int64)
     kept = kept_scores.shape[1]
     k_pad = triton.next_power_of_2(k)
-    lanes = max(triton.next_power_of_2(groups), k_pad * group)
+    n_pad = max(triton.next_power_of_2(groups), k_pad)
     _select_kernel[(rows,)](
         scores,
         scores.stride(0),
@@ -173,7 +195,8 @@ def _select_part(
         K=k,
         K_PAD=k_pad,
         G=group,
-        N_PAD=max(triton.next_power_of_2(groups), k_pad),
-        num_warps=4 if lanes <= 2048 else 8,
+        N_PAD=n_pad,
+        RUN=min(GROUP_RUN, n_pad),
+        num_warps=4 if k_pad * group <= 2048 else 8,
     )
     return out_scores, out_index

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
-from nphcli.engine.candidates import candidate_update, candidate_working_set
+from nphcli.engine.candidates import candidate_plan, candidate_update, candidate_working_set
 from nphcli.engine.functional import entmax
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.engine.precision import accumulation_dtype
@@ -93,12 +93,12 @@ class Entmax(HopfieldModel):
         (`thresholds.one_block_bytes`); else the blockwise plan. A block of all M memories is
         what tells `update` to take the one-block path, so a blockwise plan stops below M."""
         if not self._one_block(bank):
-            return super().plan(num_queries, bank, budget)
+            return candidate_plan(num_queries, bank, budget)
         per_query, fixed = one_block_bytes(bank, itemsize(accumulation_dtype(bank.dtype)))
         rows = plan_rows(budget - fixed, 1, per_query, total=num_queries)
         if budget >= fixed + rows * per_query and rows >= min(num_queries, MIN_QUERY_ROWS):
             return Plan(query_rows=rows, memory_rows=bank.num_memories)
-        plan = super().plan(num_queries, bank, budget)
+        plan = candidate_plan(num_queries, bank, budget)
         if plan.memory_rows < bank.num_memories or bank.num_memories == 1:
             return plan
         return Plan(query_rows=plan.query_rows, memory_rows=-(-bank.num_memories // 2))

@@ -16,8 +16,9 @@ from torch import Tensor
 
 from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
-from nphcli.engine.candidates import candidate_update, candidate_working_set
+from nphcli.engine.candidates import candidate_plan, candidate_update, candidate_working_set
 from nphcli.engine.functional import sparsemax
+from nphcli.engine.planning import Plan
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update
 from nphcli.models.registry import register_model
@@ -63,6 +64,9 @@ class Sparse(HopfieldModel):
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         return candidate_working_set(bank)
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        return candidate_plan(num_queries, bank, budget)
 
     def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
         """Sparsemax of each row (B, H, N, M), padded keys at −∞ (weight 0)."""
