@@ -95,9 +95,12 @@ def _select_kernel(
         chosen = tl.where(slots == i, group, chosen)
         run = group // RUN
         lane = run * RUN + tl.arange(0, RUN)
-        maxima = tl.load(maxima_ptr + row * groups + lane, mask=lane < groups, other=-2147483648)
-        keys = _pack(maxima, lane)
-        run_heads = tl.where(runs == run, tl.max(tl.where(keys < best, keys, taken), 0), run_heads)
+        run_maxima = tl.load(
+            maxima_ptr + row * groups + lane, mask=lane < groups, other=-2147483648
+        )
+        run_keys = _pack(run_maxima, lane)
+        run_next = tl.max(tl.where(run_keys < best, run_keys, taken), axis=0)
+        run_heads = tl.where(runs == run, run_next, run_heads)
     # Their scores and the kept entries, merged: the k largest keys, in order. The same way:
     # each chosen group's best untaken key stands for it, and taking one re-reads the group.
     offsets = tl.arange(0, G)
@@ -121,12 +124,14 @@ def _select_kernel(
         best_keys = tl.where(slots == i, best, best_keys)
         kept_keys = tl.where(kept_keys == best, taken_kept, kept_keys)
         source = heads == best  # the group it came from; none if it was a kept entry
-        group = tl.sum(tl.where(source, chosen, 0), axis=0)
-        column = group * G + offsets
+        source_group = tl.sum(tl.where(source, chosen, 0), axis=0)
+        column = source_group * G + offsets
         live = (column < width) & (top == best)
-        values = tl.load(scores_ptr + row * row_stride + column, mask=live, other=0.0) * scale
-        keys = tl.where(live, _pack(_order_key(values), start + column), taken_group)
-        heads = tl.where(source, tl.max(tl.where(keys < best, keys, taken_group), 0), heads)
+        group_values = tl.load(scores_ptr + row * row_stride + column, mask=live, other=0.0)
+        group_keys = _pack(_order_key(group_values * scale), start + column)
+        group_keys = tl.where(live, group_keys, taken_group)
+        group_next = tl.max(tl.where(group_keys < best, group_keys, taken_group), axis=0)
+        heads = tl.where(source, group_next, heads)
     key = (best_keys >> 32).to(tl.int32)
     bits = tl.where(key >= 0, key, key ^ 0x7FFFFFFF)
     done = slots < K
