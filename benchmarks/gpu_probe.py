@@ -160,6 +160,7 @@ def probe(device: torch.device, *, small: bool, time_s: float) -> dict:
     out["fused_step"] = {
         "failed": blocks._KERNEL["failed"],
         "decode_failed": attention._DECODE["failed"],
+        "selection_failed": blocks._SELECT["failed"],
     }
     out["float32_out_fell_back"] = precision._FLOAT32_OUT["failed"]
     out["total_s"] = time.perf_counter() - began
