@@ -5,6 +5,7 @@ provenance that every result file records."""
 
 from __future__ import annotations
 
+import os
 import platform
 import statistics
 import subprocess
@@ -21,7 +22,9 @@ from nphcli.errors import NphError
 def provenance(machine: str | None = None) -> dict:
     """What a result file needs to say where it came from, so that numbers from different code
     or machines are never mixed unseen: the machine's name, the commit (with "+dirty" when the
-    tree had changes), the intra-op threads and the torch version."""
+    tree had changes), the intra-op threads and the torch version. `NPH_BENCH_COMMIT` overrides
+    the commit where the checkout's history is not this code's: a working tree copied to a GPU
+    machine kept the session's first commit and reported every later change as "+dirty"."""
     root = Path(__file__).resolve().parents[1]
 
     def git(*args: str) -> str:
@@ -31,8 +34,10 @@ def provenance(machine: str | None = None) -> dict:
             return ""
         return done.stdout.strip() if done.returncode == 0 else ""
 
-    commit = git("rev-parse", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
+    commit = os.environ.get("NPH_BENCH_COMMIT") or git("rev-parse", "HEAD") or "unknown"
+    if "NPH_BENCH_COMMIT" not in os.environ and git(
+        "status", "--porcelain", "--untracked-files=no"
+    ):
         commit += "+dirty"
     return {
         "machine": machine or f"{platform.node()}-{platform.machine()}",

@@ -146,3 +146,13 @@ def test_candidate_rounds_plan_blocks_for_group_selection(monkeypatch, name):
     assert plan.memory_rows >= selection.selection_block_rows(64, torch.device("cpu")) == 16384
     monkeypatch.setattr(selection, "GROUP_DEVICES", ())
     assert create_model(name, beta=1.0).plan(16384, bank, 2**22).memory_rows < 16384
+
+
+def test_wide_k_takes_the_kernels_only_for_enough_queries(monkeypatch):
+    """k ≤ SMALL_K: any number of queries; above it, one program per query taking 2k dependent
+    steps leaves the GPU idle for a few queries, so those stay eager."""
+    monkeypatch.setattr(selection, "GROUP_DEVICES", ("cpu",))
+    device = torch.device("cpu")
+    for k, rows, expected in [(10, 1, True), (64, 1, False), (64, 16, True), (65, 99, False)]:
+        scores = torch.zeros(rows, selection.selection_block_rows(k, device))
+        assert selection.fused_selection_applies(scores, 0, k) is expected, (k, rows)

@@ -37,6 +37,11 @@ GROUP_DEVICES = ("cuda",)  # where group selection is faster (see benchmarks/top
 # (`triton_selection`): each program takes the best key k times, so its work grows with k·(k·G).
 FUSED_MAX_K = 64
 FUSED_INDEX_LIMIT = 2**32 - 1  # memory indices the kernels' packed keys can hold
+# Above SMALL_K, the fused selection runs only for this many query rows or more: each row is one
+# program taking its k best one by one, ~2k dependent reads, which at k = 64 and one query left
+# most of the GPU idle (H200, M = 10⁶, float32: sparse took 1.61 ms against 1.25 eager; at
+# Q = 1024 the kernels were 1.5× faster). The threshold between those two is a choice, unmeasured.
+FUSED_WIDE_K_MIN_ROWS = 16
 
 
 def group_size(k: int) -> int:
@@ -59,12 +64,14 @@ def selection_block_rows(k: int, device: torch.device) -> int:
 def fused_selection_applies(scores: Tensor, start: int, k: int) -> bool:
     """Whether `TopKAccumulator.add` cuts and merges this block (Q, B) with the Triton kernels:
     float32 scores on a `GROUP_DEVICES` device, in rows of contiguous columns, wide enough for
-    group selection, k ≤ `FUSED_MAX_K`, nothing to differentiate."""
+    group selection, k ≤ `FUSED_MAX_K` (above `SMALL_K`, enough query rows), nothing to
+    differentiate."""
     device = scores.device
     return (
         device.type in GROUP_DEVICES
         and scores.dtype == torch.float32
         and k <= FUSED_MAX_K
+        and (k <= SMALL_K or scores.shape[0] >= FUSED_WIDE_K_MIN_ROWS)
         and scores.shape[1] >= selection_block_rows(k, device)
         and scores.stride(1) == 1
         and start + scores.shape[1] <= FUSED_INDEX_LIMIT
