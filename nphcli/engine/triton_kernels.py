@@ -33,9 +33,10 @@ STEP_CHUNK = 4096
 # it: weights exp(s − m) stay below e¹⁶ ≈ 9·10⁶, far inside float32's and bfloat16's range
 # (float16's is smaller: `step_lead`).
 STEP_LEAD = 16.0
-# Bytes of one memory tile a decode program loads at once (tile rows × padded width): on an H100
-# at M = 10⁶, d = 784 (`h100-kernels-ab`), 64 KiB was best in bfloat16; in float32 32 KiB was
-# faster (1.44 against 1.87 ms), not yet retuned.
+# Bytes of one memory tile a decode program loads at once (tile rows × padded width): at
+# M = 10⁶, d = 784, 64 KiB was best in bfloat16 on an H100 and an H200 (1.2 against 1.7–2.5 ms
+# there); in float32 an H100 ran 32 KiB faster (1.44 against 1.87 ms), an H200 both alike (1.06,
+# 1.05 ms: `h200-decode-ab`), so one value serves both.
 DECODE_TILE_BYTES = 65536
 DECODE_WARPS = 8  # warps per decode program
 
