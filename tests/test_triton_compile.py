@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton", reason="the kernels need Triton (installed with CUDA torch)")
+pytestmark = pytest.mark.slow  # a child process compiling 10 kernels: about 7 s
 
 K_CASES = [(1, 128, 8192), (10, 128, 512), (64, 64, 1024)]  # (k, G, padded groups)
 

@@ -62,7 +62,19 @@ def _same(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torc
     assert torch.equal(scores.nan_to_num(1e30), want[0].nan_to_num(1e30))  # −0 equals 0
 
 
-@pytest.mark.parametrize("k", [1, 10, 16, 17, 64])
+SLOW = pytest.mark.slow  # interpreted programs of k·G lanes: seconds each on a CPU
+
+
+@pytest.mark.parametrize(
+    "k",
+    [
+        1,
+        10,
+        pytest.param(16, marks=SLOW),
+        pytest.param(17, marks=SLOW),
+        pytest.param(64, marks=SLOW),
+    ],
+)
 def test_select_merge_equals_one_stable_sort(kernels, device, k):
     group = selection.group_size(k)
     width = selection.selection_block_rows(k, device) + 37  # a shorter last group
