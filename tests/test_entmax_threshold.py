@@ -152,7 +152,7 @@ def test_sampled_start_counts_a_far_top_once():
     keys = _patterns(20000, 6)
     scores = 3.0 * keys[:64] @ keys.T  # (Q, M): each row's top is its own pattern, at 3
     z = scores - scores.amax(dim=1, keepdim=True)
-    stride = 20000 // thresholds.SAMPLE
+    stride = thresholds._sample_stride(20000)
     assert bool((z[:, ::stride] == 0).any(dim=1)[0])  # row 0's top (column 0) is sampled
     guess = thresholds._starts(z, 1.5)[0]  # (Q, 1)
     exact = thresholds.solve(z.double(), 1.5)[3]  # (Q, 1)
