@@ -17,17 +17,18 @@ import pytest
 pytest.importorskip("triton", reason="the kernels need Triton (installed with CUDA torch)")
 pytestmark = pytest.mark.slow  # a child process compiling 10 kernels: about 7 s
 
-K_CASES = [(1, 128, 8192), (10, 128, 512), (64, 64, 1024)]  # (k, G, padded groups)
+# (k, G, padded groups, warps), as `select_merge` launches them: up to 8,192 groups a slice.
+K_CASES = [(1, 128, 8192, 4), (10, 128, 512, 4), (10, 128, 8192, 4), (64, 64, 8192, 8)]
 
 
 def _signature(names: str, constants: dict) -> dict:
     """*name: float32 pointer, #name: int64 pointer, @name: int32 pointer, %name: float32,
-    name: int32 (pointers get the kernels' `_ptr` suffix); then the constexprs."""
-    kinds = {"*": "*fp32", "#": "*i64", "@": "*i32", "%": "fp32"}
+    !name: int64, name: int32 (pointers get the kernels' `_ptr` suffix); then the constexprs."""
+    kinds = {"*": "*fp32", "#": "*i64", "@": "*i32", "%": "fp32", "!": "i64"}
     signature = {}
     for name in names.split():
         kind = kinds.get(name[0], "i32")
-        signature[name.lstrip("*#@%") + ("_ptr" if kind.startswith("*") else "")] = kind
+        signature[name.lstrip("*#@%!") + ("_ptr" if kind.startswith("*") else "")] = kind
     return {**signature, **{name: "constexpr" for name in constants}}
 
 
@@ -52,15 +53,17 @@ def compile_all() -> dict:
         names = "*queries *keys *values *max *norm *total num_memories dim value_dim "
         names += "rows_per_program %scale"
         cases.append((f"decode {same}", kernels._decode_kernel, names, constants, 8))
-    for k, group, groups in K_CASES:
+    for k, group, groups, warps in K_CASES:
         constants = {"G": group, "CHUNK": selection.MAXIMA_GROUPS}
         names = "*scores row_stride width %scale @maxima groups"
         cases.append((f"maxima {group}", selection._group_maxima_kernel, names, constants, 4))
         k_pad = triton.next_power_of_2(k)
         constants = {"K": k, "K_PAD": k_pad, "G": group, "N_PAD": groups, "RUN": 32}
         names = "*scores row_stride width %scale @maxima groups *kept_scores #kept_index kept "
-        names += "*out_scores #out_index start"
-        cases.append((f"select {k}", selection._select_kernel, names, constants, 4))
+        for start in ("start", "!start"):  # Triton passes a start ≥ 2³¹ as int64
+            case = f"select {k} {groups} {start}"
+            names_start = names + f"*out_scores #out_index {start}"
+            cases.append((case, selection._select_kernel, names_start, constants, warps))
     results = {}
     for name, kernel, names, constants, warps in cases:
         source = ASTSource(kernel, _signature(names, constants), constexprs=constants)
@@ -88,8 +91,8 @@ def compiled() -> dict:
 @pytest.mark.parametrize(
     "case",
     ["step True True", "step False False", "decode True", "decode False"]
-    + [f"maxima {group}" for _, group, _ in K_CASES]
-    + [f"select {k}" for k, _, _ in K_CASES],
+    + sorted({f"maxima {group}" for _, group, _, _ in K_CASES})
+    + [f"select {k} {n} {s}" for k, _, n, _ in K_CASES for s in ("start", "!start")],
 )
 def test_the_kernel_compiles_for_hopper(compiled, case):
     assert compiled[case] == "ok", compiled[case]

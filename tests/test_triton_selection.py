@@ -32,6 +32,9 @@ def kernels(device, monkeypatch):
     return triton_selection
 
 
+NEGATIVE_NAN = torch.tensor([-4194304], dtype=torch.int32).view(torch.float32).item()  # 0xFFC00000
+
+
 def _blocks(rows: int, width: int, count: int, seed: int, device) -> list[torch.Tensor]:
     """Score blocks of small integers (many ties, within and across blocks) with a NaN, ±inf,
     −0 and a row of equal scores planted."""
@@ -39,6 +42,7 @@ def _blocks(rows: int, width: int, count: int, seed: int, device) -> list[torch.
     made = [torch.randint(-6, 7, (rows, width), generator=generator).float() for _ in range(count)]
     made[0][0, 5] = torch.nan
     made[-1][0, 2] = torch.nan  # two NaNs in one row: the lower index first
+    made[-1][2, 4] = NEGATIVE_NAN  # sign bit set (what inf − inf gives on x86): above +inf too
     made[0][1, 7] = torch.inf
     made[-1][2, 9] = -torch.inf
     for block in made[1:-1]:
@@ -85,13 +89,45 @@ def test_select_merge_equals_one_stable_sort(kernels, device, k):
     _same(kept, _reference(parts, k))
 
 
-def test_select_merge_scales_as_it_reads(kernels, device):
-    """scale · scores, rounded as `Tensor.mul_` rounds them: the same keys, bit for bit."""
-    k, scale = 10, 0.37
-    parts = [3 * torch.randn(5, 6000, generator=torch.Generator().manual_seed(2)).to(device)]
-    empty = (torch.empty(5, 0, device=device), torch.empty(5, 0, device=device, dtype=torch.int64))
-    got = kernels.select_merge(parts[0], 0, k, 128, *empty, scale)
-    _same(got, _reference([parts[0] * scale], k))
+@pytest.mark.parametrize("scale", [0.37, 3e-45])
+def test_select_merge_scales_as_it_reads(kernels, device, monkeypatch, scale):
+    """scale · scores, rounded as `Tensor.mul_` rounds them: the same keys, bit for bit, in the
+    group maxima as in the scores. 3e-45 rounds the scores to a few subnormal steps, so scaling
+    makes ties that the unscaled scores do not have; two blocks, each in column slices."""
+    monkeypatch.setattr(kernels, "MAX_GROUPS", 32)
+    k, width = 16, 40 * 128 + 5  # the 16th best ties with the best of several other groups
+    generator = torch.Generator().manual_seed(2)
+    parts = [3 * torch.randn(6, width, generator=generator).to(device) for _ in range(2)]
+    kept = (torch.empty(6, 0, device=device), torch.empty(6, 0, device=device, dtype=torch.int64))
+    for number, part in enumerate(parts):
+        kept = kernels.select_merge(part, number * width, k, 128, *kept, scale)  # 2 slices each
+    _same(kept, _reference([part * scale for part in parts], k))
+
+
+def test_select_merge_groups_by_scaled_maxima(kernels, device):
+    """Groups are chosen by their scaled maxima: 5.0 and 5.1 both scale to 4 subnormal steps,
+    so the tie goes to the lower index (group 0), which the unscaled maxima would pass over."""
+    scores = torch.full((1, 8 * 128), -10.0)
+    scores[0, 3], scores[0, 130] = 5.0, 5.1
+    scale = 1e-45
+    assert scores[0, 3] * scale == scores[0, 130] * scale  # the scaling makes the tie
+    empty = (torch.empty(1, 0, device=device), torch.empty(1, 0, device=device, dtype=torch.int64))
+    got = kernels.select_merge(scores.to(device), 0, 1, 128, *empty, scale)
+    _same(got, _reference([scores * scale], 1))
+    assert got[1].item() == 3
+
+
+def test_select_merge_at_the_last_packable_index(kernels, device):
+    """Memory indices up to 2³² − 2 fit a key's low 32 bits (`FUSED_INDEX_LIMIT`)."""
+    k, width = 10, 4 * 10 * 128
+    parts = _blocks(6, width, 2, seed=11, device=device)
+    start = selection.FUSED_INDEX_LIMIT - width  # the last block ends at the limit
+    kept = (torch.empty(6, 0, device=device), torch.empty(6, 0, device=device, dtype=torch.int64))
+    kept = kernels.select_merge(parts[0], 0, k, 128, *kept)
+    kept = kernels.select_merge(parts[1], start, k, 128, *kept)
+    scores, order = _reference(parts, k)
+    index = torch.where(order < width, order, order - width + start)
+    _same(kept, (scores, index))
 
 
 def test_select_merge_in_column_slices(kernels, device, monkeypatch):
@@ -150,14 +186,21 @@ def test_a_failing_selection_kernel_falls_back_to_eager(device, monkeypatch, cap
 def test_candidate_rounds_plan_blocks_for_group_selection(monkeypatch, name):
     """Where group selection runs, sparse and entmax blocks are wide enough for it (else each
     block falls back to a radix select), as top-k's are; the budget still holds."""
+    from nphcli.engine.candidates import candidate_working_set
     from nphcli.memory.bank import TensorBank
 
     monkeypatch.setattr(selection, "GROUP_DEVICES", ("cpu",))
     bank = TensorBank(torch.zeros(100_000, 8))
     plan = create_model(name, beta=1.0).plan(16384, bank, 2**22)
     assert plan.memory_rows >= selection.selection_block_rows(64, torch.device("cpu")) == 16384
+    row_bytes, cell_bytes = candidate_working_set(bank)
+    used = plan.query_rows * (row_bytes + plan.memory_rows * cell_bytes)
+    assert used <= 2**22, (plan, used)
+    small = TensorBank(torch.zeros(10_000, 8))  # narrower than any group-selection block
+    grouped = create_model(name, beta=1.0).plan(16384, small, 2**22)
     monkeypatch.setattr(selection, "GROUP_DEVICES", ())
     assert create_model(name, beta=1.0).plan(16384, bank, 2**22).memory_rows < 16384
+    assert create_model(name, beta=1.0).plan(16384, small, 2**22) == grouped  # no wider minimum
 
 
 def test_wide_k_takes_the_kernels_only_for_enough_queries(monkeypatch):

@@ -193,7 +193,8 @@ class TopKAccumulator:
         """Merge one block of scores `scale`·(Q, B) for memories start .. start + B − 1 (the
         scaling is left to this step, so the fused kernels can do it while reading)."""
         num_queries, block = scores.shape
-        if fused_selection_applies(scores, start, self.k) and _SELECT["failed"] is None:
+        fused = fused_selection_applies(scores, start, self.k)
+        if fused and self.scores.dtype == torch.float32 and _SELECT["failed"] is None:
             merged = triton_or_none(
                 _SELECT,
                 "the fused top-k selection",

@@ -118,15 +118,16 @@ def candidate_working_set(bank: MemoryBank) -> tuple[int, int]:
 def candidate_plan(num_queries: int, bank: MemoryBank, budget: int) -> Plan:
     """Query batches and memory blocks for `candidate_update` within `budget`: blocks at least
     as wide as the first round's group selection needs (on CUDA, 4·c₀·G rows, as top-k plans
-    them); narrower blocks would fall back to `torch.topk`, a radix select several times slower
-    per block (H200, Q = 16384 bfloat16: blocks of 4,096 rows took sparse to 4.2× dense)."""
+    them) where M has that many; narrower blocks would fall back to `torch.topk`, a radix select
+    several times slower per block (H200, Q = 16384 bfloat16: blocks of 4,096 rows took sparse to
+    4.2× dense)."""
     row_bytes, cell_bytes = candidate_working_set(bank)
-    first = min(INITIAL_CANDIDATES, bank.num_memories)
+    wide = selection_block_rows(min(INITIAL_CANDIDATES, bank.num_memories), bank.device)
     return plan_blocks(
         num_queries,
         bank,
         budget,
         row_bytes=row_bytes,
         cell_bytes=cell_bytes,
-        min_block_rows=min(selection_block_rows(first, bank.device), bank.num_memories),
+        min_block_rows=wide if wide <= bank.num_memories else 1,  # else no block is wide enough
     )
