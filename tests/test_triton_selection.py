@@ -211,3 +211,18 @@ def test_wide_k_takes_the_kernels_only_for_enough_queries(monkeypatch):
     for k, rows, expected in [(10, 1, True), (64, 1, False), (64, 16, True), (65, 99, False)]:
         scores = torch.zeros(rows, selection.selection_block_rows(k, device))
         assert selection.fused_selection_applies(scores, 0, k) is expected, (k, rows)
+
+
+def test_a_float64_accumulator_stays_eager(kernels, device, monkeypatch):
+    """float64 kept scores merged with float32 blocks (float64 queries against half memories)
+    are merged by eager torch, which keeps float64; the kernels hold float32 keys only."""
+    calls = []
+    monkeypatch.setattr(kernels, "select_merge", lambda *a: calls.append(1))
+    first = torch.randint(-6, 7, (5, 6), generator=torch.Generator().manual_seed(13)).double()
+    parts = _blocks(5, selection.selection_block_rows(10, device), 2, seed=12, device=device)
+    top = TopKAccumulator(5, 10, device=device, dtype=torch.float64)
+    top.add(first.to(device), 0)  # six float64 entries kept
+    for number, part in enumerate(parts):
+        top.add(part, 6 + number * part.shape[1])
+    assert not calls and top.scores.dtype == torch.float64
+    _same((top.scores.float(), top.index), _reference([first.float(), *parts], 10))
