@@ -80,12 +80,11 @@ SLOW = pytest.mark.slow  # interpreted programs of k·G lanes: seconds each on a
     ],
 )
 def test_select_merge_equals_one_stable_sort(kernels, device, k):
-    group = selection.group_size(k)
     width = selection.selection_block_rows(k, device) + 37  # a shorter last group
     parts = _blocks(5, width, 3, seed=k, device=device)
     kept = (torch.empty(5, 0, device=device), torch.empty(5, 0, device=device, dtype=torch.int64))
     for number, part in enumerate(parts):
-        kept = kernels.select_merge(part, number * width, k, group, *kept)
+        kept = kernels.select_merge(part, number * width, k, *kept)
     _same(kept, _reference(parts, k))
 
 
@@ -100,7 +99,7 @@ def test_select_merge_scales_as_it_reads(kernels, device, monkeypatch, scale):
     parts = [3 * torch.randn(6, width, generator=generator).to(device) for _ in range(2)]
     kept = (torch.empty(6, 0, device=device), torch.empty(6, 0, device=device, dtype=torch.int64))
     for number, part in enumerate(parts):
-        kept = kernels.select_merge(part, number * width, k, 128, *kept, scale)  # 2 slices each
+        kept = kernels.select_merge(part, number * width, k, *kept, scale)  # 2 slices each
     _same(kept, _reference([part * scale for part in parts], k))
 
 
@@ -112,7 +111,7 @@ def test_select_merge_groups_by_scaled_maxima(kernels, device):
     scale = 1e-45
     assert scores[0, 3] * scale == scores[0, 130] * scale  # the scaling makes the tie
     empty = (torch.empty(1, 0, device=device), torch.empty(1, 0, device=device, dtype=torch.int64))
-    got = kernels.select_merge(scores.to(device), 0, 1, 128, *empty, scale)
+    got = kernels.select_merge(scores.to(device), 0, 1, *empty, scale)
     _same(got, _reference([scores * scale], 1))
     assert got[1].item() == 3
 
@@ -123,8 +122,8 @@ def test_select_merge_at_the_last_packable_index(kernels, device):
     parts = _blocks(6, width, 2, seed=11, device=device)
     start = selection.FUSED_INDEX_LIMIT - width  # the last block ends at the limit
     kept = (torch.empty(6, 0, device=device), torch.empty(6, 0, device=device, dtype=torch.int64))
-    kept = kernels.select_merge(parts[0], 0, k, 128, *kept)
-    kept = kernels.select_merge(parts[1], start, k, 128, *kept)
+    kept = kernels.select_merge(parts[0], 0, k, *kept)
+    kept = kernels.select_merge(parts[1], start, k, *kept)
     scores, order = _reference(parts, k)
     index = torch.where(order < width, order, order - width + start)
     _same(kept, (scores, index))
@@ -132,21 +131,21 @@ def test_select_merge_at_the_last_packable_index(kernels, device):
 
 def test_select_merge_in_column_slices(kernels, device, monkeypatch):
     monkeypatch.setattr(kernels, "MAX_GROUPS", 8)  # 3 slices of 7 groups for 20 groups
-    k, group = 4, 128
-    parts = _blocks(6, 20 * group - 50, 1, seed=3, device=device)
+    k = 4  # groups of 128
+    parts = _blocks(6, 20 * 128 - 50, 1, seed=3, device=device)
     empty = (torch.empty(6, 0, device=device), torch.empty(6, 0, device=device, dtype=torch.int64))
-    _same(kernels.select_merge(parts[0], 0, k, group, *empty), _reference(parts, k))
+    _same(kernels.select_merge(parts[0], 0, k, *empty), _reference(parts, k))
 
 
 def test_select_merge_with_fewer_kept_than_k(kernels, device):
     """An earlier block narrower than k left fewer than k kept entries."""
-    k, group = 10, 128
+    k = 10
     small = torch.randint(-6, 7, (5, 6), generator=torch.Generator().manual_seed(8)).float()
     small = small.to(device)
     top = TopKAccumulator(5, k, device=device, dtype=torch.float32)
     top.add(small, 0)  # eager: 6 < k entries kept
     wide = _blocks(5, selection.selection_block_rows(k, device), 1, seed=9, device=device)[0]
-    merged = kernels.select_merge(wide, 6, k, group, top.scores, top.index)
+    merged = kernels.select_merge(wide, 6, k, top.scores, top.index)
     _same(merged, _reference([small, wide], k))
 
 
@@ -210,7 +209,7 @@ def test_wide_k_takes_the_kernels_only_for_enough_queries(monkeypatch):
     device = torch.device("cpu")
     for k, rows, expected in [(10, 1, True), (64, 1, False), (64, 16, True), (65, 99, False)]:
         scores = torch.zeros(rows, selection.selection_block_rows(k, device))
-        assert selection.fused_selection_applies(scores, 0, k) is expected, (k, rows)
+        assert selection.fused_selection_applies(scores, scores[:, :0], 0, k) is expected, (k, rows)
 
 
 def test_a_float64_accumulator_stays_eager(kernels, device, monkeypatch):

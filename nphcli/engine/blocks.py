@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.precision import HALF_DTYPES, matmul
-from nphcli.engine.selection import block_topk, fused_selection_applies, group_size
+from nphcli.engine.selection import block_topk, fused_selection_applies
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
 from nphcli.notices import notice
@@ -193,13 +193,12 @@ class TopKAccumulator:
         """Merge one block of scores `scale`·(Q, B) for memories start .. start + B − 1 (the
         scaling is left to this step, so the fused kernels can do it while reading)."""
         num_queries, block = scores.shape
-        fused = fused_selection_applies(scores, start, self.k)
-        if fused and self.scores.dtype == torch.float32 and _SELECT["failed"] is None:
+        if fused_selection_applies(scores, self.scores, start, self.k) and not _SELECT["failed"]:
             merged = triton_or_none(
                 _SELECT,
                 "the fused top-k selection",
                 lambda kernels: kernels.select_merge(
-                    scores, start, self.k, group_size(self.k), self.scores, self.index, scale
+                    scores, start, self.k, self.scores, self.index, scale
                 ),
                 module="triton_selection",
             )

@@ -20,9 +20,9 @@ import torch
 from torch import Tensor
 
 from nphcli.engine.blocks import TopKAccumulator, weighted_rows
-from nphcli.engine.planning import Plan, itemsize, plan_blocks
+from nphcli.engine.planning import Plan, itemsize
 from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
-from nphcli.engine.selection import selection_block_rows
+from nphcli.engine.selection import running_topk_plan
 from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
 
@@ -116,18 +116,10 @@ def candidate_working_set(bank: MemoryBank) -> tuple[int, int]:
 
 
 def candidate_plan(num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-    """Query batches and memory blocks for `candidate_update` within `budget`: blocks at least
-    as wide as the first round's group selection needs (on CUDA, 4·c₀·G rows, as top-k plans
-    them) where M has that many; narrower blocks would fall back to `torch.topk`, a radix select
-    several times slower per block (H200, Q = 16384 bfloat16: blocks of 4,096 rows took sparse to
-    4.2× dense)."""
+    """Query batches and memory blocks for `candidate_update` within `budget`: those of the
+    first round's running top-c₀ (`selection.running_topk_plan`)."""
     row_bytes, cell_bytes = candidate_working_set(bank)
-    wide = selection_block_rows(min(INITIAL_CANDIDATES, bank.num_memories), bank.device)
-    return plan_blocks(
-        num_queries,
-        bank,
-        budget,
-        row_bytes=row_bytes,
-        cell_bytes=cell_bytes,
-        min_block_rows=wide if wide <= bank.num_memories else 1,  # else no block is wide enough
+    first = min(INITIAL_CANDIDATES, bank.num_memories)
+    return running_topk_plan(
+        num_queries, bank, budget, first, row_bytes=row_bytes, cell_bytes=cell_bytes
     )

@@ -30,6 +30,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from nphcli.engine.planning import Plan, plan_blocks
+from nphcli.memory.bank import MemoryBank
+
 SMALL_K = 16  # up to this k, groups of 128 scores; above, 64 (see `group_size`)
 MIN_GROUPS_PER_K = 4  # group selection from ⌈B/G⌉ ≥ this many times k groups; below, a full topk
 GROUP_DEVICES = ("cuda",)  # where group selection is faster (see benchmarks/topk_select.py)
@@ -62,21 +65,41 @@ def selection_block_rows(k: int, device: torch.device) -> int:
     return k
 
 
-def fused_selection_applies(scores: Tensor, start: int, k: int) -> bool:
-    """Whether `TopKAccumulator.add` cuts and merges this block (Q, B) with the Triton kernels:
-    float32 scores on a `GROUP_DEVICES` device, in rows of contiguous columns, wide enough for
-    group selection, k ≤ `FUSED_MAX_K` (above `SMALL_K`, enough query rows), nothing to
-    differentiate."""
+def fused_selection_applies(scores: Tensor, kept: Tensor, start: int, k: int) -> bool:
+    """Whether `TopKAccumulator.add` cuts and merges this block (Q, B) into the kept scores
+    (Q, ≤k) with the Triton kernels: both float32 (their keys are a float32's bits) on a
+    `GROUP_DEVICES` device, rows of contiguous columns wide enough for group selection,
+    k ≤ `FUSED_MAX_K` (above `SMALL_K`, enough query rows), nothing to differentiate."""
     device = scores.device
     return (
         device.type in GROUP_DEVICES
-        and scores.dtype == torch.float32
+        and scores.dtype == kept.dtype == torch.float32
         and k <= FUSED_MAX_K
         and (k <= SMALL_K or scores.shape[0] >= FUSED_WIDE_K_MIN_ROWS)
         and scores.shape[1] >= selection_block_rows(k, device)
         and scores.stride(1) == 1
         and start + scores.shape[1] <= FUSED_INDEX_LIMIT
         and not scores.requires_grad
+    )
+
+
+def running_topk_plan(
+    num_queries: int, bank: MemoryBank, budget: int, k: int, *, row_bytes: int, cell_bytes: int
+) -> Plan:
+    """`plan_blocks` for a running top-k over memory blocks (`TopKAccumulator`): blocks of at
+    least k rows, since each block's merge sorts the k kept entries with the block's (at k = M
+    and a 64 KiB budget, blocks of one row made a step 50× slower), and where M has that many,
+    as wide as group selection starts from on the bank's device (`selection_block_rows`);
+    narrower blocks fall back to `torch.topk`, a radix select several times slower per block on
+    a GPU (H200, Q = 16384 bfloat16: blocks of 4,096 rows took sparse to 4.2× dense)."""
+    wide = selection_block_rows(k, bank.device)
+    return plan_blocks(
+        num_queries,
+        bank,
+        budget,
+        row_bytes=row_bytes,
+        cell_bytes=cell_bytes,
+        min_block_rows=wide if wide <= bank.num_memories else k,
     )
 
 

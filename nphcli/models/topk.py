@@ -23,8 +23,8 @@ from nphcli.engine.blocks import weighted_rows
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.exact_search import exact_topk
 from nphcli.engine.masks import K_HELP, check_k, resolve_k, topk_mask
-from nphcli.engine.planning import Plan, itemsize, plan_blocks
-from nphcli.engine.selection import selection_block_rows
+from nphcli.engine.planning import Plan, itemsize
+from nphcli.engine.selection import running_topk_plan
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
@@ -83,20 +83,11 @@ class TopK(HopfieldModel):
         return CandidateRule(minimum=k, report_k=k, apply=apply)
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        """Memory blocks of at least k rows: the running top-k merges each block into its k
-        kept entries, so smaller blocks would cost a k-entry merge per handful of memories (at
-        k = M and a 64 KiB budget, blocks of one row made a step 50× slower); on CUDA, blocks
-        large enough for group selection (`engine.selection`)."""
+        """The running top-k's blocks (`selection.running_topk_plan`)."""
         row_bytes, cell_bytes = self.working_set(bank)
         k = resolve_k(self.k, bank.num_memories)
-        smallest = selection_block_rows(k, bank.device)  # on CUDA, where group selection runs
-        return plan_blocks(
-            num_queries,
-            bank,
-            budget,
-            row_bytes=row_bytes,
-            cell_bytes=cell_bytes,
-            min_block_rows=min(smallest, bank.num_memories),
+        return running_topk_plan(
+            num_queries, bank, budget, k, row_bytes=row_bytes, cell_bytes=cell_bytes
         )
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
