@@ -33,3 +33,15 @@ def test_a_missing_cuda_device_is_one_error_line(script):
     )
     line = assert_one_error_line(result)
     assert line.startswith("Error: --device cuda: no CUDA device is available"), line
+
+
+def test_provenance_names_the_commit_it_is_told(monkeypatch):
+    """A checkout copied to a GPU machine kept another commit's history: NPH_BENCH_COMMIT names
+    the code measured, with no "+dirty" from that history; without it, git's HEAD."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from _common import provenance
+
+    monkeypatch.setenv("NPH_BENCH_COMMIT", "4f999d5")
+    assert provenance("m")["commit"] == "4f999d5"
+    monkeypatch.delenv("NPH_BENCH_COMMIT")
+    assert provenance("m")["commit"] != "4f999d5"
