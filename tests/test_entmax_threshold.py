@@ -1,4 +1,4 @@
-"""α-entmax by Newton (`functional.entmax`) and the one-block retrieval path (`thresholds.py`)
+"""α-entmax by Newton (`functional.entmax`) and the one-block retrieval path (`entmax_block.py`)
 against an independent reference written here from the formula: p_i = [(α−1)·s_i − τ]_+^{1/(α−1)}
 with τ set by bisection in float64 so that Σ p = 1 (α = 1 + 1e-9: softmax, its limit)."""
 
@@ -99,9 +99,9 @@ def model_bank(keys):
 def test_one_block_paths_match_float64_reference(monkeypatch, dense_share, beta, alpha):
     """Both one-block paths (weights over the whole block, or on compacted candidates), forced
     at wide and narrow supports, within 1e-12 of the bisection reference in float64."""
-    import nphcli.engine.thresholds as thresholds
+    import nphcli.engine.entmax_block as entmax_block
 
-    monkeypatch.setattr(thresholds, "DENSE_SHARE", dense_share)
+    monkeypatch.setattr(entmax_block, "DENSE_SHARE", dense_share)
     keys = _patterns(20000, 2).double()
     queries = torch.nn.functional.normalize(keys[:24] + 0.05 * _patterns(24, 3).double(), dim=1)
     weights = _reference(beta * queries @ keys.T, alpha)  # (Q, M)
@@ -125,10 +125,10 @@ def test_entmax15_matches_the_entmax_package_in_float32(beta):
 def test_whole_block_weights_in_row_chunks_match_float64_reference(monkeypatch, alpha, threads):
     """Weights solved a few rows at a time (here 1–2 rows per chunk, on one or two workers)
     and written into the score block in place: the same result as the reference."""
-    import nphcli.engine.thresholds as thresholds
+    import nphcli.engine.entmax_block as entmax_block
 
-    monkeypatch.setattr(thresholds, "DENSE_SHARE", 0.0)
-    monkeypatch.setattr(thresholds, "CHUNK_BYTES", 2 * 20000 * 8 - 1)  # one row per chunk
+    monkeypatch.setattr(entmax_block, "DENSE_SHARE", 0.0)
+    monkeypatch.setattr(entmax_block, "CHUNK_BYTES", 2 * 20000 * 8 - 1)  # one row per chunk
     keys = _patterns(20000, 2).double()
     queries = torch.nn.functional.normalize(keys[:7] + 0.05 * _patterns(7, 3).double(), dim=1)
     weights = _reference(queries @ keys.T, alpha)  # (Q, M)

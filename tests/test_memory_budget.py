@@ -159,22 +159,23 @@ def test_entmax_one_block_within_its_planned_budget(
     and candidates in chunks halved until they fit (`slots` forces halving down to single rows
     at wide supports). Small chunks make the per-query terms dominate the fixed ones. `single`:
     the batch as one chunk, counted per query, as on a GPU (here on the CPU, where it is seen)."""
-    import nphcli.engine.thresholds as thresholds
+    import nphcli.engine.entmax_block as entmax_block
     from nphcli.engine import host_buffers
     from nphcli.memory.bank import as_bank
 
     monkeypatch.setattr(host_buffers, "HUGE_PAGE_MIN_BYTES", float("inf"))  # seen by the tracker
-    monkeypatch.setattr(thresholds, "CHUNK_BYTES", 2**16)
-    monkeypatch.setattr(thresholds, "DENSE_SHARE", dense_share)
+    monkeypatch.setattr(entmax_block, "CHUNK_BYTES", 2**16)
+    monkeypatch.setattr(entmax_block, "DENSE_SHARE", dense_share)
     if slots is not None:
-        monkeypatch.setattr(thresholds, "_slot_limit", lambda *_: slots * thresholds._slot_bytes(4))
+        limit = slots * entmax_block._slot_bytes(4)
+        monkeypatch.setattr(entmax_block, "_slot_limit", lambda *_: limit)
     generator = torch.Generator().manual_seed(3)
     keys = torch.nn.functional.normalize(torch.rand(3000, 32, generator=generator), dim=1)
     queries = torch.nn.functional.normalize(keys[:200] + 0.05 * torch.rand(200, 32), dim=1)
     model = create_model("entmax", alpha=alpha, beta=beta)
-    monkeypatch.setattr(thresholds, "_single_chunk", lambda z: single)
+    monkeypatch.setattr(entmax_block, "_single_chunk", lambda z: single)
     bank = as_bank(keys.to("meta") if single else keys)  # (only its device type is read)
-    per_query, fixed = thresholds.one_block_bytes(bank, 4, threads=1)
+    per_query, fixed = entmax_block.one_block_bytes(bank, 4, threads=1)
     budget = fixed + 200 * per_query
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # chunks solved on this thread, where the tracker sees them
@@ -197,7 +198,7 @@ def test_entmax_candidate_slots_cover_a_narrow_chunk(alpha, dtype):
     """What solving one narrow chunk allocates stays within the slot bytes `one_block_bytes`
     counts for it: `SLOT_ITEMS` items and `SLOT_BYTES` bytes per slot of its compacted
     candidates (rows × widest count)."""
-    import nphcli.engine.thresholds as thresholds
+    import nphcli.engine.entmax_block as entmax_block
 
     generator = torch.Generator().manual_seed(4)
     scores = torch.randn(8, 3000, generator=generator, dtype=dtype)
@@ -208,6 +209,6 @@ def test_entmax_candidate_slots_cover_a_narrow_chunk(alpha, dtype):
     widest = int(keep.sum(dim=1).max())
     item = z.element_size()
     with PeakTracker() as tracker:
-        thresholds._solve_candidates(z, alpha, keep, start, safe)
-    slots = z.shape[0] * widest * thresholds._slot_bytes(item)
+        entmax_block._solve_candidates(z, alpha, keep, start, safe)
+    slots = z.shape[0] * widest * entmax_block._slot_bytes(item)
     assert tracker.peak <= slots, (tracker.peak, slots)

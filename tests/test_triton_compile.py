@@ -15,20 +15,21 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton", reason="the kernels need Triton (installed with CUDA torch)")
-pytestmark = pytest.mark.slow  # a child process compiling 10 kernels: about 7 s
+pytestmark = pytest.mark.slow  # a child process compiling 14 kernels: about 10 s
 
 # (k, G, padded groups, warps), as `select_merge` launches them: up to 8,192 groups a slice.
 K_CASES = [(1, 128, 8192, 4), (10, 128, 512, 4), (10, 128, 8192, 4), (64, 64, 8192, 8)]
 
 
 def _signature(names: str, constants: dict) -> dict:
-    """*name: float32 pointer, #name: int64 pointer, @name: int32 pointer, %name: float32,
-    !name: int64, name: int32 (pointers get the kernels' `_ptr` suffix); then the constexprs."""
-    kinds = {"*": "*fp32", "#": "*i64", "@": "*i32", "%": "fp32", "!": "i64"}
+    """*name: float32 pointer, &name: float64 pointer, #name: int64 pointer, @name: int32 pointer,
+    %name: float32, !name: int64, name: int32 (pointers get the kernels' `_ptr` suffix); then the
+    constexprs."""
+    kinds = {"*": "*fp32", "&": "*fp64", "#": "*i64", "@": "*i32", "%": "fp32", "!": "i64"}
     signature = {}
     for name in names.split():
         kind = kinds.get(name[0], "i32")
-        signature[name.lstrip("*#@%!") + ("_ptr" if kind.startswith("*") else "")] = kind
+        signature[name.lstrip("*&#@%!") + ("_ptr" if kind.startswith("*") else "")] = kind
     return {**signature, **{name: "constexpr" for name in constants}}
 
 
@@ -38,6 +39,7 @@ def compile_all() -> dict:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from nphcli.engine import triton_entmax as entmax
     from nphcli.engine import triton_kernels as kernels
     from nphcli.engine import triton_selection as selection
 
@@ -64,6 +66,12 @@ def compile_all() -> dict:
             case = f"select {k} {groups} {start}"
             names_start = names + f"*out_scores #out_index {start}"
             cases.append((case, selection._select_kernel, names_start, constants, warps))
+    for power in (1, 2):
+        for pointer in ("*", "&"):
+            names = f"{pointer}z row_stride width sample_stride %lowest %mass %tolerance "
+            names += f"{pointer}sums {pointer}counts"
+            case = f"entmax {power} {pointer}"
+            cases.append((case, entmax._weigh_kernel, names, {"POWER": power}, 4))
     results = {}
     for name, kernel, names, constants, warps in cases:
         source = ASTSource(kernel, _signature(names, constants), constexprs=constants)
@@ -92,7 +100,8 @@ def compiled() -> dict:
     "case",
     ["step True True", "step False False", "decode True", "decode False"]
     + sorted({f"maxima {group}" for _, group, _, _ in K_CASES})
-    + [f"select {k} {n} {s}" for k, _, n, _ in K_CASES for s in ("start", "!start")],
+    + [f"select {k} {n} {s}" for k, _, n, _ in K_CASES for s in ("start", "!start")]
+    + [f"entmax {power} {pointer}" for power in (1, 2) for pointer in ("*", "&")],
 )
 def test_the_kernel_compiles_for_hopper(compiled, case):
     assert compiled[case] == "ok", compiled[case]

@@ -7,7 +7,7 @@ by a monotone Newton iteration (`functional.entmax_threshold`), each from a samp
 - memories in RAM that fit one block beside a batch of at least `MIN_QUERY_ROWS` queries (the
   plan prefers that): one matrix product for all scores, the threshold solved a few rows at a
   time over all scores (wide supports) or on each query's scores above a checked lower bound
-  (narrow ones) (`thresholds.py`), one weighted sum;
+  (narrow ones) (`entmax_block.py`, `thresholds.py`), one weighted sum;
 - otherwise (small budgets, streamed or distributed memories, α = 1): on each query's largest
   scores collected over memory blocks (`candidates.py`).
 Both are exact, so `--memory-budget` changes speed, not results.
@@ -25,10 +25,10 @@ from torch import Tensor
 from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_plan, candidate_update, candidate_working_set
+from nphcli.engine.entmax_block import entmax_block_update, one_block_bytes
 from nphcli.engine.functional import entmax
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.engine.precision import accumulation_dtype
-from nphcli.engine.thresholds import entmax_block_update, one_block_bytes
 from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
@@ -90,7 +90,7 @@ class Entmax(HopfieldModel):
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """All memories in one block when a batch of `MIN_QUERY_ROWS` queries (or all of them)
         fits the budget beside the path's fixed scratch, with its (Q, M) scores and samples
-        (`thresholds.one_block_bytes`); else the blockwise plan. A block of all M memories is
+        (`entmax_block.one_block_bytes`); else the blockwise plan. A block of all M memories is
         what tells `update` to take the one-block path, so a blockwise plan stops below M."""
         if not self._one_block(bank):
             return candidate_plan(num_queries, bank, budget)

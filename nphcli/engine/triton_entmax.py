@@ -1,0 +1,155 @@
+"""α-entmax weights of a block of scores for α = 1.5 and 2, one Triton program per query.
+
+On a GPU, `entmax_block.entmax_block_update`'s eager route issues 600–1,300 small operations and
+17–35 host syncs per batch: its sampled start, then active-set steps, each checked on the host
+(H200, Q = 200, M = 60,000: 10–27× dense). Here one launch does every row's whole solve, with
+the iteration of `thresholds._active_set` (the same steps, bracket and tolerance):
+
+1. a start: the level solved on a strided sample of the row, each sampled score standing for
+   M/n of them and the row's top (0) for itself, as `thresholds._sample_level` weighs them;
+2. the row's level from that start, until a step is below the tolerance;
+3. the unnormalised weights [z − t]_+^power written over the scores, with their sum and count.
+
+A row is read once per step from the GPU's cache or memory; the host waits for nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from nphcli.engine.thresholds import _STEPS
+
+BLOCK = tl.constexpr(1024)  # scores a program reads at a time
+STEPS = tl.constexpr(_STEPS)  # the bound on each solve's steps, the eager iteration's
+
+
+@triton.jit
+def _moments(base, trial, count, stride, weight, SAMPLED: tl.constexpr, POWER: tl.constexpr):
+    """Σw·1[d > 0], Σw·d and Σw·d^POWER of d = [z − trial]_+ over z[0], z[stride], … (`count`
+    scores); w = `weight`, except a sampled top (z = 0, weight 0: the top counts for itself)."""
+    zero = tl.zeros([BLOCK], dtype=base.dtype.element_ty)
+    ones, firsts, seconds = zero, zero, zero
+    for first in range(0, count, BLOCK):
+        offsets = first + tl.arange(0, BLOCK)
+        z = tl.load(base + offsets.to(tl.int64) * stride, mask=offsets < count, other=-float("inf"))
+        d = tl.maximum(z - trial, 0.0)
+        if SAMPLED:
+            w = tl.where(z == 0.0, 0.0, weight)
+            d_weighed = w * d
+            ones += tl.where(d > 0.0, w, 0.0)
+        else:
+            d_weighed = d
+            ones += tl.where(d > 0.0, 1.0, 0.0)
+        firsts += d_weighed
+        if POWER == 2:
+            seconds += d_weighed * d
+    total = firsts
+    if POWER == 2:
+        total = seconds
+    return tl.sum(ones), tl.sum(firsts), tl.sum(total)
+
+
+@triton.jit
+def _solve(
+    base,
+    count,
+    stride,
+    weight,
+    start,
+    lowest,
+    mass,
+    tolerance,
+    SAMPLED: tl.constexpr,
+    POWER: tl.constexpr,
+):
+    """The level t with Σw·[z − t]_+^POWER (+ the top's own term when SAMPLED) = mass, from
+    `start`, in the bracket [lowest, 0]: (the last trial, its sum and its count)."""
+    low, high = lowest, lowest * 0.0
+    t = tl.minimum(tl.maximum(start, low), high)
+    trial, total, ones, error = t, t * 0.0, t * 0.0, tolerance * 2.0
+    steps = 0
+    while (steps < STEPS) & (error > tolerance):
+        trial = t
+        ones, firsts, total = _moments(base, trial, count, stride, weight, SAMPLED, POWER)
+        if SAMPLED:  # the row's top, 0, for itself: d = −trial ≥ 0
+            ones += tl.where(trial < 0.0, 1.0, 0.0)
+            firsts += -trial
+            if POWER == 2:
+                total += trial * trial
+            else:
+                total += -trial
+        excess = total - mass
+        if POWER == 2:
+            # c·a² − 2·Σd·a + Σd² − mass = 0: its smaller root without cancellation; with no
+            # real root (a trial far below the level) a Newton step, which stays below it.
+            disc = firsts * firsts - ones * excess
+            root = excess / (firsts + tl.sqrt(tl.maximum(disc, 0.0)))
+            step = tl.where(disc >= 0.0, root, excess / (2.0 * firsts))
+        else:
+            step = excess / ones
+        error = tl.abs(step)
+        below = total >= mass
+        low = tl.where(below, tl.maximum(low, t), low)
+        high = tl.where(below, high, tl.minimum(high, t))
+        t = t + step
+        stray = ((t < low) | (t > high)) & (error > tolerance)
+        t = tl.where(stray, (low + high) / 2.0, t)
+        steps += 1
+    return trial, total, ones
+
+
+@triton.jit
+def _weigh_kernel(
+    z_ptr,
+    row_stride,
+    width,
+    sample_stride,
+    lowest,
+    mass,
+    tolerance,
+    sums_ptr,
+    counts_ptr,
+    POWER: tl.constexpr,
+):
+    """Row `program_id` of the shifted scores z (row max 0) → [z − t]_+^POWER in place, the
+    weights' sum and count; t solved from a sampled start."""
+    row = tl.program_id(0)
+    base = z_ptr + row.to(tl.int64) * row_stride
+    dtype = z_ptr.dtype.element_ty
+    zero = tl.full([], 0.0, dtype)  # scalars as the scores' type (they arrive as float32)
+    lowest, mass, tolerance = zero + lowest, zero + mass, zero + tolerance
+    sampled = tl.cdiv(width, sample_stride)
+    weight = (width / sampled).to(dtype)
+    start, _, _ = _solve(
+        base, sampled, sample_stride, weight, lowest, lowest, mass, tolerance, True, POWER
+    )
+    level, total, ones = _solve(
+        base, width, 1, weight, start, lowest, mass, tolerance, False, POWER
+    )
+    for first in range(0, width, BLOCK):
+        offsets = first + tl.arange(0, BLOCK)
+        inside = offsets < width
+        d = tl.maximum(tl.load(base + offsets, mask=inside, other=0.0) - level, 0.0)
+        if POWER == 2:
+            d = d * d
+        tl.store(base + offsets, d, mask=inside)
+    tl.store(sums_ptr + row, total)
+    tl.store(counts_ptr + row, ones)
+
+
+def weigh_rows(z: Tensor, power: int, mass: float, sample_stride: int) -> tuple[Tensor, Tensor]:
+    """Overwrite the shifted scores z (Q, M) (float32 or float64, row max 0, rows contiguous)
+    with their unnormalised α-entmax weights [z − t]_+^power, t the level where they sum to
+    `mass`; return the sums and counts (Q, 1) each, as `entmax_block._weigh_in_place` does."""
+    rows, width = z.shape
+    sums = torch.empty(rows, 1, dtype=z.dtype, device=z.device)
+    counts = torch.empty(rows, 1, dtype=z.dtype, device=z.device)
+    tolerance = 8 * torch.finfo(z.dtype).eps * mass ** (1 / power)
+    _weigh_kernel[(rows,)](
+        z, z.stride(0), width, sample_stride, -(mass ** (1 / power)), mass, tolerance,
+        sums, counts, POWER=power,
+    )  # fmt: skip
+    return sums, counts
