@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton", reason="the kernels need Triton (installed with CUDA torch)")
-pytestmark = pytest.mark.slow  # a child process compiling 14 kernels: about 10 s
+pytestmark = pytest.mark.slow  # a child process compiling 16 kernels: about 10 s
 
 # (k, G, padded groups, warps), as `select_merge` launches them: up to 8,192 groups a slice.
 K_CASES = [(1, 128, 8192, 4), (10, 128, 512, 4), (10, 128, 8192, 4), (64, 64, 8192, 8)]
@@ -72,6 +72,9 @@ def compile_all() -> dict:
             names += f"{pointer}sums {pointer}counts"
             case = f"entmax {power} {pointer}"
             cases.append((case, entmax._weigh_kernel, names, {"POWER": power}, 4))
+    for pointer in ("*", "&"):
+        names = f"{pointer}z row_stride width %eps %tolerance {pointer}sums {pointer}counts"
+        cases.append((f"newton {pointer}", entmax._newton_kernel, names, {}, 4))
     results = {}
     for name, kernel, names, constants, warps in cases:
         source = ASTSource(kernel, _signature(names, constants), constexprs=constants)
@@ -101,7 +104,8 @@ def compiled() -> dict:
     ["step True True", "step False False", "decode True", "decode False"]
     + sorted({f"maxima {group}" for _, group, _, _ in K_CASES})
     + [f"select {k} {n} {s}" for k, _, n, _ in K_CASES for s in ("start", "!start")]
-    + [f"entmax {power} {pointer}" for power in (1, 2) for pointer in ("*", "&")],
+    + [f"entmax {power} {pointer}" for power in (1, 2) for pointer in ("*", "&")]
+    + ["newton *", "newton &"],
 )
 def test_the_kernel_compiles_for_hopper(compiled, case):
     assert compiled[case] == "ok", compiled[case]

@@ -41,28 +41,35 @@ def _shifted(rows: int, width: int, beta: float, dtype, device, seed: int = 0) -
     return scores - scores.amax(dim=1, keepdim=True)
 
 
-@pytest.mark.parametrize("alpha", [1.5, 2.0])
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 1.25])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(
-    ("width", "beta"), [(1, 1.0), (7, 1.0), (2500, 1.0), (2500, 10.0), (2500, 100.0)]
+    ("width", "beta"),
+    [
+        (1, 1.0),
+        (7, 1.0),
+        (1500, 1.0),
+        pytest.param(1500, 10.0, marks=pytest.mark.slow),
+        pytest.param(1500, 100.0, marks=pytest.mark.slow),
+    ],
 )
 def test_fused_weights_equal_the_eager_iteration(kernels, device, alpha, dtype, width, beta):
     """Weights, sums and counts of `weigh_rows` against `thresholds.solve` on the same scores:
     one and a few memories, rows that are not a multiple of the kernel's block, and supports
-    from wide (β = 1) to a single memory (β = 100)."""
+    from wide (β = 1) to a single memory (β = 100); the active-set kernel (α = 1.5, 2) and the
+    Newton one (other α)."""
     z = _shifted(6, width, beta, dtype, device)
     z[0, -1] = 0.0  # a second top in row 0: ties at the maximum
-    power = round(1 / (alpha - 1))
     weights, total, count, _ = thresholds.solve(z.cpu().clone(), alpha)
     written = z.clone()
-    sums, counts = kernels.weigh_rows(written, power, (alpha - 1) ** -power, 3)
+    sums, counts = kernels.weigh_rows(written, alpha, 3)
     tolerance = {torch.float32: 2e-6, torch.float64: 1e-14}[dtype]
     torch.testing.assert_close((written / sums).cpu(), weights / total, rtol=0, atol=tolerance)
     assert torch.equal(counts.cpu().long(), count.long())
     assert bool((written >= 0).all())  # weights, written over the scores
 
 
-@pytest.mark.parametrize("alpha", [1.5, 2.0])
+@pytest.mark.parametrize("alpha", [1.5, pytest.param(2.0, marks=pytest.mark.slow), 1.25])
 @pytest.mark.parametrize(
     "beta", [pytest.param(1.0, id="wide", marks=pytest.mark.slow), pytest.param(30.0, id="narrow")]
 )
@@ -79,14 +86,26 @@ def test_fused_route_matches_float64_reference(kernels, device, alpha, beta):
 
 
 def test_fused_route_is_taken(kernels, device, monkeypatch):
-    """Where it applies the eager solver is not called; other α keep the eager route."""
+    """Where it applies the eager solver is not called; below `FUSED_MIN_ROWS` queries it is."""
     calls = []
     monkeypatch.setattr(entmax_block, "_starts", lambda *a: calls.append(a) or 1 / 0)
     keys = _patterns(500, 2).to(device)
-    create_model("entmax", alpha=1.5, beta=1.0).retrieve(keys[:4], keys)
+    for alpha in (1.5, 1.25):
+        create_model("entmax", alpha=alpha, beta=1.0).retrieve(keys[:4], keys)
     assert not calls
+    monkeypatch.setattr(entmax_block, "FUSED_MIN_ROWS", 5)
     with pytest.raises(ZeroDivisionError):
-        create_model("entmax", alpha=1.25, beta=1.0).retrieve(keys[:4], keys)
+        create_model("entmax", alpha=1.5, beta=1.0).retrieve(keys[:4], keys)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_newton_near_softmax(kernels, device, dtype):
+    """α = 1 + 1e-9: the λ form keeps the weights within 1e-6 of softmax's in float32."""
+    z = _shifted(5, 3000, 1.0, dtype, device)
+    written = z.clone()
+    sums, _ = kernels.weigh_rows(written, 1 + 1e-9, 3)
+    expected = torch.softmax(z.double(), dim=1)
+    assert ((written / sums).double() - expected).abs().max().item() <= 1e-6
 
 
 def test_fused_route_issues_few_operations_and_syncs(kernels, device, monkeypatch):

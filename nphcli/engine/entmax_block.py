@@ -1,7 +1,7 @@
 """α-entmax retrieval from one block of all M scores: one matrix product, a threshold
 (`thresholds.py`), one weighted sum.
 
-- On a GPU, for α = 1.5 and 2, one Triton launch solves every query's threshold and weighs its
+- On a GPU one Triton launch solves every query's threshold and weighs its
   scores in place (`triton_entmax.py`): the eager route's hundreds of small operations and
   host syncs per batch were the cost there.
 - Wide supports (the sample puts more than `DENSE_SHARE` of the scores above the start): the
@@ -27,7 +27,7 @@ from torch import Tensor
 from nphcli.engine import blocks, host_buffers
 from nphcli.engine.blocks import triton_or_none, weighted_rows
 from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
-from nphcli.engine.thresholds import _closed_form, _sample_stride, _starts, solve
+from nphcli.engine.thresholds import _sample_stride, _starts, solve
 from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
 
@@ -132,16 +132,15 @@ _FUSED: dict[str, str | None] = {"failed": None}
 
 
 def _fused_weights(z: Tensor, alpha: float) -> tuple[Tensor, Tensor] | None:
-    """`triton_entmax.weigh_rows` on z where it applies (α = 1.5 or 2, at least
-    `FUSED_MIN_ROWS` queries on a kernel device), else None. A kernel that cannot compile fails
+    """`triton_entmax.weigh_rows` on z where it applies (at least `FUSED_MIN_ROWS` queries on a
+    kernel device), else None. A kernel that cannot compile fails
     before it writes: z is then intact for the eager route."""
     on_device = z.device.type in blocks.KERNEL_DEVICES and z.shape[0] >= FUSED_MIN_ROWS
-    if not (on_device and _closed_form(alpha)) or _FUSED["failed"]:
+    if not on_device or _FUSED["failed"]:
         return None
-    power, stride = round(1 / (alpha - 1)), _sample_stride(z.shape[1])
 
     def weigh(kernels):
-        return kernels.weigh_rows(z, power, (alpha - 1) ** -power, stride)
+        return kernels.weigh_rows(z, alpha, _sample_stride(z.shape[1]))
 
     return triton_or_none(_FUSED, "the fused entmax threshold", weigh, module="triton_entmax")
 

@@ -95,7 +95,7 @@ def entmax(scores: Tensor, alpha: float) -> Tensor:
 
 # Newton steps allowed; from the left the iteration converges monotonically, in 1 (softmax) to
 # about 10 steps over the whole range of α and β, so this is a bound, not a budget.
-_NEWTON_STEPS = 100
+NEWTON_STEPS = 100
 
 
 def entmax_threshold(
@@ -116,7 +116,7 @@ def entmax_threshold(
     """
     lam = torch.zeros_like(scaled[:, :1]) - log_target if start is None else start  # (Q, 1)
     tiny, tolerance = torch.finfo(scaled.dtype).tiny, 4 * torch.finfo(scaled.dtype).eps
-    for _ in range(_NEWTON_STEPS if scaled.numel() else 0):
+    for _ in range(NEWTON_STEPS if scaled.numel() else 0):
         p, u = _weights_and_u(scaled, lam, eps)  # (Q, n) each
         mass = p.sum(dim=-1, keepdim=True)  # (Q, 1)
         slope = p.div_(u.add_(1).clamp_(min=tiny)).sum(dim=-1, keepdim=True)  # (Q, 1) S

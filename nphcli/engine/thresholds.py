@@ -55,7 +55,7 @@ def solve(
     (Q, 1) each. `start` (Q, 1) is a first trial level. `weight` (Q, n), for α = 1.5 and 2
     only, counts each score that many times (a sample standing for a whole row)."""
     eps = alpha - 1
-    if _closed_form(alpha):
+    if closed_form(alpha):
         power = round(1 / eps)
         return _active_set(z, power, mass * eps**-power, start, weight, out)
     # Levels in units of z lose ε·|t| ≈ 1 of their digits as ε → 0: they are converted to and
@@ -71,7 +71,7 @@ def solve(
     return weights, weights.sum(dim=1, keepdim=True), count, t
 
 
-def _closed_form(alpha: float) -> bool:
+def closed_form(alpha: float) -> bool:
     """Whether α's threshold is solved by the active-set iteration: α = 1.5 or 2."""
     power = round(1 / (alpha - 1))
     return power in (1, 2) and power * (alpha - 1) == 1
@@ -164,7 +164,7 @@ def _sample_level(
 ) -> Tensor:
     """The level (Q, 1) at which the whole rows would carry `mass`, estimated from the sample
     (Q, n) of z (row max 0; the sample's own top (Q, 1)); `start` a level below it."""
-    if _closed_form(alpha):
+    if closed_form(alpha):
         # Each sampled score stands for M/n scores, except the row's top, which stands for
         # itself (counted M/n times, a top far above the rest pulls the estimate up): it is
         # appended with weight 1 and its sampled copies weigh 0.

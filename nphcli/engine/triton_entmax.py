@@ -1,14 +1,18 @@
-"""α-entmax weights of a block of scores for α = 1.5 and 2, one Triton program per query.
+"""α-entmax weights of a block of scores, one Triton program per query.
 
 On a GPU, `entmax_block.entmax_block_update`'s eager route issues 600–1,300 small operations and
 17–35 host syncs per batch: its sampled start, then active-set steps, each checked on the host
-(H200, Q = 200, M = 60,000: 10–27× dense). Here one launch does every row's whole solve, with
-the iteration of `thresholds._active_set` (the same steps, bracket and tolerance):
+(H200, Q = 200, M = 60,000: 10–27× dense). Here one launch does every row's whole solve. For
+α = 1.5 and 2, with the iteration of `thresholds._active_set` (the same steps, bracket and
+tolerance):
 
 1. a start: the level solved on a strided sample of the row, each sampled score standing for
    M/n of them and the row's top (0) for itself, as `thresholds._sample_level` weighs them;
 2. the row's level from that start, until a step is below the tolerance;
 3. the unnormalised weights [z − t]_+^power written over the scores, with their sum and count.
+
+For other α, the Newton iteration of `functional.entmax_threshold` in its λ form (exact to
+rounding as α → 1), from the left of the root, then the weights likewise.
 
 A row is read once per step from the GPU's cache or memory; the host waits for nothing.
 """
@@ -20,10 +24,12 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from nphcli.engine.thresholds import _STEPS
+from nphcli.engine import functional
+from nphcli.engine.thresholds import _STEPS, closed_form
 
 BLOCK = tl.constexpr(1024)  # scores a program reads at a time
 STEPS = tl.constexpr(_STEPS)  # the bound on each solve's steps, the eager iteration's
+NEWTON_STEPS = tl.constexpr(functional.NEWTON_STEPS)  # and on the Newton iteration's (other α)
 
 
 @triton.jit
@@ -140,16 +146,89 @@ def _weigh_kernel(
     tl.store(counts_ptr + row, ones)
 
 
-def weigh_rows(z: Tensor, power: int, mass: float, sample_stride: int) -> tuple[Tensor, Tensor]:
+@triton.jit
+def _log1p(u):
+    """log(1 + u) for u ≥ −1 (−inf at −1), to rounding however small u is: the error of
+    forming 1 + u cancels in log(w)·u / (w − 1) (Goldberg's trick)."""
+    w = 1.0 + u
+    exact, positive = w == 1.0, w > 0.0
+    ratio = u / tl.where(exact | ~positive, 1.0, w - 1.0)
+    log_w = tl.log(tl.where(positive, w, 1.0))
+    return tl.where(exact, u, tl.where(positive, log_w * ratio, -float("inf")))
+
+
+@triton.jit
+def _expm1(x):
+    """e^x − 1 to rounding for small x, by the same trick (w = e^x, (w − 1)·x / log w)."""
+    w = tl.exp(x)
+    plain = (w == 1.0) | (w == 0.0)
+    ratio = x / tl.log(tl.where(plain, 2.0, w))
+    return tl.where(w == 1.0, x, tl.where(w == 0.0, -1.0, (w - 1.0) * ratio))
+
+
+@triton.jit
+def _newton_weights(base, width, lam, eps, WRITE: tl.constexpr):
+    """Σp and S = Σp/(1 + u) at λ, p_i = exp(log1p(u_i)/ε − λ), u_i = max(ε·z_i·e^{ελ}, −1)
+    (`functional._weights_and_u`), and the count of p > 0; with WRITE, p over the scores."""
+    zero = tl.zeros([BLOCK], dtype=base.dtype.element_ty)
+    masses, slopes, ones = zero, zero, zero
+    scale = tl.exp(eps * lam)
+    for first in range(0, width, BLOCK):
+        offsets = first + tl.arange(0, BLOCK)
+        inside = offsets < width
+        z = tl.load(base + offsets, mask=inside, other=-float("inf"))
+        u = tl.maximum(eps * z * scale, -1.0)
+        kept = u > -1.0
+        p = tl.where(kept, tl.exp(_log1p(u) / eps - lam), 0.0)
+        masses += p
+        slopes += p / tl.where(kept, 1.0 + u, 1.0)
+        ones += tl.where(p > 0.0, 1.0, 0.0)
+        if WRITE:
+            tl.store(base + offsets, p, mask=inside)
+    return tl.sum(masses), tl.sum(slopes), tl.sum(ones)
+
+
+@triton.jit
+def _newton_kernel(z_ptr, row_stride, width, eps, tolerance, sums_ptr, counts_ptr):
+    """Row `program_id` of the shifted scores z (row max 0) → its α-entmax weights (α = 1 + ε,
+    unnormalised, summing to about 1) in place, their sum and count: λ by the Newton iteration
+    of `functional.entmax_threshold` from λ = 0 (the top alone weighs 1: the left of the root,
+    whence the iteration rises monotonically)."""
+    row = tl.program_id(0)
+    base = z_ptr + row.to(tl.int64) * row_stride
+    zero = tl.full([], 0.0, z_ptr.dtype.element_ty)  # scalars as the scores' type
+    eps, tolerance = zero + eps, zero + tolerance
+    lam, step = zero, zero + 1.0
+    steps = 0
+    while (steps < NEWTON_STEPS) & (tl.abs(step) > tolerance * (1.0 + tl.abs(lam))):
+        mass, slope, _ = _newton_weights(base, width, lam, eps, False)
+        ratio = -mass * _expm1(-eps * tl.log(mass)) / slope
+        step = -_log1p(-ratio) / eps
+        lam = lam + step
+        steps += 1
+    mass, _, ones = _newton_weights(base, width, lam, eps, True)
+    tl.store(sums_ptr + row, mass)
+    tl.store(counts_ptr + row, ones)
+
+
+def weigh_rows(z: Tensor, alpha: float, sample_stride: int) -> tuple[Tensor, Tensor]:
     """Overwrite the shifted scores z (Q, M) (float32 or float64, row max 0, rows contiguous)
-    with their unnormalised α-entmax weights [z − t]_+^power, t the level where they sum to
-    `mass`; return the sums and counts (Q, 1) each, as `entmax_block._weigh_in_place` does."""
+    with unnormalised α-entmax weights (1 < α ≤ 2): for α = 1.5 and 2 [z − t]_+^power, summing
+    to (α − 1)^−power, from a start sampled every `sample_stride` scores; for other α the λ
+    form, summing to 1. Return the sums and counts (Q, 1) each, as
+    `entmax_block._weigh_in_place` does."""
     rows, width = z.shape
     sums = torch.empty(rows, 1, dtype=z.dtype, device=z.device)
     counts = torch.empty(rows, 1, dtype=z.dtype, device=z.device)
-    tolerance = 8 * torch.finfo(z.dtype).eps * mass ** (1 / power)
-    _weigh_kernel[(rows,)](
-        z, z.stride(0), width, sample_stride, -(mass ** (1 / power)), mass, tolerance,
-        sums, counts, POWER=power,
-    )  # fmt: skip
+    eps, unit = alpha - 1, torch.finfo(z.dtype).eps
+    if closed_form(alpha):
+        power = round(1 / eps)
+        mass = eps**-power
+        tolerance = 8 * unit * mass ** (1 / power)  # `thresholds._active_set`'s
+        _weigh_kernel[(rows,)](
+            z, z.stride(0), width, sample_stride, -(mass ** (1 / power)), mass, tolerance,
+            sums, counts, POWER=power,
+        )  # fmt: skip
+    else:
+        _newton_kernel[(rows,)](z, z.stride(0), width, eps, 4 * unit, sums, counts)
     return sums, counts
