@@ -50,6 +50,11 @@ ERROR_QUERIES = 64
 VARIANTS = ("padded", "blockwise", "sdpa_196", "dense")
 
 
+def model_of(variant: str) -> tuple[str, dict]:
+    """The nph model (name, parameters) a variant runs."""
+    return ("dense", {}) if variant == "dense" else ("multihead", {"heads": HEADS})
+
+
 @contextlib.contextmanager
 def route(variant: str, device: torch.device):
     """The attention route a variant takes: padding where the fused kernel runs on this device
@@ -72,7 +77,7 @@ def call(variant: str, x: torch.Tensor, k: torch.Tensor, budget: int, device: to
         keys = k.reshape(k.shape[0], HEADS, -1).transpose(0, 1)[None]  # (1, H, M, d/H)
         out = F.scaled_dot_product_attention(heads, keys, keys, scale=BETA)[0]  # (H, Q, d/H)
         return out.transpose(0, 1).reshape(x.shape[0], -1)
-    name, params = ("dense", {}) if variant == "dense" else ("multihead", {"heads": HEADS})
+    name, params = model_of(variant)
     with route(variant, device):
         return create_model(name, beta=BETA, **params).retrieve(x, k, memory_budget=budget)
 
@@ -81,13 +86,12 @@ def describe_route(variant: str, num_queries: int, k: torch.Tensor, budget: int,
     """What nph's variant runs for this case: the fused kernel (padded or not), or blockwise."""
     if variant == "sdpa_196":
         return "torch sdpa, heads of 196"
-    heads = 1 if variant == "dense" else HEADS
+    name, params = model_of(variant)
+    heads = params.get("heads", 1)
     bank = TensorBank(k)
     planned = budget // 2 if k.dtype in HALF_DTYPES else budget  # as `retrieve` plans
     with route(variant, device):
-        plan = attention.attention_plan(
-            num_queries, bank, planned, heads=heads, row_bytes=(3 * DIM + 8) * k.element_size()
-        )
+        plan = create_model(name, beta=BETA, **params).plan(num_queries, bank, planned)
         fused = attention.fused_heads(bank, heads, plan.memory_rows)
     if fused is None:
         return f"blockwise, blocks of {plan.memory_rows}"
