@@ -1,7 +1,7 @@
 """Which banks take torch's fused attention kernel (`attention.fused_attention_chosen`), with the
 dispatcher's choice replaced so the CUDA rule is checked without a GPU: on the CPU any fused
-kernel; on CUDA only unmasked attention, with the flash or cuDNN kernel, and head sizes that
-are multiples of 8."""
+kernel; on CUDA only unmasked attention, with the flash or cuDNN kernel, asked of heads padded to
+a multiple of 8."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _bank(device: str, dim: int, value_dim: int):
         ("cuda", 64, 4, attention.SDPA_CUDNN, True, True),
         ("cuda", 64, 4, attention.SDPA_FLASH, False, False),  # masked: blockwise on CUDA
         ("cuda", 64, 4, EFFICIENT, True, False),  # slower than blockwise at d = 784
-        ("cuda", 784, 4, attention.SDPA_FLASH, True, False),  # heads of 196: torch pads them
+        ("cuda", 784, 4, attention.SDPA_FLASH, True, True),  # heads of 196, asked as 200
         ("cuda", 784, 1, attention.SDPA_MATH, True, False),
         ("cpu", 784, 1, EFFICIENT, False, True),  # the CPU takes any fused kernel
         ("cpu", 784, 1, attention.SDPA_MATH, True, False),
@@ -37,6 +37,12 @@ def _bank(device: str, dim: int, value_dim: int):
     ],
 )
 def test_fused_attention_chosen(monkeypatch, device, dim, heads, choice, unmasked, chosen):
-    monkeypatch.setattr(attention, "fused_attention_choice", lambda *_: choice)
+    asked: list[int] = []
+    monkeypatch.setattr(
+        attention, "fused_attention_choice", lambda x, k, v: asked.append(k.shape[-1]) or choice
+    )
     bank = _bank(device, dim, dim)
     assert attention.fused_attention_chosen(bank, heads, unmasked=unmasked) is chosen
+    width = dim // heads
+    aligned = -(-width // 8) * 8 if device == "cuda" else width  # padded on CUDA only
+    assert asked in ([], [aligned])

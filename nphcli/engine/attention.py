@@ -7,8 +7,9 @@ Three exact ways to compute it:
 - one-shot, for resident memories where torch has a fused `scaled_dot_product_attention`
   kernel that pays (`fused_attention_chosen`): on the CPU a flash-attention kernel (online
   softmax over tiles that stay in cache), on CUDA flash attention for half dtypes and head
-  sizes ≤ 256 (multihead). It never forms the (Q, M) score matrix and reads each key and
-  value tile once; it beats the two matrix products X·Kᵀ and P·V run one after the other.
+  sizes ≤ 256 (multihead; heads padded to a multiple of 8 with zeros, `aligned_head_width`).
+  It never forms the (Q, M) score matrix and reads each key and value tile once; it beats the
+  two matrix products X·Kᵀ and P·V run one after the other.
 - one pass for one query on CUDA (`decode_applies`): a Triton kernel reads each memory row once
   for its score and its share of the weighted sum.
 - blockwise, for anything else (memories streamed from disk, d = 784 on a GPU, or d_v ≠ d):
@@ -32,21 +33,39 @@ import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.engine.blocks import SoftmaxAccumulator, triton_or_none
-from nphcli.engine.planning import Plan, itemsize, note_over_budget, plan_blocks
+from nphcli.engine.planning import (
+    BLOCK_ALIGN,
+    Plan,
+    itemsize,
+    note_over_budget,
+    plan_blocks,
+)
 from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype, matmul, scale_queries
 from nphcli.memory.bank import MemoryBank
 
 
 def softmax_attention(
-    queries: Tensor, bank: MemoryBank, *, beta: float, heads: int, block_rows: int
+    queries: Tensor,
+    bank: MemoryBank,
+    *,
+    beta: float,
+    heads: int,
+    block_rows: int,
+    fused: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
-    """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): shape (Q, d_v)."""
+    """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): shape (Q, d_v). `fused` is what
+    `fused_heads` returned for this bank and block_rows (a model's `prepare`, so that padded
+    heads are copied once per retrieve); without it, it is made here."""
     num_queries = queries.shape[0]
     x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
-    if block_rows >= bank.num_memories and fused_attention_chosen(bank, heads, unmasked=True):
-        keys, values = bank.resident()
-        k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, M, ·)
+    if fused is None:
+        fused = fused_heads(bank, heads, block_rows)
+    if fused is not None:
+        k, v = fused  # (H, M, W_k), (H, M, W_v): W ≥ the head width, zero columns beyond it
+        if k.shape[-1] > x.shape[-1]:  # zero columns add exactly 0 to every score
+            x = F.pad(x, (0, k.shape[-1] - x.shape[-1]))  # (H, Q, W_k)
         out = F.scaled_dot_product_attention(x[None], k[None], v[None], scale=beta)[0]
+        out = out[..., : bank.value_dim // heads]  # (H, Q, d_v/H): padded columns dropped
         return out.transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
     acc = SoftmaxAccumulator(
         num_queries,
@@ -135,11 +154,33 @@ def attention_plan(
     accumulation dtype and its weight: the same buffer in place (float32, float64), or a fresh
     half copy for the product with half values, or a fresh tensor from the Triton step
     (`blocks.exp_step`); counting both covers each. Half inputs are planned under half the
-    budget (`HopfieldModel.retrieve`), so their count errs on the safe side."""
+    budget (`HopfieldModel.retrieve`), so their count errs on the safe side.
+
+    Heads the fused kernel reads padded (`fused_heads`) cost a copy of the memories: it is
+    counted, and where it does not fit the budget the bank runs blockwise."""
     if fused_attention_chosen(bank, heads, unmasked=True):
-        query_rows = max(1, min(num_queries, budget // row_bytes))
-        note_over_budget(budget, query_rows * row_bytes, "one query")
-        return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
+        copy = padded_copy_bytes(bank, heads)
+        if copy == 0:
+            query_rows = max(1, min(num_queries, budget // row_bytes))
+            note_over_budget(budget, query_rows * row_bytes, "one query")
+            return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
+        key_width, value_width = _fused_widths(bank, heads)
+        padded_row = row_bytes + heads * (key_width + value_width) * itemsize(bank.dtype)
+        if copy + padded_row <= budget:  # (per query: its padded x and output as well)
+            query_rows = min(num_queries, (budget - copy) // padded_row)
+            return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
+        # The padded copy does not fit: blockwise, in two blocks at least, since `fused_heads`
+        # pads wherever a plan takes all M memories at once.
+        plan = _blockwise_plan(num_queries, bank, budget, heads=heads, row_bytes=row_bytes)
+        rows = min(plan.memory_rows, bank.num_memories - 1)
+        rows -= rows % BLOCK_ALIGN if rows >= BLOCK_ALIGN else 0
+        return Plan(query_rows=plan.query_rows, memory_rows=max(1, rows))
+    return _blockwise_plan(num_queries, bank, budget, heads=heads, row_bytes=row_bytes)
+
+
+def _blockwise_plan(
+    num_queries: int, bank: MemoryBank, budget: int, *, heads: int, row_bytes: int
+) -> Plan:
     cell_bytes = heads * (itemsize(accumulation_dtype(bank.dtype)) + itemsize(bank.dtype))
     return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
 
@@ -147,9 +188,8 @@ def attention_plan(
 def fused_attention_chosen(bank: MemoryBank, heads: int, *, unmasked: bool = False) -> bool:
     """Whether `softmax_attention` runs torch's fused kernel on this bank (resident memories):
     on the CPU whenever torch would pick a fused kernel; on CUDA, for `unmasked` attention only,
-    when torch picks its flash or cuDNN kernel (half dtypes, head size ≤ 256: multihead) and
-    the head sizes are multiples of 8 (torch pads others, copying all memories per call: 3 GB
-    at M = 10⁶, d = 784, H = 4 on an H100).
+    when torch picks its flash or cuDNN kernel (half dtypes, head size ≤ 256: multihead) for
+    the heads padded to `aligned_head_width`.
 
     Chosen per device by measurement: on the CPU the fused kernel beats the two matrix products;
     on CUDA at d = 784 torch's flash kernels do not apply (head size > 256) and its
@@ -163,13 +203,76 @@ def fused_attention_chosen(bank: MemoryBank, heads: int, *, unmasked: bool = Fal
     on_cpu = bank.device.type == "cpu"
     if whole is None or not (on_cpu or unmasked):  # (CUDA: masked attention stays blockwise)
         return False
-    probe = whole[0].new_empty(1, heads, 1, bank.dim // heads)  # (1, H, 1, d/H)
-    k, v = _split_heads(whole[0], heads), _split_heads(whole[1], heads)  # (H, M, ·)
-    choice = fused_attention_choice(probe, k[None], v[None])
+    key_width, value_width = _fused_widths(bank, heads)
+    probe = whole[0].new_empty(1, heads, 1, key_width)  # (1, H, 1, W_k)
+    if (key_width * heads, value_width * heads) == (bank.dim, bank.value_dim):  # views
+        k, v = _split_heads(whole[0], heads)[None], _split_heads(whole[1], heads)[None]
+    else:  # the padded copies' shape, one row standing in for M: (1, H, 1, W_k), (1, H, 1, W_v)
+        k, v = probe, whole[1].new_empty(1, heads, 1, value_width)
+    choice = fused_attention_choice(probe, k, v)
     if on_cpu:
         return choice not in (None, SDPA_MATH)
-    unpadded = (bank.dim // heads) % 8 == 0 and (bank.value_dim // heads) % 8 == 0
-    return unpadded and choice in (SDPA_FLASH, SDPA_CUDNN)
+    return choice in (SDPA_FLASH, SDPA_CUDNN)
+
+
+# Devices whose fused kernel (torch's CUDA flash and cuDNN attention) takes only head widths
+# that are multiples of FLASH_HEAD_ALIGN; nph pads the heads there (`aligned_head_width`).
+PAD_HEAD_DEVICES = ("cuda",)
+FLASH_HEAD_ALIGN = 8
+
+
+def aligned_head_width(width: int, device: torch.device) -> int:
+    """The width of the heads the fused kernel reads, for heads of `width` on `device`: on CUDA
+    the next multiple of FLASH_HEAD_ALIGN, since flash attention's kernels take only such head
+    widths (for others torch pads every memory on every call itself, or runs its slower
+    memory-efficient kernel: d = 784 with H = 4 gives heads of 196). Zero columns appended to
+    queries, keys and values add exactly 0 to every score, and the output's extra columns are
+    dropped, so the result is the same up to the kernel's rounding. The CPU's kernel takes any
+    width."""
+    if device.type not in PAD_HEAD_DEVICES:
+        return width
+    return -(-width // FLASH_HEAD_ALIGN) * FLASH_HEAD_ALIGN
+
+
+def _fused_widths(bank: MemoryBank, heads: int) -> tuple[int, int]:
+    """The key and value head widths W_k, W_v the fused kernel reads on this bank."""
+    key_width, value_width = (
+        aligned_head_width(width // heads, bank.device) for width in (bank.dim, bank.value_dim)
+    )
+    return key_width, value_width
+
+
+def fused_heads(bank: MemoryBank, heads: int, block_rows: int) -> tuple[Tensor, Tensor] | None:
+    """The keys and values (H, M, W_k), (H, M, W_v) that `softmax_attention`'s fused kernel
+    reads: views of the memories, or zero-padded copies where their heads are narrower than
+    `aligned_head_width` (one copy where the values are the keys). None where it runs
+    blockwise (a plan with memory blocks shorter than M, or no fused kernel chosen)."""
+    if block_rows < bank.num_memories or not fused_attention_chosen(bank, heads, unmasked=True):
+        return None
+    keys, values = bank.resident()
+    key_width, value_width = _fused_widths(bank, heads)
+    k = _padded_heads(keys, heads, key_width)  # (H, M, W_k)
+    v = k if values is keys else _padded_heads(values, heads, value_width)  # (H, M, W_v)
+    return k, v
+
+
+def padded_copy_bytes(bank: MemoryBank, heads: int) -> int:
+    """Bytes of the padded copies `fused_heads` makes (0 where it reads views)."""
+    keys, values = bank.resident()
+    key_width, value_width = _fused_widths(bank, heads)
+    padded = [key_width] if key_width * heads != bank.dim else []
+    if values is not keys and value_width * heads != bank.value_dim:
+        padded.append(value_width)
+    return bank.num_memories * heads * sum(padded) * itemsize(bank.dtype)
+
+
+def _padded_heads(rows: Tensor, heads: int, width: int) -> Tensor:
+    """rows (N, H·w) as H heads (H, N, width): a view where width = w, else a copy with
+    width − w zero columns after each head's w."""
+    split = _split_heads(rows, heads)  # (H, N, w)
+    if split.shape[-1] == width:
+        return split
+    return F.pad(split, (0, width - split.shape[-1]))  # (H, N, width)
 
 
 try:  # torch's numbers for its SDPA kernels (torch 2.3 and later)

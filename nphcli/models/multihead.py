@@ -19,7 +19,7 @@ from typing import Any
 
 from torch import Tensor
 
-from nphcli.engine.attention import attention_plan, softmax_attention
+from nphcli.engine.attention import attention_plan, fused_heads, softmax_attention
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan
 from nphcli.errors import NphError
@@ -49,6 +49,11 @@ class MultiHead(HopfieldModel):
     def check_memory(self, memory: MemoryBank) -> None:
         check_divides(self.heads, memory.dim, memory.value_dim)
 
+    def prepare(self, bank: MemoryBank, block_rows: int) -> tuple[Tensor, Tensor] | None:
+        """The heads the fused kernel reads, made once per retrieve: on CUDA a padded copy where
+        d/H is not a multiple of 8 (`fused_heads`)."""
+        return fused_heads(bank, self.heads, block_rows)
+
     def update(
         self,
         queries: Tensor,
@@ -60,7 +65,12 @@ class MultiHead(HopfieldModel):
     ) -> Update:
         return Update(
             softmax_attention(
-                queries, bank, beta=self.beta, heads=self.heads, block_rows=block_rows
+                queries,
+                bank,
+                beta=self.beta,
+                heads=self.heads,
+                block_rows=block_rows,
+                fused=prepared,
             )
         )
 
