@@ -80,22 +80,24 @@ def ordered_keys(
     with torch's int32 kernels (`_fmix32_`), in place in `out` with one scratch buffer. Flipping
     the sign bit at the end maps [0, 2³²) in order onto int32. `out` (Q, M) int32, if given,
     receives them."""
-    state = query_state(seed, positions)  # (Q,) int64
-    memory_indices = memory_indices.to(device=positions.device, dtype=torch.int64)  # (M,)
+    state = mixed_words(query_state(seed, positions))  # (Q,)
+    memory_indices = mixed_words(memory_indices.to(device=positions.device, dtype=torch.int64))
     if out is None:
         shape = (state.shape[0], memory_indices.shape[0])
         out = torch.empty(shape, dtype=torch.int32, device=positions.device)
     if out.device.type in NUMPY_DEVICES:
-        state, memory_indices = (
-            to_int32(w).numpy().view(np.uint32) for w in (state, memory_indices)
-        )
+        state, memory_indices = (w.numpy().view(np.uint32) for w in (state, memory_indices))
         hash_numpy(state, memory_indices, out.numpy().view(np.uint32), flip=True)
         return out
-    # fmix32's first step x ← x ⊕ (x ≫ 16) distributes over the ⊕ of the two words, so it is
-    # applied to the Q + M words instead of the Q·M pairs.
-    state, memory_indices = (to_int32(w ^ (w >> 16)) for w in (state, memory_indices))
     torch.bitwise_xor(state[:, None], memory_indices[None, :], out=out)  # (Q, M)
     return _fmix32_(out, torch.empty_like(out), mixed=True).bitwise_xor_(_SIGN)
+
+
+def mixed_words(words: Tensor) -> Tensor:
+    """fmix32's first step x ← x ⊕ (x ≫ 16) of int64 words in [0, 2³²), as int32 words: it
+    distributes over the ⊕ of a query's and a memory's words, so it is applied to the Q + M
+    words instead of the Q·M pairs."""
+    return to_int32(words ^ (words >> 16))
 
 
 def _chunk_shape(num_queries: int, num_memories: int) -> tuple[int, int]:
@@ -105,24 +107,24 @@ def _chunk_shape(num_queries: int, num_memories: int) -> tuple[int, int]:
 
 
 def hash_numpy(
-    state: np.ndarray, index: np.ndarray, out: np.ndarray, *, flip: bool = False
+    state: np.ndarray, index: np.ndarray, out: np.ndarray, *, flip: bool = False, copy=None
 ) -> np.ndarray:
-    """out (Q, M) uint32 ← fmix32(state[q] ⊕ index[m]), hashed in place chunk by chunk with
-    numpy's uint32 kernels (SIMD; products wrap modulo 2³² by definition; about three times
-    torch's int32 ones); `flip`: with the sign bit flipped, while each chunk is in cache.
-    fmix32's first step is applied to the Q + M words (see `ordered_keys`)."""
-    state, index = (w ^ (w >> np.uint32(16)) for w in (state, index))  # (Q,), (M,)
+    """out (Q, M) uint32 ← fmix32(state[q] ⊕ index[m]) of `mixed_words` state (Q,) and index
+    (M,), hashed in place chunk by chunk with numpy's uint32 kernels (SIMD; products wrap modulo
+    2³² by definition; about three times torch's int32 ones); `flip`: with the sign bit flipped;
+    `copy` (Q, M), if given, receives them too: both while each chunk is in cache."""
     columns, rows = _chunk_shape(*out.shape)
     scratch = np.empty(rows * columns, np.uint32)
     for row in range(0, out.shape[0], rows):
         for column in range(0, out.shape[1], columns):
-            x = out[row : row + rows, column : column + columns]  # (r, c), a view
-            np.bitwise_xor(
-                state[row : row + rows, None], index[None, column : column + columns], out=x
-            )
+            part = (slice(row, row + rows), slice(column, column + columns))
+            x = out[part]  # (r, c), a view
+            np.bitwise_xor(state[part[0], None], index[None, part[1]], out=x)
             _fmix32_rest_numpy(x, scratch[: x.size].reshape(x.shape))
             if flip:
                 np.bitwise_xor(x, np.uint32(2**31), out=x)
+            if copy is not None:
+                np.copyto(copy[part], x)
     return out
 
 

@@ -21,10 +21,10 @@ from nphcli.engine.hashing import (
     MASK32,
     fmix32,
     hash_numpy,
+    mixed_words,
     ordered_keys,
     query_state,
     random_keys,
-    to_int32,
 )
 from nphcli.errors import NphError
 
@@ -143,17 +143,16 @@ def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) ->
     num_queries = positions.shape[0]
     rows = max(1, min(num_queries, _KEEP_CHUNK // num_memories))
     groups = [slice(start, start + rows) for start in range(0, num_queries, rows)]
-    state = to_int32(query_state(seed, positions)).numpy().view(np.uint32)  # (Q,)
-    index = to_int32(torch.arange(num_memories)).numpy().view(np.uint32)  # (M,)
+    state = mixed_words(query_state(seed, positions)).numpy().view(np.uint32)  # (Q,)
+    index = mixed_words(torch.arange(num_memories)).numpy().view(np.uint32)  # (M,)
     workers = min(torch.get_num_threads(), len(groups))
 
     def run(first: int) -> None:
         keys, spare = (np.empty((rows, num_memories), np.uint32) for _ in range(2))
         for group in groups[first::workers]:
             part = state[group]  # (R,)
-            these = hash_numpy(part, index, keys[: part.shape[0]])  # (R, M)
-            copy = spare[: these.shape[0]]
-            np.copyto(copy, these)
+            copy = spare[: part.shape[0]]  # (R, M)
+            these = hash_numpy(part, index, keys[: part.shape[0]], copy=copy)  # (R, M)
             copy.partition(k - 1, axis=1)  # selection reorders its copy of the keys
             write(group, these, copy[:, k - 1 : k])
 
