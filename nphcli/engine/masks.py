@@ -118,10 +118,13 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
     bias = host_buffers.empty((positions.shape[0], num_memories), dtype)  # (Q, M)
     words = bias.view(host_buffers.word_dtype(dtype)).numpy()  # written through its bits
     minus_inf = torch.full((1,), -torch.inf, dtype=dtype).view(host_buffers.word_dtype(dtype))
+    minus_inf = minus_inf.numpy()[0]  # −inf's bits as a word
 
     def write(rows: slice, keys: np.ndarray, kth: np.ndarray) -> None:
-        dropped = np.greater(keys, kth).view(np.int8)  # (R, M) 0 or 1
-        np.multiply(dropped, minus_inf.numpy(), out=words[rows], casting="unsafe")
+        # The comparison's 0 or 1 straight into the words, scaled there while in cache: no
+        # bool table, no mixed-type product.
+        dropped = np.greater(keys, kth, out=words[rows])  # (R, M) 0 or 1
+        np.multiply(dropped, minus_inf, out=dropped)
 
     _each_kth(seed, positions, num_memories, k, write)
     return bias

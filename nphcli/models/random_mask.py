@@ -13,9 +13,11 @@ weight underflows to 0).
 
 Reading: for k ≤ M/8 only the k chosen memories are gathered and scored, O(Q·k·d). For larger k
 every memory is scored and masked: a matrix product reads memory far faster than per-query
-gathers. The mask is each query's hashes up to its k-th smallest: with the memories in RAM on the
-CPU as an additive float mask (`masks.random_bias`) in torch's fused attention kernel (the dense
-model's), else as a bool mask (`masks.random_keep`) in a blockwise online softmax.
+gathers. The mask is each query's hashes (`engine.hashing`) up to its k-th smallest: with the
+memories in RAM on the CPU as an additive float mask (`masks.random_bias`) in torch's fused
+attention kernel (the dense model's), else as a bool mask (`masks.random_keep`) in a blockwise
+online softmax. On the CPU the keys are hashed a few queries at a time; elsewhere the whole
+batch's at once, which the working set counts (`masks.mask_key_bytes`).
 """
 
 from __future__ import annotations
