@@ -71,20 +71,16 @@ def random_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
     return ordered_keys(seed, positions, memory_indices).to(torch.int64) - _SIGN
 
 
-def ordered_keys(
-    seed: int, positions: Tensor, memory_indices: Tensor, *, out: Tensor | None = None
-) -> Tensor:
+def ordered_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
     """`random_keys` − 2³¹ as int32 (Q, M): the same order in half the bytes of int64.
 
-    Hashed in 32-bit words: on the CPU with numpy's uint32 kernels (`hash_numpy`), elsewhere
-    with torch's int32 kernels (`_fmix32_`), in place in `out` with one scratch buffer. Flipping
-    the sign bit at the end maps [0, 2³²) in order onto int32. `out` (Q, M) int32, if given,
-    receives them."""
+    Hashed in 32-bit words, in place in the result: on the CPU with numpy's uint32 kernels
+    (`hash_numpy`), elsewhere with torch's int32 kernels (`_fmix32_`) and one scratch buffer.
+    Flipping the sign bit at the end maps [0, 2³²) in order onto int32."""
     state = mixed_words(query_state(seed, positions))  # (Q,)
     memory_indices = mixed_words(memory_indices.to(device=positions.device, dtype=torch.int64))
-    if out is None:
-        shape = (state.shape[0], memory_indices.shape[0])
-        out = torch.empty(shape, dtype=torch.int32, device=positions.device)
+    shape = (state.shape[0], memory_indices.shape[0])
+    out = torch.empty(shape, dtype=torch.int32, device=positions.device)  # (Q, M)
     if out.device.type in NUMPY_DEVICES:
         state, memory_indices = (w.numpy().view(np.uint32) for w in (state, memory_indices))
         hash_numpy(state, memory_indices, out.numpy().view(np.uint32), flip=True)
@@ -107,7 +103,12 @@ def _chunk_shape(num_queries: int, num_memories: int) -> tuple[int, int]:
 
 
 def hash_numpy(
-    state: np.ndarray, index: np.ndarray, out: np.ndarray, *, flip: bool = False, copy=None
+    state: np.ndarray,
+    index: np.ndarray,
+    out: np.ndarray,
+    *,
+    flip: bool = False,
+    copy: np.ndarray | None = None,
 ) -> np.ndarray:
     """out (Q, M) uint32 ← fmix32(state[q] ⊕ index[m]) of `mixed_words` state (Q,) and index
     (M,), hashed in place chunk by chunk with numpy's uint32 kernels (SIMD; products wrap modulo
