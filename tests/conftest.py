@@ -49,7 +49,7 @@ def pytest_configure(config) -> None:
 
 def fmix32_reference(x: int) -> int:
     """MurmurHash3's fmix32 in plain Python integers: the independent reference for nph's
-    hashed random masks (`engine.masks`)."""
+    hashed random masks (`engine.hashing`)."""
     x ^= x >> 16
     x = (x * 0x85EBCA6B) % 2**32
     x ^= x >> 13

@@ -16,10 +16,10 @@ import torch
 from conftest import fmix32_reference
 
 from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
+from nphcli.engine.hashing import random_keys
 from nphcli.engine.masks import (
     check_k,
     floyd_subset,
-    random_keys,
     random_mask,
     resolve_k,
     topk_mask,

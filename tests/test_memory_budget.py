@@ -212,3 +212,22 @@ def test_entmax_candidate_slots_cover_a_narrow_chunk(alpha, dtype):
         entmax_block._solve_candidates(z, alpha, keep, start, safe)
     slots = z.shape[0] * widest * entmax_block._slot_bytes(item)
     assert tracker.peak <= slots, (tracker.peak, slots)
+
+
+@pytest.mark.parametrize("hetero", [False, True])
+def test_random_whole_batch_mask_within_budget(monkeypatch, hetero):
+    """Along a GPU's route (run on the CPU) random's mask hashes the whole batch's keys at once;
+    the planner counts them (`masks.mask_key_bytes`), with the fused kernel's additive mask and
+    (hetero values) the blockwise bool one."""
+    from nphcli.engine import hashing
+
+    monkeypatch.setattr(hashing, "NUMPY_DEVICES", ())
+    generator = torch.Generator().manual_seed(0)
+    queries = torch.randn(NUM_QUERIES, DIM, generator=generator)
+    keys = torch.randn(NUM_MEMORIES, DIM, generator=generator)
+    values = torch.randn(NUM_MEMORIES, VALUE_DIM, generator=generator) if hetero else None
+    model = create_model("random", beta=0.5, k=0.5)
+    with PeakTracker() as tracker:
+        result = model.retrieve(queries, keys, values, memory_budget=BUDGET)
+    result_bytes = result.patterns.untyped_storage().nbytes() + result.steps.nbytes
+    assert tracker.peak <= BUDGET + result_bytes, (tracker.peak, BUDGET)

@@ -3,7 +3,8 @@
 `topk`, `random` and `window` all apply softmax over a per-query subset of memories (see
 `functional.masked_softmax`). This module resolves their `--k` and builds the boolean masks
 `(Q, M)`. Masks depend only on the query's scores or on (seed, query position, memory index),
-never on how queries or memories are split into batches or blocks.
+never on how queries or memories are split into batches or blocks. The random masks draw on the
+counter-based hash of `hashing`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nphcli.engine import host_buffers
+from nphcli.engine import hashing, host_buffers
+from nphcli.engine.hashing import (
+    MASK32,
+    fmix32,
+    hash_numpy,
+    mixed_words,
+    ordered_keys,
+    query_state,
+    random_keys,
+)
 from nphcli.errors import NphError
 
 K_HELP = (
@@ -63,157 +73,35 @@ def topk_mask(scores: Tensor, k: int) -> Tensor:
     return mask.scatter_(-1, order[:, :k], True)
 
 
-_MASK32 = 0xFFFFFFFF
-
-
-def _mul32(x, c: int):
-    """x·c mod 2³² for x in [0, 2³²): x is split into 16-bit halves so no product exceeds 2⁴⁸,
-    which keeps int64 tensors clear of (undefined) signed overflow on every device."""
-    low = (x & 0xFFFF) * c
-    high = (((x >> 16) * c) & 0xFFFF) << 16
-    return (low + high) & _MASK32
-
-
-def _fmix32(x):
-    """MurmurHash3's 32-bit finaliser: a bijection of [0, 2³²) in which every input bit
-    affects every output bit. Works on Python ints and int64 tensors alike."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x85EBCA6B)
-    x = x ^ (x >> 13)
-    x = _mul32(x, 0xC2B2AE35)
-    return x ^ (x >> 16)
-
-
-# Entries hashed at a time. fmix32 makes several passes over its input: on chunks this size, with
-# a reused scratch buffer, every pass stays in cache and nothing is allocated, an order of
-# magnitude faster than passes over a fresh (Q, M) tensor.
-_HASH_CHUNK = 2**17
-_SIGN = -(2**31)  # int32 with only the sign bit set
-
-
-# Devices whose hashes are computed with numpy's kernels (its arrays share the tensors' memory);
-# elsewhere with torch's. Tests empty it to run torch's on the CPU.
-NUMPY_DEVICES = ("cpu",)
-
-
-def random_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
-    """Hash h(seed, position, memory index) as int64 in [0, 2³²), shape (Q, M).
-
-    A counter-based hash: the seed's and the position's 32-bit words are folded in one at a
-    time, h ← fmix32(h ⊕ word), then the memory index. For one (seed, position) the last step
-    is a bijection of the memory index, so the memories of one query never tie.
-    """
-    return ordered_keys(seed, positions, memory_indices).to(torch.int64) - _SIGN
-
-
-def ordered_keys(
-    seed: int, positions: Tensor, memory_indices: Tensor, *, out: Tensor | None = None
-) -> Tensor:
-    """`random_keys` − 2³¹ as int32 (Q, M): the same order in half the bytes of int64.
-
-    Hashed in 32-bit words, chunk by chunk: on the CPU with numpy's uint32 kernels
-    (`_hash_numpy`), elsewhere with torch's int32 kernels (`_fmix32_`). Flipping the sign bit at
-    the end maps [0, 2³²) in order onto int32. `out` (Q, M) int32, if given, receives them."""
-    state = _to_int32(_query_state(seed, positions))  # (Q,)
-    memory_indices = _to_int32(memory_indices.to(device=positions.device, dtype=torch.int64))
-    num_queries, num_memories = state.shape[0], memory_indices.shape[0]
-    if out is None:
-        out = torch.empty(num_queries, num_memories, dtype=torch.int32, device=positions.device)
-    if out.device.type in NUMPY_DEVICES:
-        words = out.numpy().view(np.uint32)  # (Q, M)
-        state, memory_indices = (w.numpy().view(np.uint32) for w in (state, memory_indices))
-        _hash_numpy(state, memory_indices, words, flip=True)
-        return out
-    columns, rows = _chunk_shape(num_queries, num_memories)
-    x, scratch = (out.new_empty(rows * columns) for _ in range(2))
-    for row in range(0, num_queries, rows):
-        for column in range(0, num_memories, columns):
-            left = state[row : row + rows, None]  # (r, 1)
-            right = memory_indices[None, column : column + columns]  # (1, c)
-            shape = (left.shape[0], right.shape[1])
-            chunk, spare = (buf[: shape[0] * shape[1]].reshape(shape) for buf in (x, scratch))
-            torch.bitwise_xor(left, right, out=chunk)
-            out[row : row + rows, column : column + columns] = _fmix32_(chunk, spare) ^ _SIGN
-    return out
-
-
-def _chunk_shape(num_queries: int, num_memories: int) -> tuple[int, int]:
-    """Columns and rows of a hash chunk of about `_HASH_CHUNK` entries."""
-    columns = min(num_memories, max(256, _HASH_CHUNK // max(1, num_queries)))
-    return columns, min(num_queries, max(1, _HASH_CHUNK // columns))
-
-
-def _hash_numpy(
-    state: np.ndarray, index: np.ndarray, out: np.ndarray, *, flip: bool = False
-) -> np.ndarray:
-    """out (Q, M) uint32 ← fmix32(state[q] ⊕ index[m]), hashed in place chunk by chunk with
-    numpy's uint32 kernels (SIMD; products wrap modulo 2³² by definition; about three times
-    torch's int32 ones); `flip`: with the sign bit flipped, while each chunk is in cache.
-    fmix32's first step x ← x ⊕ (x ≫ 16) distributes over the ⊕ of the two words, so it is
-    applied to the Q + M words instead of the Q·M pairs."""
-    state, index = (w ^ (w >> np.uint32(16)) for w in (state, index))  # (Q,), (M,)
-    columns, rows = _chunk_shape(*out.shape)
-    scratch = np.empty(rows * columns, np.uint32)
-    for row in range(0, out.shape[0], rows):
-        for column in range(0, out.shape[1], columns):
-            x = out[row : row + rows, column : column + columns]  # (r, c), a view
-            np.bitwise_xor(
-                state[row : row + rows, None], index[None, column : column + columns], out=x
-            )
-            _fmix32_rest_numpy(x, scratch[: x.size].reshape(x.shape))
-            if flip:
-                np.bitwise_xor(x, np.uint32(2**31), out=x)
-    return out
-
-
-def _to_int32(x: Tensor) -> Tensor:
-    """int64 values in [0, 2³²) as the int32 with the same 32 bits."""
-    return (x - ((x >> 31) << 32)).to(torch.int32)
-
-
-_FMIX_STEPS = ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None))  # `_fmix32`'s shifts, multipliers
-
-
-def _fmix32_rest_numpy(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
-    """`_fmix32` after its first xor-shift (already applied to x), of a uint32 array in place,
-    with scratch (same shape)."""
-    (_, first), *rest = _FMIX_STEPS
-    x *= np.uint32(first)
-    for shift, multiplier in rest:
-        x ^= np.right_shift(x, shift, out=scratch)
-        if multiplier is not None:
-            x *= np.uint32(multiplier)
-    return x
-
-
-def _fmix32_(x: Tensor, scratch: Tensor) -> Tensor:
-    """`_fmix32` of an int32 tensor holding 32-bit words, in place, with scratch (same shape):
-    torch's int32 products wrap modulo 2³² (two's complement); its right shifts are arithmetic,
-    so the sign bits they bring in are masked off."""
-    for shift, multiplier in _FMIX_STEPS:
-        torch.bitwise_right_shift(x, shift, out=scratch).bitwise_and_((1 << (32 - shift)) - 1)
-        x.bitwise_xor_(scratch)
-        if multiplier is None:
-            return x
-        x.mul_(multiplier - 2**32)  # the constant's 32 bits as an int32
-    return x
-
-
-# Queries whose keys `_each_kth` hashes and selects from at a time: their keys (about 1 MB at
-# M = 60,000) stay in cache between hashing, selection and comparison, in buffers reused for
-# every group, where a fresh (Q, M) table costs a page fault per 4 KB first touched.
+# Queries whose keys `_each_kth` hashes and selects from at a time on the CPU: their keys (about
+# 1 MB at M = 60,000) stay in cache between hashing, selection and comparison, in buffers reused
+# for every group, where a fresh (Q, M) table costs a page fault per 4 KB first touched.
 _KEEP_CHUNK = 2**18
+
+# Bytes per query and memory the whole-batch route (devices other than `NUMPY_DEVICES`) holds
+# beside the mask: the int32 keys, their hashing scratch, and as much again for `torch.kthvalue`
+# and the comparison's bool table.
+WHOLE_BATCH_KEY_BYTES = 12
+
+
+def mask_key_bytes(device: torch.device, num_memories: int) -> int:
+    """Bytes per query that `random_keep` and `random_bias` take beside their (Q, M) result: on
+    the CPU none (a few groups of queries at a time, a fixed few MB); elsewhere the whole batch's
+    keys are hashed at once (`WHOLE_BATCH_KEY_BYTES` an entry)."""
+    return 0 if device.type in hashing.NUMPY_DEVICES else WHOLE_BATCH_KEY_BYTES * num_memories
 
 
 def random_keep(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
     """Mask (Q, M) of each query's k memories with the smallest hash (`random_subset`'s set,
     formed directly): the keys up to the row's k-th smallest, as they never tie."""
-    mask = torch.empty(positions.shape[0], num_memories, dtype=torch.bool, device=positions.device)
-    numpy = mask.device.type in NUMPY_DEVICES  # then `_each_kth`'s keys are numpy's
-    target, less_equal = (mask.numpy(), np.less_equal) if numpy else (mask, torch.le)
+    if positions.device.type not in hashing.NUMPY_DEVICES:
+        keys, kth = _kth_smallest(seed, positions, num_memories, k)  # (Q, M), (Q, 1)
+        return keys <= kth
+    mask = torch.empty(positions.shape[0], num_memories, dtype=torch.bool)  # (Q, M)
+    target = mask.numpy()
 
-    def write(rows: slice, keys, kth) -> None:
-        less_equal(keys, kth, out=target[rows])
+    def write(rows: slice, keys: np.ndarray, kth: np.ndarray) -> None:
+        np.less_equal(keys, kth, out=target[rows])
 
     _each_kth(seed, positions, num_memories, k, write)
     return mask
@@ -223,53 +111,51 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
     """`random_keep` as an additive mask (Q, M) of `dtype`: 0 on the kept memories, −inf on the
     others. torch's fused attention adds such a mask to its scores; given a bool mask it first
     builds this one itself (`torch.where`, a further pass and allocation)."""
-    if positions.device.type not in NUMPY_DEVICES:
-        keep = random_keep(seed, positions, num_memories, k)  # (Q, M)
-        return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(
-            ~keep, -torch.inf
-        )
+    if positions.device.type not in hashing.NUMPY_DEVICES:
+        keys, kth = _kth_smallest(seed, positions, num_memories, k)  # (Q, M), (Q, 1)
+        bias = torch.zeros(keys.shape, dtype=dtype, device=keys.device)  # (Q, M)
+        return bias.masked_fill_(keys > kth, -torch.inf)
     bias = host_buffers.empty((positions.shape[0], num_memories), dtype)  # (Q, M)
     words = bias.view(host_buffers.word_dtype(dtype)).numpy()  # written through its bits
     minus_inf = torch.full((1,), -torch.inf, dtype=dtype).view(host_buffers.word_dtype(dtype))
+    minus_inf = minus_inf.numpy()[0]  # −inf's bits as a word
 
     def write(rows: slice, keys: np.ndarray, kth: np.ndarray) -> None:
-        dropped = np.greater(keys, kth).view(np.int8)  # (R, M) 0 or 1
-        np.multiply(dropped, minus_inf.numpy(), out=words[rows], casting="unsafe")
+        # The comparison's 0 or 1 straight into the words, scaled there while in cache: no
+        # bool table, no mixed-type product.
+        dropped = np.greater(keys, kth, out=words[rows])  # (R, M) 0 or 1
+        np.multiply(dropped, minus_inf, out=dropped)
 
     _each_kth(seed, positions, num_memories, k, write)
     return bias
 
 
-def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) -> None:
-    """Calls write(rows, keys, kth) for groups of queries: rows a slice of the queries, keys
-    (R, M) their hashes in hash order, kth (R, 1) each row's k-th smallest.
+def _kth_smallest(seed: int, positions: Tensor, num_memories: int, k: int) -> tuple[Tensor, Tensor]:
+    """The whole batch's `ordered_keys` (Q, M) and each row's k-th smallest (Q, 1), for devices
+    other than `NUMPY_DEVICES`: each pass over the batch is a few kernel launches whatever Q is."""
+    memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
+    keys = ordered_keys(seed, positions, memory_index)  # (Q, M)
+    return keys, torch.kthvalue(keys, k, dim=1, keepdim=True).values
 
-    On the CPU, keys are the hashes as uint32 numpy arrays, and the k-th smallest is found by
-    numpy's introselect (SIMD; several times `torch.kthvalue` there); groups are shared among
-    torch's threads (numpy releases the GIL), each with its own buffers. Elsewhere keys are
-    `ordered_keys` and the k-th smallest is `torch.kthvalue`'s."""
+
+def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) -> None:
+    """On the CPU, calls write(rows, keys, kth) for groups of queries: rows a slice of the
+    queries, keys (R, M) their hashes as uint32 numpy arrays, kth (R, 1) each row's k-th
+    smallest, found by numpy's introselect (SIMD; several times `torch.kthvalue` there). Groups
+    are shared among torch's threads (numpy releases the GIL), each with its own buffers."""
     num_queries = positions.shape[0]
     rows = max(1, min(num_queries, _KEEP_CHUNK // num_memories))
     groups = [slice(start, start + rows) for start in range(0, num_queries, rows)]
-    memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
-    if positions.device.type not in NUMPY_DEVICES:
-        keys = torch.empty(rows, num_memories, dtype=torch.int32, device=positions.device)
-        for group in groups:
-            part = positions[group]  # (R,)
-            these = ordered_keys(seed, part, memory_index, out=keys[: part.shape[0]])  # (R, M)
-            write(group, these, torch.kthvalue(these, k, dim=1, keepdim=True).values)
-        return
-    state = _to_int32(_query_state(seed, positions)).numpy().view(np.uint32)  # (Q,)
-    index = _to_int32(memory_index).numpy().view(np.uint32)  # (M,)
+    state = mixed_words(query_state(seed, positions)).numpy().view(np.uint32)  # (Q,)
+    index = mixed_words(torch.arange(num_memories)).numpy().view(np.uint32)  # (M,)
     workers = min(torch.get_num_threads(), len(groups))
 
     def run(first: int) -> None:
         keys, spare = (np.empty((rows, num_memories), np.uint32) for _ in range(2))
         for group in groups[first::workers]:
             part = state[group]  # (R,)
-            these = _hash_numpy(part, index, keys[: part.shape[0]])  # (R, M)
-            copy = spare[: these.shape[0]]
-            np.copyto(copy, these)
+            copy = spare[: part.shape[0]]  # (R, M)
+            these = hash_numpy(part, index, keys[: part.shape[0]], copy=copy)  # (R, M)
             copy.partition(k - 1, axis=1)  # selection reorders its copy of the keys
             write(group, these, copy[:, k - 1 : k])
 
@@ -314,17 +200,6 @@ def random_choice(
     return random_subset(seed, positions, num_memories, k, block_rows=block_rows)
 
 
-def _query_state(seed: int, positions):
-    """The per-query hash state (Q,) from the seed's and the position's 32-bit words; of a
-    Python int position, a Python int."""
-    state = _fmix32((seed & _MASK32) ^ 0x6A09E667)
-    state = _fmix32(state ^ ((seed >> 32) & _MASK32))
-    if isinstance(positions, Tensor):
-        positions = positions.to(torch.int64)
-    state = _fmix32(state ^ (positions & _MASK32))  # (Q,)
-    return _fmix32(state ^ ((positions >> 32) & _MASK32))  # (Q,)
-
-
 def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
     """k distinct memories per query, (Q, k) ascending, by Floyd's sampling algorithm:
 
@@ -335,7 +210,7 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
     practice), so the draw is a pure function of (seed, position, M, k). Work O(k²) per query:
     each step compares t with the k kept so far; no other memory index is touched.
     """
-    state = _query_state(seed, positions)[:, None]  # (Q, 1)
+    state = query_state(seed, positions)[:, None]  # (Q, 1)
     steps = torch.arange(num_memories - k, num_memories, device=positions.device)  # (k,) j
     # Every draw depends on (state, j) alone, so all k are hashed at once; only the choice
     # between t and j is sequential.
@@ -350,8 +225,8 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
 def floyd_draws(state, step):
     """Floyd's uniform t in [0, j] for query state(s) and step(s) j, Python ints or int64
     tensors alike: a 62-bit hash of (state, j) reduced mod j + 1."""
-    high = _fmix32(_fmix32(state ^ (step & _MASK32)) ^ ((step >> 32) & _MASK32) ^ 0x3C6EF372)
-    low = _fmix32(high ^ 0xBB67AE85)
+    high = fmix32(fmix32(state ^ (step & MASK32)) ^ ((step >> 32) & MASK32) ^ 0x3C6EF372)
+    low = fmix32(high ^ 0xBB67AE85)
     return ((high >> 1) << 31 | (low >> 1)) % (step + 1)
 
 

@@ -13,9 +13,11 @@ weight underflows to 0).
 
 Reading: for k ≤ M/8 only the k chosen memories are gathered and scored, O(Q·k·d). For larger k
 every memory is scored and masked: a matrix product reads memory far faster than per-query
-gathers. The mask is each query's hashes up to its k-th smallest: with the memories in RAM on the
-CPU as an additive float mask (`masks.random_bias`) in torch's fused attention kernel (the dense
-model's), else as a bool mask (`masks.random_keep`) in a blockwise online softmax.
+gathers. The mask is each query's hashes (`engine.hashing`) up to its k-th smallest: with the
+memories in RAM on the CPU as an additive float mask (`masks.random_bias`) in torch's fused
+attention kernel (the dense model's), else as a bool mask (`masks.random_keep`) in a blockwise
+online softmax. On the CPU the keys are hashed a few queries at a time; elsewhere the whole
+batch's at once, which the working set counts (`masks.mask_key_bytes`).
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from torch import Tensor
 from nphcli.engine.attention import fused_attention_chosen, gathered_attention, masked_attention
 from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.functional import masked_softmax
+from nphcli.engine.hashing import query_state
 from nphcli.engine.masks import (
     K_HELP,
-    _query_state,
     check_k,
     floyd_draws,
+    mask_key_bytes,
     random_bias,
     random_choice,
     random_keep,
@@ -119,9 +122,11 @@ class RandomMask(HopfieldModel):
             # block, a hash and (at most) its three scratch buffers.
             return row_bytes + 4 * k * 8 + k * (bank.dim + bank.value_dim + 2) * size, 4 * 8
         # A row of the (Q, M) mask (the fused kernel's additive one, `size` bytes an entry; the
-        # blockwise bool one takes less); per pair of a block, a score with its softmax
-        # temporaries and a mask entry. (Keys are hashed a few queries at a time.)
-        return row_bytes + bank.num_memories * size, 4 * size + 1
+        # blockwise bool one takes less) and of the keys it is formed from (on the CPU a few
+        # queries at a time, elsewhere the whole batch: `mask_key_bytes`); per pair of a block,
+        # a score with its softmax temporaries and a mask entry.
+        mask_bytes = bank.num_memories * size + mask_key_bytes(bank.device, bank.num_memories)
+        return row_bytes + mask_bytes, 4 * size + 1
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """With every memory scored and the fused kernel available, all memories at once: the
@@ -163,7 +168,7 @@ def floyd_host(seed: int, positions: Tensor, num_memories: int, k: int) -> Tenso
     (the positions are read once from the device)."""
     rows = []
     for position in positions.tolist():
-        state = _query_state(seed, position)
+        state = query_state(seed, position)
         chosen: set[int] = set()
         for j in range(num_memories - k, num_memories):
             draw = floyd_draws(state, j)
