@@ -98,6 +98,11 @@ def entmax(scores: Tensor, alpha: float) -> Tensor:
 NEWTON_STEPS = 100
 
 
+def newton_tolerance(dtype: torch.dtype) -> float:
+    """`entmax_threshold` stops when a step moves λ by less than this times 1 + |λ|."""
+    return 4 * torch.finfo(dtype).eps
+
+
 def entmax_threshold(
     scaled: Tensor, eps: float, *, start: Tensor | None = None, log_target: float | Tensor = 0.0
 ) -> Tensor:
@@ -115,7 +120,7 @@ def entmax_threshold(
     weight m). Stops when λ no longer moves.
     """
     lam = torch.zeros_like(scaled[:, :1]) - log_target if start is None else start  # (Q, 1)
-    tiny, tolerance = torch.finfo(scaled.dtype).tiny, 4 * torch.finfo(scaled.dtype).eps
+    tiny, tolerance = torch.finfo(scaled.dtype).tiny, newton_tolerance(scaled.dtype)
     for _ in range(NEWTON_STEPS if scaled.numel() else 0):
         p, u = _weights_and_u(scaled, lam, eps)  # (Q, n) each
         mass = p.sum(dim=-1, keepdim=True)  # (Q, 1)

@@ -31,7 +31,7 @@ from nphcli.engine.functional import entmax_threshold, entmax_unnormalised
 
 SAMPLE, SAMPLE_MIN, SAMPLE_SHARE = 1024, 64, 64  # the start's sample: M/64 scores, 64 to 1024
 SAFETY = 2.0  # the start asks the whole row for this much mass (> 1: below the threshold)
-_STEPS = 60  # bound on the active-set iterations; they take 2–4 from the sampled start
+ACTIVE_SET_STEPS = 60  # bound on the active-set iterations; they take 2–4 from the sampled start
 
 
 def _sample_stride(num_memories: int) -> int:
@@ -56,8 +56,8 @@ def solve(
     only, counts each score that many times (a sample standing for a whole row)."""
     eps = alpha - 1
     if closed_form(alpha):
-        power = round(1 / eps)
-        return _active_set(z, power, mass * eps**-power, start, weight, out)
+        power, target = active_set_target(alpha, mass)
+        return _active_set(z, power, target, start, weight, out)
     # Levels in units of z lose ε·|t| ≈ 1 of their digits as ε → 0: they are converted to and
     # from λ (τ = −e^{−ελ}) in float64, and serve only as starts and checks.
     lam = None if start is None else (-torch.log(-eps * start.double()) / eps).to(z.dtype)
@@ -77,6 +77,20 @@ def closed_form(alpha: float) -> bool:
     return power in (1, 2) and power * (alpha - 1) == 1
 
 
+def active_set_target(alpha: float, mass: float = 1.0) -> tuple[int, float]:
+    """For α = 1.5 or 2: the power k = 1/(α−1) and what Σ[z − t]_+^k must equal for α-entmax
+    weights summing to `mass` (they are (α−1)^k·[z − t]_+^k)."""
+    power = round(1 / (alpha - 1))
+    return power, mass * (alpha - 1) ** -power
+
+
+def active_set_bounds(power: int, mass: float, dtype: torch.dtype) -> tuple[float, float]:
+    """The active-set iteration's lowest level, where the top (0) alone carries `mass`, and its
+    tolerance on a step, for scores of `dtype`."""
+    lowest = mass ** (1 / power)
+    return -lowest, 8 * torch.finfo(dtype).eps * lowest
+
+
 def _active_set(
     z: Tensor,
     power: int,
@@ -90,12 +104,12 @@ def _active_set(
     its row sums, counts and t (Q, 1) each. Each evaluation is one subtraction, one clamp and
     three row reductions over z, so a chunk of z that fits the cache stays there."""
     rows = z.shape[0]
-    lo = z.new_full((rows, 1), -(mass ** (1 / power)))  # the top alone carries `mass` here
+    lowest, tolerance = active_set_bounds(power, mass, z.dtype)
+    lo = z.new_full((rows, 1), lowest)  # the top alone carries `mass` here
     hi = z.new_zeros(rows, 1)  # nothing weighs at the top's level
     t = lo if start is None else torch.minimum(torch.maximum(start, lo), hi)  # (Q, 1)
-    tolerance = 8 * torch.finfo(z.dtype).eps * mass ** (1 / power)
     weights, spare = torch.empty_like(z), torch.empty_like(z)  # (Q, n) scratch
-    for _ in range(_STEPS):
+    for _ in range(ACTIVE_SET_STEPS):
         trial = t
         d = torch.sub(z, trial, out=weights).clamp_(min=0)  # (Q, n)
         count, s1, total = _moments(d, power, weight, spare)  # (Q, 1) each

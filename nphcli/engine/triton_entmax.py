@@ -25,10 +25,15 @@ import triton.language as tl
 from torch import Tensor
 
 from nphcli.engine import functional
-from nphcli.engine.thresholds import _STEPS, closed_form
+from nphcli.engine.thresholds import (
+    ACTIVE_SET_STEPS,
+    active_set_bounds,
+    active_set_target,
+    closed_form,
+)
 
 BLOCK = tl.constexpr(1024)  # scores a program reads at a time
-STEPS = tl.constexpr(_STEPS)  # the bound on each solve's steps, the eager iteration's
+STEPS = tl.constexpr(ACTIVE_SET_STEPS)  # the bound on each solve's steps, the eager iteration's
 NEWTON_STEPS = tl.constexpr(functional.NEWTON_STEPS)  # and on the Newton iteration's (other α)
 
 
@@ -220,15 +225,14 @@ def weigh_rows(z: Tensor, alpha: float, sample_stride: int) -> tuple[Tensor, Ten
     rows, width = z.shape
     sums = torch.empty(rows, 1, dtype=z.dtype, device=z.device)
     counts = torch.empty(rows, 1, dtype=z.dtype, device=z.device)
-    eps, unit = alpha - 1, torch.finfo(z.dtype).eps
     if closed_form(alpha):
-        power = round(1 / eps)
-        mass = eps**-power
-        tolerance = 8 * unit * mass ** (1 / power)  # `thresholds._active_set`'s
+        power, mass = active_set_target(alpha)
+        lowest, tolerance = active_set_bounds(power, mass, z.dtype)
         _weigh_kernel[(rows,)](
-            z, z.stride(0), width, sample_stride, -(mass ** (1 / power)), mass, tolerance,
-            sums, counts, POWER=power,
+            z, z.stride(0), width, sample_stride, lowest, mass, tolerance, sums, counts,
+            POWER=power,
         )  # fmt: skip
     else:
-        _newton_kernel[(rows,)](z, z.stride(0), width, eps, 4 * unit, sums, counts)
+        tolerance = functional.newton_tolerance(z.dtype)
+        _newton_kernel[(rows,)](z, z.stride(0), width, alpha - 1, tolerance, sums, counts)
     return sums, counts

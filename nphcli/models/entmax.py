@@ -7,7 +7,8 @@ by a monotone Newton iteration (`functional.entmax_threshold`), each from a samp
 - memories in RAM that fit one block beside a batch of at least `MIN_QUERY_ROWS` queries (the
   plan prefers that): one matrix product for all scores, the threshold solved a few rows at a
   time over all scores (wide supports) or on each query's scores above a checked lower bound
-  (narrow ones) (`entmax_block.py`, `thresholds.py`), one weighted sum;
+  (narrow ones) (`entmax_block.py`, `thresholds.py`), one weighted sum; on a GPU one Triton
+  launch solves and weighs every query of the batch (`triton_entmax.py`);
 - otherwise (small budgets, streamed or distributed memories, α = 1): on each query's largest
   scores collected over memory blocks (`candidates.py`).
 Both are exact, so `--memory-budget` changes speed, not results.
