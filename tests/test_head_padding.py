@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from nphcli.engine import attention
+from nphcli.engine.planning import Plan
 from nphcli.memory.bank import TensorBank
 from nphcli.models import create_model
 
@@ -131,3 +132,29 @@ def test_plan_counts_the_copy_and_runs_blockwise_where_it_does_not_fit(
         got = model.retrieve(queries, keys, memory_budget=budget).patterns
         assert sdpa_widths == ([8] if fused else [])
         torch.testing.assert_close(got, reference, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("name", "heads"), [("dense", 1), ("multihead", 4)])
+def test_the_padded_copy_is_made_once_per_retrieve(monkeypatch, device, name, heads):
+    """Several query batches and two iteration steps read one padded copy, made by the model's
+    `prepare`: a copy per batch and step would cost a pass over all memories each time."""
+    monkeypatch.setattr(attention, "PAD_HEAD_DEVICES", (device.type,))
+    queries, keys, _ = _inputs(28, None, torch.float64, device)
+    if not attention.fused_attention_chosen(TensorBank(keys), heads, unmasked=True):
+        pytest.skip("no fused kernel for float64 on this device")
+    copies = []
+    inner = attention._padded_heads
+
+    def counted(rows, heads, width):
+        out = inner(rows, heads, width)
+        copies.append(out.untyped_storage().data_ptr() != rows.untyped_storage().data_ptr())
+        return out
+
+    monkeypatch.setattr(attention, "_padded_heads", counted)
+    model = create_model(name, beta=BETA, steps=2, **({"heads": heads} if heads > 1 else {}))
+    plan = Plan(query_rows=6, memory_rows=keys.shape[0])  # 4 batches of the 20 queries
+    got = model.retrieve(queries, keys, plan=plan).patterns
+    assert copies == [True]
+    once = create_model(name, beta=BETA, **({"heads": heads} if heads > 1 else {}))
+    expected = once.retrieve(once.retrieve(queries, keys).patterns, keys).patterns
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.engine.attention import attention_plan, softmax_attention
+from nphcli.engine.attention import attention_plan, fused_heads, softmax_attention
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan
 from nphcli.memory.bank import MemoryBank
@@ -34,8 +34,15 @@ class Dense(HopfieldModel):
         block_rows: int,
     ) -> Update:
         return Update(
-            softmax_attention(queries, bank, beta=self.beta, heads=1, block_rows=block_rows)
+            softmax_attention(
+                queries, bank, beta=self.beta, heads=1, block_rows=block_rows, fused=prepared
+            )
         )
+
+    def prepare(self, bank: MemoryBank, block_rows: int) -> tuple[Tensor, Tensor] | None:
+        """The memories the fused kernel reads, made once per retrieve (a padded copy where a
+        GPU kernel needs it, `fused_heads`), not once per query batch and step."""
+        return fused_heads(bank, 1, block_rows)
 
     def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:
         """Every memory: dense retrieval is the sparse-structured case 𝓜(x) = {1 … M}."""
