@@ -51,15 +51,14 @@ def softmax_attention(
     beta: float,
     heads: int,
     block_rows: int,
-    fused: tuple[Tensor, Tensor] | None = None,
+    fused: tuple[Tensor, Tensor] | None,
 ) -> Tensor:
     """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): shape (Q, d_v). `fused` is what
-    `fused_heads` returned for this bank and block_rows (a model's `prepare`, so that padded
-    heads are copied once per retrieve); without it, it is made here."""
+    `fused_heads` returned for this bank and block_rows, made once per retrieve by the model's
+    `prepare` (padded heads are a copy of the memories): the fused kernel's inputs, or None
+    for the blockwise route."""
     num_queries = queries.shape[0]
     x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
-    if fused is None:
-        fused = fused_heads(bank, heads, block_rows)
     if fused is not None:
         k, v = fused  # (H, M, W_k), (H, M, W_v): W ≥ the head width, zero columns beyond it
         if k.shape[-1] > x.shape[-1]:  # zero columns add exactly 0 to every score
