@@ -1,10 +1,12 @@
 """Shared by the benchmark scripts: a `--device` that is not present ends the script in one
 line (exit 2), as `nph retrieve --device cuda` does, instead of a traceback mid-run; the
-median time of a call, synchronised on CUDA; the half-masked queries of a memory file; and the
-provenance that every result file records."""
+median time of a call, synchronised on CUDA; the half-masked queries of a memory file; the
+GPU benchmarks' unit-norm inputs; the provenance that every result file records, the device's
+name, and the JSON result printed and written."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -85,3 +87,29 @@ def half_masked_queries(keys: torch.Tensor, count: int) -> torch.Tensor:
     queries = keys[chosen].clone()  # (Q, d)
     queries[:, keys.shape[1] // 2 :] = 0.0
     return queries
+
+
+def device_name(device: torch.device) -> str:
+    """The card's name on CUDA (results are named by it), else the device type."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def unit_inputs(
+    memories: int, dim: int, num_queries: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unit-norm Gaussian memories (M, d) and queries (Q, d) that are stored rows plus noise of
+    0.05 per entry, drawn on `device`; every case of a run takes a prefix of the queries."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    keys = torch.randn(memories, dim, generator=generator, device=device)
+    keys = torch.nn.functional.normalize(keys, dim=1)  # (M, d) unit norm
+    rows = torch.randint(0, memories, (num_queries,), generator=generator, device=device)
+    noise = torch.randn(num_queries, dim, generator=generator, device=device)
+    return keys, keys[rows] + 0.05 * noise  # (M, d), (Q, d)
+
+
+def emit(result: dict, out: Path | str | None, *, indent: int = 1) -> None:
+    """Print the result as JSON, and write it to `out` when given (one result file per run)."""
+    text = json.dumps(result, indent=indent)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")

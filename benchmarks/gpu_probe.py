@@ -21,7 +21,6 @@ d = 64) runs the same code on a CPU in seconds; its numbers mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import device_or_exit, provenance, sync  # noqa: E402  (the benchmarks' sibling modules)
+from _common import device_name, device_or_exit, emit, provenance, sync, unit_inputs  # noqa: E402  (the benchmarks' sibling modules)
 from large import BETA, BLOCK, gemm2, mm_topk  # noqa: E402
 from large import MODELS as LARGE_MODELS  # noqa: E402
 
@@ -112,15 +111,10 @@ def probe(device: torch.device, *, small: bool, time_s: float) -> dict:
     memories, dim = (20_000, 64) if small else (1_000_000, 784)
     queries_list = [1, 64, 256] if small else [1, 1024, 16384]
     block = 4096 if small else BLOCK
-    generator = torch.Generator(device=device).manual_seed(0)
-    keys = torch.randn(memories, dim, generator=generator, device=device)
-    keys = torch.nn.functional.normalize(keys, dim=1)  # (M, d) unit norm
-    rows = torch.randint(0, memories, (max(queries_list),), generator=generator, device=device)
-    noise = torch.randn(max(queries_list), dim, generator=generator, device=device)
-    all_queries = keys[rows] + 0.05 * noise  # (Q_max, d); every case takes a prefix
+    keys, all_queries = unit_inputs(memories, dim, max(queries_list), device)  # (M, d), (Q_max, d)
     out: dict = {
         **provenance(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "device": device_name(device),
         "memories": memories,
         "dim": dim,
         "beta": BETA,
@@ -281,10 +275,7 @@ def main() -> None:
     args = parser.parse_args()
     device = device_or_exit(args.device)
     result = probe(device, small=args.small, time_s=args.time_s)
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(result, args.out)
     print(markdown(result))
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import time
@@ -36,7 +35,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import device_or_exit, provenance, sync  # noqa: E402  (the benchmarks' sibling modules)
+from _common import device_name, device_or_exit, emit, provenance, sync, unit_inputs  # noqa: E402  (the benchmarks' sibling modules)
 
 from nphcli.engine import attention  # noqa: E402
 from nphcli.engine.precision import HALF_DTYPES  # noqa: E402
@@ -145,15 +144,10 @@ def run(device: torch.device, *, small: bool, rounds: int, budget: int, time_s: 
     began = time.perf_counter()
     memories = 20_000 if small else 1_000_000
     queries_list = [64, 256] if small else [1024, 16384]
-    generator = torch.Generator(device=device).manual_seed(0)
-    keys = torch.randn(memories, DIM, generator=generator, device=device)
-    keys = torch.nn.functional.normalize(keys, dim=1)  # (M, d) unit norm
-    rows = torch.randint(0, memories, (max(queries_list),), generator=generator, device=device)
-    noise = torch.randn(max(queries_list), DIM, generator=generator, device=device)
-    all_queries = keys[rows] + 0.05 * noise  # (Q_max, d); every case takes a prefix
+    keys, all_queries = unit_inputs(memories, DIM, max(queries_list), device)  # (M, d), (Q_max, d)
     out: dict = {
         **provenance(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        "device": device_name(device),
         "memories": memories,
         "dim": DIM,
         "heads": HEADS,
@@ -222,10 +216,7 @@ def main() -> None:
         budget=args.memory_budget,
         time_s=args.time_s,
     )
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(result, args.out)
     print(markdown(result))
 
 

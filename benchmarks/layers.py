@@ -22,14 +22,13 @@ the ratio folded / projected is what to read; the two paths' outputs are compare
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
 import time
 
 import torch
-from _common import device_or_exit, sync
+from _common import device_or_exit, emit, sync
 from torch.utils.flop_counter import FlopCounterMode
 
 from nphcli.layers import NPH, NPHPooling
@@ -193,11 +192,7 @@ def main() -> None:
             "hidden": HIDDEN,
             "rows": layer_rows(sizes, args.repeats, device),
         }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as handle:
-            handle.write(text + "\n")
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import collections
 import json
 
 import torch
-from _common import device_or_exit, median_ms, provenance
+from _common import device_name, device_or_exit, median_ms, provenance
 from gpu_probe import MODELS as PROBE_MODELS
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -103,7 +103,7 @@ def main() -> None:
             )
     info = {
         **provenance(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": device_name(device),
         "memories": args.memories,
         "dim": args.dim,
         "beta": args.beta,

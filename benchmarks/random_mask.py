@@ -13,7 +13,6 @@ random/dense of both, and the load average. Prints one JSON object (also written
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import provenance  # noqa: E402
+from _common import emit, provenance  # noqa: E402
 from run import MEMORIES, REGIME_QUERIES, REGIMES, queries_for, synthetic  # noqa: E402
 
 from nphcli.engine.masks import random_bias, resolve_k  # noqa: E402
@@ -68,10 +67,7 @@ def main() -> None:
                     f"{row['random/dense min']:.2f} (min); load {row['load']:.2f}",
                     file=sys.stderr,
                 )
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(out, args.out, indent=2)
 
 
 def _timed(calls: dict, rounds: int) -> dict:

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import device_or_exit, provenance, sync
+from _common import device_or_exit, emit, provenance, sync
 from large import large_cases
 
 from nphcli.engine import summary_cache
@@ -645,10 +645,7 @@ def main() -> None:
     results["startup"] = startup(budget_s)
     results["background_cpu_busy_after"] = background_load()
     results["targets"] = targets(results, bandwidth)
-    text = json.dumps(results, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(results, args.out)
     summary = markdown(results)
     print(summary, file=sys.stderr)
     if args.markdown:

@@ -12,7 +12,7 @@ import argparse
 import json
 
 import torch
-from _common import device_or_exit, median_ms, provenance
+from _common import device_name, device_or_exit, median_ms, provenance
 
 from nphcli.engine.selection import MIN_GROUPS_PER_K, full_topk, group_topk
 
@@ -49,7 +49,7 @@ def main() -> None:
         rows.append(row)
     info = {
         **provenance(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": device_name(device),
         "queries": queries,
         "block": block,
         "rows": rows,
