@@ -96,8 +96,8 @@ def test_select_merge_scales_as_it_reads(kernels, device, monkeypatch, scale):
     monkeypatch.setattr(kernels, "MAX_GROUPS", 32)
     k, width = 16, 40 * 128 + 5  # the 16th best ties with the best of several other groups
     generator = torch.Generator().manual_seed(2)
-    parts = [3 * torch.randn(6, width, generator=generator).to(device) for _ in range(2)]
-    kept = (torch.empty(6, 0, device=device), torch.empty(6, 0, device=device, dtype=torch.int64))
+    parts = [3 * torch.randn(3, width, generator=generator).to(device) for _ in range(2)]
+    kept = (torch.empty(3, 0, device=device), torch.empty(3, 0, device=device, dtype=torch.int64))
     for number, part in enumerate(parts):
         kept = kernels.select_merge(part, number * width, k, *kept, scale)  # 2 slices each
     _same(kept, _reference([part * scale for part in parts], k))
