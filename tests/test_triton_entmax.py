@@ -58,7 +58,7 @@ def test_fused_weights_equal_the_eager_iteration(kernels, device, alpha, dtype, 
     one and a few memories, rows that are not a multiple of the kernel's block, and supports
     from wide (β = 1) to a single memory (β = 100); the active-set kernel (α = 1.5, 2) and the
     Newton one (other α)."""
-    z = _shifted(6, width, beta, dtype, device)
+    z = _shifted(3, width, beta, dtype, device)
     z[0, -1] = 0.0  # a second top in row 0: ties at the maximum
     weights, total, count, _ = thresholds.solve(z.cpu().clone(), alpha)
     written = z.clone()
