@@ -10,11 +10,11 @@ import torch
 from conftest import assert_one_error_line
 
 from nphcli.evaluation import metrics
-from nphcli.evaluation.fields import parse_size
 from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank
 from nphcli.models import model_names
+from nphcli.schema.fields import parse_size
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ def mil_command(
     threads: Threads = None,
 ) -> None:
     """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size."""
-    from nphcli.evaluation.threads import use_threads
+    from nphcli.app.threads import use_threads
     from nphcli.experiments import mil
 
     use_threads(threads)
