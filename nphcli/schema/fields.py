@@ -89,6 +89,7 @@ class Field:
     hint: str = ""  # said after a range error, e.g. how to convert a variance
     holder: str | None = None  # one of HOLDERS; None: the group's (`destination`)
     attribute: str | None = None  # its name in the holder; None: the field's name
+    short: str | None = None  # a one-letter flag beside the long one, e.g. -o
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
