@@ -34,7 +34,8 @@ from torch import Tensor, nn
 
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
-from nphcli.experiments.mil_config import (  # noqa: F401  (configure: the public API here)
+from nphcli.experiments.mil_config import (  # noqa: F401  (PRESETS, configure: re-exported)
+    PRESETS,
     MILConfig,
     Variant,
     chosen_variants,
