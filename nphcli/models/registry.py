@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.schema.fields import FIELDS
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,6 @@ SHARED_WITH_RUN = ("seed",)
 def _refuse_field_names(info: ModelInfo) -> None:
     """A parameter named like a field of the run (`--noise`, `--queries`, `--json`, ...) would
     be one flag with two meanings: refuse it when the model registers."""
-    from nphcli.schema.fields import FIELDS
-
     taken = {f.name for f in FIELDS} - set(SHARED_WITH_RUN)
     clash = [p.name for p in info.params if p.name in taken]
     if clash:
