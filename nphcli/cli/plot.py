@@ -80,18 +80,14 @@ def plot_command(
     from nphcli.core.atomic import check_writable
     from nphcli.core.errors import NphError
     from nphcli.presentation.plot import check_plot_output, parse_pixels, plot_phase, plot_results
-    from nphcli.sweeps.results import read_results
+    from nphcli.sweeps.reading import read_inputs
 
     pixels = parse_pixels(size)
     check_plot_output(out)
     if any(out.resolve() == path.resolve() for path in results):
         raise NphError("--out would replace a results file; choose another name")
     check_writable(out, force=force)
-    rows = []
-    for path in results:
-        if not path.is_file():
-            raise NphError(f"results file {path} not found")
-        rows += read_results(path).rows
+    rows, _ = read_inputs(results)
     draw = plot_results if y is None else partial(plot_phase, y=y)
     draw(
         rows,

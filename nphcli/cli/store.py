@@ -12,13 +12,13 @@ from nphcli.cli.app import app
 from nphcli.cli.options import Force, JsonOutput, Seed
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.core.dtypes import STORE_DTYPES
-from nphcli.core.normalize import METHODS
+from nphcli.core.normalize import ALIASES, METHODS
 from nphcli.sources import list_sources
 from nphcli.sources.synthetic import DISTRIBUTIONS
 
 DEFAULT_OUT = Path("memory.safetensors")
 Split = enum.Enum("Split", {name: name for name in ("train", "test")}, type=str)
-Normalize = enum.Enum("Normalize", {name: name for name in METHODS}, type=str)
+Normalize = enum.Enum("Normalize", {name: name for name in [*METHODS, *ALIASES]}, type=str)
 Dtype = enum.Enum("Dtype", {name: name for name in STORE_DTYPES}, type=str)
 Distribution = enum.Enum("Distribution", {name: name for name in DISTRIBUTIONS}, type=str)
 
@@ -48,7 +48,8 @@ def _normalize_help() -> str:
     return (
         "How values are scaled. r: raw values (pixel intensities 0..255 for images, numbers as "
         "read otherwise); lo, hi: 0, 255 for images, else the data's min and max. "
-        f"{methods}. Default: unit for images, none otherwise."
+        f"{methods}. Default: centered for images (every stored digit a fixed point), none "
+        "otherwise; the paper's [0, 1] pixels are minmax (formerly unit)."
     )
 
 

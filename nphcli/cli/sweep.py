@@ -75,7 +75,7 @@ def sweep_command(
     ] = None,
     normalize: Annotated[
         str | None,
-        typer.Option("--normalize", help="unit, centered, zscore, l2 or none, as in nph store."),
+        typer.Option("--normalize", help="minmax, centered, zscore, l2 or none, as in nph store."),
     ] = None,
     root: Annotated[
         Path | None,
