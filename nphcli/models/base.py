@@ -227,6 +227,9 @@ class HopfieldModel:
             )
         budget = _check_budget(memory_budget)
         num_queries = queries.shape[0]
+        if num_queries == 0:  # nothing to retrieve: an empty (0, d_v) answer, not an error
+            empty = torch.empty(0, bank.value_dim, dtype=queries.dtype, device=queries.device)
+            return Retrieval(patterns=empty, steps=torch.zeros(0, dtype=torch.int64), support=None)
         if positions is None:
             positions = torch.arange(num_queries, device=queries.device)
         out_dtype = queries.dtype
@@ -356,6 +359,14 @@ def _check_inputs(
         raise NphError(
             f"{values.shape[0]} values for {bank.num_memories} memories; counts must match"
         )
+    for label, tensor in (("queries", queries), ("memories", memory), ("values", values)):
+        if isinstance(tensor, Tensor) and not bool(torch.isfinite(tensor).all()):
+            row = int((~torch.isfinite(tensor)).any(dim=1).nonzero()[0, 0])
+            kind = "NaN" if bool(tensor[row].isnan().any()) else "an infinite value"
+            raise NphError(
+                f"{label} row {row} holds {kind}: every input must be finite; drop or repair "
+                "that row"
+            )
     value_device = values.device if isinstance(values, Tensor) else bank.device
     if not same_device(queries.device, bank.device) or not same_device(value_device, bank.device):
         raise NphError("queries, memories and values must be on the same device")
