@@ -270,7 +270,7 @@ class HopfieldModel:
             if active.numel() == 0:
                 break
         result = state.to(out_dtype)
-        _check_output(result)
+        _check_output(result, (("queries", queries), ("memories", memory), ("values", values)))
         return Retrieval(patterns=result, steps=steps, support=support)
 
     def _update_batches(
@@ -359,7 +359,28 @@ def _check_inputs(
         raise NphError(
             f"{values.shape[0]} values for {bank.num_memories} memories; counts must match"
         )
-    for label, tensor in (("queries", queries), ("memories", memory), ("values", values)):
+    value_device = values.device if isinstance(values, Tensor) else bank.device
+    if not same_device(queries.device, bank.device) or not same_device(value_device, bank.device):
+        raise NphError("queries, memories and values must be on the same device")
+    return bank
+
+
+def _check_output(patterns: Tensor, inputs=()) -> None:
+    """Finite inputs can still give scores beyond the accumulation dtype; the result is then NaN
+    or infinite, which is an error, never a result. Checked here, where every caller passes,
+    at the cost of one pass over the output. What overflowed is the dtype scores are kept in
+    (float32 for half inputs, `engine.precision`), not the output's."""
+    finite = (patterns * 0 == 0).all()  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
+    for label, tensor in inputs[:1]:  # a NaN query may give a finite answer: checked as well
+        finite = finite & (tensor * 0 == 0).all()  # in the same sync
+    if not bool(finite):
+        _name_non_finite(inputs)  # checked only now: finite inputs pay no extra pass or sync
+        raise score_overflow(accumulation_dtype(patterns.dtype))
+
+
+def _name_non_finite(inputs) -> None:
+    """NphError naming the first input row that holds NaN or infinity (not an overflow)."""
+    for label, tensor in inputs:
         if isinstance(tensor, Tensor) and not bool(torch.isfinite(tensor).all()):
             row = int((~torch.isfinite(tensor)).any(dim=1).nonzero()[0, 0])
             kind = "NaN" if bool(tensor[row].isnan().any()) else "an infinite value"
@@ -367,16 +388,3 @@ def _check_inputs(
                 f"{label} row {row} holds {kind}: every input must be finite; drop or repair "
                 "that row"
             )
-    value_device = values.device if isinstance(values, Tensor) else bank.device
-    if not same_device(queries.device, bank.device) or not same_device(value_device, bank.device):
-        raise NphError("queries, memories and values must be on the same device")
-    return bank
-
-
-def _check_output(patterns: Tensor) -> None:
-    """Finite inputs can still give scores beyond the accumulation dtype; the result is then NaN
-    or infinite, which is an error, never a result. Checked here, where every caller passes,
-    at the cost of one pass over the output. What overflowed is the dtype scores are kept in
-    (float32 for half inputs, `engine.precision`), not the output's."""
-    if not bool((patterns * 0 == 0).all()):  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
-        raise score_overflow(accumulation_dtype(patterns.dtype))
