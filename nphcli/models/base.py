@@ -371,7 +371,7 @@ def _check_output(patterns: Tensor, inputs=()) -> None:
     at the cost of one pass over the output. What overflowed is the dtype scores are kept in
     (float32 for half inputs, `engine.precision`), not the output's."""
     finite = (patterns * 0 == 0).all()  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
-    for label, tensor in inputs[:1]:  # a NaN query may give a finite answer: checked as well
+    for _, tensor in inputs[:1]:  # a NaN query may give a finite answer: checked as well
         finite = finite & (tensor * 0 == 0).all()  # in the same sync
     if not bool(finite):
         _name_non_finite(inputs)  # checked only now: finite inputs pay no extra pass or sync
