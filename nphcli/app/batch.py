@@ -64,6 +64,7 @@ def run_job(job: Any, cache: MemoryCache) -> list[dict[str, Any]]:
     values = {
         key: get_field(key).from_json(value, f"job key {key!r}") for key, value in job.items()
     }
+    values["json"] = [True]  # a job's answer is JSON: several settings may report per query
     request = request_from(values)
     check_request(request)
     reports = evaluate_settings(_inputs(request.inputs, cache), request.settings)

@@ -168,12 +168,23 @@ def _run_here(request: RetrieveRequest) -> Outcome:
 
         check_drawable(inputs.memory)
     reports = evaluate_settings(inputs, request.settings)
+    if spec.queries_file is None:  # the stored patterns are the queries; said once it ran
+        _say_unretrievable(inputs.memory)
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report
 
         trace = trace_report(inputs.memory, reports[0]).to_json(per_query=request.output.per_query)
     return Outcome(reports, inputs.memory, trace)
+
+
+def _say_unretrievable(memory) -> None:
+    from nphcli.core.notices import notice
+    from nphcli.theory.retrievable import recorded_or_counted, unretrievable_notice
+
+    warning = unretrievable_notice(recorded_or_counted(memory))
+    if warning:
+        notice(warning)
 
 
 def _run_distributed(request: RetrieveRequest) -> Outcome:

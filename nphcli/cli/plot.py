@@ -92,7 +92,7 @@ def plot_command(
     from nphcli.core.atomic import check_writable
     from nphcli.core.errors import NphError
     from nphcli.presentation.plot import check_plot_output, parse_pixels, plot_phase, plot_results
-    from nphcli.sweeps.results import read_results
+    from nphcli.sweeps.reading import read_inputs
 
     o = own_values(given, PLOT_FIELDS)
     out, y, force = o["out"], o["y"], o["force"]
@@ -101,11 +101,7 @@ def plot_command(
     if any(out.resolve() == path.resolve() for path in results):
         raise NphError("--out would replace a results file; choose another name")
     check_writable(out, force=force)
-    rows = []
-    for path in results:
-        if not path.is_file():
-            raise NphError(f"results file {path} not found")
-        rows += read_results(path).rows
+    rows, _ = read_inputs(results)
     draw = plot_results if y is None else partial(plot_phase, y=y)
     draw(
         rows,

@@ -11,7 +11,7 @@ from nphcli.cli.app import app
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.core.dtypes import STORE_DTYPES
-from nphcli.core.normalize import METHODS
+from nphcli.core.normalize import ALIASES, METHODS
 from nphcli.schema.fields import Field, get_field
 from nphcli.sources import list_sources
 from nphcli.sources.synthetic import DEFAULT_DIM, DEFAULT_N, DISTRIBUTIONS
@@ -44,7 +44,8 @@ def _normalize_help() -> str:
     return (
         "How values are scaled. r: raw values (pixel intensities 0..255 for images, numbers as "
         "read otherwise); lo, hi: 0, 255 for images, else the data's min and max. "
-        f"{methods}. Default: unit for images, none otherwise."
+        f"{methods}. Default: centered for images (every stored digit a fixed point), none "
+        "otherwise; the paper's [0, 1] pixels are minmax (formerly unit)."
     )
 
 
@@ -111,7 +112,14 @@ def _store_fields() -> tuple[Field, ...]:
             "Let torchvision download a dataset missing from the root.",
             group="input",
         ),
-        Field("normalize", "str", None, _normalize_help(), group="input", choices=tuple(METHODS)),
+        Field(
+            "normalize",
+            "str",
+            None,
+            _normalize_help(),
+            group="input",
+            choices=(*METHODS, *ALIASES),
+        ),
         Field(
             "dtype",
             "str",

@@ -18,7 +18,7 @@ variance v is `--noise √v` (variance 0.5 → σ ≈ 0.7071; variance 1.4 → �
 
 `noise_clip` (`--noise-clip`): after the noise, every entry of the query is clamped to [0, 1],
 x_i ← min(1, max(0, x_i)), as the paper's released code does with its noisy images; it is meant
-for pixels stored in [0, 1] (`--normalize unit`, the image default). Without noise it changes
+for pixels stored in [0, 1] (`--normalize minmax`). Without noise it changes
 nothing (the query is left as masked).
 
 All randomness comes from the `torch.Generator` passed in and is drawn on the CPU, so the same

@@ -45,6 +45,7 @@ from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.provenance import provenance
 from nphcli.models import Retrieval, get_model_info
 from nphcli.schema.holders import complete, record
 from nphcli.version import __version__
@@ -293,6 +294,7 @@ def _config(
 ) -> dict[str, Any]:
     """The report's `config`: everything needed to repeat the run."""
     item_shape = memory.item_shape
+    origin = provenance(memory)
     config = {
         "model": settings.model,
         "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
@@ -308,6 +310,9 @@ def _config(
             "hetero": memory.hetero,
             "item_shape": list(item_shape) if item_shape else None,
             "stream": memory.resident() is None,
+            "sha256": origin["sha256"],
+            "path": origin["path"],
+            "normalize": origin["normalize"],
         },
         "queries": {
             "source": chosen.query_source,

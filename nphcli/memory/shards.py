@@ -43,12 +43,15 @@ from nphcli.memory.format import (
     read_metadata,
     tensors_sha256,
 )
+from nphcli.memory.provenance import META_KEY as PROVENANCE_KEY
+from nphcli.memory.provenance import content_sha256
 from nphcli.memory.streamed import StreamedBank
 
 MANIFEST_FORMAT = "nph-shards"
 MANIFEST_VERSION = 2  # 2: each part records its tensors' sha256
 # Metadata keys `save_memory` writes itself; a shard's other metadata is the source's.
 _OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dtype", "shard"}
+_OWN_KEYS |= {"content_sha256"}  # each shard records its own; the manifest, the source's
 
 
 def split_rows(num_memories: int, parts: int) -> list[int]:
@@ -83,6 +86,7 @@ class Manifest:
     dtype: str
     hetero: bool
     parts: list[ShardPart]
+    content_sha256: str | None = None  # the source's (`provenance.py`); None in older manifests
 
 
 def write_shards(
@@ -125,6 +129,7 @@ def write_shards(
         if target.resolve() == source.resolve():
             raise NphError(f"{target} is the memory being sharded; choose another --out-dir")
     set_id = _set_id(source, sizes)
+    content = content_sha256(bank)  # the source file's record, or its tensors hashed once
     meta = {key: value for key, value in bank.meta.items() if key not in _OWN_KEYS}
     labels = bank.labels
     offset = 0
@@ -164,6 +169,7 @@ def write_shards(
         "d_v": bank.value_dim,
         "dtype": str(bank.dtype).removeprefix("torch."),
         "hetero": bank.hetero,
+        "content_sha256": content,
         "parts": listed,
     }
     with atomic_write(manifest_path, force=force) as tmp:
@@ -242,7 +248,11 @@ def read_manifest(
         expected = part.offset + part.rows
     if expected != total:
         raise NphError(f"{path}: the shards hold {expected} rows, the manifest says M = {total}")
-    manifest = Manifest(path, set_id, total, dim, value_dim, dtype, hetero, parts)
+    content = raw.get("content_sha256")
+    if not isinstance(content, str):  # an older manifest: its shards' checksums stand for it
+        joined = json.dumps([part.sha256 for part in parts]).encode()
+        content = "shards:" + hashlib.sha256(joined).hexdigest()
+    manifest = Manifest(path, set_id, total, dim, value_dim, dtype, hetero, parts, content)
     for index in range(len(parts)) if check is None else check:
         _check_part(manifest, index, parts[index], verify=verify)
     return manifest
@@ -308,4 +318,5 @@ def set_meta(manifest: Manifest, first: dict[str, Any]) -> dict[str, Any]:
     meta = {key: value for key, value in first.items() if key != "shard"}
     meta["M"] = manifest.num_memories
     meta["shard_set"] = {"set_id": manifest.set_id, "parts": len(manifest.parts)}
+    meta[PROVENANCE_KEY] = manifest.content_sha256
     return meta

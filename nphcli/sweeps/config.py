@@ -11,7 +11,7 @@ them: one value, or a list for several. The same TOML format serves the shipped 
     description = "text"                # shown nowhere but the file; for people
     dataset     = "mnist"               # a source name (mnist, fashion-mnist, cifar10, random)
                                         # or a file nph store reads
-    normalize   = "unit"                # as `nph store --normalize` (default: the source's own)
+    normalize   = "minmax"              # as `nph store --normalize` (default: the source's own)
     sizes       = [10, 50, 100]         # memory sizes M
     trials      = 50                    # memories drawn per size
     seed        = 0                     # the sweep's one seed (see nphcli.sweeps.grid)
@@ -62,7 +62,7 @@ OWN_FIELDS = (
         group="input",
     ),
     Field(
-        "normalize", "str", None, "unit, centered, zscore, l2 or none, as in nph store.", "input"
+        "normalize", "str", None, "minmax, centered, zscore, l2 or none, as in nph store.", "input"
     ),
     Field("sizes", "int", 100, "Memory sizes M, e.g. 10,50,100.", group="run", minimum=1),
     Field("trials", "int", 1, "Memories drawn per size, each a trial.", group="input", minimum=1),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.evaluation.report import provenance_columns
 from nphcli.sweeps.results import read_results
 
 
@@ -63,10 +64,11 @@ def _flat(record: dict[str, Any]) -> dict[str, Any]:
             "device": config.get("device"),
             "dtype": config.get("dtype"),
             "memory": memory.get("file"),
-            "M": memory.get("M"),
-            "nph_version": config.get("nph_version"),
         }
     )
+    if "M" in memory and "d" in memory:
+        row.update(provenance_columns(config))
+    row.update({"M": memory.get("M"), "nph_version": config.get("nph_version")})
     for name, stats in (record.get("metrics") or {}).items():
         row[f"{name}_mean"] = None if stats is None else stats.get("mean")
     row["us_per_query"] = (record.get("timing") or {}).get("us_per_query")
