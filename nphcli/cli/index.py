@@ -52,9 +52,10 @@ def index_command(
     )
     from nphcli.core.atomic import check_output
     from nphcli.core.errors import NphError
+    from nphcli.core.resources import fits_in_memory
     from nphcli.memory import open_memory
 
-    open_memory(memory, stream=True)  # the input first (its header only): a missing file says so
+    streamed = open_memory(memory, stream=True)  # the header first: a missing file says so
     require_faiss()
     check_kind(kind)
     if seed < 0:
@@ -62,7 +63,8 @@ def index_command(
     path = out if out is not None else default_index_path(memory, kind)
     check_output(path, force=force, protect=[memory])
     start = time.perf_counter()
-    loaded = open_memory(memory)
+    # A memory larger than RAM is read from disk block by block (docs/ann.md).
+    loaded = open_memory(memory) if fits_in_memory(memory.stat().st_size) else streamed
     faiss_index, meta, extra = build_index(
         loaded, memory, kind=kind, seed=seed, lists=lists, progress=_progress
     )
