@@ -82,9 +82,13 @@ MEMORY_CASES = [
     ("header longer than the file", lambda p: _raw_safetensors(p, b"{}"[:1] * 1), ["header"]),
     ("header of deep nesting", lambda p: _raw_safetensors(p, DEEP.encode()), ["too deeply"]),
     ("header of a 5000-digit int", lambda p: _raw_safetensors(p, HUGE_INT.encode()), ["cannot"]),
-    ("offsets past the end", lambda p: _raw_safetensors(
-        p, b'{"patterns": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}'
-    ), ["past the end"]),  # fmt: skip
+    (
+        "offsets past the end",
+        lambda p: _raw_safetensors(
+            p, b'{"patterns": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}'
+        ),
+        ["past the end"],
+    ),  # fmt: skip
     ("metadata of a 5000-digit int", lambda p: _metadata_file(p, HUGE_INT), ["format version"]),
     ("metadata of deep nesting", lambda p: _metadata_file(p, DEEP), ["format version"]),
 ]
