@@ -54,17 +54,19 @@ def index_command(
         write_index,
     )
     from nphcli.core.atomic import check_output
+    from nphcli.core.resources import fits_in_memory
     from nphcli.memory import open_memory
 
     o = own_values(given, INDEX_BUILD_FIELDS)
     kind, seed, force = o["kind"], o["seed"], o["force"]
-    open_memory(memory, stream=True)  # the input first (its header only): a missing file says so
+    streamed = open_memory(memory, stream=True)  # the header first: a missing file says so
     require_faiss()
     check_kind(kind)
     path = o["out"] if o["out"] is not None else default_index_path(memory, kind)
     check_output(path, force=force, protect=[memory])
     start = time.perf_counter()
-    loaded = open_memory(memory)
+    # A memory larger than RAM is read from disk block by block (docs/ann.md).
+    loaded = open_memory(memory) if fits_in_memory(memory.stat().st_size) else streamed
     faiss_index, meta, extra = build_index(
         loaded, memory, kind=kind, seed=seed, lists=o["lists"], progress=_progress
     )

@@ -35,6 +35,7 @@ import torch
 
 from nphcli.core.atomic import atomic_write, check_folder
 from nphcli.core.errors import NphError
+from nphcli.core.jsontext import read_json_file
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import (
     FORMAT_NAME,
@@ -49,6 +50,8 @@ from nphcli.memory.streamed import StreamedBank
 
 MANIFEST_FORMAT = "nph-shards"
 MANIFEST_VERSION = 2  # 2: each part records its tensors' sha256
+# A manifest lists about 200 bytes per shard: 16 MiB holds 80,000 shards; read no more.
+MAX_MANIFEST_BYTES = 16 << 20
 # Metadata keys `save_memory` writes itself; a shard's other metadata is the source's.
 _OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dtype", "shard"}
 _OWN_KEYS |= {"content_sha256"}  # each shard records its own; the manifest, the source's
@@ -196,10 +199,7 @@ def read_manifest(
     path = Path(path)
     if not path.is_file():
         raise NphError(f"shard manifest {path} not found; create one with `nph shard`")
-    try:
-        raw = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise NphError(f"{path} is not a JSON shard manifest ({error})") from None
+    raw = read_json_file(path, what="shard manifest", max_bytes=MAX_MANIFEST_BYTES)
     if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
         raise NphError(f"{path} is not an nph shard manifest (written by `nph shard`)")
     version = raw.get("format_version")
@@ -260,10 +260,18 @@ def read_manifest(
 
 def _inside(manifest: Path, name: Any) -> Path:
     """A shard's path: a file name relative to the manifest's folder, never outside it."""
-    relative = Path(str(name))
-    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise NphError(f"{manifest}: shard file {str(name)!r} is not inside the manifest's folder")
-    return manifest.parent / relative
+    text = str(name)
+    relative = Path(text)
+    if "\0" in text or relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise NphError(f"{manifest}: shard file {text!r} is not inside the manifest's folder")
+    path = manifest.parent / relative
+    # A symlink in the folder may point anywhere: the shard must be inside it once resolved too.
+    if not path.resolve().is_relative_to(manifest.parent.resolve()):
+        raise NphError(
+            f"{manifest}: shard file {text!r} links outside the manifest's folder; copy the "
+            "shard into the folder instead of linking it"
+        )
+    return path
 
 
 def _whole(value: Any, what: str) -> int:

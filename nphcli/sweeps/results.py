@@ -22,6 +22,7 @@ from typing import Any
 
 from nphcli.core.atomic import check_folder, fsync_folder, write_failure_reason
 from nphcli.core.errors import NphError, NphRuntimeError
+from nphcli.core.jsontext import parse_json
 from nphcli.core.normalize import canonical_method
 from nphcli.core.notices import notice
 from nphcli.sweeps.config import SweepConfig
@@ -137,8 +138,8 @@ def _run_key(row: dict[str, Any]) -> Any:
 def _parse_line(text: str, fmt: str, header: list[str] | None):
     if fmt == "jsonl":
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
+            value = parse_json(text, what="a results line")
+        except NphError:
             return None
         return value if isinstance(value, dict) else None
     cells = next(csv.reader([text]))
