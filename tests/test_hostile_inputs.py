@@ -166,3 +166,106 @@ def test_a_signal_while_workers_start_is_one_error(monkeypatch):
     with pytest.raises(Terminated):
         run_workers(2, _noop, method="fork", timeout=10)
     assert not started[0].is_alive()
+
+
+# Results files (issue 40 item 4). One tiny sweep per format, then each case spoils a copy.
+SWEEP = ("--model", "dense", "--sizes", "6", "--trials", "2", "--queries", "4")
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """{format: bytes of a finished tiny sweep's results file}."""
+    from typer.testing import CliRunner
+
+    from nphcli.cli import app
+
+    folder = tmp_path_factory.mktemp("swept")
+    out = {}
+    for fmt in ("csv", "jsonl"):
+        path = folder / f"s.{fmt}"
+        result = CliRunner().invoke(app, ["sweep", "--dataset", "random", *SWEEP, "--out", path])
+        assert result.exit_code == 0, result.stderr
+        out[fmt] = path.read_bytes()
+    return out
+
+
+NO_NEWLINE = bytes(b for b in range(256) if b not in b"\r\n")
+
+
+def _resume(invoke, path, *extra):
+    return invoke("sweep", "--dataset", "random", *SWEEP, "--out", path, "--resume", *extra)
+
+
+def _second_line(data: bytes, change) -> bytes:
+    lines = data.split(b"\n")
+    lines[1] = change(lines[1])
+    return b"\n".join(lines)
+
+
+# (case, format, file maker from the sweep's bytes, extra sweep options, words of the error
+# line; None: the resume succeeds with nothing to run and leaves the file as it was)
+RESULTS_CASES = [
+    ("other --queries", "jsonl", lambda b: b, ["--queries", "5"], ["queries 4 (now 5)"]),
+    ("other --dtype", "csv", lambda b: b, ["--dtype", "float64"], ["dtype 'float32'"]),
+    ("other --fill", "jsonl", lambda b: b, ["--fill", "0.5"], ["fill 0.0 (now 0.5)"]),
+    ("other --batch-size", "csv", lambda b: b, ["--batch-size", "2"], ["batch_size None"]),
+    ("complete unparsable last line", "jsonl", lambda b: b + b"{oops\n", [], ["line 3"]),
+    ("CRLF line endings", "csv", lambda b: b.replace(b"\n", b"\r\n"), [], None),
+    ("CR line endings", "csv", lambda b: b.replace(b"\n", b"\r"), [], None),
+    (
+        "random bytes in a line",
+        "csv",
+        lambda b: _second_line(b, lambda x: x + b"\xff\x00"),
+        [],
+        ["line 2"],
+    ),  # fmt: skip
+    (
+        "stray CR in a field",
+        "csv",
+        lambda b: _second_line(b, lambda x: b"d\rense" + x[5:]),
+        [],
+        ["line 2"],
+    ),  # fmt: skip
+    ("random bytes, no newline", "jsonl", lambda b: NO_NEWLINE * 4, [], ["line 1"]),
+]
+
+
+@pytest.mark.parametrize("case, fmt, make, extra, words", RESULTS_CASES,
+                         ids=[c[0] for c in RESULTS_CASES])  # fmt: skip
+def test_hostile_results_file(invoke, swept, tmp_path, case, fmt, make, extra, words):
+    path = tmp_path / f"results.{fmt}"
+    path.write_bytes(make(swept[fmt]))
+    before = path.read_bytes()
+    result = _resume(invoke, path, *extra)
+    if words is None:
+        assert result.exit_code == 0, result.stderr
+        assert "nothing to run" in result.stderr
+    else:
+        assert_one_error_line(result, *words)
+        if not extra:  # a damaged file: report and plot say the same in one line
+            assert_one_error_line(invoke("report", path, "--out", tmp_path / "r.html"), *words)
+            assert_one_error_line(invoke("plot", path, "--out", tmp_path / "p.png"), *words)
+    assert path.read_bytes() == before  # never truncated, never wiped
+
+
+def test_merged_files_of_two_seeds_keep_every_row(invoke, swept, tmp_path):
+    from nphcli.sweeps.results import read_results
+
+    other = tmp_path / "seed1.jsonl"
+    assert (
+        invoke("sweep", "--dataset", "random", *SWEEP, "--seed", "1", "--out", other).exit_code == 0
+    )
+    merged = tmp_path / "merged.jsonl"
+    merged.write_bytes(swept["jsonl"] + other.read_bytes())
+    loaded = read_results(merged)
+    assert len(loaded.rows) == 4 and loaded.duplicates == 0
+    assert {row["sweep_seed"] for row in loaded.rows} == {0, 1}
+
+
+def test_a_cut_short_last_line_is_still_dropped_and_redone(invoke, swept, tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(swept["jsonl"] + b'{"setting": "dense')
+    result = _resume(invoke, path)
+    assert result.exit_code == 0, result.stderr
+    assert "dropping a cut-short last line" in result.stderr
+    assert path.read_bytes() == swept["jsonl"]

@@ -47,7 +47,7 @@ JSONL_GRID = (
 # Columns added since on purpose: where each row came from (issue 34).
 PROVENANCE = (
     *("memory_normalize", "memory_shape", "memory_sha256", "memory_path", "stream", "tf32"),
-    *("memory_budget", "nph_version", "drawn_sha256"),
+    *("memory_budget", "nph_version", "drawn_sha256", "run_settings"),
 )
 
 
