@@ -269,3 +269,43 @@ def test_a_cut_short_last_line_is_still_dropped_and_redone(invoke, swept, tmp_pa
     assert result.exit_code == 0, result.stderr
     assert "dropping a cut-short last line" in result.stderr
     assert path.read_bytes() == swept["jsonl"]
+
+
+def _full_disk(monkeypatch):
+    """safetensors' writer fills the disk: it writes part of the file, then fails as it does on
+    a full disk."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    import nphcli.memory.file
+
+    def save_file(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"half a file")
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    monkeypatch.setattr(nphcli.memory.file, "save_file", save_file)
+
+
+# (case, the command writing a safetensors file into the folder `out`)
+FULL_DISK_CASES = [
+    ("store", lambda m, out: ["store", "random", "--n", "8", "--out", out / "m.safetensors"]),
+    (
+        "retrieve --out",
+        lambda m, out: ["-q", "retrieve", "--memory", m, "--out", out / "r.safetensors"],
+    ),
+    ("shard", lambda m, out: ["shard", m, "--parts", "2", "--out-dir", out]),
+]
+
+
+@pytest.mark.parametrize("case, command", FULL_DISK_CASES, ids=[c[0] for c in FULL_DISK_CASES])
+def test_a_full_disk_while_writing_safetensors(
+    invoke, memory_file, tmp_path, monkeypatch, case, command
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    _full_disk(monkeypatch)
+    assert_one_error_line(invoke(*command(memory_file, out)), "no space left", code=1)
+    assert list(out.iterdir()) == []  # no partial file, no temporary, no shard of a half set
