@@ -309,3 +309,44 @@ def test_a_full_disk_while_writing_safetensors(
     _full_disk(monkeypatch)
     assert_one_error_line(invoke(*command(memory_file, out)), "no space left", code=1)
     assert list(out.iterdir()) == []  # no partial file, no temporary, no shard of a half set
+
+
+# Sizes without a bound (issue 40 item 7).
+def test_features_beyond_the_budget_are_one_line(invoke, memory_file):
+    import nphcli
+
+    command = ["retrieve", "--memory", memory_file, "--model", "random-feature"]
+    line = assert_one_error_line(invoke(*command, "--features", "1000000000"), "--memory-budget")
+    assert "--features 1000000000" in line
+    with pytest.raises(NphError, match="--memory-budget"):
+        model = nphcli.create_model("random-feature", features=10**9)
+        model.retrieve(torch.randn(2, 16), torch.randn(5, 16))
+    assert invoke(*command, "--features", "64", "--queries", "2").exit_code == 0
+
+
+def test_batch_keeps_at_most_two_memories(tmp_path):
+    from nphcli.app.batch import MemoryCache
+
+    cache = MemoryCache()
+    paths = []
+    for i in range(4):
+        paths.append(save_memory(tmp_path / f"m{i}.safetensors", torch.randn(3, 4)))
+    first, _ = cache.get(str(paths[0]), stream=False)
+    for path in paths[1:]:
+        cache.get(str(path), stream=False)
+        assert len(cache) <= 2
+    again, load_s = cache.get(str(paths[3]), stream=False)
+    assert load_s == 0.0  # the last used is still kept
+    reread, load_s = cache.get(str(paths[0]), stream=False)
+    assert reread is not first and load_s > 0  # dropped, read again
+
+
+def test_a_report_of_too_many_settings_is_one_line(invoke, tmp_path, monkeypatch):
+    import nphcli.sweeps.reading as reading
+
+    path = tmp_path / "many.jsonl"
+    rows = [{"model": "dense", "beta": b, "M": 4, "sse_mean": 0.1 * b} for b in range(1, 31)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(reading.check_report_size, "__defaults__", (20,))
+    line = assert_one_error_line(invoke("report", path, "--out", tmp_path / "r.html"))
+    assert "30 distinct settings" in line and "at most 20" in line
