@@ -350,3 +350,28 @@ def test_a_report_of_too_many_settings_is_one_line(invoke, tmp_path, monkeypatch
     monkeypatch.setattr(reading.check_report_size, "__defaults__", (20,))
     line = assert_one_error_line(invoke("report", path, "--out", tmp_path / "r.html"))
     assert "30 distinct settings" in line and "at most 20" in line
+
+
+# Smaller ones (issue 40 item 8).
+@pytest.mark.parametrize("value", ["1e-9", "0", "1e20", "inf"])
+def test_timeout_out_of_range_is_one_line(invoke, memory_file, value):
+    result = invoke("retrieve", "--memory", memory_file, "--workers", "2", "--timeout", value)
+    assert_one_error_line(result, "--timeout")
+
+
+def test_an_error_line_is_one_write(monkeypatch, tmp_path):
+    """Ranks sharing one stderr: each error object is written whole by one write(2)."""
+    import importlib
+    import io
+    import sys
+
+    cli_app = importlib.import_module("nphcli.cli.app")  # the module, not the Typer app
+
+    handle = open(tmp_path / "stderr", "w+b", buffering=0)
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(handle, write_through=True))
+    writes = []
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: writes.append(data) or real_write(fd, data))
+    monkeypatch.setattr(cli_app, "_json_errors", True)
+    cli_app._fail("two\nlines", 2)
+    assert len(writes) == 1 and json.loads(writes[0]) == {"error": "two lines", "exit_code": 2}
