@@ -150,3 +150,11 @@ def mnist(tmp_path_factory):
     result = CliRunner().invoke(app, ["store", "mnist", "--n", "100", "--out", str(path)])
     assert result.exit_code == 0, result.stderr
     return path
+
+
+def real_valued_models() -> list[str]:
+    """The registered models that take any real-valued memories: all but the classical networks
+    (`binary`), which store ±1 patterns only and have their own tests (tests/test_baselines.py)."""
+    from nphcli.models import get_model_info, model_names
+
+    return [name for name in model_names() if not get_model_info(name).cls.binary]
