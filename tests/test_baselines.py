@@ -12,7 +12,7 @@ from conftest import assert_one_error_line
 from nphcli.core.errors import NphError
 from nphcli.engine.planning import Plan
 from nphcli.memory import open_memory
-from nphcli.memory.file import load_memory, save_memory
+from nphcli.memory.file import save_memory
 from nphcli.memory.shards import write_shards
 from nphcli.models import create_model, get_model_info, layer_model_names, model_names
 
