@@ -325,9 +325,10 @@ def _config(
 
 
 def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
-    """The report's corruption record; `noise_clip` appears only when set, so runs without it
-    report exactly what they did before the option existed."""
+    """The report's corruption record; `noise_clip`, `occlude`, `salt_pepper` and `flip` appear
+    only when set, so runs without them report exactly what they did before they existed."""
     out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
-    if not out["noise_clip"]:
-        del out["noise_clip"]
+    for optional in ("noise_clip", "occlude", "salt_pepper", "flip"):
+        if not out[optional]:
+            del out[optional]
     return out

@@ -98,6 +98,10 @@ class RetrievalReport:
                 "queries": config["queries"]["source"],
                 **config["corruption"],  # mask, mask_mode, fill, noise
                 "noise_clip": config["corruption"].get("noise_clip", False),
+                **{
+                    name: config["corruption"].get(name, 0.0)
+                    for name in ("occlude", "salt_pepper", "flip")
+                },
                 "batch_size": config["batch_size"],
                 "repeat": config["repeat"],
             }

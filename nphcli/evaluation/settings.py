@@ -19,7 +19,16 @@ from nphcli.schema.catalog import get_card, model_cards
 from nphcli.schema.fields import default, fields, get_field
 
 # Fields held by `Corruption` and `IndexSettings` rather than by `RetrieveSettings` itself.
-CORRUPTION_FIELDS = ("mask", "mask_mode", "fill", "noise", "noise_clip")
+CORRUPTION_FIELDS = (
+    "mask",
+    "mask_mode",
+    "fill",
+    "noise",
+    "noise_clip",
+    "occlude",
+    "salt_pepper",
+    "flip",
+)
 INDEX_FIELDS = ("nprobe", "ef", "candidates", "check_exact")
 _FLAT = ("seed", "queries", "device", "dtype", "batch_size", "repeat", "memory_budget", "tf32")
 
