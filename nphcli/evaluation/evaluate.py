@@ -33,6 +33,7 @@ from nphcli.core.devices import (
 )
 from nphcli.core.dtypes import dtype_name
 from nphcli.evaluation import metrics as metric_fns
+from nphcli.evaluation.attractors import diagnose
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
 from nphcli.evaluation.guards import (
     MemoryScale,
@@ -193,6 +194,7 @@ def _run_on_device(
         block_rows=None if bank.resident() is not None else _metric_block_rows(bank),
         stored_range=stored_range,
     )
+    per_query_d.update(diagnose(model, result.patterns, bank, per_query_d["nearest"], positions))
     synchronize(device)
     metrics_s = time.perf_counter() - t0
 

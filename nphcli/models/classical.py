@@ -66,6 +66,18 @@ class ClassicalNetwork(HopfieldModel):
         """W (d, d) float64 from G = Ξᵀ Ξ (d, d) float64."""
         raise NotImplementedError
 
+    def coupling_scale(self, dim: int) -> float:
+        """W = scale · `learn(G)`: `learn` may leave out a positive factor that changes no sign."""
+        return 1.0
+
+    def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
+        """E(s) = −½ sᵀ W s (Q,) float64 at the binarised state s = sgn(x) (Hopfield 1982);
+        asynchronous updates never raise it."""
+        patterns = memories.to(torch.float64)  # (M, d)
+        weights = self.learn(patterns.T @ patterns) * self.coupling_scale(patterns.shape[1])
+        state = binary_state(queries.to(torch.float64))  # (Q, d)
+        return -0.5 * ((state @ weights) * state).sum(dim=1)
+
     def check_memory(self, memory: MemoryBank) -> None:
         if memory.hetero or memory.value_dim != memory.dim:
             raise NphError(
@@ -134,6 +146,9 @@ class ClassicalNetwork(HopfieldModel):
 class Hebbian(ClassicalNetwork):
     def learn(self, g: Tensor) -> Tensor:
         return hebbian_couplings(g)
+
+    def coupling_scale(self, dim: int) -> float:
+        return 1.0 / dim
 
 
 @register_model(
