@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from conftest import assert_one_error_line
 
 from nphcli.evaluation.attractors import classify, diagnose, mass_size
 from nphcli.evaluation.metrics import nearest
@@ -144,3 +145,61 @@ def test_cli_json_and_csv_carry_the_diagnostics(invoke, mnist):
     csv_out = invoke("retrieve", "--memory", mnist, "--queries", "2", "--steps", "3", "--csv")
     header = csv_out.stdout.splitlines()[0].split(",")
     assert {"at_pattern_mean", "attractor_size_median", "energy_mean"} <= set(header)
+
+
+def test_attractors_command_writes_pictures_and_numbers(invoke, mnist, tmp_path):
+    result = invoke(
+        "attractors",
+        "--memory",
+        mnist,
+        "--queries",
+        "5",
+        "--steps",
+        "6",
+        "--beta",
+        "0.001,5",
+        "--resolution",
+        "7",
+        "--traced",
+        "3",
+        "--pictures",
+        str(tmp_path),
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    low, high = out["settings"]
+    assert low["at_global"] == 1.0 and high["at_pattern"] == 1.0
+    assert len(high["energy_trace"]) == 7 and len(high["energy_trace"][0]) == 3
+    for name in ("sizes.png", "energy.png", "basins.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((tmp_path / "attractors.json").read_text())
+    labels = saved["settings"][1]["basin"]["labels"]
+    assert len(labels) == 7 and labels[1][1] == saved["settings"][1]["basin"]["corners"][0]
+
+
+def test_basin_corners_go_to_their_own_patterns():
+    """At large β every stored corner of the plane is its own fixed point."""
+    from nphcli.app.attractors import basin
+
+    memories = _clusters()[3:]  # 5 orthogonal patterns
+    labels = basin(create_model("dense", beta=5.0, steps=20), as_bank(memories), (0, 1, 2), 7)
+    grid = labels["labels"]  # u, v from −¼ to 1¼ in 7 cells: u = 0 at column 1, u = 1 at 5
+    assert (grid[1][1], grid[1][5], grid[5][1]) == (0, 1, 2)
+
+
+def test_attractors_command_refusals(invoke, mnist, tmp_path):
+    one = invoke("attractors", "--memory", mnist, "--pictures", str(tmp_path))
+    assert_one_error_line(one, "give --steps > 1")
+    bad = invoke(
+        "attractors",
+        "--memory",
+        mnist,
+        "--steps",
+        "3",
+        "--basin",
+        "0,0,1",
+        "--pictures",
+        str(tmp_path),
+    )
+    assert_one_error_line(bad, "three different stored rows")
