@@ -33,8 +33,9 @@ def plot_command(
         str | None,
         typer.Option(
             "--metric",
-            help="sse, mse, success, cosine, nearest_distance, support, steps or us_per_query "
-            "[default: sse; success with --y].",
+            help="sse, mse, success, cosine, nearest_distance, support, steps, us_per_query, "
+            "or the attractor shares and sizes at_pattern, at_metastable, at_global, "
+            "attractor_size, energy [default: sse; success with --y].",
         ),
     ] = None,
     x: Annotated[
