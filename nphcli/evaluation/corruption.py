@@ -49,46 +49,28 @@ import torch
 from torch import Tensor
 
 from nphcli.core.errors import NphError
+from nphcli.schema.fields import get_field
+from nphcli.schema.holders import holds
 
-IMAGE_MODES = ("bottom", "top", "left", "right")
-MASK_MODES = (*IMAGE_MODES, "random")
+MASK_MODES: tuple[str, ...] = get_field("mask_mode").choices  # the field's, declared once
+IMAGE_MODES = tuple(mode for mode in MASK_MODES if mode != "random")
 
 
 @dataclass(frozen=True)
+@holds("corruption")
 class Corruption:
-    """How to corrupt a query. The defaults leave it unchanged."""
+    """How to corrupt a query. The defaults leave it unchanged. One attribute per corruption
+    field (`nphcli.schema.fields`), defaults and ranges from there; those below are the ones
+    `corrupt` applies."""
 
-    mask: float = 0.0  # fraction of each query to hide, in [0, 1]
-    mask_mode: str | None = None  # one of MASK_MODES; None: bottom for images, random otherwise
-    fill: float = 0.0  # value written into hidden entries
-    noise: float = 0.0  # standard deviation σ of the added Gaussian noise, ≥ 0
-    noise_clip: bool = False  # clamp noisy queries to [0, 1] (the released code's noise)
-    occlude: float = 0.0  # side of an occluding square, as a fraction of the image's shorter side
-    salt_pepper: float = 0.0  # fraction of entries set to the query's largest or smallest value
-    flip: float = 0.0  # fraction of entries flipped (±1 or 0/1 patterns)
-
-    def __post_init__(self) -> None:
-        for flag, value in (
-            ("--mask", self.mask),
-            ("--occlude", self.occlude),
-            ("--salt-pepper", self.salt_pepper),
-            ("--flip", self.flip),
-        ):
-            if not (_is_number(value) and 0.0 <= value <= 1.0):
-                raise NphError(f"{flag} must be a fraction in [0, 1], got {value}")
-        if not (_is_number(self.noise) and self.noise >= 0.0):
-            raise NphError(
-                f"--noise must be a standard deviation ≥ 0, got {self.noise} "
-                "(for a noise variance v, pass √v)"
-            )
-        if not isinstance(self.noise_clip, bool):
-            raise NphError(f"noise_clip must be true or false, got {self.noise_clip!r}")
-        if not _is_number(self.fill):
-            raise NphError(f"--fill must be a finite number, got {self.fill}")
-        if self.mask_mode is not None and self.mask_mode not in MASK_MODES:
-            raise NphError(
-                f"unknown --mask-mode {self.mask_mode!r}; choose one of: {', '.join(MASK_MODES)}"
-            )
+    mask: float  # fraction of each query to hide, in [0, 1]
+    mask_mode: str | None  # one of MASK_MODES; None: bottom for images, random otherwise
+    fill: float  # value written into hidden entries
+    noise: float  # standard deviation σ of the added Gaussian noise, ≥ 0
+    noise_clip: bool  # clamp noisy queries to [0, 1] (the released code's noise)
+    occlude: float  # side of an occluding square, as a fraction of the image's shorter side
+    salt_pepper: float  # fraction of entries set to the query's largest or smallest value
+    flip: float  # fraction of entries flipped (±1 or 0/1 patterns)
 
 
 @dataclass(frozen=True)
@@ -267,7 +249,3 @@ def _random_rows(num_rows: int, width: int, count: int, generator: torch.Generat
 
 def _round_half_up(value: float) -> int:
     return math.floor(value + 0.5)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -15,7 +15,6 @@ computes the metrics; `total` is the wall time of everything, repeats included.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from nphcli.evaluation.report import METRICS, RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
 from nphcli.models import Retrieval, get_model_info
+from nphcli.schema.holders import complete, record
 from nphcli.version import __version__
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
@@ -295,7 +295,7 @@ def _config(
 ) -> dict[str, Any]:
     """The report's `config`: everything needed to repeat the run."""
     item_shape = memory.item_shape
-    return {
+    config = {
         "model": settings.model,
         "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
         "seed": settings.seed,
@@ -324,12 +324,14 @@ def _config(
         "memory_budget": settings.memory_budget or DEFAULT_MEMORY_BUDGET,
         "nph_version": __version__,
     }
+    return complete(config, settings)
 
 
 def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
-    """The report's corruption record; `noise_clip`, `occlude`, `salt_pepper` and `flip` appear
-    only when set, so runs without them report exactly what they did before they existed."""
-    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
+    """The report's corruption record, every corruption field's value; `noise_clip`, `occlude`,
+    `salt_pepper` and `flip` appear only when set, so runs without them report exactly what they
+    did before the options existed."""
+    out = {**record(corruption), "mask_mode": mask_mode}
     for optional in ("noise_clip", "occlude", "salt_pepper", "flip"):
         if not out[optional]:
             del out[optional]
