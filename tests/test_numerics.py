@@ -68,6 +68,9 @@ def memories(tmp_path_factory) -> dict[str, str]:
     return paths
 
 
+NULL_METRICS = ("support", "at_pattern", "at_metastable", "at_global", "attractor_size", "energy")
+
+
 def _strict_json(text: str):
     """Parse one JSON document, refusing NaN / Infinity tokens (Python's json accepts them)."""
 
@@ -96,8 +99,9 @@ def _assert_finite_numbers(value, where: str, *, nulls: tuple[str, ...] = ()) ->
 def _check_retrieve_json(stdout: str, model: str) -> dict:
     report = _strict_json(stdout)
     support = report["metrics"]["support"]
-    # Documented nulls: `support` for models without exact zeros (docs/retrieving.md, "Metrics").
-    _assert_finite_numbers(report["metrics"], "metrics", nulls=("support",))
+    # Documented nulls: `support` for models without exact zeros (docs/retrieving.md, "Metrics"),
+    # the attractor diagnostics for one-step runs ("Attractors").
+    _assert_finite_numbers(report["metrics"], "metrics", nulls=NULL_METRICS)
     if support is None:
         assert "support" not in report.get("per_query", {})
     _assert_finite_numbers(report["timing"], "timing")
@@ -207,11 +211,11 @@ def test_sweep_over_every_model(memories, tmp_path, pool):
     summary = _strict_json(stdout)
     assert summary["runs"]["ran"] == len(real_valued_models()) * 2 * 2
     for row in summary["summary"]:
-        _assert_finite_numbers(row["metrics"], row["setting"], nulls=("support",))
+        _assert_finite_numbers(row["metrics"], row["setting"], nulls=NULL_METRICS)
     for line in out.read_text().splitlines():
         row = _strict_json(line)
         for key, value in row.items():
-            if key.endswith(("_mean", "_std", "_median")) and not key.startswith("support"):
+            if key.endswith(("_mean", "_std", "_median")) and not key.startswith(NULL_METRICS):
                 assert value is not None and math.isfinite(value), (key, row["setting"])
 
 
