@@ -32,6 +32,8 @@ METRICS = {
     "cosine": True,
     "pixel_success": True,
     "support": False,
+    "at_pattern": True,
+    "attractor_size": False,
     "us_per_query": False,
 }
 PROVENANCE = ("nph_version", "dataset", "normalize", "sweep_seed", "seed", "run_seed", "device")
