@@ -50,7 +50,7 @@ JSONL_GRID = (
 # its value.
 PROVENANCE = (
     *("memory_normalize", "memory_shape", "memory_sha256", "memory_path", "stream", "tf32"),
-    *("memory_budget", "nph_version", "drawn_sha256"),
+    *("memory_budget", "nph_version", "drawn_sha256", "run_settings"),
 )
 ADDED = {
     *PROVENANCE,

@@ -40,7 +40,7 @@ def report_command(
     from nphcli.core.atomic import check_writable
     from nphcli.core.errors import NphError
     from nphcli.presentation.report_html import write_report
-    from nphcli.sweeps.reading import read_inputs
+    from nphcli.sweeps.reading import check_report_size, read_inputs
 
     results, grids = results or [], grid or []
     if out.suffix.lower() not in (".html", ".htm"):
@@ -49,6 +49,7 @@ def report_command(
         raise NphError("--out would replace an input; choose another name")
     check_writable(out, force=force)
     rows, sources = read_inputs(results)
+    check_report_size(rows)
     write_report(out, rows, sources, grids=grids, title=title, force=force)
     if not quiet():
         stderr_console().print(

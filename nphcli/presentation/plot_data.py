@@ -44,7 +44,7 @@ METRIC_LABELS = {
     "energy": "energy E(y) of the final state",
 }
 TRIAL_COLUMNS = ("trial", "memory_seed", "run_seed", "drawn_sha256")
-DERIVED_COLUMNS = ("setting", "label")
+DERIVED_COLUMNS = ("setting", "label", "run_settings")
 # Where the memory lives says nothing about what it is (`memory_sha256` does): not a setting.
 DESCRIPTIVE_COLUMNS = ("memory_path",)
 HASH_COLUMNS = ("memory_sha256", "drawn_sha256")  # shown and matched by their first 12 digits

@@ -510,7 +510,8 @@ FIELDS: tuple[Field, ...] = (
         "when the others next need it plus this timeout (plus about 2 s to stop --workers), not "
         "this long after it stopped.",
         group="distributed",
-        above=0,
+        minimum=0.1,  # shorter ends before any rank can answer; 0 reached gloo as a C++ abort
+        maximum=1e6,  # about 11.6 days; 1e20 overflowed the timedelta torch is given
         refused={"batch": _ONE_PROCESS, "sweep": _SWEEP_DRAWS},
     ),
     Field(

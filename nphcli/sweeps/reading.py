@@ -10,6 +10,7 @@ from typing import Any
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.evaluation.report import provenance_columns
+from nphcli.presentation.plot_data import is_setting, short
 from nphcli.sweeps.results import read_results
 
 
@@ -32,6 +33,23 @@ def read_inputs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str,
         rows += found
         sources.append({"path": str(path), "kind": kind, "rows": len(found), "config": config})
     return rows, sources
+
+
+# Distinct settings a report shows at most: a table row and a plotted line each. Issue 40 timed
+# 10⁵ of them at 428 s and 3.4 GB for a 26.5 MB page nobody can read.
+MAX_REPORT_SETTINGS = 2000
+
+
+def check_report_size(rows: list[dict[str, Any]], limit: int = MAX_REPORT_SETTINGS) -> None:
+    """Refuse, before any rendering, results of more than `limit` distinct settings (rows that
+    differ in more than their trial columns)."""
+    columns = [c for c in dict.fromkeys(c for row in rows for c in row) if is_setting(c)]
+    distinct = {tuple(short(row.get(c)) for c in columns) for row in rows}
+    if len(distinct) > limit:
+        raise NphError(
+            f"the results hold {len(distinct):,} distinct settings; a report shows at most "
+            f"{limit:,}: choose some with `nph plot --where` or report a part of the file"
+        )
 
 
 def _retrieve_records(path: Path) -> list[dict[str, Any]] | None:
