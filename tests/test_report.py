@@ -283,3 +283,47 @@ def test_report_where_and_facet(invoke, tmp_path):
     assert bad.exit_code == 2 and "--facet 'colour'" in bad.stderr
     none = invoke("report", results, "--out", out, "--force", "--where", "model=hopfield")
     assert none.exit_code == 2 and "no rows match" in none.stderr
+
+
+def _grid_rows(**levels):
+    """One row per combination of `levels` over β × noise (2 × 2) and M (10, 20)."""
+    import itertools
+
+    names = list(levels)
+    rows = []
+    for combo in itertools.product(*levels.values()):
+        for beta, noise, size in itertools.product((0.1, 1.0), (0.0, 1.0), (10, 20)):
+            success = min(1.0, max(0.0, 0.9 - noise * 0.5 + 0.05 * beta))
+            rows.append({**dict(zip(names, combo, strict=True)), "beta": beta, "noise": noise,
+                         "M": size, "success_mean": success, "sse_mean": 1 - success})  # fmt: skip
+    return rows
+
+
+@pytest.mark.slow
+def test_many_lines_become_panels_and_many_panels_become_figures():
+    from nphcli.presentation.report_figures import LINES, PANELS, section_figures
+
+    # 3 × 4 × 2 settings beside β and noise: panels per b, one figure per a for the phase
+    rows = _grid_rows(a=["p", "q", "r"], b=[1, 2, 3, 4], c=["u", "v"])
+    drawn, notes = section_figures(rows)
+    captions = [caption for caption, _ in drawn]
+    assert not notes
+    lines = [c for c in captions if c.startswith(("success against", "sse against"))]
+    assert lines and all(", one panel per" in c for c in lines)
+    phases = [c for c in captions if c.startswith("phase diagram")]
+    assert len(phases) > 1 and all("(" in c for c in phases)  # one figure per group
+    assert phases == sorted(phases, key=lambda c: c)  # in order
+    assert LINES == 10 and PANELS == 9
+    # far too many: nothing unreadable is drawn, and the note says how to narrow the rows
+    rows = _grid_rows(a=list("pqrstuvw"), b=list(range(8)), c=list("ijklmnop"))
+    drawn, notes = section_figures(rows)
+    assert not any(c.startswith("success against") for c, _ in drawn)
+    assert any("--where" in note and "figures would be needed" in note for note in notes)
+
+
+def test_report_facet_names_a_setting_it_splits(invoke, tmp_path):
+    results = write_jsonl(tmp_path / "grid.jsonl", _grid_rows(a=["p", "q"]))
+    out = tmp_path / "f.html"
+    result = invoke("report", results, "--out", out, "--facet", "a")
+    assert result.exit_code == 0, result.stderr
+    assert "one panel per a" in out.read_text()

@@ -12,6 +12,7 @@ would narrow the rows.
 
 from __future__ import annotations
 
+import itertools
 import math
 import tempfile
 from pathlib import Path
@@ -128,17 +129,19 @@ def _draw(draw, rows, caption, notes, **options) -> list[tuple[str, bytes]]:
 
 
 def _splits(rows, columns, most) -> list[str]:
-    """Columns to draw one figure per value of, greedily, until each figure holds at most
-    `most` combinations of the other `columns` (its lines, or its panels)."""
-    splits: list[str] = []
-    while _worst(rows, [c for c in columns if c not in splits], splits) > most:
-        left = [c for c in columns if c not in splits]
-        if not left:
-            break
-        splits.append(
-            min(left, key=lambda c: _worst(rows, [x for x in left if x != c], [*splits, c]))
-        )
-    return splits
+    """The fewest figures: columns to draw one figure per value combination of, such that each
+    figure holds at most `most` combinations of the other `columns` (its lines, or its panels);
+    of several such choices the one with the fewest figures, then the fewest columns."""
+    best: tuple[int, int, list[str]] | None = None
+    for size in range(min(len(columns), 4) + 1):
+        for chosen in itertools.combinations(columns, size):
+            inner = [c for c in columns if c not in chosen]
+            if _worst(rows, inner, list(chosen)) <= most:
+                found = (_groups(rows, list(chosen)), size, list(chosen))
+                best = found if best is None or found[:2] < best[:2] else best
+    if best is None:  # nothing small enough: as split as allowed, for the note to say so
+        return list(columns[:4])
+    return best[2]
 
 
 def _best_split(rows, columns, splits, most) -> str | None:
