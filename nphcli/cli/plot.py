@@ -31,8 +31,9 @@ PLOT_FIELDS = (
         "metric",
         "str",
         None,
-        "sse, mse, success, cosine, nearest_distance, support, steps or "
-        "us_per_query [default: sse; success with --y].",
+        "sse, mse, success, cosine, nearest_distance, support, steps, us_per_query, or the "
+        "attractor shares and sizes at_pattern, at_metastable, at_global, attractor_size, "
+        "energy [default: sse; success with --y].",
         group="output",
     ),
     Field(

@@ -32,6 +32,7 @@ from nphcli.core.devices import (
 )
 from nphcli.core.dtypes import dtype_name
 from nphcli.evaluation import metrics as metric_fns
+from nphcli.evaluation.attractors import diagnose
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
 from nphcli.evaluation.guards import (
     MemoryScale,
@@ -194,6 +195,7 @@ def _run_on_device(
         block_rows=None if bank.resident() is not None else _metric_block_rows(bank),
         stored_range=stored_range,
     )
+    per_query_d.update(diagnose(model, result.patterns, bank, per_query_d["nearest"], positions))
     synchronize(device)
     metrics_s = time.perf_counter() - t0
 
@@ -331,9 +333,11 @@ def _config(
 
 
 def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
-    """The report's corruption record, every corruption field's value; `noise_clip` appears only
-    when set, so runs without it report exactly what they did before the option existed."""
+    """The report's corruption record, every corruption field's value; `noise_clip`, `occlude`,
+    `salt_pepper` and `flip` appear only when set, so runs without them report exactly what they
+    did before the options existed."""
     out = {**record(corruption), "mask_mode": mask_mode}
-    if not out["noise_clip"]:
-        del out["noise_clip"]
+    for optional in ("noise_clip", "occlude", "salt_pepper", "flip"):
+        if not out[optional]:
+            del out[optional]
     return out

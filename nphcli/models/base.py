@@ -70,6 +70,11 @@ class HopfieldModel:
     """Base class: parameters shared by every model. Subclasses add their own fields."""
 
     name: ClassVar[str] = "base"
+    # A baseline (nearest neighbour, the classical networks) is compared with the Hopfield models
+    # on every surface but has no layer form, support set or energy of the family.
+    baseline: ClassVar[bool] = False
+    # The memories must be ±1 patterns (the classical networks); `check_memory` refuses others.
+    binary: ClassVar[bool] = False
 
     beta: float = param(DEFAULT_BETA, "inverse temperature β; scores are S = β·X·Kᵀ")
     steps: int = param(1, "maximum number of updates x ← T(x) (1 = the paper's one-step retrieval)")
@@ -162,6 +167,11 @@ class HopfieldModel:
         own valid keys (so a k that is a fraction of M uses each set's size). The scores are
         scaled by β > 0, which changes no support that depends on their order or on positions.
         """
+        if self.baseline:
+            raise NphError(
+                f"model {self.name!r} is a retrieval baseline with no layer form; use one of "
+                "the Hopfield models in a layer"
+            )
         if not self._has_support():
             raise NphError(
                 f"model {self.name!r} has no layer form: it needs `weights` or `associate` "

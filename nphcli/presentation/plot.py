@@ -170,7 +170,14 @@ def plot_phase(
     figure, grid = _figure(size, len(data.panels))
     metric_name = data.column.removesuffix("_mean")
     values = [cell[0] for panel in data.panels.values() for cell in panel.values()]
-    bounded = metric_name in ("success", "pixel_success", "cosine")
+    bounded = metric_name in (
+        "success",
+        "pixel_success",
+        "cosine",
+        "at_pattern",
+        "at_metastable",
+        "at_global",
+    )
     low, high = (0.0, 1.0) if bounded and min(values) >= 0 else (min(values), max(values))
     spread = max(data.trials()) > 1
     font = _cell_font(size, grid.shape, (len(data.xs), len(data.ys)))

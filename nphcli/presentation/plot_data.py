@@ -38,6 +38,11 @@ METRIC_LABELS = {
     "support": "support size (memories with non-zero weight)",
     "steps": "update steps",
     "us_per_query": "retrieval time per query (µs)",
+    "at_pattern": "share of queries that reached one stored pattern",
+    "at_metastable": "share of queries that reached a metastable state",
+    "at_global": "share of queries that reached the global average",
+    "attractor_size": "size s of the state reached (memories holding 90 % of the weight)",
+    "energy": "energy E(y) of the final state",
 }
 TRIAL_COLUMNS = ("trial", "memory_seed", "run_seed", "drawn_sha256")
 DERIVED_COLUMNS = ("setting", "label")

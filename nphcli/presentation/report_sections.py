@@ -23,6 +23,8 @@ METRICS = {
     "cosine": True,
     "pixel_success": True,
     "support": False,
+    "at_pattern": True,
+    "attractor_size": False,
     "us_per_query": False,
 }
 # Settings that say where a row came from rather than what was run: the section's provenance
