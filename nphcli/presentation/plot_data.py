@@ -342,11 +342,8 @@ def _parameters_that_follow(
     """Varying settings that split no line but apply to some rows only, such as k beside dense
     and topk k=10 (k follows the model): named on the lines they apply to, so a line is never
     called `topk` when its k is fixed."""
-    return [
-        c
-        for c in varying
-        if c not in by and c not in given and any(row.get(c) is None for row in rows)
-    ]
+    left = [c for c in varying if c not in by and c not in given]
+    return [c for c in left if any(row.get(c) is None for row in rows)]
 
 
 def independent(columns: list[str], rows: list[dict[str, Any]], given: list) -> list[str]:
