@@ -24,7 +24,8 @@ def read_inputs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str,
         records = _retrieve_records(path)
         if records is not None:
             found = [_flat(record) for record in records]
-            kind, config = "nph retrieve / nph batch JSON Lines", records[0].get("config")
+            kind = "nph retrieve / nph batch JSON Lines"
+            config = _shared([record.get("config") for record in records])
         else:
             found = read_results(path).rows
             kind, config = "results rows (nph sweep, nph retrieve --csv)", None
@@ -65,6 +66,24 @@ def _retrieve_records(path: Path) -> list[dict[str, Any]] | None:
     if not (isinstance(first, dict) and "config" in first and "metrics" in first):
         return None
     return [parse_json(line, what=f"{path} line {n}") for n, line in enumerate(lines, start=1)]
+
+
+def _shared(configs: list[Any]) -> Any:
+    """What every one of `configs` records alike: keys of objects whose values agree in all of
+    them, recursively (so one record's settings never pass for all)."""
+    first = configs[0]
+    if all(isinstance(c, dict) for c in configs):
+        out = {}
+        for key in first:
+            if all(key in c for c in configs):
+                value = _shared([c[key] for c in configs])
+                if value is not _DIFFER:
+                    out[key] = value
+        return out
+    return first if all(c == first for c in configs) else _DIFFER
+
+
+_DIFFER = object()
 
 
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
