@@ -1,20 +1,17 @@
-"""What the Python API accepts as patterns and as a memory, turned into tensors and banks by one
-rule (docs/python-api.md, "What the functions accept"):
+"""What the Python API accepts as patterns (queries, memories, values), turned into tensors by
+one rule (docs/python-api.md, "What the functions accept"):
 
 - a torch tensor is used as it is (no copy, its dtype and device kept);
 - a numpy array becomes a tensor sharing its memory (`torch.from_numpy`: its dtype kept, on
   the CPU), so float64 arrays stay float64 and integer arrays are refused like integer tensors;
 - a list or tuple of numbers becomes a float32 tensor on the CPU (a list carries no dtype, and
   `[[1, 0], [0, 1]]` means patterns of 1.0 and 0.0);
-- a memory may also be a `MemoryBank` (`open_memory`, `Memory`), or the path of a memory file or
-  shard manifest, opened with `open_memory(path)` (open it once yourself to reuse it);
 - anything else, a ragged list, and a meta-device tensor (which holds no values) are one
   `NphError` saying what to pass instead.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -22,8 +19,6 @@ import torch
 from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.memory.bank import MemoryBank, TensorBank
-from nphcli.memory.open import open_memory
 
 ACCEPTED = "a torch tensor, a numpy array or a list of rows"
 
@@ -55,29 +50,6 @@ def as_patterns(value: Any, label: str) -> Tensor:
             "(on the CPU or a GPU)"
         )
     return tensor
-
-
-def as_memory(memory: Any, values: Any = None) -> MemoryBank:
-    """A bank from `memory` (see the module docstring) with optional `values` beside it."""
-    if isinstance(memory, MemoryBank):
-        if values is not None:
-            raise NphError("give values inside the memory bank, not beside it")
-        if memory.device.type == "meta":
-            raise NphError(
-                "the memory is on the meta device, which holds no values; give one with data"
-            )
-        return memory
-    if isinstance(memory, (str, os.PathLike)):
-        if values is not None:
-            raise NphError("a memory file holds its own values; do not give values beside it")
-        return open_memory(memory)
-    if memory is None or not isinstance(memory, (Tensor, np.ndarray, list, tuple)):
-        raise NphError(
-            f"the memory must be {ACCEPTED}, a MemoryBank (nph.open_memory, nph.Memory) or a "
-            f"memory file's path, got {type(memory).__name__}"
-        )
-    keys = as_table(memory, "memories")
-    return TensorBank(keys, None if values is None else as_table(values, "values"))
 
 
 def as_table(value: Any, label: str) -> Tensor:

@@ -20,7 +20,8 @@ from nphcli.core.dtypes import COMPUTE_DTYPES, torch_dtype
 from nphcli.core.errors import NphError, score_overflow
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.given import as_memory, as_table
+from nphcli.memory.given import as_table
+from nphcli.memory.open import as_memory
 
 FLOAT_DTYPES = tuple(torch_dtype(name) for name in COMPUTE_DTYPES)
 _NAMES = ", ".join(COMPUTE_DTYPES)
@@ -78,8 +79,7 @@ def check_inputs(queries: Any, memory: Any, values: Any) -> tuple[Tensor, Memory
     if resident is not None:
         if resident[1].shape[0] != bank.num_memories:
             raise NphError(
-                f"{resident[1].shape[0]} values for {bank.num_memories} memories; counts must "
-                "match"
+                f"{resident[1].shape[0]} values for {bank.num_memories} memories; counts must match"
             )
         if not same_device(resident[1].device, bank.device):
             raise NphError(_devices("values", resident[1].device, bank.device))
