@@ -151,6 +151,7 @@ def run_request(request: RetrieveRequest) -> Outcome:
 def _run_here(request: RetrieveRequest) -> Outcome:
     from nphcli.app.product import evaluate_settings
     from nphcli.evaluation.inputs import load_inputs
+    from nphcli.memory.items import open_items
 
     spec = request.inputs
     inputs = load_inputs(
@@ -165,8 +166,9 @@ def _run_here(request: RetrieveRequest) -> Outcome:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(inputs.memory)
+    items = open_items(spec.memory, inputs.memory.meta)  # checked before any retrieval
     reports = evaluate_settings(inputs, request.settings)
-    _add_recall(spec.memory, inputs.memory, request.settings, reports)
+    _add_recall(items, inputs.memory, request.settings, reports)
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report
@@ -175,13 +177,11 @@ def _run_here(request: RetrieveRequest) -> Outcome:
     return Outcome(reports, inputs.memory, trace)
 
 
-def _add_recall(path: str, memory, settings: list, reports: list) -> None:
-    """With a memory whose rows have ids and texts, what each query recalled (at most
+def _add_recall(items, memory, settings: list, reports: list) -> None:
+    """With a memory whose rows have ids and texts (`items`), what each query recalled (at most
     `recall.LIMIT` queries): the items carrying its weight, and the item nearest its output."""
     from nphcli.evaluation import recall
-    from nphcli.memory.items import open_items
 
-    items = open_items(path, memory.meta)
     if items is None:
         return
     for setting, report in zip(settings, reports, strict=True):
@@ -195,12 +195,14 @@ def _add_recall(path: str, memory, settings: list, reports: list) -> None:
 def _run_distributed(request: RetrieveRequest) -> Outcome:
     from nphcli.distributed.retrieve import distributed_retrieve
     from nphcli.memory import open_memory
+    from nphcli.memory.items import open_items
 
     if len(request.settings) > 1 or request.output.trace or request.settings[0].index:
         raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
     spec = request.inputs
-    shown = open_memory(spec.memory, stream=True) if request.output.save_grid is not None else None
-    if shown is not None:
+    shown = open_memory(spec.memory, stream=True)  # opened, not read: for pictures and recall
+    items = open_items(spec.memory, shown.meta)
+    if request.output.save_grid is not None:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(shown)
@@ -213,8 +215,12 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
         targets_file=spec.targets_file,
         target_indices=spec.target_indices,
         stream=spec.stream,
+        query_text=spec.query_text,
     )
-    return Outcome([] if report is None else [report], shown)
+    if report is None:
+        return Outcome([], shown)
+    _add_recall(items, shown, request.settings, [report])
+    return Outcome([report], shown)
 
 
 def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:

@@ -75,13 +75,9 @@ def load_inputs(
     InputSpec(str(memory_path), queries_file, query_text, targets_file, target_indices, stream)
     t0 = time.perf_counter()
     memory = open_memory(memory_path, stream=stream)
-    inputs = inputs_with(memory, memory_path, queries_file, targets_file, target_indices, t0)
-    if query_text is not None:
-        from nphcli.sources.tables import embed_queries
-
-        inputs.queries = embed_queries([query_text], memory.meta, str(memory_path))  # (1, d)
-        inputs.sources["queries"] = "--query-text"
-    return inputs
+    return inputs_with(
+        memory, memory_path, queries_file, targets_file, target_indices, t0, query_text
+    )
 
 
 def inputs_with(
@@ -91,10 +87,17 @@ def inputs_with(
     targets_file: str | os.PathLike | None,
     target_indices: list[int] | None,
     started: float,
+    query_text: str | None = None,
 ) -> Inputs:
     """`Inputs` around an opened memory: own queries and targets read (normalised as the memory
-    records), load time counted from `started` (a `time.perf_counter()` reading)."""
+    records; a `query_text` embedded as its texts were), load time counted from `started` (a
+    `time.perf_counter()` reading)."""
     queries = None if queries_file is None else read_rows(queries_file, "queries", memory)
+    if query_text is not None:
+        from nphcli.sources.tables import embed_queries
+
+        queries = embed_queries([query_text], memory.meta, str(memory_path))  # (1, d)
+        queries_file = "--query-text"
     targets = None if targets_file is None else read_rows(targets_file, "targets", memory)
     indices = None if target_indices is None else torch.tensor(target_indices, dtype=torch.int64)
     return Inputs(

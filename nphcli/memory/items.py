@@ -72,18 +72,19 @@ def write_items(
     return {"file": path.name, "sha256": digest.hexdigest(), "count": count}
 
 
-def copy_items(meta: dict[str, Any], source: Path, target: Path, *, force: bool) -> None:
-    """Copy the sidecar of the memory file `source` beside `target` (a manifest), if it has one."""
+def copy_items(meta: dict[str, Any], source: Path, out_dir: Path, *, force: bool) -> None:
+    """Copy the sidecar of the memory file `source` into `out_dir` (beside its shards and their
+    manifest, which keep the same record), if it has one and it is not there already."""
     record = meta.get("items")
-    if not isinstance(record, dict):
+    if not isinstance(record, dict) or not isinstance(record.get("file"), str):
         return
-    found, wanted = source.with_name(str(record.get("file"))), sidecar_path(target)
-    if found.resolve() == wanted.resolve():
+    found = source.with_name(Path(record["file"]).name)
+    wanted = out_dir / found.name
+    if wanted.exists() and wanted.resolve() == found.resolve():
         return
-    check_output(wanted, force=force)
+    check_output(wanted, force=force, protect=[source])
     with atomic_write(wanted, force=force) as tmp:
         shutil.copyfile(found, tmp)
-    record["file"] = wanted.name
 
 
 class Items:

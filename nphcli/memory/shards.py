@@ -49,6 +49,7 @@ from nphcli.memory.format import (
     read_metadata,
     tensors_sha256,
 )
+from nphcli.memory.items import copy_items
 from nphcli.memory.streamed import StreamedBank
 
 MANIFEST_FORMAT = "nph-shards"
@@ -131,6 +132,7 @@ def write_shards(
         if target.resolve() == source.resolve():
             raise NphError(f"{target} is the memory being sharded; choose another --out-dir")
     set_id = _set_id(source, sizes)
+    copy_items(bank.meta, source, out_dir, force=force)  # ids and texts travel with the rows
     meta = {key: value for key, value in bank.meta.items() if key not in _OWN_KEYS}
     labels = bank.labels
     offset = 0

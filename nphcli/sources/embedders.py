@@ -135,7 +135,8 @@ def _sentence_transformer(name: str, folder: Path) -> Embedder:
     except Exception as error:  # a folder that is not a model: many exception types
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise NphError(f"--embed {name}: cannot load a model from {folder} ({first})") from None
-    dim = int(model.get_sentence_embedding_dimension())
+    size = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    dim = int(size())
 
     def embed_batch(texts: Sequence[str]) -> Tensor:
         return (

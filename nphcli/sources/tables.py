@@ -191,7 +191,10 @@ def _embedded(spec: str, items: list[dict[str, Any]], options: SourceOptions):
     if missing is not None:
         raise NphError(f"{spec}: row {missing + 1} has neither an embedding nor a text")
     if options.embed is None:
-        raise NphError(f"{spec} holds texts without embeddings: give --embed MODEL to embed them")
+        raise NphError(
+            f"{spec} holds texts without embeddings: give --embed MODEL to embed them (a table "
+            "of numbers is read from .csv)"
+        )
     embedder = resolve_embedder(options.embed)
     texts = [item["text"] for item in items]
     progress = options.progress
