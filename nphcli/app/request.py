@@ -178,18 +178,19 @@ def _run_here(request: RetrieveRequest) -> Outcome:
 
 
 def _add_recall(items, memory, settings: list, reports: list) -> None:
-    """With a memory whose rows have ids and texts (`items`), what each query recalled (at most
-    `recall.LIMIT` queries): the items carrying its weight, and the item nearest its output."""
+    """With a memory whose rows have ids and texts (`items`), what each query recalled (where
+    `recall.applies`): the items carrying its weight, and the item nearest its output."""
+    from nphcli.core.notices import notice
     from nphcli.evaluation import recall
 
     if items is None:
         return
+    if not recall.applies(reports[0].queries.shape[0], memory.num_memories):
+        notice("not listing what each query recalled: too many queries for this memory's size")
+        return
     for setting, report in zip(settings, reports, strict=True):
-        if report.queries.shape[0] <= recall.LIMIT:
-            model = build_model(setting)
-            report.recall = recall.recall(
-                model, memory, report.queries, report.retrieved, items=items
-            )
+        model = build_model(setting)
+        report.recall = recall.recall(model, memory, report.queries, report.retrieved, items=items)
 
 
 def _run_distributed(request: RetrieveRequest) -> Outcome:

@@ -23,8 +23,19 @@ from nphcli.memory.items import Items
 from nphcli.models.base import HopfieldModel, forms_weights
 
 TOP = 5  # recalled rows listed per query, by weight
-QUERY_CHUNK = 8  # queries scored at once against every stored row: (8, M) scores
+SCORE_CELLS = 1 << 24  # scores held at once: (queries in a pass) × M, float64 (128 MiB)
 LIMIT = 100  # queries a retrieval lists what they recalled for (a table to read, not a dump)
+PASS_LIMIT = 20  # ... and passes over the memory that may take: every pass reads all of it
+
+
+def applies(queries: int, memories: int) -> bool:
+    """Whether a retrieval of `queries` lists what each recalled: a table to read (at most
+    `LIMIT` queries) that costs at most `PASS_LIMIT` reads of the memory."""
+    return queries <= LIMIT and -(-queries // _chunk(memories)) <= PASS_LIMIT
+
+
+def _chunk(memories: int) -> int:
+    return max(1, SCORE_CELLS // max(memories, 1))
 
 
 def recall(
@@ -39,12 +50,13 @@ def recall(
     """One object per query: `recalled` (up to `top` rows with weight > 0, heaviest first, each
     {row, weight[, id, text]}; None for rules without weights), `support` (rows with weight >
     0) and `nearest` ({row, cosine[, id, text]}: the stored value nearest to the output)."""
-    memory = memory.to(device=torch.device("cpu"), dtype=torch.float64)
+    memory = memory.to(device=torch.device("cpu"))  # blocks are widened to float64 one by one
     queries, retrieved = queries.cpu().double(), retrieved.cpu().double()
     states = _last_states(model, memory, queries)  # (Q, d)
     found = []
-    for start in range(0, queries.shape[0], QUERY_CHUNK):
-        rows = slice(start, start + QUERY_CHUNK)
+    chunk = _chunk(memory.num_memories)
+    for start in range(0, queries.shape[0], chunk):
+        rows = slice(start, start + chunk)
         nearest_row, cosine = _nearest(memory, retrieved[rows])
         if forms_weights(model):
             weights = _weights(model, memory, states[rows], start)  # (q, M)
@@ -70,13 +82,13 @@ def _last_states(model: HopfieldModel, memory: MemoryBank, queries: Tensor) -> T
     if model.steps <= 1:
         return queries
     earlier = dataclasses.replace(model, steps=model.steps - 1)
-    return earlier.retrieve(queries, memory).patterns
+    return earlier.retrieve(queries, memory.to(dtype=torch.float64)).patterns.double()
 
 
 def _weights(model: HopfieldModel, memory: MemoryBank, states: Tensor, first: int) -> Tensor:
     """The rule's weights (q, M) over every stored row, for the queries at positions first…"""
     scores = torch.cat(
-        [model.beta * states @ keys.T for _, keys in memory.key_blocks(65536)], dim=1
+        [model.beta * states @ keys.double().T for _, keys in memory.key_blocks(65536)], dim=1
     )  # (q, M)
     valid = torch.ones(1, scores.shape[1], dtype=torch.bool)  # (1, M)
     positions = torch.arange(first, first + states.shape[0])  # (q,)
@@ -89,6 +101,7 @@ def _nearest(memory: MemoryBank, outputs: Tensor) -> tuple[Tensor, Tensor]:
     best = torch.full((outputs.shape[0],), -2.0, dtype=torch.float64)
     where = torch.zeros(outputs.shape[0], dtype=torch.int64)
     for start, _, values in memory.blocks(65536):
+        values = values.double()  # (B, d_v)
         norms = values.norm(dim=1).clamp_min(1e-300)  # (B,)
         cosines = (unit @ values.T) / norms  # (q, B)
         value, index = cosines.max(dim=1)
