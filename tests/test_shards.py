@@ -15,7 +15,8 @@ from nphcli.engine.planning import Plan
 from nphcli.memory import open_memory
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.format import read_metadata
-from nphcli.memory.shards import ShardedBank, read_manifest, split_rows, write_shards
+from nphcli.memory.sharded_bank import ShardedBank
+from nphcli.memory.shards import read_manifest, split_rows, write_shards
 from nphcli.models import create_model, model_names
 
 PARAMS = {

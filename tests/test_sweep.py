@@ -53,7 +53,7 @@ def test_tiny_sweep_rows_and_fields(invoke, pool, tmp_path):
     assert invoke("store", pool, "--out", memory).exit_code == 0
     retrieved = invoke("retrieve", "--memory", memory, "--csv")
     retrieve_columns = next(csv.reader([retrieved.stdout.splitlines()[0]]))
-    assert list(rows[0]) == [*ID_FIELDS, *retrieve_columns]
+    assert list(rows[0]) == [*ID_FIELDS, *retrieve_columns, "drawn_sha256"]
     assert all(r["Q"] == r["M"] for r in rows)  # every stored pattern is a query
     summary = report["summary"]
     assert len(summary) == 4 and all(s["trials"] == 2 for s in summary)

@@ -14,7 +14,6 @@ exactly the object `nph retrieve --json` prints for it, one line each.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,10 +22,14 @@ from typing import Any
 from nphcli.app.product import evaluate_settings
 from nphcli.app.request import InputSpec, check_request, request_from
 from nphcli.core.errors import NphError
+from nphcli.core.jsontext import parse_json
 from nphcli.evaluation.inputs import Inputs, inputs_with
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
 from nphcli.schema.fields import check_keys, get_field
+
+# Bytes of one job line: a job is a few hundred bytes; a longer line is refused, not parsed.
+MAX_JOB_BYTES = 1 << 20
 
 
 class MemoryCache:
@@ -64,6 +67,7 @@ def run_job(job: Any, cache: MemoryCache) -> list[dict[str, Any]]:
     values = {
         key: get_field(key).from_json(value, f"job key {key!r}") for key, value in job.items()
     }
+    values["json"] = [True]  # a job's answer is JSON: several settings may report per query
     request = request_from(values)
     check_request(request)
     reports = evaluate_settings(_inputs(request.inputs, cache), request.settings)
@@ -79,10 +83,7 @@ def run_jobs(lines: Iterable[str], cache: MemoryCache | None = None) -> Iterator
         if not line.strip():
             continue
         try:
-            try:
-                job = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise NphError(f"not a JSON object: {error}") from None
+            job = parse_json(line, what="the line", max_bytes=MAX_JOB_BYTES)
             yield from run_job(job, cache)
         except NphError as error:
             yield {"job": number, "error": " ".join(str(error).split())}

@@ -18,7 +18,7 @@ variance v is `--noise √v` (variance 0.5 → σ ≈ 0.7071; variance 1.4 → �
 
 `noise_clip` (`--noise-clip`): after the noise, every entry of the query is clamped to [0, 1],
 x_i ← min(1, max(0, x_i)), as the paper's released code does with its noisy images; it is meant
-for pixels stored in [0, 1] (`--normalize unit`, the image default). Without noise it changes
+for pixels stored in [0, 1] (`--normalize minmax`). Without noise it changes
 nothing (the query is left as masked).
 
 All randomness comes from the `torch.Generator` passed in and is drawn on the CPU, so the same
@@ -34,37 +34,25 @@ import torch
 from torch import Tensor
 
 from nphcli.core.errors import NphError
+from nphcli.schema.fields import get_field
+from nphcli.schema.holders import holds
 
-IMAGE_MODES = ("bottom", "top", "left", "right")
-MASK_MODES = (*IMAGE_MODES, "random")
+MASK_MODES: tuple[str, ...] = get_field("mask_mode").choices  # the field's, declared once
+IMAGE_MODES = tuple(mode for mode in MASK_MODES if mode != "random")
 
 
 @dataclass(frozen=True)
+@holds("corruption")
 class Corruption:
-    """How to corrupt a query. The defaults leave it unchanged."""
+    """How to corrupt a query. The defaults leave it unchanged. One attribute per corruption
+    field (`nphcli.schema.fields`), defaults and ranges from there; those below are the ones
+    `corrupt` applies."""
 
-    mask: float = 0.0  # fraction of each query to hide, in [0, 1]
-    mask_mode: str | None = None  # one of MASK_MODES; None: bottom for images, random otherwise
-    fill: float = 0.0  # value written into hidden entries
-    noise: float = 0.0  # standard deviation σ of the added Gaussian noise, ≥ 0
-    noise_clip: bool = False  # clamp noisy queries to [0, 1] (the released code's noise)
-
-    def __post_init__(self) -> None:
-        if not (_is_number(self.mask) and 0.0 <= self.mask <= 1.0):
-            raise NphError(f"--mask must be a fraction in [0, 1], got {self.mask}")
-        if not (_is_number(self.noise) and self.noise >= 0.0):
-            raise NphError(
-                f"--noise must be a standard deviation ≥ 0, got {self.noise} "
-                "(for a noise variance v, pass √v)"
-            )
-        if not isinstance(self.noise_clip, bool):
-            raise NphError(f"noise_clip must be true or false, got {self.noise_clip!r}")
-        if not _is_number(self.fill):
-            raise NphError(f"--fill must be a finite number, got {self.fill}")
-        if self.mask_mode is not None and self.mask_mode not in MASK_MODES:
-            raise NphError(
-                f"unknown --mask-mode {self.mask_mode!r}; choose one of: {', '.join(MASK_MODES)}"
-            )
+    mask: float  # fraction of each query to hide, in [0, 1]
+    mask_mode: str | None  # one of MASK_MODES; None: bottom for images, random otherwise
+    fill: float  # value written into hidden entries
+    noise: float  # standard deviation σ of the added Gaussian noise, ≥ 0
+    noise_clip: bool  # clamp noisy queries to [0, 1] (the released code's noise)
 
 
 @dataclass(frozen=True)
@@ -182,7 +170,3 @@ def _random_rows(num_rows: int, width: int, count: int, generator: torch.Generat
 
 def _round_half_up(value: float) -> int:
     return math.floor(value + 0.5)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -15,7 +15,6 @@ computes the metrics; `total` is the wall time of everything, repeats included.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -46,7 +45,9 @@ from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.provenance import provenance
 from nphcli.models import Retrieval, get_model_info
+from nphcli.schema.holders import complete, record
 from nphcli.version import __version__
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
@@ -293,7 +294,8 @@ def _config(
 ) -> dict[str, Any]:
     """The report's `config`: everything needed to repeat the run."""
     item_shape = memory.item_shape
-    return {
+    origin = provenance(memory)
+    config = {
         "model": settings.model,
         "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
         "seed": settings.seed,
@@ -308,6 +310,9 @@ def _config(
             "hetero": memory.hetero,
             "item_shape": list(item_shape) if item_shape else None,
             "stream": memory.resident() is None,
+            "sha256": origin["sha256"],
+            "path": origin["path"],
+            "normalize": origin["normalize"],
         },
         "queries": {
             "source": chosen.query_source,
@@ -322,12 +327,13 @@ def _config(
         "memory_budget": settings.memory_budget or DEFAULT_MEMORY_BUDGET,
         "nph_version": __version__,
     }
+    return complete(config, settings)
 
 
 def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
-    """The report's corruption record; `noise_clip` appears only when set, so runs without it
-    report exactly what they did before the option existed."""
-    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
+    """The report's corruption record, every corruption field's value; `noise_clip` appears only
+    when set, so runs without it report exactly what they did before the option existed."""
+    out = {**record(corruption), "mask_mode": mask_mode}
     if not out["noise_clip"]:
         del out["noise_clip"]
     return out

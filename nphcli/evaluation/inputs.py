@@ -16,19 +16,20 @@ from nphcli.core.normalize import apply_record
 from nphcli.core.notices import notice
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
-from nphcli.schema.fields import default
+from nphcli.schema.holders import holds
 
 
 @dataclass(frozen=True)
+@holds("input")
 class InputSpec:
-    """What a request reads (the `input` fields)."""
+    """What a request reads: one attribute per input field, defaults from there."""
 
-    memory: str = default("memory")  # memory file or shard manifest
-    queries_file: str | None = None  # own queries; None: corrupted stored patterns
-    query_text: str | None = None  # one own query as text, embedded as the memory's texts were
-    targets_file: str | None = None  # targets of own queries (Q, d_v)
-    target_indices: list[int] | None = None  # stored row of each own query's target
-    stream: bool = False  # read the memory block by block instead of loading it
+    memory: str  # memory file or shard manifest
+    queries_file: str | None  # own queries; None: corrupted stored patterns
+    query_text: str | None  # one own query as text, embedded as the memory's texts were
+    targets_file: str | None  # targets of own queries (Q, d_v)
+    target_indices: list[int] | None  # stored row of each own query's target
+    stream: bool  # read the memory block by block instead of loading it
 
     def __post_init__(self) -> None:
         if self.queries_file is not None and self.query_text is not None:
@@ -72,7 +73,14 @@ def load_inputs(
     With `stream`, the memory is opened, not read: blocks and rows are read when a model or a
     metric asks for them.
     """
-    InputSpec(str(memory_path), queries_file, query_text, targets_file, target_indices, stream)
+    InputSpec(
+        memory=str(memory_path),
+        queries_file=queries_file,
+        query_text=query_text,
+        targets_file=targets_file,
+        target_indices=target_indices,
+        stream=stream,
+    )
     t0 = time.perf_counter()
     memory = open_memory(memory_path, stream=stream)
     return inputs_with(

@@ -95,6 +95,7 @@ class RetrievalReport:
                 "device": config["device"],
                 "dtype": config["dtype"],
                 "memory": config["memory"]["file"] or "",
+                **provenance_columns(config),
                 "M": config["memory"]["M"],
                 "d": config["memory"]["d"],
                 "Q": config["queries"]["Q"],
@@ -121,6 +122,26 @@ class RetrievalReport:
             {"query": i, **{key: (lists[key][i] if key in lists else "") for key in PER_QUERY}}
             for i in range(count)
         ]
+
+
+def provenance_columns(config: dict[str, Any]) -> dict[str, Any]:
+    """What a flat results row records of where it came from, from a report's `config`: the
+    memory's content hash, resolved path, normalisation and shape, nph's version and the
+    run-wide settings. The one place retrieve, batch and sweep rows (and `nph plot` and
+    `nph report` reading JSON) get these columns from."""
+    memory = config["memory"]
+    shape = [memory["M"], memory["d"]] + ([memory["d_v"]] if memory.get("hetero") else [])
+    return {
+        # readable columns first: a plot names a line by the first columns that tell it apart
+        "memory_normalize": memory.get("normalize") or "",
+        "memory_shape": "x".join(str(n) for n in shape),
+        "memory_sha256": memory.get("sha256") or "",
+        "memory_path": memory.get("path") or "",
+        "stream": memory.get("stream", False),
+        "tf32": config.get("tf32", False),
+        "memory_budget": config.get("memory_budget", ""),
+        "nph_version": config.get("nph_version", ""),
+    }
 
 
 def param_columns() -> list[str]:

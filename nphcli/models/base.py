@@ -227,6 +227,9 @@ class HopfieldModel:
             )
         budget = _check_budget(memory_budget)
         num_queries = queries.shape[0]
+        if num_queries == 0:  # nothing to retrieve: an empty (0, d_v) answer, not an error
+            empty = torch.empty(0, bank.value_dim, dtype=queries.dtype, device=queries.device)
+            return Retrieval(patterns=empty, steps=torch.zeros(0, dtype=torch.int64), support=None)
         if positions is None:
             positions = torch.arange(num_queries, device=queries.device)
         out_dtype = queries.dtype
@@ -267,7 +270,7 @@ class HopfieldModel:
             if active.numel() == 0:
                 break
         result = state.to(out_dtype)
-        _check_output(result)
+        _check_output(result, (("queries", queries), ("memories", memory), ("values", values)))
         return Retrieval(patterns=result, steps=steps, support=support)
 
     def _update_batches(
@@ -362,13 +365,29 @@ def _check_inputs(
     return bank
 
 
-def _check_output(patterns: Tensor) -> None:
+def _check_output(patterns: Tensor, inputs=()) -> None:
     """Finite inputs can still give scores beyond the accumulation dtype; the result is then NaN
     or infinite, which is an error, never a result. Checked here, where every caller passes,
     at the cost of one pass over the output. What overflowed is the dtype scores are kept in
     (float32 for half inputs, `engine.precision`), not the output's."""
-    if not bool((patterns * 0 == 0).all()):  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
+    finite = (patterns * 0 == 0).all()  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
+    for _, tensor in inputs[:1]:  # a NaN query may give a finite answer: checked as well
+        finite = finite & (tensor * 0 == 0).all()  # in the same sync
+    if not bool(finite):
+        _name_non_finite(inputs)  # checked only now: finite inputs pay no extra pass or sync
         raise score_overflow(accumulation_dtype(patterns.dtype))
+
+
+def _name_non_finite(inputs) -> None:
+    """NphError naming the first input row that holds NaN or infinity (not an overflow)."""
+    for label, tensor in inputs:
+        if isinstance(tensor, Tensor) and not bool(torch.isfinite(tensor).all()):
+            row = int((~torch.isfinite(tensor)).any(dim=1).nonzero()[0, 0])
+            kind = "NaN" if bool(tensor[row].isnan().any()) else "an infinite value"
+            raise NphError(
+                f"{label} row {row} holds {kind}: every input must be finite; drop or repair "
+                "that row"
+            )
 
 
 def forms_weights(model: HopfieldModel) -> bool:

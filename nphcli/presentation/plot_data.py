@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 
 # x-axis aliases: name → (row column, axis label); `variance` plots the noise column squared
 X_AXES: dict[str, tuple[str, str]] = {
@@ -37,8 +38,11 @@ METRIC_LABELS = {
     "steps": "update steps",
     "us_per_query": "retrieval time per query (µs)",
 }
-TRIAL_COLUMNS = ("trial", "memory_seed", "run_seed")
+TRIAL_COLUMNS = ("trial", "memory_seed", "run_seed", "drawn_sha256")
 DERIVED_COLUMNS = ("setting", "label")
+# Where the memory lives says nothing about what it is (`memory_sha256` does): not a setting.
+DESCRIPTIVE_COLUMNS = ("memory_path",)
+HASH_COLUMNS = ("memory_sha256", "drawn_sha256")  # shown and matched by their first 12 digits
 AUTO_X = ("M", "noise", "mask", "beta")  # tried first for --x auto, then any numeric setting
 
 Point = tuple[float, float, float, int]  # (x, mean, std over rows, rows)
@@ -67,7 +71,11 @@ def is_setting(column: str) -> bool:
     """Whether `column` describes the run rather than measuring it (see the module docstring)."""
     measured = column.endswith(("_mean", "_std", "_median", "_s")) or column.startswith("theory_")
     return not (
-        measured or column == "us_per_query" or column in TRIAL_COLUMNS or column in DERIVED_COLUMNS
+        measured
+        or column == "us_per_query"
+        or column in TRIAL_COLUMNS
+        or column in DERIVED_COLUMNS
+        or column in DESCRIPTIVE_COLUMNS
     )
 
 
@@ -75,6 +83,8 @@ def short(value: Any) -> str:
     """A value as a line name or title shows it: integers without '.0', floats to 4 digits."""
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:.4g}"
+    if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+        return value[:12]  # a content hash: 12 hex digits tell memories apart
     return "none" if value is None else str(value)
 
 
@@ -118,6 +128,7 @@ def curves(
     if facet is not None and facet not in settings:
         raise NphError(f"--facet {facet!r}: choose a setting: {', '.join(settings)}")
     by = _independent([c for c in varying if c not in (x_column, facet)], rows, [x_column, facet])
+    say_split(by)
     panels: dict[str, dict[tuple, dict[float, list[float]]]] = {}
     names: dict[tuple, str] = {}
     for row in rows:
@@ -198,6 +209,7 @@ def surfaces(
         raise NphError(f"--facet {facet!r}: choose a setting: {', '.join(settings)}")
     given = [x_column, y_column, facet]
     by = _independent([c for c in varying if c not in given], rows, given)
+    say_split(by)
     success_column = next(
         (
             c
@@ -290,6 +302,16 @@ def metric_column(rows: list[dict[str, Any]], metric: str) -> str:
         f"no values for metric {metric!r} in these results; "
         + (f"try one of: {', '.join(usable)}" if usable else "they hold no metric at all")
     )
+
+
+def say_split(columns: list[str]) -> None:
+    """A notice when rows are told apart by the memory they ran on: never averaged as trials."""
+    memory = [c for c in columns if c.startswith("memory") or c in ("dataset", "normalize")]
+    if memory:
+        notice(
+            f"these results come from different memories ({', '.join(memory)}): each is drawn "
+            "apart, never averaged with another as trials"
+        )
 
 
 def _independent(columns: list[str], rows: list[dict[str, Any]], given: list) -> list[str]:

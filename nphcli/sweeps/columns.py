@@ -5,6 +5,10 @@ flat row of `nph retrieve --csv`), then with `--theory` the `THEORY_FIELDS`. The
 are the sweep's reading of `theory.checks`: the separation of the run's memory, and the counts of
 the `QueryCheck` that `theory.check_report` returns, counted over the run's queries so that
 trials add up. Fields that do not apply (a model Theorem 4.1 does not cover) are empty.
+
+A sweep's memories are drawn from its pool (a new draw per trial, by design), so in its rows
+`memory_sha256` is the pool's content hash (`nphcli.memory.provenance`; the same for every row
+of one sweep) and `drawn_sha256`, a trial column like `memory_seed`, the drawn memory's.
 """
 
 from __future__ import annotations
@@ -62,6 +66,12 @@ def id_columns(
         "sweep_seed": config.seed,
         "memory_seed": memory_seed,
     }
+
+
+def pool_provenance(pool: Any, drawn: str) -> dict[str, Any]:
+    """The memory columns of a sweep row: the pool's content hash as `memory_sha256`, the drawn
+    memory's (`drawn`) as `drawn_sha256` (see the module docstring)."""
+    return {"memory_sha256": pool.content_sha256(), "drawn_sha256": drawn}
 
 
 def theory_columns(memory: Any, report: Any) -> dict[str, Any]:

@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.jsontext import parse_json
+from nphcli.evaluation.report import provenance_columns
 from nphcli.sweeps.results import read_results
 
 
@@ -40,15 +41,12 @@ def _retrieve_records(path: Path) -> list[dict[str, Any]] | None:
         return None
     try:
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        first = json.loads(lines[0]) if lines else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        first = parse_json(lines[0], what=f"{path} line 1") if lines else None
+    except (OSError, UnicodeDecodeError, NphError):
         return None
     if not (isinstance(first, dict) and "config" in first and "metrics" in first):
         return None
-    try:
-        return [json.loads(line) for line in lines]
-    except json.JSONDecodeError as error:
-        raise NphError(f"{path}: a line is not JSON ({error.msg})") from None
+    return [parse_json(line, what=f"{path} line {n}") for n, line in enumerate(lines, start=1)]
 
 
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
@@ -63,10 +61,11 @@ def _flat(record: dict[str, Any]) -> dict[str, Any]:
             "device": config.get("device"),
             "dtype": config.get("dtype"),
             "memory": memory.get("file"),
-            "M": memory.get("M"),
-            "nph_version": config.get("nph_version"),
         }
     )
+    if "M" in memory and "d" in memory:
+        row.update(provenance_columns(config))
+    row.update({"M": memory.get("M"), "nph_version": config.get("nph_version")})
     for name, stats in (record.get("metrics") or {}).items():
         row[f"{name}_mean"] = None if stats is None else stats.get("mean")
     row["us_per_query"] = (record.get("timing") or {}).get("us_per_query")

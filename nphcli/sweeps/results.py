@@ -22,6 +22,8 @@ from typing import Any
 
 from nphcli.core.atomic import check_folder, fsync_folder, write_failure_reason
 from nphcli.core.errors import NphError, NphRuntimeError
+from nphcli.core.jsontext import parse_json
+from nphcli.core.normalize import canonical_method
 from nphcli.core.notices import notice
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.lock import ResultsLock
@@ -136,8 +138,8 @@ def _run_key(row: dict[str, Any]) -> Any:
 def _parse_line(text: str, fmt: str, header: list[str] | None):
     if fmt == "jsonl":
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
+            value = parse_json(text, what="a results line")
+        except NphError:
             return None
         return value if isinstance(value, dict) else None
     cells = next(csv.reader([text]))
@@ -240,9 +242,12 @@ class Results:
                 ("sweep_seed", config.seed),
                 ("normalize", pool_normalize),
             ):
-                if row.get(key) != value:
+                had = row.get(key)
+                if key == "normalize" and isinstance(had, str):
+                    had = canonical_method(had, warn=False)  # rows of older nph: unit
+                if had != value:
                     raise NphError(
-                        f"{self.path} holds rows of another sweep ({key} {row.get(key)!r}, "
+                        f"{self.path} holds rows of another sweep ({key} {had!r}, "
                         f"now {value!r}); resume with the same settings or choose another --out"
                     )
             clips = config.values_of("noise_clip")  # several values: in the setting keys

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from nphcli.core.notices import notice
-from nphcli.sweeps.columns import id_columns, theory_columns
+from nphcli.sweeps.columns import id_columns, pool_provenance, theory_columns
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.grid import Setting, Task, expand, memory_seed, plan, run_seed
 from nphcli.sweeps.pool import Pool, check_pool, draw_memory, load_pool
@@ -39,6 +39,7 @@ def run(
         settings = replace(setting.settings, seed=run_seed(config.seed, trial))
         report = evaluate(memory, settings, sources={"memory": config.dataset})
         row = {**id_columns(config, setting, trial, pool.normalize, m_seed), **report.to_row()}
+        row.update(pool_provenance(pool, row["memory_sha256"]))
         if theory:
             row.update(theory_columns(memory, report))
         yield row
