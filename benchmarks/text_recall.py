@@ -12,11 +12,13 @@ stored row with the largest cosine to the query). Support: memories with non-zer
 
     python benchmarks/text_recall.py --out benchmarks/results/text-recall-ci-2core.json
     python benchmarks/text_recall.py --small      # a dry run: hash embedder, 60 texts
+    python benchmarks/text_recall.py --from-json RESULT.json --plot docs/img/text-recall.png
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -112,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedders", default="all-MiniLM-L6-v2,hash-512")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--plot", type=Path, help="also draw recall@1 against the rate (PNG)")
+    parser.add_argument("--from-json", type=Path, help="draw --plot from an earlier --out")
     args = parser.parse_args(argv)
+    if args.from_json:
+        draw(json.loads(args.from_json.read_text()), args.plot)
+        return 0
     texts = corpus(60 if args.small else None)
     names = ["hash-512"] if args.small else args.embedders.split(",")
     result = {
@@ -140,7 +147,44 @@ def main(argv: list[str] | None = None) -> int:
             "cells": cells,
         }
     emit(result, args.out)
+    if args.plot:
+        draw(result, args.plot)
     return 0
+
+
+def draw(result: dict, path: Path, beta: float = 30.0) -> None:
+    """recall@1 against the corruption rate, one panel per embedder and corruption, one line per
+    model at `beta` (and the nearest baseline)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    embedders = list(result["embedders"])
+    figure, axes = plt.subplots(
+        len(embedders), len(CORRUPTIONS), figsize=(12, 3.6 * len(embedders)), squeeze=False
+    )
+    for row, name in enumerate(embedders):
+        cells = result["embedders"][name]["cells"]
+        models = ["nearest", *(f"{m} β={beta:g}" for m in MODELS)]
+        for col, kind in enumerate(CORRUPTIONS):
+            ax = axes[row][col]
+            for i, model in enumerate(models):
+                values = [cells[f"{kind} {rate:g}"][model]["recall_at_1"] for rate in RATES]
+                style = {"color": "black", "linewidth": 2.5} if model == "nearest" else {}
+                ax.plot(RATES, values, marker="os^vD<>px"[i % 9], label=model, **style)
+            ax.set_title(f"{name}: {kind}", fontsize=10)
+            ax.set_xlabel("corruption rate p")
+            ax.set_ylim(-0.02, 1.02)
+            if col == 0:
+                ax.set_ylabel("recall@1")
+    axes[0][-1].legend(fontsize=7, loc="lower left")
+    figure.suptitle(
+        f"{result['corpus']['texts']} real short texts (pyjokes), every model at β = {beta:g} "
+        "against nearest neighbour"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
 
 
 if __name__ == "__main__":
