@@ -35,12 +35,15 @@ def evaluate_on_rank(
     queries_file: str | os.PathLike | None = None,
     targets_file: str | os.PathLike | None = None,
     target_indices: list[int] | None = None,
+    query_text: str | None = None,
 ) -> RetrievalReport:
     """`evaluate` on this rank's shards; the report (equal on every rank) records the number of
     ranks, the backend and the bytes this rank sent in collectives."""
     t0 = time.perf_counter()
     bank = open_rank_memory(memory_path, stream=stream, collective=collective)
-    inputs = inputs_with(bank, memory_path, queries_file, targets_file, target_indices, t0)
+    inputs = inputs_with(
+        bank, memory_path, queries_file, targets_file, target_indices, t0, query_text
+    )
     report = evaluate_inputs(inputs, settings)
     report.config["memory"]["stream"] = stream
     report.config["distributed"] = {

@@ -290,6 +290,15 @@ FIELDS: tuple[Field, ...] = (
         refused={"sweep": _SWEEP_DRAWS},
     ),
     Field(
+        "query_text",
+        "str",
+        None,
+        "A text to recall from, embedded with the memory's own embedder (a memory stored from "
+        "texts with --embed; docs/text.md). For several, a .txt or .jsonl --queries-file.",
+        group="input",
+        refused={"sweep": _SWEEP_DRAWS},
+    ),
+    Field(
         "targets_file",
         "path",
         None,
