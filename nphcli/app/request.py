@@ -177,8 +177,8 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
     from nphcli.distributed.retrieve import distributed_retrieve
     from nphcli.memory import open_memory
 
-    if len(request.settings) > 1 or request.output.trace or request.settings[0].index:
-        raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
+    if len(request.settings) > 1 or request.output.trace:
+        raise NphError("--workers and torchrun runs take one setting, without --trace")
     spec = request.inputs
     shown = open_memory(spec.memory, stream=True) if request.output.save_grid is not None else None
     if shown is not None:

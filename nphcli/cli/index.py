@@ -15,7 +15,13 @@ from nphcli.cli.render import print_json, print_table
 
 @app.command("index")
 def index_command(
-    memory: Annotated[Path, typer.Argument(help="Memory file written by `nph store`.")],
+    memory: Annotated[
+        Path,
+        typer.Argument(
+            help="Memory file written by `nph store`, or a shard manifest (`nph shard`): one "
+            "index per shard, recorded in the manifest."
+        ),
+    ],
     kind: Annotated[
         str,
         typer.Option(
@@ -41,7 +47,9 @@ def index_command(
     """Build an inner-product index of the stored patterns for `nph retrieve --index`.
 
     Needs FAISS (pip install faiss-cpu; in a checkout, pip install -e ".[ann]"). The index
-    records the memory file's SHA-256: retrieval refuses it for any other file. See docs/ann.md.
+    records the memory file's SHA-256: retrieval refuses it for any other file. On a shard
+    manifest, each shard gets its own index beside it (--lists counts per shard). See
+    docs/ann.md and docs/distributed.md.
     """
     from nphcli.ann.index_file import (
         build_index,
@@ -53,7 +61,12 @@ def index_command(
     from nphcli.core.atomic import check_output
     from nphcli.core.errors import NphError
     from nphcli.memory import open_memory
+    from nphcli.memory.format import is_manifest
 
+    if is_manifest(memory):
+        if out is not None:
+            raise NphError("--out names one file; a shard set's indexes go beside its shards")
+        return _index_shards(memory, kind, lists, seed, force, as_json)
     open_memory(memory, stream=True)  # the input first (its header only): a missing file says so
     require_faiss()
     check_kind(kind)
@@ -81,8 +94,29 @@ def index_command(
         print_table(f"{path}", ["field", "value"], [(k, str(v)) for k, v in report.items()])
 
 
+def _index_shards(manifest: Path, kind: str, lists, seed: int, force: bool, as_json: bool) -> None:
+    from nphcli.ann.index_file import check_kind
+    from nphcli.ann.shard_index import build_shard_indexes
+    from nphcli.core.errors import NphError
+
+    check_kind(kind)
+    if seed < 0:
+        raise NphError(f"--seed must be a whole number ≥ 0, got {seed}")
+    report = build_shard_indexes(
+        manifest, kind=kind, seed=seed, lists=lists, force=force, progress=_progress
+    )
+    if as_json:
+        print_json(report)
+        return
+    rows = [
+        (e["file"], str(e["rows"]), str(e["params"]), str(e["bytes"]), f"{e['build_s']:.1f}")
+        for e in report["parts"]
+    ]
+    print_table(f"{manifest} ({kind})", ["index", "rows", "params", "bytes", "build s"], rows)
+
+
 def _progress(phase: str, done: int, total: int) -> None:
     """One updating line on stderr, only on a terminal."""
     if sys.stderr.isatty():
-        end = "\n" if done == total and phase == "add" else ""
+        end = "\n" if done == total and phase.endswith("add") else ""
         print(f"\r{phase}: {done:,}/{total:,}", end=end, file=sys.stderr, flush=True)
