@@ -1,0 +1,197 @@
+"""A cost model of index-backed retrieval over a shard set (IVF-PQ per shard, exact rescoring
+from the shard's patterns, candidates merged over ranks), fitted to a run of
+benchmarks/shard_index_scale.py and then used to predict other sizes (docs/ann-shards.md).
+
+    python benchmarks/shard_cost_model.py benchmarks/results/shard-index-scale-*.json
+        [--predict-rows 1e9] [--dim 128] [--machines 4] [--ram-gb 256] [--cores 32]
+        [--shards-per-machine 32] [--lists 4096] [--nprobe 32] [--candidates 64]
+        [--network-gbps 10]
+
+What it counts (per shard of n rows, d dims, L lists, m = d/8 PQ sub-spaces of 8 bits, c
+candidates, p lists probed; FAISS's k-means trains on at most 256·L rows for 10 iterations, PQ
+on at most 256·256 rows for 25):
+- build operations: 2·10·min(n, 256L)·L·d (k-means) + 2·25·min(n, 65536)·256·d (PQ) +
+  2·2·n·L·d (assigning every row: adding it, and the lists' radii) + 2·n·256·d (encoding);
+- RAM of a rank: a fixed base + its rows' patterns (4·n·d bytes, for exact rescoring) + its
+  indexes' files (n·(m + 8) bytes of codes and ids, plus L·d·4 of centroids);
+- query operations per shard: 2·2·L·d (choosing lists, and nph's bound on unseen lists) +
+  p·(n/L)·m (PQ code look-ups) + 2·c·d (rescoring);
+- bytes a rank sends per query: 12·w + 4 + 4·d_v (w = its shards' candidates: int64 ids and
+  float32 scores; the bound; its part of Σ w·v), received (R − 1)-fold by each other rank.
+Two rates are fitted: build operations per second per core, and query operations per second per
+core (with a fixed per-query cost of the merge). Both come from this machine; the predictions
+scale them by cores, which is an assumption, not a measurement. Recall is not modelled from
+first principles: it is the measured recall@10 at the same per-shard setting (lists probed,
+candidates), valid as long as each shard's rows are as clustered as the measured ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+IVF_ITERS, PQ_ITERS, PQ_CODES, TRAIN_PER_LIST = 10, 25, 256, 256
+GB = 1e9
+
+
+def build_ops(rows: int, lists: int, dim: int) -> float:
+    kmeans = 2 * IVF_ITERS * min(rows, TRAIN_PER_LIST * lists) * lists * dim
+    pq = 2 * PQ_ITERS * min(rows, PQ_CODES * 256) * PQ_CODES * dim
+    return kmeans + pq + 4 * rows * lists * dim + 2 * rows * PQ_CODES * dim
+
+
+def query_ops(rows: int, lists: int, dim: int, nprobe: int, candidates: int) -> float:
+    sub = dim // 8
+    return 4 * lists * dim + nprobe * (rows / lists) * sub + 2 * candidates * dim
+
+
+def index_bytes(rows: int, lists: int, dim: int) -> float:
+    return rows * (dim // 8 + 8) + lists * dim * 4
+
+
+def send_bytes(width: int, value_dim: int) -> float:
+    return 12 * width + 4 + 4 * value_dim
+
+
+def fit(results: dict) -> dict:
+    """The rates and the RAM base from a measured run, and the model's fit to each run."""
+    data, cores = results["data"], results["machine"]["cpus"]
+    dim = data["dim"]
+    parts = results["index"]["parts"]
+    rows = [p["rows"] for p in parts]
+    lists = parts[0]["params"]["lists"]
+    # build: each shard built with every core (FAISS's threads)
+    build_rate = sum(build_ops(n, lists, dim) for n in rows) / sum(p["build_s"] for p in parts)
+    build_rate /= cores
+    # queries: t = t_merge + ops / (rate · cores in use); least squares on (t_merge, 1/rate)
+    points = []
+    for run in results["runs"]:
+        ops = sum(query_ops(n, lists, dim, run["nprobe"], run["candidates"]) for n in rows)
+        threads = min(cores, run["ranks"] * max(1, cores // run["ranks"]))
+        points.append((ops / threads, run["timing"]["us_per_query"] * 1e-6))
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0
+    if slope <= 0:  # noise swamped the trend: all time per operation, no fixed part
+        slope, merge_s = mean_y / mean_x, 0.0
+    else:
+        merge_s = max(0.0, mean_y - slope * mean_x)
+    base = []
+    for run in results["runs"]:
+        per_rank = [
+            sum(rows[i] for i in owned(len(rows), r, run["ranks"])) for r in range(run["ranks"])
+        ]
+        for r, measured in enumerate(run["peak_rss_bytes"]):
+            data_bytes = per_rank[r] * dim * 4 + index_bytes(per_rank[r], lists, dim)
+            base.append(measured - data_bytes)
+    model = {
+        "build_ops_per_core_s": build_rate,
+        "query_ops_per_core_s": 1 / slope,
+        "merge_s_per_query": merge_s,
+        "rss_base_bytes": sorted(base)[len(base) // 2],
+        "lists_per_shard": lists,
+    }
+    model["checks"] = [check(model, results, run, rows, dim) for run in results["runs"]]
+    return model
+
+
+def owned(parts: int, rank: int, ranks: int) -> range:
+    return range(rank * parts // ranks, (rank + 1) * parts // ranks)
+
+
+def check(model: dict, results: dict, run: dict, rows: list[int], dim: int) -> dict:
+    """Predicted against measured, for one run."""
+    cores, lists, ranks = results["machine"]["cpus"], model["lists_per_shard"], run["ranks"]
+    threads = min(cores, ranks * max(1, cores // ranks))
+    ops = sum(query_ops(n, lists, dim, run["nprobe"], run["candidates"]) for n in rows)
+    seconds = model["merge_s_per_query"] + ops / (model["query_ops_per_core_s"] * threads)
+    widest = max(len(owned(len(rows), r, ranks)) for r in range(ranks)) * run["candidates"]
+    rank0 = sum(rows[i] for i in owned(len(rows), 0, ranks))
+    ram = model["rss_base_bytes"] + rank0 * dim * 4 + index_bytes(rank0, lists, dim)
+    return {
+        "ranks": ranks,
+        "nprobe": run["nprobe"],
+        "us_per_query": {"model": seconds * 1e6, "measured": run["timing"]["us_per_query"]},
+        # counted by the collective even for one rank, where nothing leaves the process
+        "bytes_sent_per_query": {
+            "model": send_bytes(widest, dim),
+            "measured": run["index"]["bytes_sent_per_query"],
+        },
+        "rank0_ram_bytes": {"model": ram, "measured": run["peak_rss_bytes"][0]},
+        "recall_at_10": run["index"]["check_exact"]["recall_at_k"],
+    }
+
+
+def predict(model: dict, args) -> dict:
+    """What `args.predict_rows` × `args.dim` costs on `args.machines` machines."""
+    rows, dim, machines = int(args.predict_rows), args.dim, args.machines
+    shards = machines * args.shards_per_machine
+    per_shard = math.ceil(rows / shards)
+    lists, nprobe, cand = args.lists, args.nprobe, args.candidates
+    patterns = per_shard * dim * 4 * args.shards_per_machine
+    codes = index_bytes(per_shard, lists, dim) * args.shards_per_machine
+    build_core_s = build_ops(per_shard, lists, dim) / model["build_ops_per_core_s"]
+    shard_query_s = query_ops(per_shard, lists, dim, nprobe, cand) / model["query_ops_per_core_s"]
+    per_machine_core_s = shard_query_s * args.shards_per_machine
+    width = args.shards_per_machine * cand
+    sent = send_bytes(width, dim)
+    received = (machines - 1) * sent
+    wire_s = (sent + received) * 8 / (args.network_gbps * 1e9)
+    return {
+        "rows": rows,
+        "dim": dim,
+        "machines": machines,
+        "ram_gb_each": args.ram_gb,
+        "cores_each": args.cores,
+        "shards": shards,
+        "rows_per_shard": per_shard,
+        "lists": lists,
+        "nprobe": nprobe,
+        "candidates": cand,
+        "ram_gb_per_machine": {
+            "patterns": patterns / GB,
+            "index": codes / GB,
+            "base": model["rss_base_bytes"]
+            * args.shards_per_machine
+            / GB
+            / max(1, args.shards_per_machine),
+        },
+        "fits_in_ram": (patterns + codes + model["rss_base_bytes"]) / GB < 0.9 * args.ram_gb,
+        "build_hours": build_core_s * args.shards_per_machine / args.cores / 3600,
+        "query_core_ms_per_machine": per_machine_core_s * 1e3,
+        "latency_ms": (
+            shard_query_s * math.ceil(args.shards_per_machine / args.cores)
+            + model["merge_s_per_query"]
+            + wire_s
+        )
+        * 1e3,
+        "queries_per_s": args.cores / per_machine_core_s,
+        "bytes_sent_per_query_per_machine": sent,
+        "bytes_received_per_query_per_machine": received,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--predict-rows", type=float, default=1e9)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--machines", type=int, default=4)
+    parser.add_argument("--ram-gb", type=float, default=256)
+    parser.add_argument("--cores", type=int, default=32)
+    parser.add_argument("--shards-per-machine", type=int, default=32)
+    parser.add_argument("--lists", type=int, default=4096)
+    parser.add_argument("--nprobe", type=int, default=64)
+    parser.add_argument("--candidates", type=int, default=64)
+    parser.add_argument("--network-gbps", type=float, default=10)
+    args = parser.parse_args()
+    results = json.loads(args.results.read_text())
+    model = fit(results)
+    print(json.dumps({"fitted": model, "prediction": predict(model, args)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
