@@ -174,12 +174,14 @@ def verified_index_path(manifest: Manifest, record: dict[str, Any], number: int)
 
 
 def check_shard_indexes(manifest_path: str | os.PathLike, kind: str) -> Manifest:
-    """Every shard's `kind` index checked (headers and checksums, no FAISS data loaded), before
-    any rank starts."""
+    """The `kind` index of every shard held on this machine checked (headers and checksums, no
+    FAISS data loaded), before any rank starts. Under torchrun a machine may hold only its own
+    ranks' shards; the ranks holding the others check theirs when they open them."""
     manifest = read_manifest(manifest_path, check=(), verify=False)
     record = index_record(manifest, kind)
-    for number in range(len(manifest.parts)):
-        verified_index_path(manifest, record, number)
+    for number, part in enumerate(manifest.parts):
+        if part.path.exists():
+            verified_index_path(manifest, record, number)
     return manifest
 
 
