@@ -187,10 +187,36 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, default=64)
     parser.add_argument("--candidates", type=int, default=64)
     parser.add_argument("--network-gbps", type=float, default=10)
+    parser.add_argument("--markdown", action="store_true", help="the measured runs as a table")
     args = parser.parse_args()
     results = json.loads(args.results.read_text())
     model = fit(results)
-    print(json.dumps({"fitted": model, "prediction": predict(model, args)}, indent=2))
+    prediction = predict(model, args)
+    if args.markdown:
+        print(markdown(results, model))
+    else:
+        print(json.dumps({"fitted": model, "prediction": prediction}, indent=2))
+
+
+def markdown(results: dict, model: dict) -> str:
+    """The measured runs and the model's fit to them, as markdown tables (docs/ann-shards.md)."""
+    lines = [
+        "| ranks | nprobe | queries/s | µs/query (model) | bytes sent/query (model) | "
+        "peak RSS per rank, GB | rank 0 RAM model, GB | recall@10 | certified |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for run, fitted in zip(results["runs"], model["checks"], strict=True):
+        rss = " / ".join(f"{b / GB:.2f}" for b in run["peak_rss_bytes"])
+        lines.append(
+            f"| {run['ranks']} | {run['nprobe']} | {run['timing']['queries_per_s']:.0f} | "
+            f"{run['timing']['us_per_query']:.0f} ({fitted['us_per_query']['model']:.0f}) | "
+            f"{run['index']['bytes_sent_per_query']:.0f} "
+            f"({fitted['bytes_sent_per_query']['model']:.0f}) | {rss} | "
+            f"{fitted['rank0_ram_bytes']['model'] / GB:.2f} | "
+            f"{run['index']['check_exact']['recall_at_k']:.3f} | "
+            f"{run['index']['certified_fraction']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

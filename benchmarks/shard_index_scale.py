@@ -151,6 +151,9 @@ def main() -> None:
     parser.add_argument("--check-exact", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--small", action="store_true", help="a quick dry run: 200,000 rows")
+    parser.add_argument(
+        "--memory", type=Path, help="real vectors: this memory file instead of synthetic data"
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--one-run", help=argparse.SUPPRESS)
     parser.add_argument("--one-ranks", type=int, help=argparse.SUPPRESS)
@@ -172,15 +175,16 @@ def main() -> None:
             "platform": platform.platform(),
             "note": "shared with other jobs: timings are noisy",
         },
-        data={
+    )
+    if args.memory is None:
+        results["data"] = {
             "rows": args.rows,
             "dim": args.dim,
             "centres": CENTRES,
             "spread": SPREAD,
             "seed": args.seed,
             "query_noise": NOISE,
-        },
-    )
+        }
     results.setdefault("runs", [])
 
     def save() -> None:
@@ -191,6 +195,20 @@ def main() -> None:
     memory = work / "memory.safetensors"
     manifest = work / "shards" / "memory.shards.json"
     nph = [sys.executable, "-m", "nphcli"]
+    if args.memory is not None and "generate" not in results:
+        from nphcli.memory import open_memory
+
+        source = open_memory(args.memory, stream=True)
+        if not memory.exists():
+            memory.symlink_to(args.memory.resolve())
+        results["generate"] = {"source": str(args.memory), "bytes": memory.stat().st_size}
+        results["data"] = {
+            "rows": source.num_memories,
+            "dim": source.dim,
+            "query_noise": NOISE,
+            "source": source.meta.get("source", str(args.memory)),
+        }
+        save()
     if "generate" not in results:
         start = time.perf_counter()
         write_clustered(memory, args.rows, args.dim, args.seed)
