@@ -93,6 +93,7 @@ def fit(results: dict) -> dict:
         "merge_s_per_query": merge_s,
         "rss_base_bytes": sorted(base)[len(base) // 2],
         "lists_per_shard": lists,
+        "rows_per_shard": max(rows),
     }
     model["checks"] = [check(model, results, run, rows, dim) for run in results["runs"]]
     return model
@@ -126,18 +127,23 @@ def check(model: dict, results: dict, run: dict, rows: list[int], dim: int) -> d
 
 
 def predict(model: dict, args) -> dict:
-    """What `args.predict_rows` × `args.dim` costs on `args.machines` machines."""
+    """What `args.predict_rows` × `args.dim` costs on `args.machines` machines, one rank each
+    holding shards of `args.rows_per_shard` rows (default: the measured shard, so that each
+    shard's lists, probes and candidates are the measured ones and its recall can be taken from
+    the measurement)."""
     rows, dim, machines = int(args.predict_rows), args.dim, args.machines
-    shards = machines * args.shards_per_machine
-    per_shard = math.ceil(rows / shards)
-    lists, nprobe, cand = args.lists, args.nprobe, args.candidates
-    patterns = per_shard * dim * 4 * args.shards_per_machine
-    codes = index_bytes(per_shard, lists, dim) * args.shards_per_machine
+    per_shard = args.rows_per_shard or model["rows_per_shard"]
+    lists = args.lists or model["lists_per_shard"]
+    nprobe, cand = args.nprobe, args.candidates
+    shards = math.ceil(rows / per_shard)
+    each = math.ceil(shards / machines)  # shards per machine (one rank)
+    patterns = per_shard * dim * 4 * each
+    codes = index_bytes(per_shard, lists, dim) * each
+    ram = patterns + codes + model["rss_base_bytes"]
     build_core_s = build_ops(per_shard, lists, dim) / model["build_ops_per_core_s"]
     shard_query_s = query_ops(per_shard, lists, dim, nprobe, cand) / model["query_ops_per_core_s"]
-    per_machine_core_s = shard_query_s * args.shards_per_machine
-    width = args.shards_per_machine * cand
-    sent = send_bytes(width, dim)
+    machine_core_s = shard_query_s * each  # every machine searches every query
+    sent = send_bytes(each * cand, dim)
     received = (machines - 1) * sent
     wire_s = (sent + received) * 8 / (args.network_gbps * 1e9)
     return {
@@ -147,6 +153,7 @@ def predict(model: dict, args) -> dict:
         "ram_gb_each": args.ram_gb,
         "cores_each": args.cores,
         "shards": shards,
+        "shards_per_machine": each,
         "rows_per_shard": per_shard,
         "lists": lists,
         "nprobe": nprobe,
@@ -154,23 +161,21 @@ def predict(model: dict, args) -> dict:
         "ram_gb_per_machine": {
             "patterns": patterns / GB,
             "index": codes / GB,
-            "base": model["rss_base_bytes"]
-            * args.shards_per_machine
-            / GB
-            / max(1, args.shards_per_machine),
+            "base": model["rss_base_bytes"] / GB,
+            "total": ram / GB,
         },
-        "fits_in_ram": (patterns + codes + model["rss_base_bytes"]) / GB < 0.9 * args.ram_gb,
-        "build_hours": build_core_s * args.shards_per_machine / args.cores / 3600,
-        "query_core_ms_per_machine": per_machine_core_s * 1e3,
-        "latency_ms": (
-            shard_query_s * math.ceil(args.shards_per_machine / args.cores)
-            + model["merge_s_per_query"]
-            + wire_s
-        )
+        "fits_in_ram": ram / GB < 0.9 * args.ram_gb,
+        "build_core_s_per_shard": build_core_s,
+        "build_hours": build_core_s * each / args.cores / 3600,
+        "query_core_ms_per_shard": shard_query_s * 1e3,
+        "query_core_ms_per_machine": machine_core_s * 1e3,
+        # one query alone: its shards searched in parallel over the cores
+        "latency_ms": (machine_core_s / min(args.cores, each) + model["merge_s_per_query"] + wire_s)
         * 1e3,
-        "queries_per_s": args.cores / per_machine_core_s,
+        "queries_per_s": args.cores / (machine_core_s + model["merge_s_per_query"] * args.cores),
         "bytes_sent_per_query_per_machine": sent,
         "bytes_received_per_query_per_machine": received,
+        "network_s_per_query": wire_s,
     }
 
 
@@ -182,9 +187,9 @@ def main() -> None:
     parser.add_argument("--machines", type=int, default=4)
     parser.add_argument("--ram-gb", type=float, default=256)
     parser.add_argument("--cores", type=int, default=32)
-    parser.add_argument("--shards-per-machine", type=int, default=32)
-    parser.add_argument("--lists", type=int, default=4096)
-    parser.add_argument("--nprobe", type=int, default=64)
+    parser.add_argument("--rows-per-shard", type=int, help="[default: the measured shard's]")
+    parser.add_argument("--lists", type=int, help="per shard [default: the measured shard's]")
+    parser.add_argument("--nprobe", type=int, default=16)
     parser.add_argument("--candidates", type=int, default=64)
     parser.add_argument("--network-gbps", type=float, default=10)
     parser.add_argument("--markdown", action="store_true", help="the measured runs as a table")
