@@ -36,19 +36,30 @@ IVF_ITERS, PQ_ITERS, PQ_CODES, TRAIN_PER_LIST = 10, 25, 256, 256
 GB = 1e9
 
 
-def build_ops(rows: int, lists: int, dim: int) -> float:
+def build_ops(rows: int, lists: int, dim: int, kind: str = "ivfpq") -> float:
     kmeans = 2 * IVF_ITERS * min(rows, TRAIN_PER_LIST * lists) * lists * dim
+    assign = 4 * rows * lists * dim
+    if kind != "ivfpq":
+        return kmeans + assign
     pq = 2 * PQ_ITERS * min(rows, PQ_CODES * 256) * PQ_CODES * dim
-    return kmeans + pq + 4 * rows * lists * dim + 2 * rows * PQ_CODES * dim
+    return kmeans + pq + assign + 2 * rows * PQ_CODES * dim
 
 
-def query_ops(rows: int, lists: int, dim: int, nprobe: int, candidates: int) -> float:
-    sub = dim // 8
-    return 4 * lists * dim + nprobe * (rows / lists) * sub + 2 * candidates * dim
+def row_cost(dim: int, kind: str) -> float:
+    """Operations to score one listed row: m = d/8 code look-ups (ivfpq), 2·d flops (ivf)."""
+    return dim // 8 if kind == "ivfpq" else 2 * dim
 
 
-def index_bytes(rows: int, lists: int, dim: int) -> float:
-    return rows * (dim // 8 + 8) + lists * dim * 4
+def query_ops(
+    rows: int, lists: int, dim: int, nprobe: int, candidates: int, kind: str = "ivfpq"
+) -> float:
+    scan = nprobe * (rows / lists) * row_cost(dim, kind)
+    return 4 * lists * dim + scan + 2 * candidates * dim
+
+
+def index_bytes(rows: int, lists: int, dim: int, kind: str = "ivfpq") -> float:
+    per_row = dim // 8 if kind == "ivfpq" else 4 * dim
+    return rows * (per_row + 8) + lists * dim * 4
 
 
 def send_bytes(width: int, value_dim: int) -> float:
@@ -59,16 +70,18 @@ def fit(results: dict) -> dict:
     """The rates and the RAM base from a measured run, and the model's fit to each run."""
     data, cores = results["data"], results["machine"]["cpus"]
     dim = data["dim"]
-    parts = results["index"]["parts"]
+    parts, kind = results["index"]["parts"], results["index"]["kind"]
     rows = [p["rows"] for p in parts]
     lists = parts[0]["params"]["lists"]
     # build: each shard built with every core (FAISS's threads)
-    build_rate = sum(build_ops(n, lists, dim) for n in rows) / sum(p["build_s"] for p in parts)
+    build_rate = sum(build_ops(n, lists, dim, kind) for n in rows) / sum(
+        p["build_s"] for p in parts
+    )
     build_rate /= cores
     # queries: t = t_merge + ops / (rate · cores in use); least squares on (t_merge, 1/rate)
     points = []
     for run in results["runs"]:
-        ops = sum(query_ops(n, lists, dim, run["nprobe"], run["candidates"]) for n in rows)
+        ops = sum(query_ops(n, lists, dim, run["nprobe"], run["candidates"], kind) for n in rows)
         threads = min(cores, run["ranks"] * max(1, cores // run["ranks"]))
         points.append((ops / threads, run["timing"]["us_per_query"] * 1e-6))
     mean_x = sum(x for x, _ in points) / len(points)
@@ -85,7 +98,7 @@ def fit(results: dict) -> dict:
             sum(rows[i] for i in owned(len(rows), r, run["ranks"])) for r in range(run["ranks"])
         ]
         for r, measured in enumerate(run["peak_rss_bytes"]):
-            data_bytes = per_rank[r] * dim * 4 + index_bytes(per_rank[r], lists, dim)
+            data_bytes = per_rank[r] * dim * 4 + index_bytes(per_rank[r], lists, dim, kind)
             base.append(measured - data_bytes)
     model = {
         "build_ops_per_core_s": build_rate,
@@ -94,6 +107,7 @@ def fit(results: dict) -> dict:
         "rss_base_bytes": sorted(base)[len(base) // 2],
         "lists_per_shard": lists,
         "rows_per_shard": max(rows),
+        "kind": kind,
     }
     model["checks"] = [check(model, results, run, rows, dim) for run in results["runs"]]
     return model
@@ -107,11 +121,12 @@ def check(model: dict, results: dict, run: dict, rows: list[int], dim: int) -> d
     """Predicted against measured, for one run."""
     cores, lists, ranks = results["machine"]["cpus"], model["lists_per_shard"], run["ranks"]
     threads = min(cores, ranks * max(1, cores // ranks))
-    ops = sum(query_ops(n, lists, dim, run["nprobe"], run["candidates"]) for n in rows)
+    kind = model["kind"]
+    ops = sum(query_ops(n, lists, dim, run["nprobe"], run["candidates"], kind) for n in rows)
     seconds = model["merge_s_per_query"] + ops / (model["query_ops_per_core_s"] * threads)
     widest = max(len(owned(len(rows), r, ranks)) for r in range(ranks)) * run["candidates"]
     rank0 = sum(rows[i] for i in owned(len(rows), 0, ranks))
-    ram = model["rss_base_bytes"] + rank0 * dim * 4 + index_bytes(rank0, lists, dim)
+    ram = model["rss_base_bytes"] + rank0 * dim * 4 + index_bytes(rank0, lists, dim, kind)
     return {
         "ranks": ranks,
         "nprobe": run["nprobe"],
