@@ -255,13 +255,15 @@ def main() -> None:
         built = json.loads(stage.pop("stdout"))
         results["index"] = {**stage, "kind": args.kind, "parts": built["parts"]}
         save()
-    done = {(r["ranks"], r["nprobe"]) for r in results["runs"]}
+    done = {(r["ranks"], r["nprobe"], r["candidates"]) for r in results["runs"]}
     probes = [int(n) for n in args.nprobe.split(",")]
     every_ranks = [int(r) for r in args.ranks.split(",")]
     for nprobe in probes:
         for ranks in every_ranks:
             # the first nprobe at every rank count; the others at the most ranks (bounded time)
-            if (ranks, nprobe) in done or (nprobe != probes[0] and ranks != max(every_ranks)):
+            if (ranks, nprobe, args.candidates) in done or (
+                nprobe != probes[0] and ranks != max(every_ranks)
+            ):
                 continue
             command = [
                 sys.executable,
@@ -293,6 +295,7 @@ def main() -> None:
                     "nprobe": nprobe,
                     "candidates": args.candidates,
                     "queries": args.queries,
+                    "commit": results["provenance"]["commit"],
                     "process": stage,  # the launching process and its ranks, sampled
                     **report,  # peak_rss_bytes: each rank's own peak (getrusage)
                 }
