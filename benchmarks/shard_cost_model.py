@@ -19,7 +19,7 @@ on at most 256·256 rows for 25):
 - bytes a rank sends per query: 12·w + 4 + 4·d_v (w = its shards' candidates: int64 ids and
   float32 scores; the bound; its part of Σ w·v), received (R − 1)-fold by each other rank.
 Two rates are fitted: build operations per second per core, and query operations per second per
-core (with a fixed per-query cost of the merge). Both come from this machine; the predictions
+core (fitted through the origin). Both come from this machine; the predictions
 scale them by cores, which is an assumption, not a measurement. Recall is not modelled from
 first principles: it is the measured recall@10 at the same per-shard setting (lists probed,
 candidates), valid as long as each shard's rows are as clustered as the measured ones.
@@ -84,14 +84,10 @@ def fit(results: dict) -> dict:
         ops = sum(query_ops(n, lists, dim, run["nprobe"], run["candidates"], kind) for n in rows)
         threads = min(cores, run["ranks"] * max(1, cores // run["ranks"]))
         points.append((ops / threads, run["timing"]["us_per_query"] * 1e-6))
-    mean_x = sum(x for x, _ in points) / len(points)
-    mean_y = sum(y for _, y in points) / len(points)
-    spread = sum((x - mean_x) ** 2 for x, _ in points)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0
-    if slope <= 0:  # noise swamped the trend: all time per operation, no fixed part
-        slope, merge_s = mean_y / mean_x, 0.0
-    else:
-        merge_s = max(0.0, mean_y - slope * mean_x)
+    # one rate through the origin: the runs vary too little in work for a fixed cost to be told
+    # apart from noise on a shared machine
+    slope = sum(x * y for x, y in points) / sum(x * x for x, _ in points)
+    merge_s = 0.0
     base = []
     for run in results["runs"]:
         per_rank = [
