@@ -11,11 +11,13 @@ import torch
 from torch import Tensor
 
 from nphcli.ann.index_file import AnnIndex, open_index
-from nphcli.ann.search import DEFAULT_EF, DEFAULT_NPROBE, IndexedModel
+from nphcli.ann.search import IndexedModel
 from nphcli.ann.settings import IndexSettings
+from nphcli.core.defaults import DEFAULT_EF, DEFAULT_NPROBE
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.format import is_manifest
+from nphcli.schema.holders import complete
 
 
 def check_index_run(
@@ -130,4 +132,4 @@ def index_report(
             seed=seed,
             targets=None if targets is None else targets.to(device="cpu", dtype=torch.float32),
         )
-    return report
+    return complete(report, settings, aliases={"index": "file"})

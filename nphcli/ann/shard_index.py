@@ -43,13 +43,15 @@ from nphcli.ann.index_file import (
     require_faiss,
     write_index,
 )
-from nphcli.ann.search import DEFAULT_CANDIDATES, Candidates, IndexedModel
+from nphcli.ann.search import Candidates, IndexedModel
 from nphcli.core.atomic import atomic_write, check_output
+from nphcli.core.defaults import DEFAULT_CANDIDATES
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import LOCAL
 from nphcli.memory.file import load_memory
-from nphcli.memory.shards import Manifest, ShardedBank, read_manifest
+from nphcli.memory.sharded_bank import ShardedBank
+from nphcli.memory.shards import Manifest, read_manifest
 
 INDEXES_KEY = "indexes"  # the manifest's record of its shard indexes, by kind
 

@@ -13,10 +13,13 @@ import nphcli.sources as sources
 from nphcli.core.atomic import check_output
 from nphcli.core.dtypes import torch_dtype
 from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
 from nphcli.memory.shards import split_rows, write_shards
 from nphcli.sources.pairing import in_store_dtype, load_labels, load_values
+from nphcli.theory.retrievable import META_KEY as RETRIEVABLE_KEY
+from nphcli.theory.retrievable import count_unretrievable, unretrievable_notice
 
 _SOURCE_OPTIONS = tuple(field.name for field in dataclasses.fields(sources.SourceOptions))
 
@@ -77,6 +80,8 @@ def store_memory(
         meta.pop("classes", None)  # the dataset's class names no longer apply
     if parts is not None:  # refused before anything is written
         split_rows(prepared.patterns.shape[0], parts)
+    found = count_unretrievable(prepared.patterns)
+    meta = {**meta, RETRIEVABLE_KEY: found}
     save_memory(
         out,
         prepared.patterns,
@@ -86,6 +91,9 @@ def store_memory(
         dtype=torch_dtype(prepared.dtype),
         force=force,
     )
+    warning = unretrievable_notice(found)
+    if warning:
+        notice(warning)
     manifest = None
     if parts is not None:
         manifest = write_shards(out, out.parent, parts=parts, force=force)

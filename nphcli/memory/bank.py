@@ -5,7 +5,7 @@ optional labels (M,) and the metadata its file recorded. Implementations differ 
 the rows live, so retrieval never branches on the kind of memory:
 - `TensorBank`: rows in RAM or on a device (a memory file loaded: `Memory`);
 - `nphcli.memory.streamed.StreamedBank`: rows read from a memory file block by block.
-- `nphcli.memory.shards.ShardedBank`: rows in several shard files, or spread over processes.
+- `nphcli.memory.sharded_bank.ShardedBank`: rows in several shard files, or spread over processes.
 
 Blocks and gathered rows come in the bank's `dtype` on its `device`.
 """

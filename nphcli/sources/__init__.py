@@ -48,7 +48,7 @@ def prepare_memory(
     normalize: str | None = None,
     dtype: str = "float32",
 ) -> Prepared:
-    """Load `spec`, normalise it (default: `unit` for images, `none` otherwise), cast to `dtype`.
+    """Load `spec`, normalise it (default: `centered` for images, else `none`), cast to `dtype`.
 
     The metadata gains `normalize` (the record `nphcli.core.normalize.to_pixels` reads) and
     `value_range` ([min, max] of the stored values, after the cast).

@@ -11,7 +11,7 @@ them: one value, or a list for several. The same TOML format serves the shipped 
     description = "text"                # shown nowhere but the file; for people
     dataset     = "mnist"               # a source name (mnist, fashion-mnist, cifar10, random)
                                         # or a file nph store reads
-    normalize   = "unit"                # as `nph store --normalize` (default: the source's own)
+    normalize   = "minmax"              # as `nph store --normalize` (default: the source's own)
     sizes       = [10, 50, 100]         # memory sizes M
     trials      = 50                    # memories drawn per size
     seed        = 0                     # the sweep's one seed (see nphcli.sweeps.grid)
@@ -53,10 +53,19 @@ else:  # pragma: no cover
 # retrieval fields' (their group only says whether a key takes a list: setting groups do).
 OWN_FIELDS = (
     Field("description", "str", None, "Text for people; shown nowhere.", group="input"),
-    Field("dataset", "str", "mnist", "Source name or file memories are drawn from.", group="input"),
-    Field("normalize", "str", None, "As `nph store --normalize`.", group="input"),
-    Field("sizes", "int", 100, "Memory sizes M.", group="run", minimum=1),
-    Field("trials", "int", 1, "Memories drawn per size.", group="input", minimum=1),
+    Field(
+        "dataset",
+        "str",
+        "mnist",
+        "mnist, cifar10, fashion-mnist, random, or a file `nph store` reads; memories are drawn "
+        "from it.",
+        group="input",
+    ),
+    Field(
+        "normalize", "str", None, "minmax, centered, zscore, l2 or none, as in nph store.", "input"
+    ),
+    Field("sizes", "int", 100, "Memory sizes M, e.g. 10,50,100.", group="run", minimum=1),
+    Field("trials", "int", 1, "Memories drawn per size, each a trial.", group="input", minimum=1),
     Field(
         "noise_variance", "float", None, "Noise variances v (σ = √v).", "corruption", minimum=0.0
     ),
@@ -234,7 +243,11 @@ def resolve(
     normalize = _own_values(merged.pop("normalize", None), "normalize", where)[0]
     variance = merged.pop("noise_variance", None)
     merged.pop("dataset", None)
-    values = {key: get_field(key).from_json(v, f"{where}: {key}") for key, v in merged.items()}
+    # Errors name the key as its option, the flag a user also sees on the command line.
+    values = {
+        key: get_field(key).from_json(v, f"{where}: {get_field(key).flag}")
+        for key, v in merged.items()
+    }
     seeds = values.pop("seed", [default("seed")])
     if len(seeds) != 1:
         raise NphError(f"{where}: a sweep takes one seed (each trial derives its own), got {seeds}")
