@@ -212,8 +212,8 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
     from nphcli.memory import open_memory
     from nphcli.memory.items import open_items
 
-    if len(request.settings) > 1 or request.output.trace or request.settings[0].index:
-        raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
+    if len(request.settings) > 1 or request.output.trace:
+        raise NphError("--workers and torchrun runs take one setting, without --trace")
     spec = request.inputs
     shown = open_memory(spec.memory, stream=True)  # opened, not read: for pictures and recall
     items = open_items(spec.memory, shown.meta)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
+
+import torch
 
 from nphcli.core.errors import NphError
 from nphcli.distributed.group import (
@@ -46,13 +49,26 @@ def evaluate_on_rank(
     )
     report = evaluate_inputs(inputs, settings)
     report.config["memory"]["stream"] = stream
+    sent = collective.bytes_sent
+    peak = torch.tensor([[_peak_rss_bytes()]], dtype=torch.int64)
     report.config["distributed"] = {
         "ranks": collective.world_size,
         "backend": collective.backend,
         "rank_rows": bank.local_rows,
-        "bytes_sent": collective.bytes_sent,
+        "bytes_sent": sent,
+        "peak_rss_bytes": collective.all_cat(peak, dim=0)[:, 0].tolist(),  # per rank
     }
     return report
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory (0 where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 0
+    kilobytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return int(kilobytes) * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS
 
 
 def distributed_retrieve(
