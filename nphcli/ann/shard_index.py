@@ -45,7 +45,6 @@ from nphcli.ann.index_file import (
 )
 from nphcli.ann.search import Candidates, IndexedModel
 from nphcli.core.atomic import atomic_write, check_output
-from nphcli.core.defaults import DEFAULT_CANDIDATES
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import LOCAL
@@ -222,12 +221,6 @@ class ShardedIndexedModel(IndexedModel):
 
     def __post_init__(self) -> None:  # each shard's IndexedModel made the checks
         pass
-
-    def count(self, num_memories: int) -> int:
-        """Candidates fetched per query from each shard (fewer from a smaller shard)."""
-        rule = self.rule(num_memories)
-        wanted = self.candidates if self.candidates is not None else DEFAULT_CANDIDATES
-        return min(num_memories, max(rule.minimum, wanted))
 
     def check_memory(self, memory: MemoryBank) -> None:
         self.model.check_memory(memory)
