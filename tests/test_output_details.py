@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -135,3 +136,32 @@ def test_an_ascii_stdout_gets_ascii_tables_with_symbols_written_out(monkeypatch)
     buffer.flush()
     text = buffer.buffer.getvalue().decode("ascii")
     assert "V^T softmax(beta K x)" in text and "?" not in text and "+--" in text
+
+
+# -- what a report holds (issue 34) -----------------------------------------------------------
+
+
+def test_pixel_success_only_for_image_memories(invoke, small_memory, digits):
+    """Plain vectors have no pixels: `pixel_success` is left out (null in JSON, an empty CSV
+    cell, no table row); image memories keep it."""
+    plain = invoke("retrieve", "--memory", small_memory, "--json", "--per-query")
+    assert plain.exit_code == 0, plain.stderr
+    report = json.loads(plain.stdout)
+    assert report["metrics"]["pixel_success"] is None and report["metrics"]["success"] is not None
+    table = invoke("retrieve", "--memory", small_memory)
+    assert "pixel_success" not in table.stdout and "cosine" in table.stdout
+    images = json.loads(invoke("retrieve", "--memory", digits, "--json").stdout)
+    assert images["metrics"]["pixel_success"] is not None
+
+
+@pytest.mark.parametrize(("given", "written"), [("10", 10), ("10.0", 10), ("0.5", 0.5)])
+def test_a_whole_k_is_written_as_an_integer(invoke, small_memory, given, written):
+    """Issue 34: `--k 10` was reported as 10.0; a count is an int, a fraction a float."""
+    for model in ("topk", "random"):
+        args = ["retrieve", "--memory", small_memory, "--model", model, "--k", given]
+        result = invoke(*args, "--json")
+        assert result.exit_code == 0, result.stderr
+        k = json.loads(result.stdout)["config"]["params"]["k"]
+        assert k == written and type(k) is type(written)
+        csv = invoke(*args, "--csv").stdout.splitlines()
+        assert dict(zip(csv[0].split(","), csv[1].split(","), strict=True))["k"] == str(written)

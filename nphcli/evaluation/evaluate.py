@@ -193,6 +193,7 @@ def _run_on_device(
         support=result.support,
         block_rows=None if bank.resident() is not None else _metric_block_rows(bank),
         stored_range=stored_range,
+        pixels=bool(bank.item_shape) and not bank.hetero,  # outputs are the stored images
     )
     synchronize(device)
     metrics_s = time.perf_counter() - t0
