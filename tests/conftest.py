@@ -153,3 +153,11 @@ def mnist(tmp_path_factory):
     )
     assert result.exit_code == 0, result.stderr
     return path
+
+
+def real_valued_models() -> list[str]:
+    """The registered models that take any real-valued memories: all but the classical networks
+    (`binary`), which store ±1 patterns only and have their own tests (tests/test_baselines.py)."""
+    from nphcli.models import get_model_info, model_names
+
+    return [name for name in model_names() if not get_model_info(name).cls.binary]

@@ -1,7 +1,9 @@
 """Batch jobs: retrieval requests as JSON objects, evaluated one after another in one process.
 
-A script that runs many evaluations pays for start-up (importing torch) once and for each
-memory file once: memories are kept between jobs, keyed by file and `stream`. A job that cannot
+A script that runs many evaluations pays for start-up (importing torch) once, and for a memory
+file once per run of jobs on it: the `MemoryCache.KEEP` memories used last are kept between
+jobs, keyed by file and `stream`, so a job file naming many memories holds at most that many in
+RAM (jobs grouped by memory read each file once). A job that cannot
 run gives an error object on its own line and the others go on, so one bad line in a long job
 file costs only itself.
 
@@ -15,6 +17,7 @@ exactly the object `nph retrieve --json` prints for it, one line each.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,12 +36,17 @@ MAX_JOB_BYTES = 1 << 20
 
 
 class MemoryCache:
-    """Memory files read once and kept, keyed by (resolved path, stream). Each entry also
-    remembers the file's size and modification time, so a file replaced between jobs is read
-    again rather than served stale."""
+    """The memories used last, keyed by (resolved path, stream); at most `keep` of them, the
+    least recently used dropped first. Each entry also remembers the file's size and
+    modification time, so a file replaced between jobs is read again rather than served stale."""
 
-    def __init__(self) -> None:
-        self._banks: dict[tuple[str, bool], tuple[tuple[int, int], MemoryBank]] = {}
+    KEEP = 2  # memories kept: enough for jobs alternating between two, bounded for many files
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
+        self._banks: OrderedDict[tuple[str, bool], tuple[tuple[int, int], MemoryBank]] = (
+            OrderedDict()
+        )
 
     def get(self, path: str, *, stream: bool) -> tuple[MemoryBank, float]:
         """The memory at `path` and the seconds spent reading it now (0 when cached)."""
@@ -49,13 +57,19 @@ class MemoryCache:
         except OSError:
             stamp = (-1, -1)  # let the loader say what is wrong with the path
         key = (str(resolved), stream)
-        cached = self._banks.get(key)
+        cached = self._banks.pop(key, None)
         if cached is not None and cached[0] == stamp:
+            self._banks[key] = cached  # now the most recently used
             return cached[1], 0.0
+        while len(self._banks) >= self.keep:  # make room before reading: peak ≤ keep memories
+            self._banks.popitem(last=False)
         t0 = time.perf_counter()
         bank = open_memory(path, stream=stream)
         self._banks[key] = (stamp, bank)
         return bank, time.perf_counter() - t0
+
+    def __len__(self) -> int:
+        return len(self._banks)
 
 
 def run_job(job: Any, cache: MemoryCache) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from nphcli.schema.fields import get_field
+from nphcli.schema.fields import Field, get_field
 
 
 def _help(name: str) -> str:
@@ -25,3 +25,20 @@ Force = Annotated[bool, typer.Option("--force", help=_help("force"))]
 Threads = Annotated[
     int | None, typer.Option("--threads", help=_help("threads"), show_default=False)
 ]
+
+# Choosing and splitting result rows, for the commands that present them (nph plot, nph report).
+Where = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        help="Keep only rows with COLUMN=VALUE[,VALUE...], e.g. model=topk or k=5,10; repeat "
+        "for several conditions.",
+    ),
+]
+FACET = Field(
+    "facet",
+    "str",
+    None,
+    "One panel per value of this setting (e.g. model, M, noise).",
+    group="output",
+)

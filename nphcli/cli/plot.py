@@ -1,4 +1,4 @@
-"""`nph plot`: draw a metric of results files (of nph sweep or nph retrieve --csv).
+"""`nph plot`: draw a metric of results files (every results format nph writes).
 
 Parsing and rendering only; `nphcli.presentation.plot` and `nphcli.presentation.plot_data` do
 the work.
@@ -14,6 +14,7 @@ import typer
 
 from nphcli.cli.app import app, quiet
 from nphcli.cli.field_options import own_values, with_fields
+from nphcli.cli.options import FACET, Where
 from nphcli.cli.render import stderr_console
 from nphcli.schema.fields import Field, get_field
 
@@ -30,8 +31,9 @@ PLOT_FIELDS = (
         "metric",
         "str",
         None,
-        "sse, mse, success, cosine, nearest_distance, support, steps or "
-        "us_per_query [default: sse; success with --y].",
+        "sse, mse, success, cosine, nearest_distance, support, steps, us_per_query, or the "
+        "attractor shares and sizes at_pattern, at_metastable, at_global, attractor_size, "
+        "energy [default: sse; success with --y].",
         group="output",
     ),
     Field(
@@ -52,13 +54,7 @@ PLOT_FIELDS = (
         "outlined.",
         group="output",
     ),
-    Field(
-        "facet",
-        "str",
-        None,
-        "One panel per value of this setting (e.g. model, M, noise).",
-        group="output",
-    ),
+    FACET,
     Field("size", "str", "800x500", "Image size WIDTHxHEIGHT in pixels.", group="output"),
     Field("title", "str", None, "Plot title [default: from the results].", group="output"),
     get_field("force"),
@@ -71,18 +67,11 @@ def plot_command(
     results: Annotated[
         list[Path],
         typer.Argument(
-            help="Results files of nph sweep or nph retrieve --csv (.jsonl or .csv); several "
-            "are read as one."
+            help="Results files of nph sweep (.jsonl, .csv) or nph retrieve --csv, and JSON "
+            "Lines of nph retrieve --json or nph batch; several are read as one."
         ),
     ],
-    where: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--where",
-            help="Keep only rows with COLUMN=VALUE[,VALUE...], e.g. model=topk or k=5,10; "
-            "repeat for several conditions.",
-        ),
-    ] = None,
+    where: Where = None,
     *,
     given: dict[str, Any],
 ) -> None:

@@ -27,6 +27,11 @@ METRICS = (
     "support",
     "steps",
     "pixel_success",
+    "at_pattern",
+    "at_metastable",
+    "at_global",
+    "attractor_size",
+    "energy",
 )
 STATS = ("mean", "std", "median")
 TIMINGS = (
@@ -53,6 +58,9 @@ PER_QUERY = (
     "support",
     "steps",
     "pixel_success",
+    "attractor",
+    "attractor_size",
+    "energy",
 )
 
 
@@ -76,7 +84,11 @@ class RetrievalReport:
             "timing": self.timing,
         }
         if per_query:
-            out["per_query"] = {key: value.tolist() for key, value in self.per_query.items()}
+            out["per_query"] = {
+                key: _per_query_list(key, value)
+                for key, value in self.per_query.items()
+                if not key.startswith("at_")  # the kinds' shares: `attractor` says it per query
+            }
         return out
 
     def to_row(self) -> dict[str, Any]:
@@ -99,6 +111,10 @@ class RetrievalReport:
                 "queries": config["queries"]["source"],
                 **config["corruption"],  # mask, mask_mode, fill, noise
                 "noise_clip": config["corruption"].get("noise_clip", False),
+                **{
+                    name: config["corruption"].get(name, 0.0)
+                    for name in ("occlude", "salt_pepper", "flip")
+                },
                 "batch_size": config["batch_size"],
                 "repeat": config["repeat"],
             }
@@ -113,7 +129,11 @@ class RetrievalReport:
 
     def per_query_rows(self) -> list[dict[str, Any]]:
         """One flat row per query (for `--per-query --csv`); empty cells where n/a."""
-        lists = {key: self.per_query[key].tolist() for key in PER_QUERY if key in self.per_query}
+        lists = {
+            key: _per_query_list(key, self.per_query[key])
+            for key in PER_QUERY
+            if key in self.per_query
+        }
         count = len(lists["query_row"])
         return [
             {"query": i, **{key: (lists[key][i] if key in lists else "") for key in PER_QUERY}}
@@ -139,6 +159,15 @@ def provenance_columns(config: dict[str, Any]) -> dict[str, Any]:
         "memory_budget": config.get("memory_budget", ""),
         "nph_version": config.get("nph_version", ""),
     }
+
+
+def _per_query_list(key: str, value: Tensor) -> list[Any]:
+    """A per-query tensor as a list; the attractor codes as the kinds' names."""
+    if key == "attractor":
+        from nphcli.evaluation.attractors import ATTRACTOR_KINDS
+
+        return [ATTRACTOR_KINDS[code] for code in value.tolist()]
+    return value.tolist()
 
 
 def param_columns() -> list[str]:

@@ -134,7 +134,39 @@ def write_shards(
     set_id = _set_id(source, sizes)
     content = content_sha256(bank)  # the source file's record, or its tensors hashed once
     meta = {key: value for key, value in bank.meta.items() if key not in _OWN_KEYS}
-    labels = bank.labels
+    written: list[Path] = []
+    try:  # a failure part-way (a full disk, Ctrl-C) leaves no shards of a set without manifest
+        listed = _write_parts(bank, out_dir, names, sizes, meta, set_id, force, written)
+        _write_manifest(manifest_path, bank, source, set_id, content, listed, force)
+    except BaseException:
+        for shard in written:
+            shard.unlink(missing_ok=True)
+        raise
+    return manifest_path
+
+
+def _write_manifest(manifest_path, bank, source, set_id, content, listed, force) -> None:
+    """Write the manifest of the shards `listed` atomically."""
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "format_version": MANIFEST_VERSION,
+        "set_id": set_id,
+        "source": source.name,
+        "M": sum(part["rows"] for part in listed),
+        "d": bank.dim,
+        "d_v": bank.value_dim,
+        "dtype": str(bank.dtype).removeprefix("torch."),
+        "hetero": bank.hetero,
+        "content_sha256": content,
+        "parts": listed,
+    }
+    with atomic_write(manifest_path, force=force) as tmp:
+        Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _write_parts(bank, out_dir, names, sizes, meta, set_id, force, written) -> list[dict]:
+    """Write each shard file, appending its path to `written`; the manifest's part records."""
+    total, labels = sum(sizes), bank.labels
     offset = 0
     listed = []
     for index, (name, rows) in enumerate(zip(names, sizes, strict=True)):
@@ -144,7 +176,7 @@ def write_shards(
             "shard": {
                 "set_id": set_id,
                 "index": index,
-                "parts": count,
+                "parts": len(sizes),
                 "offset": offset,
                 "rows": rows,
                 "total_M": total,
@@ -159,25 +191,11 @@ def write_shards(
             dtype=bank.dtype,
             force=force,
         )
+        written.append(shard_path)
         digest = tensors_sha256(shard_path)
         listed.append({"file": name, "offset": offset, "rows": rows, "sha256": digest})
         offset += rows
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "format_version": MANIFEST_VERSION,
-        "set_id": set_id,
-        "source": source.name,
-        "M": total,
-        "d": bank.dim,
-        "d_v": bank.value_dim,
-        "dtype": str(bank.dtype).removeprefix("torch."),
-        "hetero": bank.hetero,
-        "content_sha256": content,
-        "parts": listed,
-    }
-    with atomic_write(manifest_path, force=force) as tmp:
-        Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest_path
+    return listed
 
 
 def _set_id(source: Path, sizes: list[int]) -> str:

@@ -85,12 +85,17 @@ def _refuse_field_names(info: ModelInfo) -> None:
 
 
 def list_models() -> list[ModelInfo]:
-    """All registered models, in registration order."""
-    return list(_MODELS.values())
+    """All registered models in registration order, the baselines last."""
+    return sorted(_MODELS.values(), key=lambda info: (info.cls.baseline, info.cls.binary))
 
 
 def model_names() -> list[str]:
-    return list(_MODELS)
+    return [info.name for info in list_models()]
+
+
+def layer_model_names() -> list[str]:
+    """The models that are also layers (every model but the baselines)."""
+    return [info.name for info in list_models() if not info.cls.baseline]
 
 
 def get_model_info(name: str) -> ModelInfo:

@@ -374,6 +374,42 @@ FIELDS: tuple[Field, ...] = (
         "pixels stored in [0, 1]).",
         group="corruption",
     ),
+    Field(
+        "occlude",
+        "float",
+        0.0,
+        "Side of a square hidden at a random place of each image query (set to --fill), as a "
+        "fraction of the image's shorter side, in [0, 1].",
+        metavar="NUMBER",
+        group="corruption",
+        minimum=0.0,
+        maximum=1.0,
+        meaning="a fraction",
+    ),
+    Field(
+        "salt_pepper",
+        "float",
+        0.0,
+        "Fraction of each query's entries set to its largest or smallest value (salt-and-pepper "
+        "noise), in [0, 1].",
+        metavar="NUMBER",
+        group="corruption",
+        minimum=0.0,
+        maximum=1.0,
+        meaning="a fraction",
+    ),
+    Field(
+        "flip",
+        "float",
+        0.0,
+        "Fraction of each query's entries flipped (±1 patterns: −x; 0/1 patterns: 1 − x), in "
+        "[0, 1].",
+        metavar="NUMBER",
+        group="corruption",
+        minimum=0.0,
+        maximum=1.0,
+        meaning="a fraction",
+    ),
     Field("device", "str", "cpu", "cpu, cuda, cuda:N, mps or auto.", group="device"),
     Field(
         "dtype",
@@ -475,7 +511,8 @@ FIELDS: tuple[Field, ...] = (
         "when the others next need it plus this timeout (plus about 2 s to stop --workers), not "
         "this long after it stopped.",
         group="distributed",
-        above=0,
+        minimum=0.1,  # shorter ends before any rank can answer; 0 reached gloo as a C++ abort
+        maximum=1e6,  # about 11.6 days; 1e20 overflowed the timedelta torch is given
         refused={"batch": _ONE_PROCESS, "sweep": _SWEEP_DRAWS},
     ),
     Field(
