@@ -20,10 +20,7 @@ def doctor_command(as_json: JsonOutput = False) -> None:
     if as_json:
         print_json(report)
     else:
-        rows = [
-            [name, _status(check), _detail(name, check)]
-            for name, check in report.items()
-        ]
+        rows = [[name, _status(check), _detail(name, check)] for name, check in report.items()]
         print_table("nph doctor", ["check", "status", "details"], rows)
     if not all(check["ok"] for check in report.values()):
         raise typer.Exit(1)
