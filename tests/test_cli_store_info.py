@@ -135,7 +135,7 @@ def test_force_replaces(invoke, tmp_path):
         (["store", "two.npz"], "--key"),
         (["store", "pics", "--size", "big"], "WxH"),
         (["info", "absent.safetensors"], "not found"),
-        (["info", "bad.csv"], "not a readable safetensors"),
+        (["info", "bad.csv"], "store it first: `nph store bad.csv`"),
         (["info", "two.npz", "--sample", "-1"], "--sample"),
     ],
 )

@@ -63,9 +63,24 @@ def print_many(settings, reports, output) -> None:
     first = reports[0].config
     title = (
         f"{len(reports)} settings: {first['memory']['file']} (M={first['memory']['M']}), "
-        f"{first['queries']['Q']} queries, seed {first['seed']}; metric means per query"
+        f"{first['queries']['Q']} queries, seed {first['seed']}"
     )
-    print_table(title, [*columns, "retrieve s"], rows, width=120)
+    columns, rows, same = _shared_corruption([*columns, "retrieve s"], rows)
+    title += "".join(f", {name} {format_value(value)}" for name, value in same)
+    print_table(title + "; metric means per query", columns, rows, width=120)
+
+
+def _shared_corruption(columns: list[str], rows: list[list]) -> tuple[list, list, list]:
+    """The mask and noise columns whose value every setting shares move to the title (as
+    (name, value) pairs), so that the comparison fits a narrow terminal as a table."""
+    shared = [
+        i
+        for i, name in enumerate(columns)
+        if name in ("mask", "noise") and len({row[i] for row in rows}) == 1
+    ]
+    same = [(columns[i], rows[0][i]) for i in shared]
+    keep = [i for i in range(len(columns)) if i not in shared]
+    return [columns[i] for i in keep], [[row[i] for i in keep] for row in rows], same
 
 
 def _print_tables(report, *, per_query: bool) -> None:

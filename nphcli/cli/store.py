@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +18,7 @@ from nphcli.sources import list_sources
 from nphcli.sources.synthetic import DEFAULT_DIM, DEFAULT_N, DISTRIBUTIONS
 
 DEFAULT_OUT = Path("memory.safetensors")
+HELP_WIDTH = 76  # click indents a command's help by 2 more: lines fit 80 columns
 
 
 def _help() -> str:
@@ -28,8 +30,8 @@ def _help() -> str:
         "SOURCE is a name or a path:",
         "",
         "\b",
-        *(f"  {s.name:<14} {s.summary}" for s in named),
-        *(f"  {'/'.join(s.suffixes) or 'FOLDER':<14} {s.summary}" for s in files),
+        *(_entry(s.name, s.summary) for s in named),
+        *(_entry("/".join(s.suffixes) or "FOLDER", s.summary) for s in files),
         "",
         "Datasets are read from --root, else $NPH_DATA, else ~/.cache/nph; nothing is "
         "downloaded without --download. A dataset that is not on disk falls back to real data "
@@ -37,6 +39,15 @@ def _help() -> str:
         "so.",
     ]
     return "\n".join(lines)
+
+
+def _entry(name: str, summary: str) -> str:
+    """One source in the help's list, its summary wrapped under itself: click leaves this
+    block as written (the `\\b` above it), so the lines must fit 80 columns already."""
+    lead = f"  {name:<14} "
+    return textwrap.fill(
+        summary, HELP_WIDTH, initial_indent=lead, subsequent_indent=" " * len(lead)
+    )
 
 
 def _normalize_help() -> str:

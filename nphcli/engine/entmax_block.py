@@ -27,7 +27,7 @@ from torch import Tensor
 from nphcli.core.errors import score_overflow
 from nphcli.engine import blocks, host_buffers
 from nphcli.engine.blocks import triton_or_none, weighted_rows
-from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
+from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries, widened_row_bytes
 from nphcli.engine.thresholds import _sample_stride, _starts, solve
 from nphcli.memory.bank import MemoryBank
 
@@ -65,7 +65,7 @@ def one_block_bytes(bank: MemoryBank, item: int, *, threads: int | None = None) 
     narrow = _chunk_rows(num_memories, item) * num_memories * (2 * item + 1) + _slot_limit(
         num_memories, item
     )
-    return per_query, max(wide, narrow)
+    return per_query, max(wide, narrow) + num_memories * widened_row_bytes(bank)
 
 
 def _chunk_rows(num_memories: int, item: int, workers: int = 1) -> int:

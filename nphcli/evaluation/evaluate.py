@@ -219,6 +219,7 @@ def _run_on_device(
         support=result.support,
         block_rows=None if bank.resident() is not None else _metric_block_rows(bank),
         stored_range=stored_range,
+        pixels=bool(bank.item_shape) and not bank.hetero,  # outputs are the stored images
     )
     per_query_d.update(diagnose(model, result.patterns, bank, per_query_d["nearest"], positions))
     synchronize(device)

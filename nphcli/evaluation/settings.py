@@ -14,6 +14,7 @@ from typing import Any
 
 from nphcli.ann.settings import IndexSettings
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 from nphcli.evaluation.corruption import Corruption
 from nphcli.schema.catalog import get_card, model_cards
 from nphcli.schema.fields import default, fields, get_field, holder_fields
@@ -135,6 +136,9 @@ def build_model(settings: RetrieveSettings):
 def _model_card(name: str):
     card = get_card(name)
     if card is None:
-        names = ", ".join(card.name for card in model_cards())
-        raise NphError(f"unknown model {name!r}; choose one of: {names} (see `nph models`)")
+        names = [card.name for card in model_cards()]
+        raise NphError(
+            f"unknown model {name!r}{did_you_mean(name, names)}; choose one of: "
+            f"{', '.join(names)} (see `nph models`)"
+        )
     return card

@@ -93,13 +93,10 @@ class SafetensorsFile:
         size = os.fstat(self._fd).st_size
         prefix = os.pread(self._fd, 8, 0)
         if len(prefix) < 8:
-            raise NphError(f"{self.path} is not a readable safetensors file (too short)")
+            raise self._unreadable("too short")
         length = int.from_bytes(prefix, "little")
         if length > min(MAX_HEADER_BYTES, size - 8):
-            raise NphError(
-                f"{self.path} is not a readable safetensors file (a header of {length:,} bytes "
-                f"in a file of {size:,})"
-            )
+            raise self._unreadable(f"a header of {length:,} bytes in a file of {size:,}")
         header = parse_json(
             os.pread(self._fd, length, 8), what=f"the header of {self.path}", max_bytes=length
         )
@@ -113,6 +110,16 @@ class SafetensorsFile:
         for name, entry in header.items():
             entries[name] = self._entry(name, entry, base, data_size)
         return entries, metadata
+
+    def _unreadable(self, why: str) -> NphError:
+        """The error for a file that is no safetensors file at all: a `.safetensors` file says
+        why; another (a `.npy`, `.png` or `.csv` given as a memory) is one to store first."""
+        if self.path.suffix.lower() == ".safetensors":
+            return NphError(f"{self.path} is not a readable safetensors file ({why})")
+        return NphError(
+            f"{self.path} is not a memory file (safetensors); store it first: "
+            f"`nph store {self.path}`"
+        )
 
     def _entry(self, name: str, entry: Any, base: int, data_size: int) -> TensorEntry:
         bad = f"{self.path} is not a readable safetensors file (tensor {name!r}"

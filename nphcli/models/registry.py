@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 from nphcli.schema.fields import FIELDS
 
 
@@ -102,7 +103,8 @@ def get_model_info(name: str) -> ModelInfo:
         return _MODELS[name]
     except KeyError:
         raise NphError(
-            f"unknown model {name!r}; choose one of: {', '.join(_MODELS)} (see `nph models`)"
+            f"unknown model {name!r}{did_you_mean(name, _MODELS)}; choose one of: "
+            f"{', '.join(_MODELS)} (see `nph models`)"
         ) from None
 
 

@@ -31,6 +31,7 @@ from nphcli.core.defaults import (
 )
 from nphcli.core.dtypes import COMPUTE_DTYPES
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 
 # Groups of fields, in the order `--help` shows them. Those of SETTING_GROUPS decide a setting
 # (what `RetrieveSettings` holds); the others say what is read, how the work is spread and what
@@ -706,10 +707,11 @@ def check_keys(keys: Iterable[str], surface: str, where: str) -> None:
         if reason is not None:
             raise NphError(f"{where} does not take {key!r}: {reason}")
         if key not in _BY_NAME and key not in params:
-            taken = ", ".join(f.name for f in fields(surface=surface))
+            taken = [f.name for f in fields(surface=surface)]
+            hint = did_you_mean(key, [*taken, *params])
             raise NphError(
-                f"{where}: unknown key {key!r}; keys are {taken} and model parameters by name "
-                "(`nph models`)"
+                f"{where}: unknown key {key!r}{hint}; keys are {', '.join(taken)} and model "
+                "parameters by name (`nph models`)"
             )
 
 

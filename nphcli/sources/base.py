@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -109,7 +110,8 @@ def resolve_source(spec: str) -> SourceInfo:
         return _FILES["folder"]
     if not path.exists():
         raise NphError(
-            f"unknown source {spec!r}: not one of {', '.join(_NAMED)}, and no such file or folder"
+            f"unknown source {spec!r}{did_you_mean(spec, _NAMED)}: not one of "
+            f"{', '.join(_NAMED)}, and no such file or folder"
         )
     suffix = path.suffix.lower()
     for info in _FILES.values():

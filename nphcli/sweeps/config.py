@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 from nphcli.schema.fields import Field, check_keys, default, fields, get_field
 
 if sys.version_info >= (3, 11):
@@ -203,8 +204,10 @@ def _check_table_keys(table: dict, where: str, *, own, model: bool = True) -> No
     rest = [key for key in table if key not in own]
     unknown = [key for key in rest if get_field(key) is None or (key == "model" and not model)]
     if unknown:
+        known = [*own, *(f.name for f in fields(surface="sweep"))]
         raise NphError(
-            f"{where}: unknown key {unknown[0]!r}; keys are {', '.join(own)}, the retrieval "
+            f"{where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], known)}; keys are "
+            f"{', '.join(own)}, the retrieval "
             'fields and model parameters (README, "Sweeps"; `nph models`)'
         )
     check_keys(rest, "sweep", where)
@@ -308,8 +311,11 @@ def _model_spec(entry: Any, where: str, *, replaced: set[str]) -> ModelSpec:
         if key == "name" or key in replaced:
             continue
         if not card.takes(key):
-            takes = ", ".join(p.name for p in card.params)
-            raise NphError(f"{where}: model {name!r} has no parameter {key!r}; it takes {takes}")
+            takes = [p.name for p in card.params]
+            raise NphError(
+                f"{where}: model {name!r} has no parameter {key!r}{did_you_mean(key, takes)}; "
+                f"it takes {', '.join(takes)}"
+            )
         grid[key] = get_field(key).from_json(raw, f"{where}: model {name!r} {key}")
     return ModelSpec(name, grid)
 
@@ -344,8 +350,11 @@ def _card(name: str):
 
     card = get_card(str(name).strip())
     if card is None:
-        names = ", ".join(c.name for c in model_cards())
-        raise NphError(f"unknown model {name!r}; choose one of: {names} (see `nph models`)")
+        names = [c.name for c in model_cards()]
+        raise NphError(
+            f"unknown model {name!r}{did_you_mean(name, names)}; choose one of: "
+            f"{', '.join(names)} (see `nph models`)"
+        )
     return card
 
 
