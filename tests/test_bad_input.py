@@ -236,6 +236,11 @@ CASES = [
     ("targets count", [*R, "--queries-file", "q.npy", "--targets-file", "t2.npy"], r"2 targets"),
     ("target index range", [*R, "--queries-file", "q.npy", "--target-indices", "0,1,8"], r"\b8\b"),
     ("target indices count", [*R, "--queries-file", "q.npy", "--target-indices", "0,1"], "2 tar"),
+    (
+        "target indices file",
+        [*R, "--queries-file", "q.npy", "--target-indices", "@nope.txt"],
+        "cannot read",
+    ),
     # outputs
     ("out missing folder store", ["store", "random", "--out", "no/m.safetensors"], r"no.*exist"),
     ("out missing folder retrieve", [*R, "--out", "no/r.safetensors"], r"does not exist"),
@@ -290,7 +295,7 @@ CASES = [
     ("batch missing jobs", ["batch", "absent.jsonl"], r"cannot read jobs file absent\.jsonl"),
     ("index missing memory", ["index", "absent.safetensors"], r"absent\.safetensors not found"),
     ("shard no parts", ["shard", "mem.safetensors", "--parts", "0"], r"--parts"),
-    ("mil unknown preset", ["mil", "--preset", "nope"], r"unknown MIL preset 'nope'"),
+    ("mil unknown preset", ["mil", "--preset", "nope"], r"--preset must be one of paper, quick, got 'nope'"),
     ("mil no epochs", ["mil", "--epochs", "0"], r"--epochs must be ≥ 1"),
     ("models extra argument", ["models", "nope"], r"unexpected extra argument.*nope"),
     ("doctor unknown option", ["doctor", "--bogus"], r"No such option: --bogus"),

@@ -275,6 +275,21 @@ def test_own_queries_with_targets(retrieve, mnist, tmp_path, suffix):
             "--json",
         )
     )
+    listed = tmp_path / "targets.txt"
+    listed.write_text("4\n9, 42\n77\n")  # @FILE: commas, spaces or one a line
+    from_file = _json(
+        retrieve(
+            "--memory",
+            mnist,
+            "--queries-file",
+            path,
+            "--target-indices",
+            f"@{listed}",
+            "--per-query",
+            "--json",
+        )
+    )
+    assert from_file["per_query"] == by_index["per_query"]
     for data in (by_file, by_index):
         assert data["config"]["queries"]["source"] == "file" and data["config"]["queries"]["Q"] == 4
         assert data["per_query"]["target_index"] == rows

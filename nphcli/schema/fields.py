@@ -240,13 +240,32 @@ def parse_size(text: str, flag: str = "--memory-budget") -> int:
     return int(size)
 
 
+INDEX_FILE_LIMIT = 64 << 20  # bytes of an @FILE of indices: about 10^7 numbers
+
+
 def _indices(text: str, flag: str) -> list[int]:
-    """Whole numbers separated by commas or spaces, e.g. "3,17,42"."""
+    """Whole numbers separated by commas or spaces, e.g. "3,17,42"; `@FILE` reads them from a
+    text file (commas, spaces or one a line)."""
+    if text.startswith("@"):
+        text = _index_file(text[1:], flag)
     parts = [part for part in text.replace(",", " ").split() if part]
     try:
         return [int(part) for part in parts]
     except ValueError:
         raise NphError(f"{flag} must be whole numbers separated by commas, got {text!r}") from None
+
+
+def _index_file(name: str, flag: str) -> str:
+    import os
+
+    try:
+        if os.path.getsize(name) > INDEX_FILE_LIMIT:
+            raise NphError(f"{flag} @{name}: the file is over {INDEX_FILE_LIMIT >> 20} MiB")
+        with open(name, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or "not UTF-8 text"
+        raise NphError(f"{flag} @{name}: cannot read it ({reason})") from None
 
 
 def _boolean(text: str, flag: str) -> bool:
@@ -311,7 +330,8 @@ FIELDS: tuple[Field, ...] = (
         "target_indices",
         "indices",
         None,
-        "Stored row of each own query's target, e.g. 3,17,42.",
+        "Stored row of each own query's target, e.g. 3,17,42, or @FILE: a text file of them "
+        "(commas, spaces or one a line).",
         group="input",
         refused={"sweep": _SWEEP_DRAWS},
     ),
