@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -264,23 +265,32 @@ def _series_step(moments: list[Tensor], power: float, mass: float) -> Tensor:
     """δ (Q, 1) with Σ_j C(k, j)·(−δ)^j·F_j = mass, from moments F_0 … F_J (Q, 1) each (k =
     power): Newton on the series' k-th root from the first-order step, which is Newton's on the
     k-norm itself and is kept where the series' steps go astray (a non-positive series or
-    slope). With J = 1 that first step is the answer."""
-    total, slope = moments[0], moments[1]
-    step = (1 - (mass / total) ** (1 / power)) * total / slope  # (Q, 1): F′ = −k·F_1
-    if len(moments) == 2:
-        return step
-    terms, binomial = [], 1.0  # (Q, 1) each: C(k, j)·(−1)^j·F_j
-    for j, moment in enumerate(moments):
-        terms.append(binomial * (-1) ** j * moment)
-        binomial *= (power - j) / (j + 1)
+    slope). With J = 1 that first step is the answer. The (Q, J + 1) numbers are solved in
+    float64 on the host with numpy: as torch tensors each of the few dozen tiny operations cost
+    more than a pass over a row of scores."""
+    f = torch.cat(moments, dim=1).to("cpu", torch.float64).numpy()  # (Q, J + 1)
+    total, slope = f[:, 0], f[:, 1]  # (Q,) each
+    with np.errstate(all="ignore"):
+        step = (1 - (mass / total) ** (1 / power)) * total / slope  # F′ = −k·F_1
+        if f.shape[1] > 2:
+            step = _series_root(f, power, mass, step)
+    return torch.from_numpy(step[:, None]).to(moments[0].device, moments[0].dtype)
+
+
+def _series_root(f: np.ndarray, power: float, mass: float, step: np.ndarray) -> np.ndarray:
+    """`_series_step`'s Newton iterations on the series with moments f (Q, J + 1), from the
+    first-order step (Q,)."""
+    binomials = np.cumprod([1.0] + [-(power - j) / (j + 1) for j in range(f.shape[1] - 1)])
+    terms = f * binomials  # (Q, J + 1) C(k, j)·(−1)^j·F_j
+    slopes = terms[:, 1:] * np.arange(1, f.shape[1])  # (Q, J) the derivative's coefficients
     delta = step
     for _ in range(SERIES_STEPS):
-        value = sum(term * delta**j for j, term in enumerate(terms))  # (Q, 1) F(t + δ)
-        slope = sum(j * term * delta ** (j - 1) for j, term in enumerate(terms) if j)
-        update = power * value * (1 - (mass / value.clamp(min=0)) ** (1 / power)) / slope
-        ok = (value > 0) & (slope < 0)  # (Q, 1)
-        delta = torch.where(ok, delta - update, step)
-    return torch.where(torch.isfinite(delta), delta, step)
+        powers = delta[:, None] ** np.arange(f.shape[1])  # (Q, J + 1)
+        value = (terms * powers).sum(axis=1)  # (Q,) F(t + δ)
+        slope = (slopes * powers[:, :-1]).sum(axis=1)  # (Q,)
+        update = power * value * (1 - (mass / np.maximum(value, 0)) ** (1 / power)) / slope
+        delta = np.where((value > 0) & (slope < 0), delta - update, step)
+    return np.where(np.isfinite(delta), delta, step)
 
 
 def _moments(
@@ -301,10 +311,11 @@ def _moments(
     return count, s1, torch.linalg.vector_norm(d, dim=1, keepdim=True).square_()
 
 
-def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float]:
+def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float, float]:
     """From a strided sample of z's columns, in units of z (Q, 1) each: the threshold's
     estimate (either side of it), a start a little below it, a bound that cannot be above it;
-    and the share of the sample above the start."""
+    the share of the sample above the start, and the largest share of a row's sample above the
+    estimate (the widest support, roughly)."""
     num_memories = z.shape[1]
     sample = z[:, :: _sample_stride(num_memories)].contiguous()  # (Q, n): one strided read
     top = sample.amax(dim=1, keepdim=True)  # (Q, 1)
@@ -315,7 +326,8 @@ def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float]:
         levels.append(torch.maximum(level, levels[-1]))  # (Q, 1)
     _, start, guess = levels
     share = float((sample > start).sum()) / sample.numel()
-    return guess, start, safe, share
+    widest = float((sample > guess).sum(dim=1).amax()) / sample.shape[1]
+    return guess, start, safe, share, widest
 
 
 def _sample_level(
