@@ -248,13 +248,15 @@ def _keep(result, totals, trials, live, done, weights, total, t) -> Tensor:
 
 
 def _raise(d: Tensor, exponent: float, out: Tensor) -> Tensor:
-    """d^exponent (Q, n) into `out`: by repeated products for a whole exponent (each a tenth of
-    a pow's time on the CPU), else torch.pow."""
+    """d^exponent (Q, n) into `out`: by squaring and products for a whole exponent (each a
+    tenth of a pow's time on the CPU), else torch.pow."""
     if not exponent.is_integer():
         return torch.pow(d, exponent, out=out)
     out.copy_(d)
-    for _ in range(int(exponent) - 1):
-        out.mul_(d)
+    for bit in bin(int(exponent))[3:]:  # the exponent's bits after the leading one
+        out.square_()
+        if bit == "1":
+            out.mul_(d)
     return out
 
 
