@@ -199,7 +199,7 @@ def regimes(
     a change in the machine's load reaches every model alike: each ratio to dense is the
     median of the rounds' ratios (`_ratios`: also of the minima and of CPU time). The package,
     much slower, is timed after them (`timed`)."""
-    from nphcli.defaults import DEFAULT_BETA
+    from nphcli.core.defaults import DEFAULT_BETA
 
     cases = [(label, synthetic(num_memories, 0, device), beta) for label, beta in REGIMES]
     digits = idx_images(MNIST / "train-images-idx3-ubyte.gz")

@@ -27,8 +27,8 @@ def _cached_command(app: typer.Typer):
     changes only with what its build reads: the registered models (a parameter option and its
     help) and typer's switch for its completion options' shell detection. So it is built once
     per app and value of those."""
-    from nphcli.evaluation.fields import param_fields
     from nphcli.models import model_names
+    from nphcli.schema.fields import param_fields
 
     params = tuple((field.name, field.help) for field in param_fields())
     completion = os.environ.get("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION")
@@ -143,10 +143,21 @@ def digits(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mnist(tmp_path_factory):
-    """100 real MNIST digits as `nph store mnist --n 100` writes them (pixels in [0, 1])."""
+    """100 real MNIST digits as `nph store mnist --n 100 --normalize minmax` writes them (pixels
+    in [0, 1], the paper's scaling; the default for images is `centered`)."""
     from nphcli.cli import app
 
     path = tmp_path_factory.mktemp("mnist") / "memory.safetensors"
-    result = CliRunner().invoke(app, ["store", "mnist", "--n", "100", "--out", str(path)])
+    result = CliRunner().invoke(
+        app, ["store", "mnist", "--n", "100", "--normalize", "minmax", "--out", str(path)]
+    )
     assert result.exit_code == 0, result.stderr
     return path
+
+
+def real_valued_models() -> list[str]:
+    """The registered models that take any real-valued memories: all but the classical networks
+    (`binary`), which store ±1 patterns only and have their own tests (tests/test_baselines.py)."""
+    from nphcli.models import get_model_info, model_names
+
+    return [name for name in model_names() if not get_model_info(name).cls.binary]

@@ -281,6 +281,12 @@ CASES = [
     ("analyze sample", ["analyze", "mem.safetensors", "--sample", "-1"], r"--sample"),
     ("analyze unstructured model", ["analyze", "mem.safetensors", "--model", "sparse"], r"4\.1"),
     # the other commands
+    ("attractors one step", ["attractors", "--memory", "mem.safetensors"], r"--steps > 1"),
+    (
+        "attractors flip of real values",
+        ["attractors", "--memory", "mem.safetensors", "--steps", "3", "--flip", "0.1"],
+        r"--flip flips bits",
+    ),
     ("batch missing jobs", ["batch", "absent.jsonl"], r"cannot read jobs file absent\.jsonl"),
     ("index missing memory", ["index", "absent.safetensors"], r"absent\.safetensors not found"),
     ("shard no parts", ["shard", "mem.safetensors", "--parts", "0"], r"--parts"),

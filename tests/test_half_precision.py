@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import real_valued_models
 
+from nphcli.core.errors import NphError
 from nphcli.engine.planning import Plan
 from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
-from nphcli.errors import NphError
 from nphcli.models import create_model
-from nphcli.models.registry import model_names
 
 # Relative error ‖out − ref‖ / ‖ref‖ allowed against float64 on the same rounded inputs: the
 # output's own rounding is 2⁻⁹ (bf16) and 2⁻¹² (fp16) per entry, the products' a few times that.
@@ -32,7 +32,7 @@ def _data(device, dtype):
     return queries.to(device=device, dtype=dtype), keys.to(device=device, dtype=dtype)
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", real_valued_models())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("beta", [1.0, 10.0])
 def test_half_within_tolerance_of_float64(device, name, dtype, beta):
@@ -83,7 +83,7 @@ def _gaussian(device, dtype, *, scale=1.0):
     return queries.to(device=device, dtype=dtype), keys.to(device=device, dtype=dtype)
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", real_valued_models())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("plan", [None, BLOCKWISE], ids=["planned", "blockwise"])
 def test_large_beta_does_not_overflow_half(device, name, dtype, plan):
@@ -115,7 +115,7 @@ def _decided(queries, keys, heads):
     return ((best[..., 0] - best[..., 1]) > rounding).all(dim=1)  # (Q,)
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", real_valued_models())
 def test_float16_products_beyond_its_range_are_redone_in_float32(device, name):
     """Entries near 300 fit float16, but their inner products (~3·10⁶) do not: the products are
     taken again in float32, so every model stays finite and close to float64, as dense does."""
@@ -128,7 +128,7 @@ def test_float16_products_beyond_its_range_are_redone_in_float32(device, name):
     assert error <= TOLERANCE[torch.float16], float(error)
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", real_valued_models())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_score_overflow_names_float32(device, name, dtype):
     """Half inputs keep their scores in float32, so scores beyond float32 are reported as a
@@ -179,7 +179,7 @@ def gaussian_memory(tmp_path_factory):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", real_valued_models())
 def test_cli_retrieves_at_large_beta_in_half(invoke, gaussian_memory, name, dtype):
     """Issue 26's case: sparse and entmax stopped with 'overflow float32', random and window
     with 'overflow float16', where dense retrieved every pattern."""

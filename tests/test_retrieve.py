@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, real_valued_models
 from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from nphcli.defaults import DEFAULT_BETA
+from nphcli.core.defaults import DEFAULT_BETA
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
 from nphcli.evaluation.inputs import read_rows
@@ -67,7 +67,7 @@ def _json(result) -> dict:
 # -- every registered model, three output formats -------------------------------------------
 
 
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_every_model_table_json_csv(retrieve, mnist, model):
     common = ["--memory", mnist, "--model", model, "--queries", "10", "--mask", "0.5"]
     table = retrieve(*common)
@@ -104,7 +104,7 @@ def test_every_model_table_json_csv(retrieve, mnist, model):
 
 def test_csv_columns_are_the_same_for_every_model_and_no_header_appends(retrieve, mnist):
     headers = set()
-    for model in model_names():
+    for model in real_valued_models():
         result = retrieve("--memory", mnist, "--model", model, "--queries", "3", "--csv")
         headers.add(result.stdout.splitlines()[0])
     assert len(headers) == 1

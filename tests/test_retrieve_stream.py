@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, real_valued_models
+from PIL import Image
 
 from nphcli.evaluation import metrics
-from nphcli.evaluation.fields import parse_size
 from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank
-from nphcli.models import model_names
+from nphcli.schema.fields import parse_size
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ DTYPES = [("float64", 1e-6), ("float32", 1e-4)]
 
 
 @pytest.mark.parametrize(("dtype", "rel"), DTYPES)
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_stream_equals_in_memory(retrieve, mnist, model, dtype, rel):
     args = ["--memory", mnist, "--model", model, "--queries", "20", "--mask", "0.5"]
     args += ["--noise", "0.1", "--dtype", dtype, "--per-query", "--json"]
@@ -78,7 +78,7 @@ def test_stream_equals_in_memory(retrieve, mnist, model, dtype, rel):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("dtype", "rel"), DTYPES)
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_small_memory_budget_gives_the_same_metrics(retrieve, mnist, model, dtype, rel):
     args = ["--memory", mnist, "--model", model, "--queries", "12", "--mask", "0.3"]
     args += ["--dtype", dtype, "--per-query", "--json"]
@@ -126,8 +126,9 @@ def test_stream_hetero_own_queries_and_out(retrieve, hetero, tmp_path):
 
 @pytest.mark.parametrize("own", [False, True])
 def test_stream_save_grid_matches_in_memory(retrieve, mnist, tmp_path, own):
-    # One thread: with two, the one-shot and the blockwise sums round differently in the last
-    # bit, which moved 4 pixels of 74,888 by one grey level (a value on a rounding boundary).
+    # The one-shot and the blockwise sums may round differently in the last bit (with two
+    # threads, or on another CPU's kernels even with one): a value on a rounding boundary moves
+    # a pixel by one grey level (4 of 74,888 seen). Anything more is a different picture.
     args = ["--memory", mnist, "--queries", "5", "--mask", "0.5", "--threads", "1"]
     if own:  # no targets: the grid's third row is the nearest stored pattern, read by index
         from nphcli.memory.file import load_memory
@@ -139,7 +140,10 @@ def test_stream_save_grid_matches_in_memory(retrieve, mnist, tmp_path, own):
     assert retrieve(*args, "--save-grid", grids[0]).exit_code == 0
     result = retrieve(*args, "--stream", "--save-grid", grids[1])
     assert result.exit_code == 0, result.stderr
-    assert grids[0].read_bytes() == grids[1].read_bytes()
+    loaded, streamed = (np.asarray(Image.open(g), dtype=np.int16) for g in grids)
+    assert loaded.shape == streamed.shape
+    moved = np.abs(loaded - streamed)
+    assert moved.max() <= 1 and (moved > 0).sum() <= 16, ((moved > 0).sum(), moved.max())
 
 
 def test_nearest_takes_a_tensor_or_a_bank(mnist):

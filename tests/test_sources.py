@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory.file import save_memory
 from nphcli.sources import SourceOptions, data_root, load_source, prepare_memory
 from nphcli.sources import datasets as datasets_module
@@ -415,9 +415,9 @@ def test_image_folder_sizes_and_non_images(tmp_path):
 
 def test_prepare_memory_default_normalisation_and_dtype(empty_root):
     mnist = prepare_memory("mnist", SourceOptions(n=10), dtype="float16")
-    assert mnist.patterns.dtype == torch.float16 and mnist.meta["normalize"]["method"] == "unit"
+    assert mnist.patterns.dtype == torch.float16 and mnist.meta["normalize"]["method"] == "centered"
     low, high = mnist.meta["value_range"]
-    assert 0.0 <= low and high <= 1.0
+    assert -0.5 <= low and high <= 0.5
     vectors = prepare_memory("random", SourceOptions(n=4, dim=3, distribution="binary"))
     assert vectors.meta["normalize"]["method"] == "none"
     assert set(vectors.patterns.unique().tolist()) == {-1.0, 1.0}

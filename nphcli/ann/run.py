@@ -11,10 +11,12 @@ import torch
 from torch import Tensor
 
 from nphcli.ann.index_file import AnnIndex, open_index
-from nphcli.ann.search import DEFAULT_EF, DEFAULT_NPROBE, IndexedModel
+from nphcli.ann.search import IndexedModel
 from nphcli.ann.settings import IndexSettings
-from nphcli.errors import NphError
+from nphcli.core.defaults import DEFAULT_EF, DEFAULT_NPROBE
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
+from nphcli.schema.holders import complete
 
 
 def check_index_run(
@@ -23,7 +25,7 @@ def check_index_run(
     """Refuse, before the memory is loaded, an index that does not fit the run: unreadable,
     newer, built from another memory, a model that needs every score, options of another kind.
 
-    `device` is the resolved one (`nphcli.devices.resolve_device`), never the `--device` text:
+    `device` is the resolved one (`nphcli.core.devices.resolve_device`), never the `--device` text:
     `auto` on a machine without a GPU is the CPU, and an index search runs there."""
     if not isinstance(device, torch.device):  # a bug: the caller skipped resolve_device
         raise TypeError(f"check_index_run takes a resolved torch.device, not {device!r}")
@@ -112,4 +114,4 @@ def index_report(
             seed=seed,
             targets=None if targets is None else targets.to(device="cpu", dtype=torch.float32),
         )
-    return report
+    return complete(report, settings, aliases={"index": "file"})

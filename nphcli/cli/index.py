@@ -2,41 +2,44 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import print_json, print_table
+from nphcli.schema.fields import Field, get_field
+
+INDEX_BUILD_FIELDS = (
+    Field(
+        "kind",
+        "str",
+        "ivf",
+        "flat (exact, no training), ivf (k-means lists), hnsw (graph) or "
+        "ivfpq (lists of compressed codes).",
+        group="index",
+    ),
+    Field(
+        "out", "path", None, "Index file [default: MEMORY's name with .KIND.index].", group="output"
+    ),
+    Field("lists", "int", None, "IVF lists (ivf, ivfpq) [default: about √M].", group="index"),
+    dataclasses.replace(get_field("seed"), help="Seed of k-means and PQ training (ivf, ivfpq)."),
+    get_field("force"),
+    get_field("json"),
+)
 
 
 @app.command("index")
+@with_fields((), params=False, own=INDEX_BUILD_FIELDS)
 def index_command(
     memory: Annotated[Path, typer.Argument(help="Memory file written by `nph store`.")],
-    kind: Annotated[
-        str,
-        typer.Option(
-            "--kind",
-            help="flat (exact, no training), ivf (k-means lists), hnsw (graph) or ivfpq "
-            "(lists of compressed codes).",
-        ),
-    ] = "ivf",
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Index file [default: MEMORY's name with .KIND.index]."),
-    ] = None,
-    lists: Annotated[
-        int | None,
-        typer.Option("--lists", help="IVF lists (ivf, ivfpq) [default: about √M]."),
-    ] = None,
-    seed: Annotated[
-        int, typer.Option("--seed", help="Seed of k-means and PQ training (ivf, ivfpq).")
-    ] = 0,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing index file.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    *,
+    given: dict[str, Any],
 ) -> None:
     """Build an inner-product index of the stored patterns for `nph retrieve --index`.
 
@@ -50,21 +53,22 @@ def index_command(
         require_faiss,
         write_index,
     )
-    from nphcli.atomic import check_output
-    from nphcli.errors import NphError
+    from nphcli.core.atomic import check_output
+    from nphcli.core.resources import fits_in_memory
     from nphcli.memory import open_memory
 
-    open_memory(memory, stream=True)  # the input first (its header only): a missing file says so
+    o = own_values(given, INDEX_BUILD_FIELDS)
+    kind, seed, force = o["kind"], o["seed"], o["force"]
+    streamed = open_memory(memory, stream=True)  # the header first: a missing file says so
     require_faiss()
     check_kind(kind)
-    if seed < 0:
-        raise NphError(f"--seed must be a whole number ≥ 0, got {seed}")
-    path = out if out is not None else default_index_path(memory, kind)
+    path = o["out"] if o["out"] is not None else default_index_path(memory, kind)
     check_output(path, force=force, protect=[memory])
     start = time.perf_counter()
-    loaded = open_memory(memory)
+    # A memory larger than RAM is read from disk block by block (docs/ann.md).
+    loaded = open_memory(memory) if fits_in_memory(memory.stat().st_size) else streamed
     faiss_index, meta, extra = build_index(
-        loaded, memory, kind=kind, seed=seed, lists=lists, progress=_progress
+        loaded, memory, kind=kind, seed=seed, lists=o["lists"], progress=_progress
     )
     build_s = time.perf_counter() - start
     write_index(path, faiss_index, meta, extra, force=force)
@@ -75,7 +79,7 @@ def index_command(
         **{key: meta[key] for key in ("kind", "params", "seed", "M", "d", "faiss_version")},
         "memory_sha256": meta["memory_sha256"],
     }
-    if as_json:
+    if o["json"]:
         print_json(report)
     else:
         print_table(f"{path}", ["field", "value"], [(k, str(v)) for k, v in report.items()])

@@ -37,13 +37,13 @@ def info_command(
     Separation statistics of the stored patterns ξ_μ (Hu et al. 2025): m = max ‖ξ_μ‖;
     R = ½ min over μ≠ν of ‖ξ_μ − ξ_ν‖; Δ_μ = ⟨ξ_μ, ξ_μ⟩ − max over ν≠μ of ⟨ξ_μ, ξ_ν⟩.
     """
-    from nphcli.errors import NphError
+    from nphcli.core.errors import NphError
     from nphcli.memory import open_memory
     from nphcli.theory.separation import describe
 
     if sample < 0:
         raise NphError(f"--sample must be 0 or more, got {sample}")
-    memory = open_memory(file)
+    memory = open_memory(file, stream=True)  # read in blocks: a file larger than RAM works
     report = describe(memory, max_rows=sample or None, seed=seed)
     report["bytes"] = file.stat().st_size
     report["meta"] = dict(sorted(report["meta"].items()))

@@ -74,7 +74,12 @@ def solve(
         return _power_newton(z, power, mass * power**power, start, weight, out)
     # Levels in units of z lose ε·|t| ≈ 1 of their digits as ε → 0: they are converted to and
     # from λ (τ = −e^{−ελ}) in float64, and serve only as starts and checks.
-    lam = None if start is None else (-torch.log(-eps * start.double()) / eps).to(z.dtype)
+    # A start left of λ = −log m (the top entry alone weighs m, a valid start too) only adds
+    # steps, and near α = 1 its weights e^{−λ} overflow (λ ≈ −132 at α = 1.0001): take the
+    # larger of the two, still left of the root.
+    lam = None
+    if start is not None:
+        lam = (-torch.log(-eps * start.double()) / eps).clamp(min=-math.log(mass)).to(z.dtype)
     scaled = z * eps  # (Q, n)
     lam = entmax_threshold(scaled, eps, start=lam, log_target=math.log(mass))  # (Q, 1)
     weights = entmax_unnormalised(scaled, lam, eps)  # (Q, n)

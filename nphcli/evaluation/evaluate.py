@@ -15,7 +15,6 @@ computes the metrics; `total` is the wall time of everything, repeats included.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -24,15 +23,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.defaults import DEFAULT_MEMORY_BUDGET
-from nphcli.devices import (
+from nphcli.core.defaults import DEFAULT_MEMORY_BUDGET
+from nphcli.core.devices import (
     resolve_device,
     resolve_dtype,
     synchronize,
     tf32_matmuls,
 )
-from nphcli.dtypes import dtype_name
+from nphcli.core.dtypes import dtype_name
 from nphcli.evaluation import metrics as metric_fns
+from nphcli.evaluation.attractors import diagnose
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
 from nphcli.evaluation.guards import (
     MemoryScale,
@@ -46,7 +46,9 @@ from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.provenance import provenance
 from nphcli.models import Retrieval, get_model_info
+from nphcli.schema.holders import complete, record
 from nphcli.version import __version__
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
@@ -193,6 +195,7 @@ def _run_on_device(
         block_rows=None if bank.resident() is not None else _metric_block_rows(bank),
         stored_range=stored_range,
     )
+    per_query_d.update(diagnose(model, result.patterns, bank, per_query_d["nearest"], positions))
     synchronize(device)
     metrics_s = time.perf_counter() - t0
 
@@ -293,7 +296,8 @@ def _config(
 ) -> dict[str, Any]:
     """The report's `config`: everything needed to repeat the run."""
     item_shape = memory.item_shape
-    return {
+    origin = provenance(memory)
+    config = {
         "model": settings.model,
         "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
         "seed": settings.seed,
@@ -308,6 +312,9 @@ def _config(
             "hetero": memory.hetero,
             "item_shape": list(item_shape) if item_shape else None,
             "stream": memory.resident() is None,
+            "sha256": origin["sha256"],
+            "path": origin["path"],
+            "normalize": origin["normalize"],
         },
         "queries": {
             "source": chosen.query_source,
@@ -322,12 +329,15 @@ def _config(
         "memory_budget": settings.memory_budget or DEFAULT_MEMORY_BUDGET,
         "nph_version": __version__,
     }
+    return complete(config, settings)
 
 
 def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
-    """The report's corruption record; `noise_clip` appears only when set, so runs without it
-    report exactly what they did before the option existed."""
-    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
-    if not out["noise_clip"]:
-        del out["noise_clip"]
+    """The report's corruption record, every corruption field's value; `noise_clip`, `occlude`,
+    `salt_pepper` and `flip` appear only when set, so runs without them report exactly what they
+    did before the options existed."""
+    out = {**record(corruption), "mask_mode": mask_mode}
+    for optional in ("noise_clip", "occlude", "salt_pepper", "flip"):
+        if not out[optional]:
+            del out[optional]
     return out

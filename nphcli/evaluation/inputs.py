@@ -11,23 +11,24 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import default
+from nphcli.core.errors import NphError
+from nphcli.core.normalize import apply_record
+from nphcli.core.notices import notice
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
-from nphcli.normalize import apply_record
-from nphcli.notices import notice
+from nphcli.schema.holders import holds
 
 
 @dataclass(frozen=True)
+@holds("input")
 class InputSpec:
-    """What a request reads (the `input` fields)."""
+    """What a request reads: one attribute per input field, defaults from there."""
 
-    memory: str = default("memory")  # memory file or shard manifest
-    queries_file: str | None = None  # own queries; None: corrupted stored patterns
-    targets_file: str | None = None  # targets of own queries (Q, d_v)
-    target_indices: list[int] | None = None  # stored row of each own query's target
-    stream: bool = False  # read the memory block by block instead of loading it
+    memory: str  # memory file or shard manifest
+    queries_file: str | None  # own queries; None: corrupted stored patterns
+    targets_file: str | None  # targets of own queries (Q, d_v)
+    target_indices: list[int] | None  # stored row of each own query's target
+    stream: bool  # read the memory block by block instead of loading it
 
     def __post_init__(self) -> None:
         if self.targets_file is not None and self.target_indices is not None:

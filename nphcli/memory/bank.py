@@ -5,7 +5,7 @@ optional labels (M,) and the metadata its file recorded. Implementations differ 
 the rows live, so retrieval never branches on the kind of memory:
 - `TensorBank`: rows in RAM or on a device (a memory file loaded: `Memory`);
 - `nphcli.memory.streamed.StreamedBank`: rows read from a memory file block by block.
-- `nphcli.memory.shards.ShardedBank`: rows in several shard files, or spread over processes.
+- `nphcli.memory.sharded_bank.ShardedBank`: rows in several shard files, or spread over processes.
 
 Blocks and gathered rows come in the bank's `dtype` on its `device`.
 """
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory.collective import LOCAL, Collective
 
 

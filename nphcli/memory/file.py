@@ -4,7 +4,7 @@ Tensors: `patterns` (M, d) float; optional `labels` (M,) int64; optional `values
 hetero-association. Metadata (safetensors' string→string map) holds each field of `Memory.meta`
 as a JSON value, so other tools can read it and nph can map patterns back to images.
 
-Writes are atomic (see `atomic.py`). Loading validates everything a later command relies on, so
+Writes are atomic (see `core/atomic.py`). Loading validates everything a later command relies on, so
 a damaged or foreign file fails here with one clear message instead of deep inside a model.
 """
 
@@ -20,9 +20,9 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from nphcli.atomic import atomic_write
-from nphcli.dtypes import dtype_name
-from nphcli.errors import NphError
+from nphcli.core.atomic import atomic_write
+from nphcli.core.dtypes import dtype_name
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import Memory
 from nphcli.memory.format import (
     FORMAT_NAME,
@@ -33,6 +33,7 @@ from nphcli.memory.format import (
     layout_of,
     open_safetensors,
 )
+from nphcli.memory.provenance import META_KEY, tensors_digest
 from nphcli.version import __version__
 
 
@@ -60,6 +61,7 @@ def save_memory(
         tensors["values"] = values.detach().to("cpu", dtype).contiguous()
     full_meta = {
         **(meta or {}),
+        META_KEY: tensors_digest(tensors),  # the content hash results name (`provenance.py`)
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "nph_version": __version__,

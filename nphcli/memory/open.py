@@ -20,12 +20,13 @@ from pathlib import Path
 
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import Memory, MemoryBank
 from nphcli.memory.collective import LOCAL, Collective
 from nphcli.memory.file import load_memory
 from nphcli.memory.format import is_manifest
-from nphcli.memory.shards import ShardedBank, read_manifest, set_meta
+from nphcli.memory.sharded_bank import ShardedBank
+from nphcli.memory.shards import read_manifest, set_meta
 from nphcli.memory.streamed import StreamedBank
 
 

@@ -9,10 +9,12 @@ from torch import Tensor
 
 from nphcli.memory.bank import MemoryBank
 from nphcli.models import (
+    classical,  # noqa: F401  (registers the models)
     dense,  # noqa: F401  (registers the model)
     entmax,  # noqa: F401  (registers the model)
     linear,  # noqa: F401  (registers the model)
     multihead,  # noqa: F401  (registers the model)
+    nearest,  # noqa: F401  (registers the model)
     random_feature,  # noqa: F401  (registers the model)
     random_mask,  # noqa: F401  (registers the model)
     sparse,  # noqa: F401  (registers the model)
@@ -25,9 +27,28 @@ from nphcli.models.registry import (
     ParamInfo,
     create_model,
     get_model_info,
+    layer_model_names,
     list_models,
     model_names,
 )
+from nphcli.schema.catalog import ModelCard, ParamCard, serve_live_cards
+
+
+def _live_cards() -> list[ModelCard]:
+    """The registry as the torch-free catalog describes models (`nph models`, option help)."""
+    return [
+        ModelCard(
+            info.name,
+            info.summary,
+            info.formula,
+            info.cost,
+            tuple(ParamCard(p.name, p.type.__name__, p.default, p.help) for p in info.params),
+        )
+        for info in list_models()
+    ]
+
+
+serve_live_cards(_live_cards)
 
 
 def retrieve(
@@ -54,6 +75,7 @@ __all__ = [
     "Update",
     "create_model",
     "get_model_info",
+    "layer_model_names",
     "list_models",
     "model_names",
     "retrieve",

@@ -18,15 +18,15 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
-from nphcli.devices import same_device
-from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
+from nphcli.core.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
+from nphcli.core.devices import same_device
+from nphcli.core.dtypes import COMPUTE_DTYPES, torch_dtype
+from nphcli.core.errors import NphError, score_overflow
 from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
 from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype
-from nphcli.errors import NphError, score_overflow
 from nphcli.memory.bank import MemoryBank, as_bank
 
 FLOAT_DTYPES = tuple(torch_dtype(name) for name in COMPUTE_DTYPES)
@@ -70,6 +70,11 @@ class HopfieldModel:
     """Base class: parameters shared by every model. Subclasses add their own fields."""
 
     name: ClassVar[str] = "base"
+    # A baseline (nearest neighbour, the classical networks) is compared with the Hopfield models
+    # on every surface but has no layer form, support set or energy of the family.
+    baseline: ClassVar[bool] = False
+    # The memories must be ±1 patterns (the classical networks); `check_memory` refuses others.
+    binary: ClassVar[bool] = False
 
     beta: float = param(DEFAULT_BETA, "inverse temperature β; scores are S = β·X·Kᵀ")
     steps: int = param(1, "maximum number of updates x ← T(x) (1 = the paper's one-step retrieval)")
@@ -162,6 +167,11 @@ class HopfieldModel:
         own valid keys (so a k that is a fraction of M uses each set's size). The scores are
         scaled by β > 0, which changes no support that depends on their order or on positions.
         """
+        if self.baseline:
+            raise NphError(
+                f"model {self.name!r} is a retrieval baseline with no layer form; use one of "
+                "the Hopfield models in a layer"
+            )
         if not self._has_support():
             raise NphError(
                 f"model {self.name!r} has no layer form: it needs `weights` or `associate` "
@@ -227,6 +237,9 @@ class HopfieldModel:
             )
         budget = _check_budget(memory_budget)
         num_queries = queries.shape[0]
+        if num_queries == 0:  # nothing to retrieve: an empty (0, d_v) answer, not an error
+            empty = torch.empty(0, bank.value_dim, dtype=queries.dtype, device=queries.device)
+            return Retrieval(patterns=empty, steps=torch.zeros(0, dtype=torch.int64), support=None)
         if positions is None:
             positions = torch.arange(num_queries, device=queries.device)
         out_dtype = queries.dtype
@@ -267,7 +280,7 @@ class HopfieldModel:
             if active.numel() == 0:
                 break
         result = state.to(out_dtype)
-        _check_output(result)
+        _check_output(result, (("queries", queries), ("memories", memory), ("values", values)))
         return Retrieval(patterns=result, steps=steps, support=support)
 
     def _update_batches(
@@ -362,10 +375,26 @@ def _check_inputs(
     return bank
 
 
-def _check_output(patterns: Tensor) -> None:
+def _check_output(patterns: Tensor, inputs=()) -> None:
     """Finite inputs can still give scores beyond the accumulation dtype; the result is then NaN
     or infinite, which is an error, never a result. Checked here, where every caller passes,
     at the cost of one pass over the output. What overflowed is the dtype scores are kept in
     (float32 for half inputs, `engine.precision`), not the output's."""
-    if not bool((patterns * 0 == 0).all()):  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
+    finite = (patterns * 0 == 0).all()  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
+    for _, tensor in inputs[:1]:  # a NaN query may give a finite answer: checked as well
+        finite = finite & (tensor * 0 == 0).all()  # in the same sync
+    if not bool(finite):
+        _name_non_finite(inputs)  # checked only now: finite inputs pay no extra pass or sync
         raise score_overflow(accumulation_dtype(patterns.dtype))
+
+
+def _name_non_finite(inputs) -> None:
+    """NphError naming the first input row that holds NaN or infinity (not an overflow)."""
+    for label, tensor in inputs:
+        if isinstance(tensor, Tensor) and not bool(torch.isfinite(tensor).all()):
+            row = int((~torch.isfinite(tensor)).any(dim=1).nonzero()[0, 0])
+            kind = "NaN" if bool(tensor[row].isnan().any()) else "an infinite value"
+            raise NphError(
+                f"{label} row {row} holds {kind}: every input must be finite; drop or repair "
+                "that row"
+            )

@@ -2,7 +2,7 @@
 
 A sweep evaluates its models (each with its own parameter values) at every memory size and
 every combination of the retrieval values it is given, for a number of trials. Its setting keys
-are the retrieval fields (`nphcli.evaluation.fields`: mask, noise, fill, dtype, ... and model
+are the retrieval fields (`nphcli.schema.fields`: mask, noise, fill, dtype, ... and model
 parameters such as beta or k), read and checked exactly as `nph retrieve` and `nph batch` read
 them: one value, or a list for several. The same TOML format serves the shipped presets
 (`nphcli/presets/*.toml`, listed by `list_presets`) and the user's own `--config FILE`;
@@ -11,7 +11,7 @@ them: one value, or a list for several. The same TOML format serves the shipped 
     description = "text"                # shown nowhere but the file; for people
     dataset     = "mnist"               # a source name (mnist, fashion-mnist, cifar10, random)
                                         # or a file nph store reads
-    normalize   = "unit"                # as `nph store --normalize` (default: the source's own)
+    normalize   = "minmax"              # as `nph store --normalize` (default: the source's own)
     sizes       = [10, 50, 100]         # memory sizes M
     trials      = 50                    # memories drawn per size
     seed        = 0                     # the sweep's one seed (see nphcli.sweeps.grid)
@@ -41,8 +41,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import Field, check_keys, default, fields, get_field
+from nphcli.core.errors import NphError
+from nphcli.schema.fields import Field, check_keys, default, fields, get_field
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,10 +53,19 @@ else:  # pragma: no cover
 # retrieval fields' (their group only says whether a key takes a list: setting groups do).
 OWN_FIELDS = (
     Field("description", "str", None, "Text for people; shown nowhere.", group="input"),
-    Field("dataset", "str", "mnist", "Source name or file memories are drawn from.", group="input"),
-    Field("normalize", "str", None, "As `nph store --normalize`.", group="input"),
-    Field("sizes", "int", 100, "Memory sizes M.", group="run", minimum=1),
-    Field("trials", "int", 1, "Memories drawn per size.", group="input", minimum=1),
+    Field(
+        "dataset",
+        "str",
+        "mnist",
+        "mnist, cifar10, fashion-mnist, random, or a file `nph store` reads; memories are drawn "
+        "from it.",
+        group="input",
+    ),
+    Field(
+        "normalize", "str", None, "minmax, centered, zscore, l2 or none, as in nph store.", "input"
+    ),
+    Field("sizes", "int", 100, "Memory sizes M, e.g. 10,50,100.", group="run", minimum=1),
+    Field("trials", "int", 1, "Memories drawn per size, each a trial.", group="input", minimum=1),
     Field(
         "noise_variance", "float", None, "Noise variances v (σ = √v).", "corruption", minimum=0.0
     ),
@@ -234,7 +243,11 @@ def resolve(
     normalize = _own_values(merged.pop("normalize", None), "normalize", where)[0]
     variance = merged.pop("noise_variance", None)
     merged.pop("dataset", None)
-    values = {key: get_field(key).from_json(v, f"{where}: {key}") for key, v in merged.items()}
+    # Errors name the key as its option, the flag a user also sees on the command line.
+    values = {
+        key: get_field(key).from_json(v, f"{where}: {get_field(key).flag}")
+        for key, v in merged.items()
+    }
     seeds = values.pop("seed", [default("seed")])
     if len(seeds) != 1:
         raise NphError(f"{where}: a sweep takes one seed (each trial derives its own), got {seeds}")
@@ -303,7 +316,7 @@ def _model_spec(entry: Any, where: str, *, replaced: set[str]) -> ModelSpec:
 
 def _check_params(values: dict[str, list], models: list[ModelSpec], where: str) -> None:
     """A model parameter given for the whole grid must be taken by one of its models."""
-    from nphcli.catalog import model_cards
+    from nphcli.schema.catalog import model_cards
 
     declared = {f.name for f in fields()}
     for name in values:
@@ -327,7 +340,7 @@ def _check_models(config: SweepConfig) -> None:
 
 
 def _card(name: str):
-    from nphcli.catalog import get_card, model_cards
+    from nphcli.schema.catalog import get_card, model_cards
 
     card = get_card(str(name).strip())
     if card is None:

@@ -1,0 +1,70 @@
+"""Sizes checked before allocating: a request that cannot fit in this machine's memory fails at
+once with one message saying what to reduce, instead of an allocator error (or swapping)."""
+
+from __future__ import annotations
+
+import os
+
+from nphcli.core.errors import NphError
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM of this machine, or None where the platform does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def human_bytes(count: float) -> str:
+    """1536 → '1.5 KiB' (1024-based, as --memory-budget reads sizes)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(count) < 1024 or unit == "PiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_allocation(shape: tuple[int, ...], itemsize: int, *, what: str, reduce: str) -> int:
+    """The bytes of a tensor of `shape` with `itemsize`-byte entries; NphError if that exceeds
+    the machine's RAM (it could never be allocated). `reduce` names the options to lower."""
+    count = 1
+    for size in shape:
+        count *= int(size)
+    needed = count * itemsize
+    available = physical_memory()
+    if available is not None and needed > available:
+        dims = " × ".join(str(int(s)) for s in shape)
+        raise NphError(
+            f"{what} ({dims}) need {human_bytes(needed)}, more than this machine's "
+            f"{human_bytes(available)} of memory; {reduce}"
+        )
+    return needed
+
+
+def fits_in_memory(nbytes: int) -> bool:
+    """Whether `nbytes` can be loaded into RAM with room to spare: at most half of what the
+    kernel reports available, and of the address space left under this process's limit
+    (`ulimit -v`). Commands that can also read a file block by block ask this to choose."""
+    room = []
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    room.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as handle:
+                used = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            room.append(limit - used)
+    except (ImportError, OSError, ValueError):
+        pass
+    if not room:
+        total = physical_memory()
+        room = [total] if total is not None else []
+    return not room or nbytes <= min(room) // 2

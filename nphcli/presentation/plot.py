@@ -1,0 +1,324 @@
+"""Plots of results: a metric's mean against a setting (memory size, noise, mask, β, k, ...).
+
+`nphcli.presentation.plot_data` decides what is drawn: one line per combination of the settings
+that vary (model parameters included), one panel per value of a facet, each point the mean over
+trials with a band of ±1 standard deviation over trials (population). The legend sits outside the
+axes, and lines differ in colour, then marker, then line style. matplotlib is an optional dependency
+(`pip install -e ".[plot]"`); it is imported only here, and only its object-oriented API with the
+Agg canvas is used, so no global backend is switched and no display is needed.
+
+A phase diagram (`plot_phase`, `nph plot --y`) is a heatmap of the metric's mean over two
+settings, one panel per combination of the other settings that vary (one per model), on a
+shared colour scale; the retrieval boundary, where the success rate's mean crosses 0.5, is
+outlined in white; where a cell averages several trials, it is annotated with ±1 std over them.
+
+The file's extension picks its format (.png, .svg or .pdf); it is written atomically and a PNG
+has exactly the requested size in pixels (SVG and PDF the same size at 100 dpi).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
+from nphcli.presentation.plot_data import METRIC_LABELS, X_AXES, Curves, Surfaces, curves, surfaces
+from nphcli.schema.catalog import param_cards
+
+__all__ = [
+    "X_AXES",
+    "check_plot_output",
+    "curves",
+    "parse_pixels",
+    "plot_phase",
+    "plot_results",
+    "surfaces",
+]
+
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}  # extension → matplotlib format
+DEFAULT_SIZE = (800, 500)
+DPI = 100
+MAX_LINES = 80  # beyond this a figure is unreadable: filter (--where) or split (--facet)
+MAX_PANELS = 24  # phase diagrams: more panels are unreadable
+# settings worth naming in the title when they are the same for every line, beside every model
+# parameter (so a fixed k is always said)
+TITLE_SETTINGS = ("model", "dataset", "memory", "memory_normalize", "memory_sha256", "M", "d")
+TITLE_SETTINGS += ("mask", "noise")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+STYLES = ("-", "--", ":", "-.")
+
+
+def parse_pixels(text: str) -> tuple[int, int]:
+    """`WxH` in pixels, e.g. 800x500."""
+    width, sep, height = text.lower().partition("x")
+    try:
+        size = (int(width), int(height))
+    except ValueError:
+        size = (0, 0)
+    if not sep or min(size) < 100 or max(size) > 10000:
+        raise NphError(f"--size must be WIDTHxHEIGHT in pixels, each 100…10000, got {text!r}")
+    return size
+
+
+def check_plot_output(out: str | os.PathLike) -> str:
+    """The format `out`'s extension names, checked before any work: an extension matplotlib is
+    not asked to write, or matplotlib missing, is an NphError now rather than after a sweep."""
+    suffix = Path(out).suffix.lower()
+    if suffix not in FORMATS:
+        raise NphError(f"cannot tell the plot format of {out}: name it .png, .svg or .pdf")
+    _matplotlib()
+    return FORMATS[suffix]
+
+
+def plot_results(
+    rows: list[dict[str, Any]],
+    out: str | os.PathLike,
+    *,
+    metric: str = "sse",
+    x: str = "auto",
+    where: list[str] | None = None,
+    facet: str | None = None,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    title: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Draw `metric` against `x` for result rows (filtered by `where`, one panel per value of
+    `facet`) and save it as the extension of `out` says (PNG, SVG or PDF) at `size` pixels."""
+    file_format = check_plot_output(out)
+    data = curves(rows, metric=metric, x=x, where=where, facet=facet)
+    names = list(dict.fromkeys(name for panel in data.panels.values() for name in panel))
+    if len(names) > MAX_LINES:
+        raise NphError(
+            f"{len(names)} lines are too many for one plot: choose some with --where (e.g. "
+            "--where model=topk) or split them into panels with --facet COLUMN"
+        )
+    width, height = size
+    figure, grid = _figure(size, len(data.panels))
+    looks = {name: _look(i, len(names)) for i, name in enumerate(names)}
+    handles = {}
+    for axes, (panel, lines) in zip(grid.flat, data.panels.items(), strict=False):
+        for name, series in lines.items():
+            xs = [p[0] for p in series]
+            colour, marker, style = looks[name]
+            (handles[name],) = axes.plot(
+                xs,
+                [p[1] for p in series],
+                color=colour,
+                marker=marker,
+                linestyle=style,
+                markersize=4,
+                label=name,
+            )
+            low = [p[1] - p[2] for p in series]
+            high = [p[1] + p[2] for p in series]
+            axes.fill_between(xs, low, high, color=colour, alpha=0.12, linewidth=0)
+        axes.grid(True, alpha=0.3)
+        if panel:
+            _panel_title(axes, panel, width, grid.shape[1])
+    for axes in grid.flat[len(data.panels) :]:
+        axes.set_visible(False)
+    metric_name = data.column.removesuffix("_mean")
+    figure.supxlabel(data.x_label, fontsize=9)
+    figure.supylabel(METRIC_LABELS.get(metric_name, metric_name), fontsize=9)
+    per_column = max(1, int((height - 40) / 13))  # legend entries that fit the height
+    figure.legend(
+        [handles[n] for n in names],
+        names,
+        loc="outside right upper",
+        fontsize=7,
+        frameon=False,
+        ncols=math.ceil(len(names) / per_column),
+    )
+    # the legend takes the right of the figure: the title wraps before it
+    longest = max(len(name) for name in names)
+    room = width - math.ceil(len(names) / per_column) * (35 + 4.6 * longest)  # pixels
+    heading = title or _title(data, metric_name, max(int(room), width // 3))
+    figure.suptitle(heading, fontsize=9, x=0.01, ha="left")
+    return _save(figure, out, file_format, force)
+
+
+def plot_phase(
+    rows: list[dict[str, Any]],
+    out: str | os.PathLike,
+    *,
+    metric: str = "success",
+    x: str = "auto",
+    y: str,
+    where: list[str] | None = None,
+    facet: str | None = None,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    title: str | None = None,
+    force: bool = False,
+) -> Path:
+    """Draw `metric` as a heatmap over `x` and `y` for result rows (one panel per model, or per
+    other varying setting and `facet` value), outline the success = 0.5 boundary, and save it
+    as the extension of `out` says at `size` pixels."""
+    import numpy as np
+
+    file_format = check_plot_output(out)
+    data = surfaces(rows, metric=metric, x=x, y=y, where=where, facet=facet)
+    if len(data.panels) > MAX_PANELS:
+        raise NphError(
+            f"{len(data.panels)} panels are too many for one phase diagram: choose some with "
+            "--where (e.g. --where model=topk)"
+        )
+    width, height = size
+    figure, grid = _figure(size, len(data.panels))
+    metric_name = data.column.removesuffix("_mean")
+    values = [cell[0] for panel in data.panels.values() for cell in panel.values()]
+    bounded = metric_name in (
+        "success",
+        "pixel_success",
+        "cosine",
+        "at_pattern",
+        "at_metastable",
+        "at_global",
+    )
+    low, high = (0.0, 1.0) if bounded and min(values) >= 0 else (min(values), max(values))
+    spread = max(data.trials()) > 1
+    font = _cell_font(size, grid.shape, (len(data.xs), len(data.ys)))
+    image = None
+    boundary = False
+    for axes, (name, cells) in zip(grid.flat, data.panels.items(), strict=False):
+        mean = np.full((len(data.ys), len(data.xs)), np.nan)  # (y, x)
+        for (at_x, at_y), (value, std, count) in cells.items():
+            i, j = data.ys.index(at_y), data.xs.index(at_x)
+            mean[i, j] = value
+            text = f"{value:.2g}" + (f"\n±{std:.1g}" if spread and count > 1 else "")
+            colour = "white" if value < (low + high) / 2 else "black"
+            axes.text(j, i, text, ha="center", va="center", fontsize=font, color=colour)
+        image = axes.imshow(
+            np.ma.masked_invalid(mean), origin="lower", aspect="auto", cmap="viridis",
+            vmin=low, vmax=high, interpolation="nearest",
+        )  # fmt: skip
+        won = data.success.get(name, {})
+        if won:
+            wins = np.full(mean.shape, np.nan)
+            for (at_x, at_y), value in won.items():
+                wins[data.ys.index(at_y), data.xs.index(at_x)] = value
+            present = wins[~np.isnan(wins)]
+            if present.size and present.min() < 0.5 < present.max() and min(wins.shape) > 1:
+                axes.contour(wins, levels=[0.5], colors="white", linewidths=1.5)
+                boundary = True
+        axes.set_xticks(range(len(data.xs)), [_tick(v) for v in data.xs], fontsize=7)
+        axes.set_yticks(range(len(data.ys)), [_tick(v) for v in data.ys], fontsize=7)
+        if name:
+            _panel_title(axes, name, width, grid.shape[1])
+    for axes in grid.flat[len(data.panels) :]:
+        axes.set_visible(False)
+    figure.supxlabel(data.x_label, fontsize=9)
+    figure.supylabel(data.y_label, fontsize=9)
+    bar = figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9)
+    bar.set_label(METRIC_LABELS.get(metric_name, metric_name), fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    heading = title or _phase_title(data, metric_name, width, boundary)
+    figure.suptitle(heading, fontsize=9, x=0.01, ha="left")
+    return _save(figure, out, file_format, force)
+
+
+def _save(figure: Any, out: str | os.PathLike, file_format: str, force: bool) -> Path:
+    """Write `figure` atomically. Every text is data (a label, a file name), so a `$` in it is a
+    dollar sign, never the start of TeX that matplotlib would fail to parse."""
+    from matplotlib.text import Text
+
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
+    with atomic_write(out, force=force) as tmp:
+        figure.savefig(tmp, format=file_format, dpi=DPI)
+    return Path(out)
+
+
+def _panel_title(axes: Any, name: str, width: int, columns: int) -> None:
+    """A panel's title wrapped to the panel's width, so neighbouring titles never overlap."""
+    chars = max(12, int(width * 0.8 / columns / 5.5))  # about 5.5 px per character at 8 pt
+    axes.set_title("\n".join(textwrap.wrap(name, chars)), fontsize=8)
+
+
+def _cell_font(size: tuple[int, int], grid: tuple[int, int], cells: tuple[int, int]) -> float:
+    """A font size (points) at which a cell's value (two lines) fits its cell."""
+    (width, height), (rows, columns), (across, up) = size, grid, cells
+    cell_w = width * 0.8 / columns / across  # pixels
+    cell_h = height * 0.75 / rows / up
+    return max(4.0, min(8.0, cell_w / 3.2, cell_h / 3.0))
+
+
+def _tick(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _phase_title(data: Surfaces, metric: str, width: int, boundary: bool) -> str:
+    fixed = title_settings(data.fixed)
+    trials = data.trials()
+    if trials == [1]:
+        spread = "one run per cell, its value written in it"
+    else:
+        counts = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
+        spread = f"mean over {counts} trials in each cell, ±1 std below it"
+    line = "; white line: success = 0.5" if boundary else ""
+    detail = "; ".join(part for part in (", ".join(fixed), spread) if part) + line
+    name = metric.upper() if metric in ("sse", "mse") else metric
+    return f"{name} over {data.x_label} and {data.y_label}\n" + "\n".join(
+        textwrap.wrap(detail, width // 7)
+    )
+
+
+def title_settings(fixed: list[str]) -> list[str]:
+    """Of the "name value" settings every line shares, those a title names: the model, its
+    parameters, the memory and the corruption (not run-wide details such as the device)."""
+    named = {*TITLE_SETTINGS, *(card.name for card, _ in param_cards())}
+    return [f for f in fixed if f.split(" ")[0] in named and not f.endswith(" none")]
+
+
+def _look(i: int, count: int) -> tuple[Any, str, str]:
+    """Colour, marker and line style of line i of `count`: distinct for up to 20 × 8 lines."""
+    from matplotlib import colormaps
+
+    colours = 10 if count <= 10 else 20
+    return (
+        colormaps["tab10" if count <= 10 else "tab20"](i % colours),
+        MARKERS[(i // colours) % len(MARKERS)],
+        STYLES[(i // (colours * len(MARKERS))) % len(STYLES)],
+    )
+
+
+def _title(data: Curves, metric: str, width: int) -> str:
+    """What is plotted, then the settings every line shares and what a point averages."""
+    fixed = title_settings(data.fixed)
+    trials = data.trials()
+    if trials == [1]:
+        spread = "one run per point"
+    else:
+        counts = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
+        spread = f"mean ± 1 std over {counts} trials"
+    name = metric.upper() if metric in ("sse", "mse") else metric
+    detail = "; ".join(part for part in (", ".join(fixed), spread) if part)
+    return f"{name} vs {data.x_label}\n" + "\n".join(textwrap.wrap(detail, width // 7))
+
+
+def _matplotlib():
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise NphError(
+            "plots need matplotlib, an optional dependency: pip install matplotlib "
+            '(or pip install -e ".[plot]" in a checkout of nph)'
+        ) from None
+    return Figure, FigureCanvasAgg
+
+
+def _figure(size: tuple[int, int], panels: int):
+    """A figure of `size` pixels with a near-square grid of `panels` axes sharing x and y."""
+    figure_cls, canvas_cls = _matplotlib()
+    width, height = size
+    figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+    canvas_cls(figure)
+    columns = math.ceil(math.sqrt(panels))
+    grid = figure.subplots(
+        math.ceil(panels / columns), columns, squeeze=False, sharex=True, sharey=True
+    )
+    return figure, grid
