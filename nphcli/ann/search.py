@@ -32,7 +32,8 @@ from nphcli.core.errors import NphError
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.exact_search import torch_topk
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import Retrieval, _check_output
+from nphcli.models.base import Retrieval
+from nphcli.models.inputs import check_output
 
 SLACK = 1e-5  # relative to ‖x‖·max‖ξ‖: FAISS vs recomputed scores differ by rounding
 GATHER_ELEMENTS = 1 << 24  # floats of gathered candidate rows per query chunk
@@ -138,7 +139,7 @@ class IndexedModel:
         found = self.search(queries, memory)
         weights, cut = self.rule(memory.num_memories).apply(found.scores)  # (Q, c), (Q,)
         patterns = memory.weighted_sum(found.ids, weights.to(memory.dtype))  # (Q, d_v)
-        _check_output(patterns)
+        check_output(patterns)
         self.certified = found.bound < cut  # (Q,)
         if positions is not None:
             self._by_position.update(zip(positions.tolist(), self.certified.tolist(), strict=True))

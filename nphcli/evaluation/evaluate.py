@@ -31,6 +31,7 @@ from nphcli.core.devices import (
     tf32_matmuls,
 )
 from nphcli.core.dtypes import dtype_name
+from nphcli.core.errors import NphError
 from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.attractors import diagnose
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
@@ -46,6 +47,8 @@ from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.given import as_patterns
+from nphcli.memory.open import as_memory
 from nphcli.memory.provenance import provenance
 from nphcli.models import Retrieval, get_model_info
 from nphcli.schema.holders import complete, record
@@ -83,6 +86,7 @@ def evaluate(
     by block during retrieval and metrics; only the query and target rows are read whole.
     """
     start = time.perf_counter()
+    memory, queries, targets = _check_given(memory, settings, queries, targets)
     device = resolve_device(settings.device)
     dtype = resolve_dtype(settings.dtype, device)
     model = build_model(settings)
@@ -139,6 +143,27 @@ def evaluate(
         queries=corrupted.queries,
         targets=None if chosen.targets is None else chosen.targets.cpu(),
     )
+
+
+def _check_given(memory: Any, settings: Any, queries: Any, targets: Any):
+    """The memory as a bank and own queries and targets as tensors (the Python API's one rule,
+    `nphcli.memory.open.as_memory`), refused in one line when no run can use them."""
+    if not isinstance(settings, RetrieveSettings):
+        raise NphError(
+            f"settings must be a RetrieveSettings, e.g. nph.RetrieveSettings(model='dense'), got "
+            f"{type(settings).__name__}"
+        )
+    bank = as_memory(memory)
+    if bank.num_memories == 0 or bank.dim == 0:
+        raise NphError(
+            f"the memory holds {bank.num_memories} patterns of dimension {bank.dim}; it needs "
+            "M ≥ 1 patterns of d ≥ 1 entries"
+        )
+    if bank.dtype.is_complex or bank.dtype == torch.bool:
+        raise NphError(f"the memory's patterns are {bank.dtype}; give real numbers")
+    queries = None if queries is None else as_patterns(queries, "queries")
+    targets = None if targets is None else as_patterns(targets, "targets")
+    return bank, queries, targets
 
 
 def evaluate_inputs(inputs: Inputs, settings: RetrieveSettings) -> RetrievalReport:

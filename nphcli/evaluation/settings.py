@@ -40,6 +40,20 @@ class RetrieveSettings:
     index: IndexSettings | None = None  # retrieve over an approximate index (`nph index`)
     tf32: bool  # float32 products on TF32 tensor cores (CUDA); changes results
 
+    def __post_init__(self) -> None:  # after each field's own check (`holds`)
+        if not isinstance(self.model, str):
+            raise NphError(f"model must be a model's name (`nph models`), got {self.model!r}")
+        _model_card(self.model)
+        if not isinstance(self.params, Mapping) or not all(isinstance(k, str) for k in self.params):
+            raise NphError(
+                f"params must be a dict of parameter names, e.g. {{'k': 10}}, got {self.params!r}"
+            )
+        if not isinstance(self.corruption, Corruption):
+            raise NphError(
+                f"corruption must be a Corruption, e.g. nph.Corruption(noise=0.5), got "
+                f"{self.corruption!r}"
+            )
+
 
 def expand_settings(values: Mapping[str, Sequence[Any]]) -> list[RetrieveSettings]:
     """Every combination of the values of the setting fields and model parameters in `values`

@@ -149,6 +149,10 @@ def _apply(norm: nn.Module | None, x: Tensor) -> Tensor:
 
 
 def _check_input(x: Tensor, label: str, dim: int) -> None:
+    if not isinstance(x, Tensor):
+        raise NphError(f"{label} must be a tensor (batch, rows, {dim}), got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise NphError(f"{label} must be floating point, got {x.dtype}; convert them with .float()")
     if x.ndim != 3 or x.shape[-1] != dim:
         raise NphError(f"{label} must have shape (batch, rows, {dim}), got {tuple(x.shape)}")
 

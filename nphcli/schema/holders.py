@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from nphcli.core.errors import NphError
 from nphcli.schema.fields import Field, holder_fields
 
 T = TypeVar("T")
@@ -52,7 +53,19 @@ def holds(holder: str, *, also: tuple[str, ...] = ()) -> Callable[[type[T]], typ
             if own_check is not None:
                 own_check(self)
 
+        def __new__(klass, *args: Any, **kwargs: Any):  # noqa: N807
+            # An unknown keyword would be a TypeError from the generated __init__: say it once,
+            # with the names the class takes.
+            takes = {f.name for f in dataclasses.fields(klass) if f.init}
+            unknown = [key for key in kwargs if key not in takes]
+            if unknown:
+                raise NphError(
+                    f"{klass.__name__} takes no {unknown[0]!r}; it takes {', '.join(sorted(takes))}"
+                )
+            return object.__new__(klass)
+
         cls.__post_init__ = __post_init__
+        cls.__new__ = staticmethod(__new__)
         return cls
 
     return decorate

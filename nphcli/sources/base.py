@@ -45,6 +45,16 @@ class SourceOptions:
     dim: int | None = None  # `random`: values per pattern
     distribution: str | None = None  # `random`: gaussian | binary
 
+    def __post_init__(self) -> None:  # a wrong type from Python is one line, not a torch trace
+        for name in ("n", "dim", "seed"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise NphError(f"--{name} must be a whole number, got {value!r}")
+        for name in ("split", "key", "size", "distribution"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise NphError(f"--{name} must be text, got {value!r}")
+
 
 # Options every source reads; the others are listed per source and rejected elsewhere.
 _COMMON = {"n", "seed"}
