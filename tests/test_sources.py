@@ -256,9 +256,9 @@ def test_options_a_source_does_not_use_are_errors():
 def test_unknown_source_and_file_type(tmp_path):
     with pytest.raises(NphError, match="unknown source 'nope'"):
         load_source("nope")
-    (tmp_path / "data.txt").write_text("1,2\n")
-    with pytest.raises(NphError, match="unsupported file type '.txt'"):
-        load_source(str(tmp_path / "data.txt"))
+    (tmp_path / "data.xyz").write_text("1,2\n")
+    with pytest.raises(NphError, match="unsupported file type '.xyz'"):
+        load_source(str(tmp_path / "data.xyz"))
 
 
 # --- files -----------------------------------------------------------------------------------

@@ -294,9 +294,13 @@ def read_index_meta(path: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def check_index_file(path: str | os.PathLike, memory_path: str | os.PathLike) -> dict[str, Any]:
+def check_index_file(
+    path: str | os.PathLike, memory_path: str | os.PathLike, *, memory_sha256: str | None = None
+) -> dict[str, Any]:
     """Refuse, before any work, an index that is unreadable, newer than this nph or FAISS, or
-    built from another memory file (or an older version of this one)."""
+    built from another memory file (or an older version of this one). `memory_sha256`: the
+    memory file's checksum when the caller already vouches for it (a shard set's record, see
+    `shard_index`), which spares hashing the file again."""
     faiss = require_faiss()
     meta = read_index_meta(path)
     built = version_tuple(meta.get("faiss_version", "0"))[:2]
@@ -305,7 +309,8 @@ def check_index_file(path: str | os.PathLike, memory_path: str | os.PathLike) ->
             f"{path} was built with FAISS {meta['faiss_version']}, newer than the installed "
             f"{faiss.__version__}; upgrade faiss-cpu or rebuild the index"
         )
-    if meta.get("memory_sha256") != file_checksum(memory_path):
+    expected = file_checksum(memory_path) if memory_sha256 is None else memory_sha256
+    if meta.get("memory_sha256") != expected:
         raise NphError(
             f"{path} indexes another memory ({meta.get('memory_file')}, different checksum) "
             f"than {memory_path}; rebuild it: nph index {memory_path} --force"
@@ -313,12 +318,14 @@ def check_index_file(path: str | os.PathLike, memory_path: str | os.PathLike) ->
     return meta
 
 
-def open_index(path: str | os.PathLike, memory_path: str | os.PathLike) -> AnnIndex:
+def open_index(
+    path: str | os.PathLike, memory_path: str | os.PathLike, *, memory_sha256: str | None = None
+) -> AnnIndex:
     """Read and verify an index file for the memory file at `memory_path` (see the module
-    docstring)."""
+    docstring; `memory_sha256` as for `check_index_file`)."""
     faiss = require_faiss()
     path = Path(path)
-    meta = check_index_file(path, memory_path)
+    meta = check_index_file(path, memory_path, memory_sha256=memory_sha256)
     try:
         with safe_open(str(path), framework="pt") as handle:
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}

@@ -154,6 +154,7 @@ def run_request(request: RetrieveRequest) -> Outcome:
 def _run_here(request: RetrieveRequest) -> Outcome:
     from nphcli.app.product import evaluate_settings
     from nphcli.evaluation.inputs import load_inputs
+    from nphcli.memory.items import open_items
 
     spec = request.inputs
     inputs = load_inputs(
@@ -162,13 +163,16 @@ def _run_here(request: RetrieveRequest) -> Outcome:
         targets_file=spec.targets_file,
         target_indices=spec.target_indices,
         stream=spec.stream,
+        query_text=spec.query_text,
     )
     if request.output.save_grid is not None:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(inputs.memory)
+    items = open_items(spec.memory, inputs.memory.meta)  # checked before any retrieval
     reports = evaluate_settings(inputs, request.settings)
-    if spec.queries_file is None:  # the stored patterns are the queries; said once it ran
+    _add_recall(items, inputs.memory, request.settings, reports)
+    if spec.queries_file is None and spec.query_text is None:  # stored patterns are queries
         _say_unretrievable(inputs.memory)
     trace = None
     if request.output.trace:
@@ -176,6 +180,22 @@ def _run_here(request: RetrieveRequest) -> Outcome:
 
         trace = trace_report(inputs.memory, reports[0]).to_json(per_query=request.output.per_query)
     return Outcome(reports, inputs.memory, trace)
+
+
+def _add_recall(items, memory, settings: list, reports: list) -> None:
+    """With a memory whose rows have ids and texts (`items`), what each query recalled (where
+    `recall.applies`): the items carrying its weight, and the item nearest its output."""
+    from nphcli.core.notices import notice
+    from nphcli.evaluation import recall
+
+    if items is None:
+        return
+    if not recall.applies(reports[0].queries.shape[0], memory.num_memories):
+        notice("not listing what each query recalled: too many queries for this memory's size")
+        return
+    for setting, report in zip(settings, reports, strict=True):
+        model = build_model(setting)
+        report.recall = recall.recall(model, memory, report.queries, report.retrieved, items=items)
 
 
 def _say_unretrievable(memory) -> None:
@@ -190,12 +210,14 @@ def _say_unretrievable(memory) -> None:
 def _run_distributed(request: RetrieveRequest) -> Outcome:
     from nphcli.distributed.retrieve import distributed_retrieve
     from nphcli.memory import open_memory
+    from nphcli.memory.items import open_items
 
-    if len(request.settings) > 1 or request.output.trace or request.settings[0].index:
-        raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
+    if len(request.settings) > 1 or request.output.trace:
+        raise NphError("--workers and torchrun runs take one setting, without --trace")
     spec = request.inputs
-    shown = open_memory(spec.memory, stream=True) if request.output.save_grid is not None else None
-    if shown is not None:
+    shown = open_memory(spec.memory, stream=True)  # opened, not read: for pictures and recall
+    items = open_items(spec.memory, shown.meta)
+    if request.output.save_grid is not None:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(shown)
@@ -208,8 +230,12 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
         targets_file=spec.targets_file,
         target_indices=spec.target_indices,
         stream=spec.stream,
+        query_text=spec.query_text,
     )
-    return Outcome([] if report is None else [report], shown)
+    if report is None:
+        return Outcome([], shown)
+    _add_recall(items, shown, request.settings, [report])
+    return Outcome([report], shown)
 
 
 def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:

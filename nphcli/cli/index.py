@@ -37,14 +37,22 @@ INDEX_BUILD_FIELDS = (
 @app.command("index")
 @with_fields((), params=False, own=INDEX_BUILD_FIELDS)
 def index_command(
-    memory: Annotated[Path, typer.Argument(help="Memory file written by `nph store`.")],
+    memory: Annotated[
+        Path,
+        typer.Argument(
+            help="Memory file written by `nph store`, or a shard manifest (`nph shard`): one "
+            "index per shard, recorded in the manifest."
+        ),
+    ],
     *,
     given: dict[str, Any],
 ) -> None:
     """Build an inner-product index of the stored patterns for `nph retrieve --index`.
 
     Needs FAISS (pip install faiss-cpu; in a checkout, pip install -e ".[ann]"). The index
-    records the memory file's SHA-256: retrieval refuses it for any other file. See docs/ann.md.
+    records the memory file's SHA-256: retrieval refuses it for any other file. On a shard
+    manifest, each shard gets its own index beside it (--lists counts per shard). See
+    docs/ann.md and docs/ann-shards.md.
     """
     from nphcli.ann.index_file import (
         build_index,
@@ -56,8 +64,11 @@ def index_command(
     from nphcli.core.atomic import check_output
     from nphcli.core.resources import fits_in_memory
     from nphcli.memory import open_memory
+    from nphcli.memory.format import is_manifest
 
     o = own_values(given, INDEX_BUILD_FIELDS)
+    if is_manifest(memory):
+        return _index_shards(memory, o)
     kind, seed, force = o["kind"], o["seed"], o["force"]
     streamed = open_memory(memory, stream=True)  # the header first: a missing file says so
     require_faiss()
@@ -85,8 +96,36 @@ def index_command(
         print_table(f"{path}", ["field", "value"], [(k, str(v)) for k, v in report.items()])
 
 
+def _index_shards(manifest: Path, o: dict[str, Any]) -> None:
+    """`nph index MANIFEST`: an index per shard, recorded in the manifest."""
+    from nphcli.ann.index_file import check_kind
+    from nphcli.ann.shard_index import build_shard_indexes
+    from nphcli.core.errors import NphError
+
+    if o["out"] is not None:
+        raise NphError("--out names one file; a shard set's indexes go beside its shards")
+    check_kind(o["kind"])
+    report = build_shard_indexes(
+        manifest,
+        kind=o["kind"],
+        seed=o["seed"],
+        lists=o["lists"],
+        force=o["force"],
+        progress=_progress,
+    )
+    if o["json"]:
+        print_json(report)
+        return
+    rows = [
+        (e["file"], str(e["rows"]), str(e["params"]), str(e["bytes"]), f"{e['build_s']:.1f}")
+        for e in report["parts"]
+    ]
+    title = f"{manifest} ({o['kind']})"
+    print_table(title, ["index", "rows", "params", "bytes", "build s"], rows)
+
+
 def _progress(phase: str, done: int, total: int) -> None:
     """One updating line on stderr, only on a terminal."""
     if sys.stderr.isatty():
-        end = "\n" if done == total and phase == "add" else ""
+        end = "\n" if done == total and phase.endswith("add") else ""
         print(f"\r{phase}: {done:,}/{total:,}", end=end, file=sys.stderr, flush=True)

@@ -18,6 +18,8 @@ def print_report(report, output, steps_trace) -> None:
         print_csv(rows, header=not output.no_header)
     else:
         _print_tables(report, per_query=output.per_query)
+        if report.recall is not None:
+            _print_recall(report.recall)
         if steps_trace is not None:
             names = ["step", "energy_mean", "energy_rise_max", "residual_mean", "residual_max"]
             rows = [[item[name] for name in names] for item in steps_trace]
@@ -149,3 +151,20 @@ def _query_text(queries: dict) -> str:
         None: "no targets",
     }[queries["targets"]]
     return f"from {queries['file']}; {targets}"
+
+
+def _print_recall(recall: list[dict]) -> None:
+    """Per query: the items recalled with their weights (rules that form weights; a hetero
+    memory's key → its value), then the item nearest the output with its cosine."""
+    rows = []
+    for number, entry in enumerate(recall, 1):
+        for rank, item in enumerate(entry["recalled"] or [], 1):
+            text = item.get("text", "")
+            if "value" in item:
+                text += f" → {item['value'].get('text', item['value'].get('id'))}"
+            weight = f"weight {format_value(item['weight'])}"
+            rows.append([number, f"#{rank}", item.get("id", item["row"]), text, weight])
+        near = entry["nearest"]
+        cosine = f"cosine {format_value(near['cosine'])}"
+        rows.append([number, "nearest", near.get("id", near["row"]), near.get("text", ""), cosine])
+    print_table("Recalled", ["query", "", "id", "text", "score"], rows)

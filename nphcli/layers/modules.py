@@ -28,8 +28,9 @@ import torch
 from torch import Tensor, nn
 
 from nphcli.core.errors import NphError
-from nphcli.layers.association import associate, forms_weights, weights_from_scores
+from nphcli.layers.association import associate, weights_from_scores
 from nphcli.layers.config import LayerConfig, Norms
+from nphcli.models.base import forms_weights
 
 
 class _Retriever(nn.Module):

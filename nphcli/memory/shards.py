@@ -44,6 +44,7 @@ from nphcli.memory.format import (
     read_metadata,
     tensors_sha256,
 )
+from nphcli.memory.items import copy_items
 from nphcli.memory.provenance import META_KEY as PROVENANCE_KEY
 from nphcli.memory.provenance import content_sha256
 from nphcli.memory.streamed import StreamedBank
@@ -132,6 +133,7 @@ def write_shards(
         if target.resolve() == source.resolve():
             raise NphError(f"{target} is the memory being sharded; choose another --out-dir")
     set_id = _set_id(source, sizes)
+    copy_items(bank.meta, source, out_dir, force=force)  # ids and texts travel with the rows
     content = content_sha256(bank)  # the source file's record, or its tensors hashed once
     meta = {key: value for key, value in bank.meta.items() if key not in _OWN_KEYS}
     written: list[Path] = []

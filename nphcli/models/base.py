@@ -330,3 +330,10 @@ def padded_support(
         support = model.support_mask(rows, positions.repeat(sets.numel() * heads))
         keep[sets, ..., :size] = support.view(sets.numel(), heads, num_queries, size)
     return torch.zeros_like(keep).scatter_(-1, order, keep)  # back to index order
+
+
+def forms_weights(model: HopfieldModel) -> bool:
+    """True when the model's rule is weights (N, M) over the memories times the values (the
+    default `associate`): a layer's dropout then acts on them, pooling may fold W_K, and a
+    retrieval can say which stored items it recalled with what weight."""
+    return type(model).associate is HopfieldModel.associate

@@ -290,6 +290,15 @@ FIELDS: tuple[Field, ...] = (
         refused={"sweep": _SWEEP_DRAWS},
     ),
     Field(
+        "query_text",
+        "str",
+        None,
+        "A text to recall from, embedded with the memory's own embedder (a memory stored from "
+        "texts with --embed; docs/text.md). For several, a .txt or .jsonl --queries-file.",
+        group="input",
+        refused={"sweep": _SWEEP_DRAWS},
+    ),
+    Field(
         "targets_file",
         "path",
         None,
@@ -447,7 +456,8 @@ FIELDS: tuple[Field, ...] = (
         "path",
         None,
         "Approximate index built by `nph index` for this memory (topk, sparse, entmax): "
-        "candidates from the index, their scores exact; see docs/ann.md.",
+        "candidates from the index, their scores exact; for a shard manifest, the KIND of its "
+        "shard indexes (ivf, ivfpq, ...); see docs/ann.md, docs/ann-shards.md.",
         refused={"sweep": "an index belongs to one memory file, and a sweep draws its memories"},
         group="index",
         attribute="path",

@@ -29,6 +29,7 @@ class Loaded(NamedTuple):
     patterns: Tensor  # (M, d) float32 raw values: pixel intensities 0..255 for images
     labels: Tensor | None  # (M,) int64, or None when the source has none
     meta: dict[str, Any]  # source, origin, fallback, split, kind, item_shape, selection, ...
+    items: list[dict[str, Any]] | None = None  # per row: id, text, meta (`memory.items`)
 
 
 @dataclass
@@ -44,6 +45,10 @@ class SourceOptions:
     size: str | None = None  # WxH to resize a folder of images
     dim: int | None = None  # `random`: values per pattern
     distribution: str | None = None  # `random`: gaussian | binary
+    ids: Path | None = None  # .npy rows: a file of their ids (one a line, or .jsonl with id/text)
+    embed: str | None = None  # texts: the embedder (`nphcli.sources.embedders`)
+    # not an option: a long load reports to it (the CLI's progress protocol, `cli/progress.py`)
+    progress: Callable[[int | None], None] | None = None
 
     def __post_init__(self) -> None:  # a wrong type from Python is one line, not a torch trace
         for name in ("n", "dim", "seed"):
@@ -57,7 +62,7 @@ class SourceOptions:
 
 
 # Options every source reads; the others are listed per source and rejected elsewhere.
-_COMMON = {"n", "seed"}
+_COMMON = {"n", "seed", "progress"}
 
 
 @dataclass(frozen=True)
