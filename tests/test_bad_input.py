@@ -295,7 +295,7 @@ CASES = [
     ("batch missing jobs", ["batch", "absent.jsonl"], r"cannot read jobs file absent\.jsonl"),
     ("index missing memory", ["index", "absent.safetensors"], r"absent\.safetensors not found"),
     ("shard no parts", ["shard", "mem.safetensors", "--parts", "0"], r"--parts"),
-    ("mil unknown preset", ["mil", "--preset", "nope"], r"--preset must be one of paper, quick, got 'nope'"),
+    ("mil unknown preset", ["mil", "--preset", "nope"], r"--preset must be one of paper, quick"),
     ("mil no epochs", ["mil", "--epochs", "0"], r"--epochs must be ≥ 1"),
     ("models extra argument", ["models", "nope"], r"unexpected extra argument.*nope"),
     ("doctor unknown option", ["doctor", "--bogus"], r"No such option: --bogus"),
