@@ -286,6 +286,7 @@ CASES = [
     ("shard no parts", ["shard", "mem.safetensors", "--parts", "0"], r"--parts"),
     ("mil unknown preset", ["mil", "--preset", "nope"], r"unknown MIL preset 'nope'"),
     ("mil no epochs", ["mil", "--epochs", "0"], r"--epochs must be ≥ 1"),
+    ("paper unknown table", ["paper", "nope"], r"No such command 'nope'"),
     ("models extra argument", ["models", "nope"], r"unexpected extra argument.*nope"),
     ("doctor unknown option", ["doctor", "--bogus"], r"No such option: --bogus"),
     ("report of a missing file", ["report", "absent.jsonl"], r"absent\.jsonl"),
