@@ -95,8 +95,14 @@ def test_summary_names_the_cells_outside():
 def test_unknown_names_are_user_errors():
     with pytest.raises(NphError, match="unknown paper table"):
         pt.get_table("nope")
-    with pytest.raises(NphError, match="no row or column 'Musk1'"):
-        pt.compare(pt.get_table("mil_benchmark"), {}, columns=["Musk1"])
+
+
+def test_a_column_the_paper_lacks_has_no_paper_value():
+    cells = pt.compare(
+        pt.get_table("mil_benchmark"), {("dense", "Musk1"): [0.9]}, columns=["Musk1"]
+    )
+    assert cells[0].paper is None and cells[0].mean == 0.9 and cells[0].within is None
+    assert pt.summary(cells)["compared"] == 0
 
 
 def test_json_and_csv_round_trip(tmp_path):

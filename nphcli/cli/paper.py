@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nphcli.cli.app import app
-from nphcli.cli.render import print_json, print_table
+from nphcli.cli.app import app, quiet
+from nphcli.cli.render import print_json, print_table, stderr_console
 
 if TYPE_CHECKING:  # torch-free, but kept out of `nph --help`'s imports all the same
     from nphcli.experiments.paper_table import Cell, PaperTable
@@ -77,3 +77,10 @@ def render_comparison(
         ["model", "column", "paper", "nph ± spread", "nph − paper", "within", "seeds"],
         rows,
     )
+
+
+def wrote(paths: Sequence[str]) -> None:
+    """`wrote FILE` on stderr for each file written (not with --quiet)."""
+    if not quiet():
+        for path in paths:
+            stderr_console().print(f"wrote {path}", highlight=False)
