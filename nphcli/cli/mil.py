@@ -57,7 +57,9 @@ def mil_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     threads: Threads = None,
 ) -> None:
-    """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size."""
+    """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size.
+
+    The paper's MIL table on real data sets (Elephant, UCSB, ...) is `nph paper mil`."""
     from nphcli.evaluation.threads import use_threads
     from nphcli.experiments import mil
 

@@ -257,15 +257,14 @@ def run(
     from nphcli.experiments.mil_data import get_source, load_mil
 
     out = Path(out)
-    if not out.is_dir():
-        if out.exists() or not out.resolve().parent.is_dir() or not train:
-            raise NphError(f"results folder {out} does not exist, and cannot be created here")
-        out.mkdir()
+    if not out.is_dir() and (out.exists() or not out.resolve().parent.is_dir() or not train):
+        raise NphError(f"results folder {out} does not exist, and cannot be created here")
     datasets = list(datasets or protocol.datasets)
     models = list(models)
     for label in models:
         variant(label)
     loaded = {name: load_mil(name, data) for name in datasets}  # refuse a missing file first
+    out.mkdir(exist_ok=True)
     log = RunLog(out / "runs.jsonl")
     tick = progress or (lambda *_: None)
     tick(trainings(protocol, len(models), len(datasets)) - len(log.done) if train else 0)
