@@ -51,6 +51,7 @@ def render_comparison(
     meta: Mapping[str, Any],
     *,
     as_json: bool,
+    title: str | None = None,
 ) -> None:
     """The comparison on stdout: one JSON object, or a table of paper | nph ± spread | diff."""
     from nphcli.experiments.paper_table import MODEL_NAMES, cells_json, summary
@@ -72,8 +73,8 @@ def render_comparison(
     ]
     counts = summary(cells)
     print_table(
-        f"{table.title}: paper vs nph ({counts['within']} of {counts['compared']} cells within "
-        "nph's spread)",
+        f"{title or table.title}: paper vs nph ({counts['within']} of {counts['compared']} "
+        "cells within nph's spread)",
         ["model", "column", "paper", "nph ± spread", "nph − paper", "within", "seeds"],
         rows,
     )

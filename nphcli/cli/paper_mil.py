@@ -87,6 +87,7 @@ def paper_mil_command(
     columns = [c for c in table.columns if any(col == c for _, col in per_seed)]
     columns += sorted({col for _, col in per_seed} - set(columns))  # Musk1, Musk2: not in it
     cells = paper_table.compare(table, per_seed, rows=labels, columns=columns)
-    paths = paper_table.write_comparison(out, table, cells, meta, picture=not no_plot)
-    render_comparison(table, cells, meta, as_json=as_json)
+    title = f"{table.title}; nph: {protocol} protocol, {chosen.folds} folds x {chosen.seeds} seeds"
+    paths = paper_table.write_comparison(out, table, cells, meta, picture=not no_plot, title=title)
+    render_comparison(table, cells, meta, as_json=as_json, title=title)
     wrote(paths)

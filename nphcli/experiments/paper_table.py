@@ -134,7 +134,7 @@ _TS_DATASETS = ("ETTh1", "ETTm1", "ECL", "WTH", "Traffic")
 PAPER_TABLES: dict[str, PaperTable] = {
     "mil_benchmark": PaperTable(
         name="mil_benchmark",
-        title="MIL benchmarks, ROC-AUC (mean of 5 seeds, stratified 10-fold CV)",
+        title="MIL benchmarks, ROC-AUC",
         metric="ROC-AUC",
         higher_is_better=True,
         rows=_MIL_ROWS,
@@ -152,7 +152,7 @@ PAPER_TABLES: dict[str, PaperTable] = {
     ),
     "mts-result": PaperTable(
         name="mts-result",
-        title="Univariate time-series prediction, MSE and MAE (mean of 5 runs)",
+        title="Univariate time-series prediction, MSE and MAE",
         metric="MSE / MAE",
         higher_is_better=False,
         rows=_TS_ROWS,
@@ -292,8 +292,9 @@ def draw(
     *,
     title: str | None = None,
 ) -> None:
-    """A PNG of the comparison: one panel per column; per model a bar of nph's mean with its
-    spread over seeds as an error bar, and the paper's value as a black diamond. Atomic."""
+    """A PNG of the comparison: one panel per column; per model nph's mean as a dot with its
+    spread over seeds as an error bar (green where the paper's value is within it, orange where
+    not), and the paper's value as a black diamond beside it. Written atomically."""
     from nphcli.plot import _matplotlib  # the optional dependency, imported where it is needed
 
     columns = list(dict.fromkeys(c.column for c in cells))
@@ -302,35 +303,33 @@ def draw(
     figure_cls, canvas_cls = _matplotlib()
     per_line = min(len(columns), 4)
     lines = math.ceil(len(columns) / per_line)
-    figure = figure_cls(figsize=(3.6 * per_line + 1, 3.2 * lines + 0.8), layout="constrained")
+    width = max(6.5, 0.45 * len(rows) * per_line + 1.5)
+    figure = figure_cls(figsize=(width, 3.4 * lines + 0.9), layout="constrained")
     canvas_cls(figure)
     grid = figure.subplots(lines, per_line, squeeze=False)
-    xs = range(len(rows))
     for index, column in enumerate(columns):
         axes = grid[index // per_line][index % per_line]
-        cs = [by_key[r, column] for r in rows]
-        means = [math.nan if c.mean is None else c.mean for c in cs]
-        stds = [0.0 if c.std is None else c.std for c in cs]
-        colours = ["tab:green" if c.within else "tab:orange" if c.within is False else "tab:grey"
-                   for c in cs]  # fmt: skip
-        axes.bar(xs, means, yerr=stds, capsize=3, color=colours, alpha=0.8, label="nph ± spread")
-        papers = [math.nan if c.paper is None else c.paper for c in cs]
-        axes.scatter(xs, papers, marker="D", color="black", zorder=3, label="paper")
-        ends = [m - s for m, s in zip(means, stds, strict=True)] + [
-            m + s for m, s in zip(means, stds, strict=True)
-        ]
-        known = [v for v in ends + papers if math.isfinite(v)]
-        if known:
-            pad = 0.15 * (max(known) - min(known)) + 1e-3
-            axes.set_ylim(min(known) - pad, max(known) + pad)
-        axes.set_xticks(list(xs), [MODEL_NAMES.get(r, r) for r in rows], rotation=45, ha="right")
+        for x, row in enumerate(rows):
+            cell = by_key[row, column]
+            if cell.mean is not None:
+                colour = {True: "tab:green", False: "tab:orange", None: "tab:grey"}[cell.within]
+                axes.errorbar(x - 0.12, cell.mean, yerr=cell.std, fmt="o", color=colour,
+                              capsize=3, label="nph ± spread" if x == 0 else None)  # fmt: skip
+            if cell.paper is not None:
+                axes.plot(x + 0.12, cell.paper, "D", color="black", markersize=5,
+                          label="paper" if x == 0 else None)  # fmt: skip
+        axes.set_xticks(range(len(rows)), [MODEL_NAMES.get(r, r) for r in rows], rotation=45,
+                        ha="right", fontsize=8)  # fmt: skip
+        axes.set_xlim(-0.6, len(rows) - 0.4)
         axes.set_title(column, fontsize=10)
         axes.set_ylabel(table.metric if table.metric != "MSE / MAE" else column.rsplit("/", 1)[-1])
+        axes.grid(axis="y", alpha=0.3)
     for index in range(len(columns), lines * per_line):
         grid[index // per_line][index % per_line].set_visible(False)
-    grid[0][0].legend(fontsize=7, loc="lower left")
+    grid[0][0].legend(fontsize=7)
     figure.suptitle(
-        title or f"{table.title}: paper (◆) vs nph (bar ± spread; green = within)", fontsize=10
+        f"{title or table.title}\npaper (◆) vs nph (● ± spread over seeds; green: paper within)",
+        fontsize=10,
     )
     with atomic_write(path, force=True) as tmp:
         figure.savefig(tmp, format="png", dpi=100)
@@ -343,6 +342,7 @@ def write_comparison(
     meta: Mapping[str, Any],
     *,
     picture: bool = True,
+    title: str | None = None,
 ) -> list[str]:
     """`{table}.json`, `{table}.csv` and (with `picture`) `{table}.png` in `folder`; their paths."""
     stem = os.path.join(os.fspath(folder), table.name)
@@ -350,6 +350,6 @@ def write_comparison(
     write_csv(stem + ".csv", cells)
     paths = [stem + ".json", stem + ".csv"]
     if picture:
-        draw(stem + ".png", table, cells)
+        draw(stem + ".png", table, cells, title=title)
         paths.append(stem + ".png")
     return paths
