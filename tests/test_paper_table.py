@@ -126,3 +126,14 @@ def test_draw_writes_a_png(tmp_path):
     cells = pt.compare(table, {("dense", c): [0.7, 0.8] for c in table.columns})
     pt.draw(tmp_path / "t.png", table, cells)
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_markdown_marks_the_cells_outside_the_spread():
+    table = pt.get_table("mil_benchmark")
+    results = {("dense", "Tiger"): [0.80, 0.82], ("dense", "Fox"): [0.9, 0.91]}
+    text = pt.markdown(pt.compare(table, results, rows=["dense"], columns=["Tiger", "Fox"]))
+    assert text.splitlines() == [
+        "| model | Tiger | Fox |",
+        "| --- | --- | --- |",
+        "| Dense | 0.810 ± 0.014 (0.813) | **0.905 ± 0.007 (0.563)** |",
+    ]

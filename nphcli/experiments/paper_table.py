@@ -238,6 +238,29 @@ def summary(cells: Iterable[Cell]) -> dict[str, Any]:
     }
 
 
+def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
+    """The comparison as a Markdown table for the docs: a row per model, a column per table
+    column, each cell `nph mean ± spread (paper value)`, in bold where the paper's value is
+    outside nph's spread."""
+    columns = list(dict.fromkeys(c.column for c in cells))
+    rows = list(dict.fromkeys(c.row for c in cells))
+    by_key = {(c.row, c.column): c for c in cells}
+    lines = [
+        "| model | " + " | ".join(columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+    ]
+    for row in rows:
+        texts = []
+        for column in columns:
+            cell = by_key[row, column]
+            text = "" if cell.mean is None else f"{cell.mean:.{digits}f} ± {cell.std:.{digits}f}"
+            if cell.paper is not None:
+                text += f" ({cell.paper:.{digits}f})"
+            texts.append(f"**{text}**" if cell.within is False else text)
+        lines.append(f"| {MODEL_NAMES.get(row, row)} | " + " | ".join(texts) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def cells_json(table: PaperTable, cells: Sequence[Cell], meta: Mapping[str, Any]) -> dict:
     """The comparison as one JSON-ready object: what it came from (`meta`), the table, the cells."""
     return {
