@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from nphcli.devices import resolve_device
-from nphcli.errors import NphError
+from nphcli.core.devices import resolve_device
+from nphcli.core.errors import NphError
 
 
 def provenance(machine: str | None = None) -> dict:

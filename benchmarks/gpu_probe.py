@@ -34,7 +34,7 @@ from _common import device_name, device_or_exit, emit, provenance, sync, unit_in
 from large import BETA, BLOCK, gemm2, mm_topk  # noqa: E402
 from large import MODELS as LARGE_MODELS  # noqa: E402
 
-from nphcli.defaults import DEFAULT_MEMORY_BUDGET  # noqa: E402
+from nphcli.core.defaults import DEFAULT_MEMORY_BUDGET  # noqa: E402
 from nphcli.engine import attention, blocks, precision  # noqa: E402
 from nphcli.engine.precision import HALF_DTYPES  # noqa: E402
 from nphcli.memory.bank import TensorBank  # noqa: E402

@@ -23,7 +23,7 @@ from _common import device_name, device_or_exit, median_ms, provenance
 from gpu_probe import MODELS as PROBE_MODELS
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nphcli.dtypes import torch_dtype
+from nphcli.core.dtypes import torch_dtype
 from nphcli.models import create_model
 
 # The GPU probe's models and parameters, without multihead (no one-query target of its own).

@@ -19,7 +19,7 @@ import time
 import torch
 from _common import emit, provenance
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments import mil_paper
 from nphcli.experiments.mil_data import SOURCES, check_statistics, load_mil, statistics
 from nphcli.experiments.mil_protocol import PROTOCOLS

@@ -182,7 +182,7 @@ def regimes(device: torch.device, num_memories: int, queries_list, budget_s: flo
     """Per regime and Q: dense, α-entmax (α = 1.5), random (k = 0.2·M) and the entmax package's
     `entmax15` and `entmax_bisect` (scores, map, weighted sum; when installed), with the ratios
     the issue's targets name, all timed in this run."""
-    from nphcli.defaults import DEFAULT_BETA
+    from nphcli.core.defaults import DEFAULT_BETA
 
     cases = [(label, synthetic(num_memories, 0, device), beta) for label, beta in REGIMES]
     digits = idx_images(MNIST / "train-images-idx3-ubyte.gz")

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from nphcli.devices import use_threads
-from nphcli.evaluation.request import request_from, run_request
+from nphcli.app.request import request_from, run_request
+from nphcli.core.devices import use_threads
 
 BUSY = "while True: pass"
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.version import __version__
 
 # name → (module that defines it, its name there); imported (with torch) on first use
 _PUBLIC = {
-    "store": ("nphcli.memory.build", "store_memory"),
+    "store": ("nphcli.app.store", "store_memory"),
     "open_memory": ("nphcli.memory.open", "open_memory"),
     "Memory": ("nphcli.memory.bank", "Memory"),
     "create_model": ("nphcli.models", "create_model"),
@@ -52,11 +52,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
+    from nphcli.app.store import store_memory as store
     from nphcli.evaluation.corruption import Corruption
     from nphcli.evaluation.evaluate import evaluate
     from nphcli.evaluation.settings import RetrieveSettings
     from nphcli.memory.bank import Memory
-    from nphcli.memory.build import store_memory as store
     from nphcli.memory.open import open_memory
     from nphcli.models import create_model, list_models, retrieve
 

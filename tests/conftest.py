@@ -27,8 +27,8 @@ def _cached_command(app: typer.Typer):
     changes only with what its build reads: the registered models (a parameter option and its
     help) and typer's switch for its completion options' shell detection. So it is built once
     per app and value of those."""
-    from nphcli.evaluation.fields import param_fields
     from nphcli.models import model_names
+    from nphcli.schema.fields import param_fields
 
     params = tuple((field.name, field.help) for field in param_fields())
     completion = os.environ.get("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION")

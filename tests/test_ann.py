@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import assert_one_error_line
 
+from nphcli.core.errors import NphError
 from nphcli.engine.exact_search import faiss_available
-from nphcli.errors import NphError
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.models import create_model
 
@@ -177,10 +177,10 @@ def test_auto_device_on_a_cpu_only_machine_searches_the_index(scene, invoke, mon
     --device cpu", because the raw `--device` text reached the index checks."""
     from nphcli.ann.run import check_index_run
     from nphcli.ann.settings import IndexSettings
-    from nphcli.devices import resolve_device
+    from nphcli.core.devices import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr("nphcli.devices._mps_available", lambda: False)
+    monkeypatch.setattr("nphcli.core.devices._mps_available", lambda: False)
     folder, _, _ = scene
     memory, path = folder / "memory.safetensors", built(folder, "flat", name="m.flat.index")
     model = create_model("topk", k=5, beta=8.0)

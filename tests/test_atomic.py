@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from nphcli.atomic import atomic_write
-from nphcli.errors import NphError
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
 
 
 def test_new_file_gets_umask_permissions(tmp_path):

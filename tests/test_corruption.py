@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.evaluation.corruption import Corruption, corrupt
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nphcli.devices import canonical_device, same_device
+from nphcli.core.devices import canonical_device, same_device
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nphcli.devices import resolve_device, resolve_dtype, synchronize
-from nphcli.errors import NphError
+from nphcli.core.devices import resolve_device, resolve_dtype, synchronize
+from nphcli.core.errors import NphError
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
 
@@ -72,7 +72,7 @@ def test_synchronize_on_cpu_returns_with_the_work_done():
 
 
 def test_cuda_without_an_index_is_the_current_device():
-    from nphcli.devices import canonical_device, same_device
+    from nphcli.core.devices import canonical_device, same_device
 
     assert canonical_device("cpu") == torch.device("cpu")
     assert same_device("cpu", torch.device("cpu")) and not same_device("cpu", "meta")
@@ -86,7 +86,7 @@ def test_cuda_without_an_index_is_the_current_device():
 def cpu_only(monkeypatch):
     """This machine as one without CUDA or MPS, so `auto` means the CPU."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr("nphcli.devices._mps_available", lambda: False)
+    monkeypatch.setattr("nphcli.core.devices._mps_available", lambda: False)
 
 
 def test_auto_on_a_cpu_only_machine_is_the_cpu(cpu_only):

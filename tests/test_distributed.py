@@ -18,9 +18,9 @@ from conftest import assert_one_error_line
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.distributed.launch import GRACE_S, run_workers
 from nphcli.distributed.retrieve import evaluate_on_rank
-from nphcli.errors import NphError, NphRuntimeError
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
 from nphcli.evaluation.settings import RetrieveSettings

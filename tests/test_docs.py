@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nphcli.catalog import stale_files
 from nphcli.models import list_models
+from nphcli.schema.catalog import stale_files
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

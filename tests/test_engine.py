@@ -12,13 +12,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from nphcli.core.errors import NphError
 from nphcli.engine.attention import fused_attention_available, fused_attention_chosen
 from nphcli.engine.candidates import INITIAL_CANDIDATES
 from nphcli.engine.functional import entmax_bisect, sparsemax
 from nphcli.engine.hashing import random_keys
 from nphcli.engine.masks import random_choice, random_mask, random_subset
 from nphcli.engine.planning import Plan
-from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank, TensorBank
 from nphcli.models import create_model, model_names
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nphcli.core.errors import NphError
 from nphcli.engine import exact_search
 from nphcli.engine.exact_search import exact_topk, faiss_topk, torch_topk
-from nphcli.errors import NphError
 from nphcli.memory.bank import TensorBank
 from nphcli.models import create_model
 

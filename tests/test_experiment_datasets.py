@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments.datasets import (
     load_mil_csv,
     load_mil_mat,

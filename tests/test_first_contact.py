@@ -181,7 +181,7 @@ def test_errors_without_json_stay_one_line(invoke, tmp_path):
 
 
 PUBLIC = {
-    "store": "nphcli.memory.build.store_memory",
+    "store": "nphcli.app.store.store_memory",
     "open_memory": "nphcli.memory.open.open_memory",
     "Memory": "nphcli.memory.bank.Memory",
     "create_model": "nphcli.models.create_model",
@@ -213,7 +213,7 @@ def test_public_api_is_lazy_and_works(tmp_path):
     for name, where in PUBLIC.items():
         module, attribute = where.rsplit(".", 1)
         assert getattr(nphcli, name) is getattr(importlib.import_module(module), attribute), name
-    assert nphcli.NphError is importlib.import_module("nphcli.errors").NphError
+    assert nphcli.NphError is importlib.import_module("nphcli.core.errors").NphError
 
 
 def test_public_api_stores_opens_retrieves_and_evaluates(tmp_path):

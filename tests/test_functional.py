@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import fmix32_reference
 
+from nphcli.core.errors import NphError
 from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
 from nphcli.engine.hashing import random_keys
 from nphcli.engine.masks import (
@@ -24,7 +25,6 @@ from nphcli.engine.masks import (
     resolve_k,
     topk_mask,
 )
-from nphcli.errors import NphError
 from nphcli.models import create_model
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_memory_budget import PeakTracker
 
-from nphcli.defaults import DEFAULT_MEMORY_BUDGET
+from nphcli.core.defaults import DEFAULT_MEMORY_BUDGET
 from nphcli.engine import precision
 from nphcli.engine.blocks import SoftmaxAccumulator
 from nphcli.engine.planning import bank_block_row_bytes

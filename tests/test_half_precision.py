@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nphcli.core.errors import NphError
 from nphcli.engine.planning import Plan
 from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
-from nphcli.errors import NphError
 from nphcli.models import create_model
 from nphcli.models.registry import model_names
 

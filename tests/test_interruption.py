@@ -148,7 +148,7 @@ def test_kill_9_at_each_moment_of_a_write_keeps_the_old_file(workplaces, invoke,
 
 
 def test_only_temporaries_of_dead_local_processes_are_removed(tmp_path):
-    from nphcli.atomic import _host, remove_stale_temporaries
+    from nphcli.core.atomic import _host, remove_stale_temporaries
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

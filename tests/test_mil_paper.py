@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import assert_one_error_line
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments import mil_paper, mil_protocol
 from nphcli.experiments.datasets import MILData
 from nphcli.experiments.mil_protocol import Hyper

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments.mil_protocol import (
     PROTOCOLS,
     SEARCH_SPACE,

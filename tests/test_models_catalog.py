@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 
-from nphcli import catalog
+from nphcli.schema import catalog
 
 
 def test_write_regenerates_every_stale_file_and_only_the_marked_section(tmp_path, monkeypatch):

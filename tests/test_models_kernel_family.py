@@ -13,7 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.models import create_model, model_names
 
 KERNEL_MODELS = {

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.models import create_model
 
 SPARSE_FAMILY = {

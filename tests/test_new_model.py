@@ -17,11 +17,11 @@ import torch
 from conftest import assert_one_error_line
 from safetensors.torch import load_file
 
-from nphcli.catalog import cards_from_registry, models_markdown
 from nphcli.engine.attention import masked_attention
 from nphcli.memory.file import save_memory
 from nphcli.models import HopfieldModel, Update, create_model, registry
 from nphcli.models.base import param
+from nphcli.schema.catalog import cards_from_registry, models_markdown
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nphcli.errors import NphError
-from nphcli.normalize import METHODS, default_method, normalize, to_pixels, to_raw
+from nphcli.core.errors import NphError
+from nphcli.core.normalize import METHODS, default_method, normalize, to_pixels, to_raw
 
 MEMORY_FILES = Path(__file__).resolve().parents[1] / "docs" / "memory-files.md"
 PIXELS = (0.0, 255.0)
@@ -95,7 +95,7 @@ def test_every_method_is_defined_in_the_docs():
 
 def test_importing_normalize_and_sources_does_not_import_torch():
     code = (
-        "import sys; import nphcli.normalize, nphcli.sources; "
+        "import sys; import nphcli.core.normalize, nphcli.sources; "
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -283,7 +283,7 @@ def test_non_finite_model_output_is_an_error_not_a_null(memories, monkeypatch):
 
 @pytest.mark.parametrize("model", model_names())
 def test_models_given_scores_beyond_float32_fail_clearly(model):
-    from nphcli.errors import NphError
+    from nphcli.core.errors import NphError
     from nphcli.models import create_model
 
     generator = torch.Generator().manual_seed(0)

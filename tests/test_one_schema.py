@@ -17,7 +17,7 @@ import pytest
 SCRIPT = r"""
 import dataclasses, json, sys
 
-import nphcli.evaluation.fields as fields
+import nphcli.schema.fields as fields
 
 fill2 = dataclasses.replace(fields.get_field("fill"), name="fill2", group="corruption")
 fields.FIELDS = (*fields.FIELDS, fill2)
@@ -27,7 +27,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from nphcli.cli import app
-from nphcli.evaluation.batch import MemoryCache, run_job
+from nphcli.app.batch import MemoryCache, run_job
 from nphcli.sweeps import config
 from nphcli.sweeps.grid import expand
 

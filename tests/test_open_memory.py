@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory import open_memory
 from nphcli.memory.bank import Memory
 from nphcli.memory.file import load_memory, save_memory

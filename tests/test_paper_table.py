@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments import paper_table as pt
 
 # Typed again here from the issue text (not copied from the module), so a typo in either shows.

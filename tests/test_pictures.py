@@ -8,12 +8,12 @@ import pytest
 import torch
 from PIL import Image
 
-from nphcli.comparison_image import GUTTER, save_comparison_grid
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
 from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory import open_memory
 from nphcli.memory.file import save_memory
+from nphcli.presentation.comparison_image import GUTTER, save_comparison_grid
 
 GREY = round(GUTTER * 255)
 
@@ -114,7 +114,7 @@ def test_hetero_values_are_drawn(tmp_path, values, item):
 
 
 def test_settings_on_different_queries_are_refused(tmp_path):
-    from nphcli.errors import NphError
+    from nphcli.core.errors import NphError
 
     path = _memory(tmp_path, (1, 28, 28))
     memory = open_memory(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.evaluation import metrics
 from nphcli.evaluation.corruption import Corruption, corrupt
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from PIL import Image
 
-from nphcli.errors import NphError
-from nphcli.plot import curves, plot_results
+from nphcli.core.errors import NphError
+from nphcli.presentation.plot import curves, plot_results
 
 
 def result_rows():
@@ -144,7 +144,7 @@ def many_series_rows():
 @pytest.mark.slow
 def test_forty_series_keep_a_whole_legend_and_distinct_looks(tmp_path):
     pytest.importorskip("matplotlib")
-    from nphcli.plot import _look
+    from nphcli.presentation.plot import _look
 
     looks = [_look(i, 40) for i in range(40)]
     assert len(set(looks)) == 40
@@ -212,7 +212,7 @@ def phase_rows(trials=(0, 1)):
 
 
 def test_surfaces_are_cells_of_means_and_stds_one_panel_per_model():
-    from nphcli.plot_data import surfaces
+    from nphcli.presentation.plot_data import surfaces
 
     data = surfaces(phase_rows(), x="beta", y="noise")
     assert list(data.panels) == ["dense", "sparse"]
@@ -228,7 +228,7 @@ def test_surfaces_are_cells_of_means_and_stds_one_panel_per_model():
 
 
 def test_phase_diagram_draws_panels_boundary_and_spread(tmp_path):
-    from nphcli.plot import plot_phase
+    from nphcli.presentation.plot import plot_phase
 
     svg = plot_phase(phase_rows(), tmp_path / "p.svg", x="beta", y="noise").read_text()
     assert svg.count("<image") == 2 + 1  # one heatmap per model, and the colour bar

@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.layers import NPH, NPHLayer, NPHPooling, hopfield_layers_options
 from nphcli.models import create_model
 

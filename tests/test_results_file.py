@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import assert_one_error_line
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.sweeps.lock import ResultsLock, lock_path
 from nphcli.sweeps.results import Results, read_results
 

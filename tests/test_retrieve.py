@@ -15,7 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
-from nphcli.defaults import DEFAULT_BETA
+from nphcli.core.defaults import DEFAULT_BETA
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
 from nphcli.evaluation.inputs import read_rows

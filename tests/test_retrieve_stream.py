@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_one_error_line
+from PIL import Image
 
 from nphcli.evaluation import metrics
-from nphcli.evaluation.fields import parse_size
 from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank
 from nphcli.models import model_names
+from nphcli.schema.fields import parse_size
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +127,9 @@ def test_stream_hetero_own_queries_and_out(retrieve, hetero, tmp_path):
 
 @pytest.mark.parametrize("own", [False, True])
 def test_stream_save_grid_matches_in_memory(retrieve, mnist, tmp_path, own):
-    # One thread: with two, the one-shot and the blockwise sums round differently in the last
-    # bit, which moved 4 pixels of 74,888 by one grey level (a value on a rounding boundary).
+    # The one-shot and the blockwise sums may round differently in the last bit (with two
+    # threads, or on another CPU's kernels even with one): a value on a rounding boundary moves
+    # a pixel by one grey level (4 of 74,888 seen). Anything more is a different picture.
     args = ["--memory", mnist, "--queries", "5", "--mask", "0.5", "--threads", "1"]
     if own:  # no targets: the grid's third row is the nearest stored pattern, read by index
         from nphcli.memory.file import load_memory
@@ -139,7 +141,10 @@ def test_stream_save_grid_matches_in_memory(retrieve, mnist, tmp_path, own):
     assert retrieve(*args, "--save-grid", grids[0]).exit_code == 0
     result = retrieve(*args, "--stream", "--save-grid", grids[1])
     assert result.exit_code == 0, result.stderr
-    assert grids[0].read_bytes() == grids[1].read_bytes()
+    loaded, streamed = (np.asarray(Image.open(g), dtype=np.int16) for g in grids)
+    assert loaded.shape == streamed.shape
+    moved = np.abs(loaded - streamed)
+    assert moved.max() <= 1 and (moved > 0).sum() <= 16, ((moved > 0).sum(), moved.max())
 
 
 def test_nearest_takes_a_tensor_or_a_bank(mnist):

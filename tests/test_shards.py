@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import assert_one_error_line
 
+from nphcli.core.errors import NphError
 from nphcli.engine.planning import Plan
-from nphcli.errors import NphError
 from nphcli.memory import open_memory
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.format import read_metadata

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory.file import save_memory
 from nphcli.sources import SourceOptions, data_root, load_source, prepare_memory
 from nphcli.sources import datasets as datasets_module

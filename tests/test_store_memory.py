@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from nphcli.atomic import check_output
-from nphcli.errors import NphError
-from nphcli.memory import open_memory, store_memory
+from nphcli.app.store import store_memory
+from nphcli.core.atomic import check_output
+from nphcli.core.errors import NphError
+from nphcli.memory import open_memory
 
 
 def test_store_memory_pairs_values_and_labels_and_shards(tmp_path, invoke):

@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from nphcli.core.errors import NphError
 from nphcli.engine.planning import Plan
-from nphcli.errors import NphError
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.streamed import StreamedBank
 from nphcli.models import create_model, model_names

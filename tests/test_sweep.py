@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import assert_one_error_line
 
-from nphcli.devices import canonical_device
-from nphcli.errors import NphError
+from nphcli.core.devices import canonical_device
+from nphcli.core.errors import NphError
 from nphcli.sweeps import config as sweep_config
 from nphcli.sweeps.columns import ID_FIELDS
 from nphcli.sweeps.grid import expand, memory_seed, run_seed

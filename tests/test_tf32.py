@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from nphcli.devices import tf32_matmuls
+from nphcli.core.devices import tf32_matmuls
 from nphcli.memory.file import save_memory
 
 

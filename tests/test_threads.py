@@ -1,5 +1,5 @@
 """--threads and $NPH_THREADS: one definition, the same on every command that computes, applied
-once by `nphcli.evaluation.threads.use_threads`; a sweep defaults to one thread; outputs do not
+once by `nphcli.app.threads.use_threads`; a sweep defaults to one thread; outputs do not
 change."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import get_field
-from nphcli.evaluation.threads import THREADS_ENV, use_threads
+from nphcli.app.threads import THREADS_ENV, use_threads
+from nphcli.core.errors import NphError
 from nphcli.memory.file import save_memory
+from nphcli.schema.fields import get_field
 
 COMMANDS = ("retrieve", "batch", "sweep", "analyze", "mil")
 

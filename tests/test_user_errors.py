@@ -113,8 +113,8 @@ def test_impossible_size_is_refused_before_allocating(invoke, tmp_path):
 
 
 def test_check_allocation_counts_bytes():
-    from nphcli.errors import NphError
-    from nphcli.resources import check_allocation, physical_memory
+    from nphcli.core.errors import NphError
+    from nphcli.core.resources import check_allocation, physical_memory
 
     assert check_allocation((3, 5), 4, what="x", reduce="r") == 60
     ram = physical_memory()
@@ -140,7 +140,7 @@ def test_out_of_memory_is_one_line_saying_what_to_reduce(invoke, digits, monkeyp
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("nphcli.evaluation.product.evaluate_settings", fail)
+    monkeypatch.setattr("nphcli.app.product.evaluate_settings", fail)
     result = invoke("retrieve", "--memory", digits)
     assert_one_error_line(result, "out of memory", "--batch-size", "--memory-budget", code=1)
 
@@ -149,7 +149,7 @@ def test_a_bug_keeps_its_traceback(invoke, digits, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("an index went wrong")
 
-    monkeypatch.setattr("nphcli.evaluation.product.evaluate_settings", fail)
+    monkeypatch.setattr("nphcli.app.product.evaluate_settings", fail)
     result = invoke("retrieve", "--memory", digits)
     assert isinstance(result.exception, RuntimeError)
 

@@ -13,7 +13,7 @@ from torch import Tensor
 from nphcli.ann.index_file import AnnIndex, open_index
 from nphcli.ann.search import DEFAULT_EF, DEFAULT_NPROBE, IndexedModel
 from nphcli.ann.settings import IndexSettings
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 
 
@@ -23,7 +23,7 @@ def check_index_run(
     """Refuse, before the memory is loaded, an index that does not fit the run: unreadable,
     newer, built from another memory, a model that needs every score, options of another kind.
 
-    `device` is the resolved one (`nphcli.devices.resolve_device`), never the `--device` text:
+    `device` is the resolved one (`nphcli.core.devices.resolve_device`), never the `--device` text:
     `auto` on a machine without a GPU is the CPU, and an index search runs there."""
     if not isinstance(device, torch.device):  # a bug: the caller skipped resolve_device
         raise TypeError(f"check_index_run takes a resolved torch.device, not {device!r}")

@@ -27,9 +27,9 @@ import torch
 from torch import Tensor
 
 from nphcli.ann.index_file import AnnIndex, require_faiss
+from nphcli.core.errors import NphError
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.exact_search import torch_topk
-from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import Retrieval, _check_output
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 DEFAULT_CHECK_EXACT = 100  # queries compared with exact retrieval unless --check-exact says
 

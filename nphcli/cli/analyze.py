@@ -18,7 +18,7 @@ from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, with_fields
 from nphcli.cli.options import JsonOutput, Threads
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.theory.analysis import RETRIEVAL_FIELDS
 
 
@@ -137,7 +137,7 @@ def analyze_command(
     With --capacity (and no FILE): the capacity experiment on random patterns instead; see
     docs/reproduction.md, "Proposition 4.1".
     """
-    from nphcli.evaluation.threads import use_threads
+    from nphcli.app.threads import use_threads
 
     use_threads(threads)
     values = _single(field_values(given))
@@ -180,7 +180,7 @@ def analyze_command(
 
 def _single(values: dict[str, list[Any]]) -> dict[str, Any]:
     """One value per option: analyze checks one model setting."""
-    from nphcli.evaluation.fields import get_field
+    from nphcli.schema.fields import get_field
 
     for name, given in values.items():
         if len(given) != 1:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 
 def capacity_mode(

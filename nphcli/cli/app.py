@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover
     from click.exceptions import ClickException, NoArgsIsHelpError
 
 from nphcli.cli.render import plain_streams
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.version import __version__
 
 

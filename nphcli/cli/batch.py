@@ -1,6 +1,6 @@
 """`nph batch`: run JSON Lines retrieval jobs in one process, printing JSON Lines results.
 
-Parsing and rendering only; `nphcli.evaluation.batch` does the work.
+Parsing and rendering only; `nphcli.app.batch` does the work.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.options import Threads
 from nphcli.cli.render import print_json
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import fields
+from nphcli.core.errors import NphError
+from nphcli.schema.fields import fields
 
 
 @app.command("batch")
@@ -36,8 +36,8 @@ def batch_command(
     {"job": LINE, "error": MESSAGE} when it cannot run; the other jobs still run. Memory files
     are read once and kept between jobs. Exit status 1 when any job failed.
     """
-    from nphcli.evaluation.batch import run_jobs
-    from nphcli.evaluation.threads import use_threads
+    from nphcli.app.batch import run_jobs
+    from nphcli.app.threads import use_threads
 
     use_threads(threads)
     if jobs == "-":

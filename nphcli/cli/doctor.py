@@ -1,4 +1,4 @@
-"""`nph doctor`: the versions nph runs on and whether they fit together (see nphcli.doctor)."""
+"""`nph doctor`: the versions nph runs on and whether they fit together (see nphcli.app.doctor)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def doctor_command(as_json: JsonOutput = False) -> None:
     """Check the installation: Python, torch, torchvision (and that it matches torch), CUDA
     devices, faiss, matplotlib, torch's threads and the bundled sample data. Exit status 1 when
     something nph needs is broken."""
-    from nphcli.doctor import diagnose
+    from nphcli.app.doctor import diagnose
 
     report = diagnose()
     if as_json:

@@ -5,7 +5,7 @@ per model parameter), shown in `--help` under its group's panel, unless the comm
 that option itself; so a new field or a newly registered model's parameter is an option with no
 edit here. The command receives the options given as one dict, `given` (name → the text, or
 True for a switch), and `field_values(given)` parses it into the lists of values that
-`nphcli.evaluation.request.request_from` takes. Reads no torch.
+`nphcli.app.request.request_from` takes. Reads no torch.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from nphcli.evaluation.fields import FIELDS, Field, get_field, param_fields
+from nphcli.schema.fields import FIELDS, Field, get_field, param_fields
 
 PANELS = {
     "input": "Input",

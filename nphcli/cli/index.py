@@ -50,8 +50,8 @@ def index_command(
         require_faiss,
         write_index,
     )
-    from nphcli.atomic import check_output
-    from nphcli.errors import NphError
+    from nphcli.core.atomic import check_output
+    from nphcli.core.errors import NphError
     from nphcli.memory import open_memory
 
     open_memory(memory, stream=True)  # the input first (its header only): a missing file says so

@@ -37,7 +37,7 @@ def info_command(
     Separation statistics of the stored patterns ξ_μ (Hu et al. 2025): m = max ‖ξ_μ‖;
     R = ½ min over μ≠ν of ‖ξ_μ − ξ_ν‖; Δ_μ = ⟨ξ_μ, ξ_μ⟩ − max over ν≠μ of ⟨ξ_μ, ξ_ν⟩.
     """
-    from nphcli.errors import NphError
+    from nphcli.core.errors import NphError
     from nphcli.memory import open_memory
     from nphcli.theory.separation import describe
 

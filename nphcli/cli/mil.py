@@ -60,7 +60,7 @@ def mil_command(
     """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size.
 
     The paper's MIL table on real data sets (Elephant, UCSB, ...) is `nph paper mil`."""
-    from nphcli.evaluation.threads import use_threads
+    from nphcli.app.threads import use_threads
     from nphcli.experiments import mil
 
     use_threads(threads)

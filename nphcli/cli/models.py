@@ -12,7 +12,7 @@ def models_command(
     as_json: JsonOutput = False,
 ) -> None:
     """List every retrieval model with its formula, parameters and cost."""
-    from nphcli.catalog import model_cards
+    from nphcli.schema.catalog import model_cards
 
     infos = model_cards()
     if as_json:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from nphcli.evaluation.fields import get_field
+from nphcli.schema.fields import get_field
 
 JsonOutput = Annotated[
     bool, typer.Option("--json", help="Print JSON (one object) instead of a table.")
@@ -35,7 +35,7 @@ QueryCount = Annotated[
 ]
 Force = Annotated[bool, typer.Option("--force", help="Replace output files that exist.")]
 # The retrieval field `threads`, for commands whose options are not generated from the fields
-# (retrieve's is); checked and applied by `nphcli.evaluation.threads.use_threads`.
+# (retrieve's is); checked and applied by `nphcli.app.threads.use_threads`.
 Threads = Annotated[
     int | None,
     typer.Option("--threads", help=get_field("threads").help, show_default=False),

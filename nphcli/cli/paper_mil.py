@@ -66,7 +66,7 @@ def paper_mil_command(
     threads: Threads = None,
 ) -> None:
     """Train the paper's MIL network on real bags; print nph's ROC-AUC beside the paper's."""
-    from nphcli.evaluation.threads import use_threads
+    from nphcli.app.threads import use_threads
     from nphcli.experiments import mil_paper, mil_protocol, paper_table
 
     use_threads(threads)

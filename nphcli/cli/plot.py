@@ -1,6 +1,7 @@
 """`nph plot`: draw a metric of results files (of nph sweep or nph retrieve --csv).
 
-Parsing and rendering only; `nphcli.plot` and `nphcli.plot_data` do the work.
+Parsing and rendering only; `nphcli.presentation.plot` and `nphcli.presentation.plot_data` do
+the work.
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ def plot_command(
     """Plot a metric of results: mean over trials against a setting, one line per combination
     of the other settings that vary, shaded ±1 std; or, with --y, a phase diagram over two
     settings. Needs matplotlib (pip install matplotlib)."""
-    from nphcli.atomic import check_writable
-    from nphcli.errors import NphError
-    from nphcli.plot import check_plot_output, parse_pixels, plot_phase, plot_results
+    from nphcli.core.atomic import check_writable
+    from nphcli.core.errors import NphError
+    from nphcli.presentation.plot import check_plot_output, parse_pixels, plot_phase, plot_results
     from nphcli.sweeps.results import read_results
 
     pixels = parse_pixels(size)

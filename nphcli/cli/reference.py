@@ -2,7 +2,7 @@
 
 It walks the click tree that typer builds for `nph`, so every command, option, type and help text
 is the one `--help` prints; nothing is written twice. `python -m nphcli.cli.reference --write`
-regenerates the page and the generated model reference (`nphcli.catalog`) in README.md and
+regenerates the page and the generated model reference (`nphcli.schema.catalog`) in README.md and
 docs/models.md; `tests/test_docs.py` fails when any of them is stale. The output does
 not depend on the terminal: it is built from click's parameter objects, not from formatted help.
 Typer may carry its own copy of click, so the objects are told apart by their attributes rather
@@ -111,7 +111,8 @@ def _walk(group, ctx) -> list:
 def main(argv: list[str]) -> int:
     text = reference_markdown()
     if argv == ["--write"]:
-        from nphcli.catalog import write_generated
+        import nphcli.models  # noqa: F401  (serves the live registry's cards)
+        from nphcli.schema.catalog import write_generated
 
         PAGE.write_text(text, encoding="utf-8")
         for path in [PAGE, *write_generated()]:

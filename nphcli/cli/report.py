@@ -1,6 +1,6 @@
 """`nph report`: one self-contained HTML page of results, plots and comparison pictures.
 
-Parsing and rendering only; `nphcli.report_html` does the work.
+Parsing and rendering only; `nphcli.presentation.report_html` does the work.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ def report_command(
     """Write one self-contained HTML report (no network, figures inline): provenance, every
     setting's metrics with the best marked, line plots, phase diagrams and comparison
     pictures. Needs matplotlib for the plots."""
-    from nphcli.atomic import check_writable
-    from nphcli.errors import NphError
-    from nphcli.report_html import write_report
+    from nphcli.core.atomic import check_writable
+    from nphcli.core.errors import NphError
+    from nphcli.presentation.report_html import write_report
+    from nphcli.sweeps.reading import read_inputs
 
     results, grids = results or [], grid or []
     if out.suffix.lower() not in (".html", ".htm"):
@@ -47,7 +48,8 @@ def report_command(
     if any(out.resolve() == path.resolve() for path in [*results, *grids]):
         raise NphError("--out would replace an input; choose another name")
     check_writable(out, force=force)
-    write_report(out, results, grids=grids, title=title, force=force)
+    rows, sources = read_inputs(results)
+    write_report(out, rows, sources, grids=grids, title=title, force=force)
     if not quiet():
         stderr_console().print(
             f"wrote {out} (open it in a browser)", highlight=False, soft_wrap=True

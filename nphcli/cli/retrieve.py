@@ -1,7 +1,7 @@
 """`nph retrieve`: corrupt stored patterns (or read your own queries), retrieve, measure, report.
 
-Every option is generated from the retrieval fields (`nphcli.evaluation.fields`) and the model
-catalog; `nphcli.evaluation.request` builds and runs the request. Parsing and rendering only.
+Every option is generated from the retrieval fields (`nphcli.schema.fields`) and the model
+catalog; `nphcli.app.request` builds and runs the request. Parsing and rendering only.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def retrieve_command(*, given: dict[str, Any]) -> None:
     every combination is evaluated on the memory read once. Metrics and timings are defined in
     docs/retrieving.md.
     """
-    from nphcli.evaluation.request import request_from, run_request, save_outputs
+    from nphcli.app.request import request_from, run_request, save_outputs
 
     request = request_from(field_values(given))
     outcome = run_request(request)

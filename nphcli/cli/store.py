@@ -11,8 +11,8 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.options import Force, JsonOutput, Seed
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.dtypes import STORE_DTYPES
-from nphcli.normalize import METHODS
+from nphcli.core.dtypes import STORE_DTYPES
+from nphcli.core.normalize import METHODS
 from nphcli.sources import list_sources
 from nphcli.sources.synthetic import DISTRIBUTIONS
 
@@ -144,7 +144,7 @@ def store_command(
     force: Force = False,
     as_json: JsonOutput = False,
 ) -> None:
-    from nphcli.memory.build import store_memory
+    from nphcli.app.store import store_memory
 
     stored = store_memory(
         source,

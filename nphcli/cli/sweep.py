@@ -18,7 +18,7 @@ from nphcli.cli.field_options import field_values, with_fields
 from nphcli.cli.options import JsonOutput, Threads
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.evaluation.fields import fields
+from nphcli.schema.fields import fields
 from nphcli.sweeps.config import list_presets
 from nphcli.sweeps.session import DEFAULT_OUT
 
@@ -127,7 +127,7 @@ def sweep_command(
     Rows are appended to --out as they finish; the summary (mean ± std over trials per setting)
     goes to stdout. Options override the --preset or --config grid.
     """
-    from nphcli.errors import NphError
+    from nphcli.core.errors import NphError
     from nphcli.sweeps.config import own_field, source_text
     from nphcli.sweeps.session import SweepRequest, run_sweep
 

@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import torch
 
-from nphcli.devices import unpinned_cuda
-from nphcli.errors import NphError
+from nphcli.core.devices import unpinned_cuda
+from nphcli.core.errors import NphError
 from nphcli.memory import open_memory
 from nphcli.memory.collective import GroupCollective
 from nphcli.memory.format import is_manifest

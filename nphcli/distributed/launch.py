@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 
+from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.distributed.group import DEFAULT_TIMEOUT, join_group, leave_group
-from nphcli.errors import NphError, NphRuntimeError
 from nphcli.memory.collective import GroupCollective
 
 # After the first failure, how long to wait for the other workers' own reports before stopping
@@ -99,7 +99,10 @@ def run_workers(
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
     context = torch.multiprocessing.get_context(method or "forkserver")
     if context.get_start_method() == "forkserver":
-        context.set_forkserver_preload(["nphcli.distributed.retrieve"])
+        # the module that defines `work` (and what it imports) loads once, in the fork server
+        defining = getattr(work, "func", work).__module__  # a functools.partial names its func
+        if defining != "__main__":
+            context.set_forkserver_preload([defining])
     address = f"tcp://127.0.0.1:{free_port()}"
     pipes = [context.Pipe() for _ in range(workers)]  # (parent's end, worker's end) per rank
     processes = [

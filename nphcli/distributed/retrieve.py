@@ -11,6 +11,7 @@ import functools
 import os
 import time
 
+from nphcli.core.errors import NphError
 from nphcli.distributed.group import (
     join_group,
     leave_group,
@@ -18,7 +19,6 @@ from nphcli.distributed.group import (
     owned_parts,
     read_shard_set,
 )
-from nphcli.errors import NphError
 from nphcli.evaluation.evaluate import evaluate_inputs
 from nphcli.evaluation.inputs import inputs_with
 from nphcli.evaluation.report import RetrievalReport

@@ -12,11 +12,11 @@ import importlib
 import torch
 from torch import Tensor
 
+from nphcli.core.notices import notice
 from nphcli.engine.precision import HALF_DTYPES, matmul
 from nphcli.engine.selection import block_topk, fused_selection_applies
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
-from nphcli.notices import notice
 
 
 class SoftmaxAccumulator:

@@ -19,11 +19,11 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from nphcli.core.errors import score_overflow
 from nphcli.engine.blocks import TopKAccumulator, weighted_rows
 from nphcli.engine.planning import Plan, itemsize
 from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
 from nphcli.engine.selection import running_topk_plan
-from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
 
 # Candidates per query in the first round. Sparse Hopfield supports are typically a handful of

@@ -24,11 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor
 
+from nphcli.core.errors import score_overflow
 from nphcli.engine import blocks, host_buffers
 from nphcli.engine.blocks import triton_or_none, weighted_rows
 from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
 from nphcli.engine.thresholds import _sample_stride, _starts, solve
-from nphcli.errors import score_overflow
 from nphcli.memory.bank import MemoryBank
 
 DENSE_SHARE = 0.15  # above this share of scores over the start: weights over the whole block

@@ -24,9 +24,9 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from nphcli.core.errors import NphError
 from nphcli.engine.blocks import TopKAccumulator
 from nphcli.engine.precision import accumulation_dtype, matmul
-from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank, TensorBank
 
 ENVIRONMENT = "NPH_EXACT_SEARCH"

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nphcli.core.errors import NphError
 from nphcli.engine import hashing, host_buffers
 from nphcli.engine.hashing import (
     MASK32,
@@ -26,7 +27,6 @@ from nphcli.engine.hashing import (
     query_state,
     random_keys,
 )
-from nphcli.errors import NphError
 
 K_HELP = (
     "memories each query keeps: a whole count ≥ 1, or a fraction of M in (0, 1) "

@@ -10,9 +10,9 @@ from functools import lru_cache
 
 import torch
 
+from nphcli.core.notices import notice
+from nphcli.core.resources import human_bytes
 from nphcli.memory.bank import MemoryBank
-from nphcli.notices import notice
-from nphcli.resources import human_bytes
 
 
 def itemsize(dtype: torch.dtype) -> int:

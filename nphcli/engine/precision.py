@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nphcli import dtypes
-from nphcli.dtypes import torch_dtype
+from nphcli.core import dtypes
+from nphcli.core.dtypes import torch_dtype
 
 HALF_DTYPES = tuple(torch_dtype(name) for name in dtypes.HALF_DTYPES)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 IMAGE_MODES = ("bottom", "top", "left", "right")
 MASK_MODES = (*IMAGE_MODES, "random")

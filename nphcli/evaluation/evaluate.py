@@ -24,14 +24,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.defaults import DEFAULT_MEMORY_BUDGET
-from nphcli.devices import (
+from nphcli.core.defaults import DEFAULT_MEMORY_BUDGET
+from nphcli.core.devices import (
     resolve_device,
     resolve_dtype,
     synchronize,
     tf32_matmuls,
 )
-from nphcli.dtypes import dtype_name
+from nphcli.core.dtypes import dtype_name
 from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
 from nphcli.evaluation.guards import (

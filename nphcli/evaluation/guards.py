@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nphcli.defaults import DEFAULT_BETA, DEFAULT_BETA_NORM2
-from nphcli.dtypes import dtype_name
-from nphcli.errors import NphError, NphRuntimeError
+from nphcli.core.defaults import DEFAULT_BETA, DEFAULT_BETA_NORM2
+from nphcli.core.dtypes import dtype_name
+from nphcli.core.errors import NphError, NphRuntimeError
+from nphcli.core.notices import notice
 from nphcli.evaluation.metrics import metric_dtype
 from nphcli.memory.bank import MemoryBank
-from nphcli.notices import notice
 
 
 @dataclass

@@ -11,12 +11,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import default
+from nphcli.core.errors import NphError
+from nphcli.core.normalize import apply_record
+from nphcli.core.notices import notice
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
-from nphcli.normalize import apply_record
-from nphcli.notices import notice
+from nphcli.schema.fields import default
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from torch import Tensor
 
-from nphcli.atomic import atomic_write
-from nphcli.errors import NphError
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
 
 METRICS = (
     "success",

@@ -1,7 +1,7 @@
 """What decides one retrieval run (`RetrieveSettings`), checked when it is made; the settings
 that many values of the fields give (`expand_settings`); and the model a setting builds.
 
-Defaults and checks come from the fields (`nphcli.evaluation.fields`), so the Python API, the
+Defaults and checks come from the fields (`nphcli.schema.fields`), so the Python API, the
 command line, batch jobs and sweeps agree by construction.
 """
 
@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nphcli.ann.settings import IndexSettings
-from nphcli.catalog import get_card, model_cards
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.evaluation.corruption import Corruption
-from nphcli.evaluation.fields import default, fields, get_field
+from nphcli.schema.catalog import get_card, model_cards
+from nphcli.schema.fields import default, fields, get_field
 
 # Fields held by `Corruption` and `IndexSettings` rather than by `RetrieveSettings` itself.
 CORRUPTION_FIELDS = ("mask", "mask_mode", "fill", "noise", "noise_clip")
@@ -27,7 +27,7 @@ _FLAT = ("seed", "queries", "device", "dtype", "batch_size", "repeat", "memory_b
 @dataclass
 class RetrieveSettings:
     """Everything that decides a retrieval run, apart from the memory and own queries. Each
-    field is described (help, type, range) in `nphcli.evaluation.fields`."""
+    field is described (help, type, range) in `nphcli.schema.fields`."""
 
     model: str = default("model")  # a registered model name (`nph models`)
     params: dict[str, Any] = field(default_factory=dict)  # model parameters; None = its default

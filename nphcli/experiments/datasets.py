@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 
 @dataclass

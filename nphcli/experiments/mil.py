@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor, nn
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 from nphcli.experiments.mil_config import PRESETS, MILConfig, Variant, chosen_variants, configure
 from nphcli.experiments.mil_results import (
     plot_results,
@@ -46,7 +47,6 @@ from nphcli.experiments.mil_results import (
 )
 from nphcli.layers import NPHPooling
 from nphcli.models import create_model
-from nphcli.notices import notice
 
 
 class MILNet(nn.Module):

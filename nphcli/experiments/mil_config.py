@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 
 @dataclass(frozen=True)

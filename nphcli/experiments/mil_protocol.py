@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 # Table "hyperparameters": the random-search space, value lists as printed.
 SEARCH_SPACE: dict[str, tuple[float, ...]] = {

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nphcli.atomic import atomic_write
-from nphcli.errors import NphError
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
@@ -58,7 +58,9 @@ def plot_results(
     """Three panels: final test accuracy vs bag size per model, then training loss and test
     accuracy per epoch at `convergence_bag_size` (means over runs). Training loss shows how fast a
     rule learns; test loss would mostly show over-confidence once it has. Written atomically."""
-    from nphcli.plot import _matplotlib  # the optional dependency, imported where it is needed
+    from nphcli.presentation.plot import (
+        _matplotlib,  # the optional dependency, imported where it is needed
+    )
 
     figure_cls, canvas_cls = _matplotlib()
     figure = figure_cls(figsize=(16, 4.5))

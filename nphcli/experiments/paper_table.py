@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from nphcli.atomic import atomic_write
-from nphcli.errors import NphError
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
 
 
 @dataclass(frozen=True)
@@ -318,7 +318,7 @@ def draw(
     """A PNG of the comparison: one panel per column; per model nph's mean as a dot with its
     spread over seeds as an error bar (green where the paper's value is within it, orange where
     not), and the paper's value as a black diamond beside it. Written atomically."""
-    from nphcli.plot import _matplotlib  # the optional dependency, imported where it is needed
+    from nphcli.presentation.plot import _matplotlib  # optional: imported where needed
 
     columns = list(dict.fromkeys(c.column for c in cells))
     rows = list(dict.fromkeys(c.row for c in cells))

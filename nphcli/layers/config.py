@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.models import HopfieldModel, create_model
 
 NORM_KINDS = ("affine", "plain")  # layer norm with a learnable scale and shift, or without

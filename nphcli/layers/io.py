@@ -17,8 +17,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from nphcli.atomic import atomic_write
-from nphcli.errors import NphError
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
 from nphcli.layers.config import LayerConfig
 from nphcli.layers.modules import NPH, NPHLayer, NPHPooling
 

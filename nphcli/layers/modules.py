@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.layers.association import associate, forms_weights, weights_from_scores
 from nphcli.layers.config import LayerConfig, Norms
 

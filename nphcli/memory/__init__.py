@@ -11,11 +11,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 # name → module that defines it
-_PUBLIC = {"open_memory": "nphcli.memory.open", "store_memory": "nphcli.memory.build"}
-__all__ = ["open_memory", "store_memory"]
+_PUBLIC = {"open_memory": "nphcli.memory.open"}
+__all__ = ["open_memory"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
-    from nphcli.memory.build import store_memory
     from nphcli.memory.open import open_memory
 
 

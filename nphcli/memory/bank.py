@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory.collective import LOCAL, Collective
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphRuntimeError
+from nphcli.core.errors import NphRuntimeError
 
 
 class Collective:

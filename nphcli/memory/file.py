@@ -4,7 +4,7 @@ Tensors: `patterns` (M, d) float; optional `labels` (M,) int64; optional `values
 hetero-association. Metadata (safetensors' string→string map) holds each field of `Memory.meta`
 as a JSON value, so other tools can read it and nph can map patterns back to images.
 
-Writes are atomic (see `atomic.py`). Loading validates everything a later command relies on, so
+Writes are atomic (see `core/atomic.py`). Loading validates everything a later command relies on, so
 a damaged or foreign file fails here with one clear message instead of deep inside a model.
 """
 
@@ -20,9 +20,9 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from nphcli.atomic import atomic_write
-from nphcli.dtypes import dtype_name
-from nphcli.errors import NphError
+from nphcli.core.atomic import atomic_write
+from nphcli.core.dtypes import dtype_name
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import Memory
 from nphcli.memory.format import (
     FORMAT_NAME,

@@ -29,9 +29,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from nphcli.dtypes import COMPUTE_DTYPES, name_from_code, torch_dtype
-from nphcli.errors import NphError
-from nphcli.notices import notice
+from nphcli.core.dtypes import COMPUTE_DTYPES, name_from_code, torch_dtype
+from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 
 FORMAT_NAME = "nph-memory"
 FORMAT_VERSION = 1

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import Memory, MemoryBank
 from nphcli.memory.collective import LOCAL, Collective
 from nphcli.memory.file import load_memory

@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.atomic import atomic_write, check_folder
-from nphcli.errors import NphError
+from nphcli.core.atomic import atomic_write, check_folder
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import LOCAL, Collective
 from nphcli.memory.file import save_memory

@@ -32,9 +32,9 @@ import torch
 from safetensors import safe_open
 from torch import Tensor
 
-from nphcli.devices import canonical_device
-from nphcli.dtypes import name_from_code, torch_dtype
-from nphcli.errors import NphError
+from nphcli.core.devices import canonical_device
+from nphcli.core.dtypes import name_from_code, torch_dtype
+from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.format import read_layout, tensor_spans
 

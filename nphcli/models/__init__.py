@@ -28,6 +28,24 @@ from nphcli.models.registry import (
     list_models,
     model_names,
 )
+from nphcli.schema.catalog import ModelCard, ParamCard, serve_live_cards
+
+
+def _live_cards() -> list[ModelCard]:
+    """The registry as the torch-free catalog describes models (`nph models`, option help)."""
+    return [
+        ModelCard(
+            info.name,
+            info.summary,
+            info.formula,
+            info.cost,
+            tuple(ParamCard(p.name, p.type.__name__, p.default, p.help) for p in info.params),
+        )
+        for info in list_models()
+    ]
+
+
+serve_live_cards(_live_cards)
 
 
 def retrieve(

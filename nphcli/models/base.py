@@ -18,15 +18,15 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from nphcli.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
-from nphcli.devices import same_device
-from nphcli.dtypes import COMPUTE_DTYPES, torch_dtype
+from nphcli.core.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
+from nphcli.core.devices import same_device
+from nphcli.core.dtypes import COMPUTE_DTYPES, torch_dtype
+from nphcli.core.errors import NphError, score_overflow
 from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
 from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype
-from nphcli.errors import NphError, score_overflow
 from nphcli.memory.bank import MemoryBank, as_bank
 
 FLOAT_DTYPES = tuple(torch_dtype(name) for name in COMPUTE_DTYPES)

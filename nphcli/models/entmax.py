@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nphcli.core.errors import NphError
 from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_plan, candidate_update, candidate_working_set
@@ -30,7 +31,6 @@ from nphcli.engine.entmax_block import entmax_block_update, one_block_bytes
 from nphcli.engine.functional import entmax
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.engine.precision import accumulation_dtype
-from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model

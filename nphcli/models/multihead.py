@@ -19,10 +19,10 @@ from typing import Any
 
 from torch import Tensor
 
+from nphcli.core.errors import NphError
 from nphcli.engine.attention import attention_plan, fused_heads, softmax_attention
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan
-from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.registry import register_model

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 
 @dataclass(frozen=True)

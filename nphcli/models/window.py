@@ -21,12 +21,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nphcli.core.errors import NphError
 from nphcli.engine.attention import gathered_attention, masked_attention
 from nphcli.engine.blocks import GATHER_LIMIT
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import window_band, window_mask
 from nphcli.engine.planning import itemsize
-from nphcli.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.registry import register_model

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nphcli.dtypes import STORE_DTYPES
+from nphcli.core.dtypes import STORE_DTYPES
 from nphcli.sources import datasets, files, synthetic  # noqa: F401  (register the sources)
 from nphcli.sources.base import (
     IMAGE,
@@ -50,15 +50,15 @@ def prepare_memory(
 ) -> Prepared:
     """Load `spec`, normalise it (default: `unit` for images, `none` otherwise), cast to `dtype`.
 
-    The metadata gains `normalize` (the record `nphcli.normalize.to_pixels` reads) and
+    The metadata gains `normalize` (the record `nphcli.core.normalize.to_pixels` reads) and
     `value_range` ([min, max] of the stored values, after the cast).
     """
     import torch
 
-    from nphcli import normalize as norm
-    from nphcli.dtypes import check_dtype
-    from nphcli.dtypes import torch_dtype as dtype_of
-    from nphcli.errors import NphError
+    from nphcli.core import normalize as norm
+    from nphcli.core.dtypes import check_dtype
+    from nphcli.core.dtypes import torch_dtype as dtype_of
+    from nphcli.core.errors import NphError
 
     torch_dtype = dtype_of(check_dtype(dtype, allowed=STORE_DTYPES))
     loaded = load_source(spec, options)

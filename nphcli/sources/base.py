@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 if TYPE_CHECKING:
     from torch import Tensor

@@ -23,11 +23,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nphcli.doctor import import_torchvision
-from nphcli.errors import NphError
-from nphcli.notices import notice
+from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 from nphcli.sources import sample
 from nphcli.sources.base import IMAGE, Loaded, SourceOptions, choose, register_source
+from nphcli.sources.vision import import_torchvision
 
 if TYPE_CHECKING:
     from torch import Tensor

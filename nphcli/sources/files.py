@@ -12,7 +12,7 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.sources.base import (
     IMAGE,
     VECTOR,

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.sources.base import IMAGE, SourceOptions, choose, load_source
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def load_values(path: str | os.PathLike, meta: dict[str, Any]) -> Tensor:
     """Values (M, d_v) float32 for the patterns a source gave (`meta`: its metadata, with the
     `normalize` record of the stored keys). Any file `nph store` reads; pixel data (uint8
     arrays, images) is normalised like the keys, numbers are taken as they are."""
-    from nphcli.normalize import apply_record
+    from nphcli.core.normalize import apply_record
 
     path = Path(path)
     if not path.exists():
@@ -87,7 +87,7 @@ def in_store_dtype(values: Tensor, dtype: str) -> Tensor:
     """`values` cast to the memory's storage dtype; NphError if they do not fit in it."""
     import torch
 
-    from nphcli.dtypes import torch_dtype
+    from nphcli.core.dtypes import torch_dtype
 
     stored = values.to(torch_dtype(dtype))  # (M, d_v)
     if not torch.isfinite(stored).all():

@@ -10,7 +10,7 @@ import gzip
 import shutil
 from pathlib import Path
 
-from nphcli.errors import NphRuntimeError
+from nphcli.core.errors import NphRuntimeError
 
 MNIST_FILES = (
     "train-images-idx3-ubyte",

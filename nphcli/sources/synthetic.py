@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nphcli.errors import NphError
-from nphcli.resources import check_allocation
+from nphcli.core.errors import NphError
+from nphcli.core.resources import check_allocation
 from nphcli.sources.base import VECTOR, Loaded, SourceOptions, register_source
 
 DEFAULT_N = 1000

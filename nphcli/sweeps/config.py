@@ -2,7 +2,7 @@
 
 A sweep evaluates its models (each with its own parameter values) at every memory size and
 every combination of the retrieval values it is given, for a number of trials. Its setting keys
-are the retrieval fields (`nphcli.evaluation.fields`: mask, noise, fill, dtype, ... and model
+are the retrieval fields (`nphcli.schema.fields`: mask, noise, fill, dtype, ... and model
 parameters such as beta or k), read and checked exactly as `nph retrieve` and `nph batch` read
 them: one value, or a list for several. The same TOML format serves the shipped presets
 (`nphcli/presets/*.toml`, listed by `list_presets`) and the user's own `--config FILE`;
@@ -41,8 +41,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import Field, check_keys, default, fields, get_field
+from nphcli.core.errors import NphError
+from nphcli.schema.fields import Field, check_keys, default, fields, get_field
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -303,7 +303,7 @@ def _model_spec(entry: Any, where: str, *, replaced: set[str]) -> ModelSpec:
 
 def _check_params(values: dict[str, list], models: list[ModelSpec], where: str) -> None:
     """A model parameter given for the whole grid must be taken by one of its models."""
-    from nphcli.catalog import model_cards
+    from nphcli.schema.catalog import model_cards
 
     declared = {f.name for f in fields()}
     for name in values:
@@ -327,7 +327,7 @@ def _check_models(config: SweepConfig) -> None:
 
 
 def _card(name: str):
-    from nphcli.catalog import get_card, model_cards
+    from nphcli.schema.catalog import get_card, model_cards
 
     card = get_card(str(name).strip())
     if card is None:

@@ -25,7 +25,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 if TYPE_CHECKING:  # the grid reads a config; the config checks its models through the grid
     from nphcli.sweeps.config import SweepConfig
@@ -88,9 +88,9 @@ def _text(value: Any) -> str:
 
 def expand(config: SweepConfig) -> list[Setting]:
     """The grid's settings in run order (module docstring)."""
-    from nphcli.catalog import get_card
-    from nphcli.evaluation.fields import fields
     from nphcli.evaluation.settings import settings_from
+    from nphcli.schema.catalog import get_card
+    from nphcli.schema.fields import fields
 
     declared = [f.name for f in fields() if f.name in config.values]
     params = [name for name in config.values if name not in declared]

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 try:
     import fcntl

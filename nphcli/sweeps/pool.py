@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.sweeps.config import SweepConfig
 
 

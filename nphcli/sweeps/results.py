@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nphcli.atomic import check_folder, fsync_folder, write_failure_reason
-from nphcli.errors import NphError, NphRuntimeError
-from nphcli.notices import notice
+from nphcli.core.atomic import check_folder, fsync_folder, write_failure_reason
+from nphcli.core.errors import NphError, NphRuntimeError
+from nphcli.core.notices import notice
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.lock import ResultsLock
 

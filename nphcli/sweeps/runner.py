@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nphcli.notices import notice
+from nphcli.core.notices import notice
 from nphcli.sweeps.columns import id_columns, theory_columns
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.grid import Setting, Task, expand, memory_seed, plan, run_seed

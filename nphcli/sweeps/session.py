@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 DEFAULT_OUT = Path("sweep.jsonl")
 SWEEP_THREADS = 1  # torch threads of a sweep unless --threads or $NPH_THREADS says otherwise
@@ -70,7 +70,7 @@ def run_sweep(
     data, origin = load(request.preset, request.config)
     grid = resolve(data, origin, request.given, root=request.root)
     _check_outputs(request, grid.dataset)
-    from nphcli.evaluation.threads import use_threads
+    from nphcli.app.threads import use_threads
 
     # Runs are small (at most a few hundred queries of one trial's memory): one thread does each
     # as fast on a quiet machine and many times faster on a busy one (docs/performance.md).
@@ -84,7 +84,7 @@ def run_sweep(
     outcome = execute(grid, results, theory=request.theory, progress=progress)
     summary = summarize_settings(outcome.rows, outcome.settings)
     if request.plot is not None:
-        from nphcli.plot import plot_results
+        from nphcli.presentation.plot import plot_results
 
         keys = {s.key for s in outcome.settings}
         rows = [row for row in outcome.rows if row.get("setting") in keys]
@@ -94,7 +94,7 @@ def run_sweep(
 
 def _check_outputs(request: SweepRequest, dataset: str) -> None:
     """Refuse, before the grid runs, outputs that replace an input or cannot be written."""
-    from nphcli.atomic import check_not_input, check_output
+    from nphcli.core.atomic import check_not_input, check_output
 
     named = (dataset, request.config)
     inputs = [path for path in named if path is not None and Path(path).exists()]
@@ -103,6 +103,6 @@ def _check_outputs(request: SweepRequest, dataset: str) -> None:
         if request.plot.resolve() == request.out.resolve():
             raise NphError("--out and --plot name the same file")
         check_output(request.plot, force=request.force, protect=inputs)
-        from nphcli.plot import check_plot_output
+        from nphcli.presentation.plot import check_plot_output
 
         check_plot_output(request.plot)  # matplotlib present, format known: before the grid runs

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nphcli.defaults import DEFAULT_BETA
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import default
+from nphcli.core.defaults import DEFAULT_BETA
+from nphcli.core.errors import NphError
+from nphcli.schema.fields import default
 
 if TYPE_CHECKING:  # reading the options (`nph analyze --help`) imports no torch
     from nphcli.memory.bank import Memory

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 DEFAULT_DIM = 20
 DEFAULT_K_RADIUS = 3.0  # Ramsauer et al.'s example: K = 3, d = 20, β = 1, p = 0.001

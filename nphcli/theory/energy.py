@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 from nphcli.models import create_model
 
 

@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli import normalize
-from nphcli.atomic import atomic_write
-from nphcli.errors import NphError
+from nphcli.core import normalize
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
 from nphcli.evaluation.corruption import image_shape
 from nphcli.evaluation.report import RetrievalReport
 from nphcli.memory.bank import MemoryBank

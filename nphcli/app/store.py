@@ -1,5 +1,5 @@
 """`store_memory`: build a memory file from a source, with optional values and labels of its own
-(what `nph store` does, callable from Python as `nphcli.memory.store_memory`)."""
+(what `nph store` does, callable from Python as `nphcli.store`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nphcli import sources
-from nphcli.atomic import check_output
-from nphcli.dtypes import torch_dtype
-from nphcli.errors import NphError
+import nphcli.sources as sources
+from nphcli.core.atomic import check_output
+from nphcli.core.dtypes import torch_dtype
+from nphcli.core.errors import NphError
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
 from nphcli.memory.shards import split_rows, write_shards

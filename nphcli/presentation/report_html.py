@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nphcli.atomic import atomic_write
-from nphcli.errors import NphError
-from nphcli.plot_data import METRIC_LABELS, is_setting, short
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
+from nphcli.presentation.plot_data import METRIC_LABELS, is_setting, short
 
 # table columns: metric → True when larger is better
 METRICS = {
@@ -58,69 +58,6 @@ code { font-size: 0.85rem; }
 """
 
 
-def read_inputs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(flat result rows, one record per input file saying what it held)."""
-    from nphcli.sweeps.results import read_results
-
-    rows: list[dict[str, Any]] = []
-    sources = []
-    for path in paths:
-        if not path.is_file():
-            raise NphError(f"results file {path} not found")
-        records = _retrieve_records(path)
-        if records is not None:
-            found = [_flat(record) for record in records]
-            kind, config = "nph retrieve / nph batch JSON Lines", records[0].get("config")
-        else:
-            found = read_results(path).rows
-            kind, config = "results rows (nph sweep, nph retrieve --csv)", None
-        if not found:
-            raise NphError(f"{path} holds no results")
-        rows += found
-        sources.append({"path": str(path), "kind": kind, "rows": len(found), "config": config})
-    return rows, sources
-
-
-def _retrieve_records(path: Path) -> list[dict[str, Any]] | None:
-    """The objects of a JSON Lines file of `nph retrieve --json` / `nph batch`, or None when the
-    file is something else (sweep rows)."""
-    if path.suffix.lower() not in (".jsonl", ".ndjson", ".json"):
-        return None
-    try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        first = json.loads(lines[0]) if lines else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not (isinstance(first, dict) and "config" in first and "metrics" in first):
-        return None
-    try:
-        return [json.loads(line) for line in lines]
-    except json.JSONDecodeError as error:
-        raise NphError(f"{path}: a line is not JSON ({error.msg})") from None
-
-
-def _flat(record: dict[str, Any]) -> dict[str, Any]:
-    """A results row of one `nph retrieve --json` object: its settings and metric means."""
-    config = record["config"]
-    row: dict[str, Any] = {"model": config["model"], **config.get("params", {})}
-    row.update({key: config["corruption"].get(key) for key in ("mask", "noise")})
-    memory = config.get("memory") or {}
-    row.update(
-        {
-            "seed": config.get("seed"),
-            "device": config.get("device"),
-            "dtype": config.get("dtype"),
-            "memory": memory.get("file"),
-            "M": memory.get("M"),
-            "nph_version": config.get("nph_version"),
-        }
-    )
-    for name, stats in (record.get("metrics") or {}).items():
-        row[f"{name}_mean"] = None if stats is None else stats.get("mean")
-    row["us_per_query"] = (record.get("timing") or {}).get("us_per_query")
-    return row
-
-
 def setting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]], list[str]]:
     """(header, one row per setting: its name then metric means over trials, metric columns).
     Trials of one setting (rows that differ only in trial columns) are averaged."""
@@ -151,7 +88,7 @@ def _value(row: dict[str, Any], metric: str) -> float | None:
 def figures(rows: list[dict[str, Any]], grids: list[Path]) -> tuple[list, list[str]]:
     """([(caption, PNG bytes)] of the line plots, the phase diagram the rows allow, and the
     comparison pictures given; [why a plot was left out])."""
-    from nphcli.plot import plot_phase, plot_results
+    from nphcli.presentation.plot import plot_phase, plot_results
 
     settings = {c for row in rows for c in row if is_setting(c)}
     varying = [c for c in AXES if c in settings and len({short(row.get(c)) for row in rows}) > 1]
@@ -195,20 +132,21 @@ def _png(path: Path) -> bytes:
 
 def write_report(
     out: str | os.PathLike,
-    results: list[Path],
+    rows: list[dict[str, Any]],
+    sources: list[dict[str, Any]],
     *,
     grids: list[Path] | None = None,
     title: str = "nph report",
     force: bool = False,
 ) -> Path:
-    """Write the report of `results` (and comparison pictures `grids`) to `out`, atomically."""
+    """Write the report of result `rows` read from `sources` (`sweeps.reading.read_inputs`) and
+    comparison pictures `grids` to `out`, atomically."""
     grids = grids or []
     for grid in grids:
         if not grid.is_file():
             raise NphError(f"--grid {grid} not found")
-    if not results and not grids:
+    if not sources and not grids:
         raise NphError("give results files, --grid pictures, or both")
-    rows, sources = read_inputs(results)
     shown, skipped = figures(rows, grids) if rows else (_only(grids), [])
     page = render(rows, sources, shown, skipped, title=title)
     with atomic_write(out, force=force) as tmp:

@@ -12,14 +12,14 @@ page, regenerates all three; a test fails while any of them differs from the reg
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 CATALOG_FILE = Path(__file__).with_name("model_catalog.json")
 # Pages holding the generated model reference between the markers (in a source checkout).
-DOC_FILES = tuple(Path(__file__).parents[1] / name for name in ("README.md", "docs/models.md"))
+DOC_FILES = tuple(Path(__file__).parents[2] / name for name in ("README.md", "docs/models.md"))
 README_START = "<!-- models:start -->"
 README_END = "<!-- models:end -->"
 # Parameters every model takes (the fields of `HopfieldModel`), listed once in the README.
@@ -50,11 +50,20 @@ class ModelCard:
         return any(p.name == name for p in self.params)
 
 
+# The live registry's cards, once `nphcli.models` has registered every model (it calls
+# `serve_live_cards`): the registry sits above this torch-free module, so it hands its cards down.
+_live_cards: Callable[[], list[ModelCard]] | None = None
+
+
+def serve_live_cards(provider: Callable[[], list[ModelCard]]) -> None:
+    """Called by `nphcli.models` once every model is registered."""
+    global _live_cards
+    _live_cards = provider
+
+
 def model_cards() -> list[ModelCard]:
     """Every model, in registration order: live when the models are loaded, else the snapshot."""
-    if "nphcli.models" in sys.modules and "nphcli.models.registry" in sys.modules:
-        return cards_from_registry()
-    return _read_snapshot()
+    return _live_cards() if _live_cards is not None else _read_snapshot()
 
 
 def get_card(name: str) -> ModelCard | None:
@@ -71,19 +80,10 @@ def param_cards() -> list[tuple[ParamCard, list[str]]]:
 
 
 def cards_from_registry() -> list[ModelCard]:
-    """The cards of the live registry (imports the models, and so torch)."""
-    from nphcli.models import list_models
-
-    return [
-        ModelCard(
-            info.name,
-            info.summary,
-            info.formula,
-            info.cost,
-            tuple(ParamCard(p.name, p.type.__name__, p.default, p.help) for p in info.params),
-        )
-        for info in list_models()
-    ]
+    """The cards of the live registry; the caller has imported `nphcli.models` (and torch)."""
+    if _live_cards is None:
+        raise RuntimeError("import nphcli.models first: it serves the registry's cards")
+    return _live_cards()
 
 
 def snapshot_text(cards: list[ModelCard]) -> str:

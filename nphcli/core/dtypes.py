@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 if TYPE_CHECKING:
     import torch

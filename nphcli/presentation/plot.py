@@ -1,8 +1,8 @@
 """Plots of results: a metric's mean against a setting (memory size, noise, mask, β, k, ...).
 
-`nphcli.plot_data` decides what is drawn: one line per combination of the settings that vary
-(model parameters included), one panel per value of a facet, each point the mean over trials
-with a band of ±1 standard deviation over trials (population). The legend sits outside the
+`nphcli.presentation.plot_data` decides what is drawn: one line per combination of the settings
+that vary (model parameters included), one panel per value of a facet, each point the mean over
+trials with a band of ±1 standard deviation over trials (population). The legend sits outside the
 axes, and lines differ in colour, then marker, then line style. matplotlib is an optional dependency
 (`pip install -e ".[plot]"`); it is imported only here, and only its object-oriented API with the
 Agg canvas is used, so no global backend is switched and no display is needed.
@@ -24,9 +24,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from nphcli.atomic import atomic_write
-from nphcli.errors import NphError
-from nphcli.plot_data import METRIC_LABELS, X_AXES, Curves, Surfaces, curves, surfaces
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
+from nphcli.presentation.plot_data import METRIC_LABELS, X_AXES, Curves, Surfaces, curves, surfaces
 
 __all__ = [
     "X_AXES",

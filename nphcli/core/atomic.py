@@ -19,8 +19,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from nphcli.errors import NphError, NphRuntimeError
-from nphcli.notices import notice
+from nphcli.core.errors import NphError, NphRuntimeError
+from nphcli.core.notices import notice
 
 
 def check_output(

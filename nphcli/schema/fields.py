@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nphcli.dtypes import COMPUTE_DTYPES
-from nphcli.errors import NphError
+from nphcli.core.dtypes import COMPUTE_DTYPES
+from nphcli.core.errors import NphError
 
 # Groups of fields, in the order `--help` shows them. Those of SETTING_GROUPS decide a setting
 # (what `RetrieveSettings` holds); the others say what is read, how the work is spread and what
@@ -544,7 +544,7 @@ def check_keys(keys: Iterable[str], surface: str, where: str) -> None:
 
 def _param_fields() -> dict[str, Field]:
     """Model parameters as fields: their type, default and help from the catalog."""
-    from nphcli.catalog import model_cards, param_cards
+    from nphcli.schema.catalog import model_cards, param_cards
 
     total = len(model_cards())
     out = {}

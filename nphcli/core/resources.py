@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 
 def physical_memory() -> int | None:

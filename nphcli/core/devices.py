@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import torch
 
-from nphcli.dtypes import torch_dtype
-from nphcli.errors import NphError
+from nphcli.core.dtypes import torch_dtype
+from nphcli.core.errors import NphError
 
 DEVICE_CHOICES = "cpu, cuda, cuda:N, mps, auto"
 _DEVICE_PATTERN = re.compile(r"^(cpu|mps|auto|cuda(?::(\d+))?)$")

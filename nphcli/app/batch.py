@@ -5,7 +5,7 @@ memory file once: memories are kept between jobs, keyed by file and `stream`. A 
 run gives an error object on its own line and the others go on, so one bad line in a long job
 file costs only itself.
 
-A job is one JSON object whose keys are the retrieval fields (`nphcli.evaluation.fields`: the
+A job is one JSON object whose keys are the retrieval fields (`nphcli.schema.fields`: the
 options of `nph retrieve` with `_` for `-`) and model parameters by name (`k`, `beta`, ...); a
 list is several values, as a comma list is on the command line. The fields `nph batch` cannot
 take (`--out`, `--workers`, ...) are refused by name with the reason. Each setting of a job gives
@@ -20,13 +20,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import check_keys, get_field
+from nphcli.app.product import evaluate_settings
+from nphcli.app.request import InputSpec, check_request, request_from
+from nphcli.core.errors import NphError
 from nphcli.evaluation.inputs import Inputs, inputs_with
-from nphcli.evaluation.product import evaluate_settings
-from nphcli.evaluation.request import InputSpec, check_request, request_from
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
+from nphcli.schema.fields import check_keys, get_field
 
 
 class MemoryCache:

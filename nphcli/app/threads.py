@@ -7,8 +7,8 @@ import os
 
 import torch
 
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import get_field
+from nphcli.core.errors import NphError
+from nphcli.schema.fields import get_field
 
 THREADS_ENV = "NPH_THREADS"
 _TORCH_THREADS = torch.get_num_threads()  # torch's own choice, before any command set one

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 # x-axis aliases: name → (row column, axis label); `variance` plots the noise column squared
 X_AXES: dict[str, tuple[str, str]] = {

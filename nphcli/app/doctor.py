@@ -3,8 +3,9 @@
 The first thing to break on a fresh install is the torch/torchvision pair: pip may install a
 torchvision built for another torch (e.g. when PyTorch's own index is unreachable), and then
 `import torchvision` fails deep inside with `operator torchvision::nms does not exist`. The
-checks here name that, and `import_torchvision` turns it into one error line wherever nph needs
-torchvision. Every check returns plain values (the CLI renders them; `--json` prints them).
+checks here name that (`sources.vision.import_torchvision` turns it into one error line wherever
+nph needs torchvision). Every check returns plain values (the CLI renders them; `--json` prints
+them).
 """
 
 from __future__ import annotations
@@ -14,20 +15,7 @@ import platform
 import sys
 from typing import Any
 
-from nphcli.errors import NphError
-
-
-def import_torchvision():
-    """`torchvision.datasets`, or one NphError saying torchvision does not load and where to
-    look, instead of the traceback a torchvision built for another torch gives."""
-    try:
-        import torchvision.datasets
-    except Exception as error:  # ImportError, RuntimeError (missing operators), OSError (libs)
-        raise NphError(
-            f"torchvision does not load ({_first_line(error)}); it must be the build made for "
-            "the installed torch: run `nph doctor` to see both versions"
-        ) from None
-    return torchvision.datasets
+from nphcli.sources.vision import first_line as _first_line
 
 
 def diagnose() -> dict[str, Any]:
@@ -130,8 +118,3 @@ def _version(distribution: str) -> str | None:
         return version(distribution)
     except PackageNotFoundError:
         return None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

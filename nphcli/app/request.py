@@ -1,5 +1,5 @@
 """A whole retrieval request: its settings, what it reads, how the work is spread and what it
-reports, built from field values (`nphcli.evaluation.fields`) and run.
+reports, built from field values (`nphcli.schema.fields`) and run.
 
 `nph retrieve` and an `nph batch` job are both one request: the command line gives text, a job
 gives JSON, and both become the same `RetrieveRequest`, so the two cannot drift apart.
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nphcli.errors import NphError
-from nphcli.evaluation.fields import default, fields, get_field
+from nphcli.core.errors import NphError
 from nphcli.evaluation.inputs import InputSpec
 from nphcli.evaluation.settings import RetrieveSettings, build_model, expand_settings
+from nphcli.schema.fields import default, fields, get_field
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Outcome:
 def check_request(request: RetrieveRequest) -> None:
     """Refuse, before any work, outputs that cannot be written and settings an --index cannot
     serve."""
-    from nphcli.atomic import check_output
+    from nphcli.core.atomic import check_output
 
     output = request.output
     for path in output.files():
@@ -123,13 +123,13 @@ def check_request(request: RetrieveRequest) -> None:
 
         check_results_output(output.out)
     if output.save_grid is not None:
-        from nphcli.comparison_image import check_image_output
+        from nphcli.presentation.comparison_image import check_image_output
 
         check_image_output(output.save_grid, scale=output.scale)
     for settings in request.settings:
         if settings.index is not None:
             from nphcli.ann.run import check_index_run
-            from nphcli.devices import resolve_device
+            from nphcli.core.devices import resolve_device
 
             device = resolve_device(settings.device)
             model = build_model(settings)
@@ -139,7 +139,7 @@ def check_request(request: RetrieveRequest) -> None:
 def run_request(request: RetrieveRequest) -> Outcome:
     """Check the request, then evaluate every setting: in this process on inputs read once, or
     over --workers processes / torchrun ranks (one setting)."""
-    from nphcli.evaluation.threads import use_threads
+    from nphcli.app.threads import use_threads
 
     use_threads(request.threads)
     check_request(request)
@@ -149,8 +149,8 @@ def run_request(request: RetrieveRequest) -> Outcome:
 
 
 def _run_here(request: RetrieveRequest) -> Outcome:
+    from nphcli.app.product import evaluate_settings
     from nphcli.evaluation.inputs import load_inputs
-    from nphcli.evaluation.product import evaluate_settings
 
     spec = request.inputs
     inputs = load_inputs(
@@ -161,7 +161,7 @@ def _run_here(request: RetrieveRequest) -> Outcome:
         stream=spec.stream,
     )
     if request.output.save_grid is not None:
-        from nphcli.comparison_image import check_drawable
+        from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(inputs.memory)
     reports = evaluate_settings(inputs, request.settings)
@@ -182,7 +182,7 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
     spec = request.inputs
     shown = open_memory(spec.memory, stream=True) if request.output.save_grid is not None else None
     if shown is not None:
-        from nphcli.comparison_image import check_drawable
+        from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(shown)
     report = distributed_retrieve(
@@ -207,7 +207,7 @@ def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:
         (report,) = reports
         save_results(output.out, report, force=output.force)
     if output.save_grid is not None:
-        from nphcli.comparison_image import save_comparison_grid
+        from nphcli.presentation.comparison_image import save_comparison_grid
 
         save_comparison_grid(
             output.save_grid, reports, outcome.memory, force=output.force, scale=output.scale

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from nphcli.errors import NphError
+from nphcli.core.errors import NphError
 
 if TYPE_CHECKING:
     from torch import Tensor

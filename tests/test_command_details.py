@@ -1,4 +1,4 @@
-"""The small items of issue 24: `nph shard` makes its --out-dir, a working-memory budget below one
+"""Small behaviours of commands: `nph shard` makes its --out-dir, a working-memory budget below one
 query × one memory says what it uses, retrieve's image-size hint names no option retrieve lacks,
 the sweep table shows k=10 (its key keeps k=10.0), and the docs' sweeps do not share a file."""
 
