@@ -125,6 +125,10 @@ def test_runs_resume_from_the_log_and_report_whole_seeds(tmp_path, monkeypatch):
     partial = mil_paper.run(TINY, tmp_path, out, models=["dense", "linear"], train=False)[0]
     assert partial == {("dense", "UCSB"): per_seed["dense", "UCSB"],
                        ("linear", "UCSB"): per_seed["linear", "UCSB"][:1]}  # fmt: skip
+    assert (out / "runs.jsonl").read_text() == "\n".join(lines[:-1]) + "\n"  # cut line dropped
+    monkeypatch.undo()
+    assert mil_paper.run(TINY, tmp_path, out, models=["dense", "linear"])[0] == per_seed
+    assert len((out / "runs.jsonl").read_text().splitlines()) == len(lines)
     (out / "runs.jsonl").write_text("garbage\n" + "\n".join(lines) + "\n")
     with pytest.raises(NphError, match="line 1: not a MIL training record"):
         mil_paper.run(TINY, tmp_path, out, models=["dense"])

@@ -165,14 +165,16 @@ class RunLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.done: dict[tuple, dict[str, Any]] = {}
-        lines = path.read_text().splitlines() if path.exists() else []
-        for number, line in enumerate(lines, 1):
+        text = path.read_text() if path.exists() else ""
+        if text and not text.endswith("\n"):  # a run killed mid-line: drop the cut line
+            os.truncate(path, len(text[: text.rfind("\n") + 1].encode()))
+            text = text[: text.rfind("\n") + 1]
+        for number, line in enumerate(text.splitlines(), 1):
             try:
                 record = json.loads(line)
                 self.done[_key(record)] = record
             except (json.JSONDecodeError, KeyError, TypeError):
-                if number < len(lines):  # only the last line may be cut (a killed run): redone
-                    raise NphError(f"{path}, line {number}: not a MIL training record") from None
+                raise NphError(f"{path}, line {number}: not a MIL training record") from None
 
     def get(self, key: tuple) -> dict[str, Any] | None:
         return self.done.get(key)
@@ -267,7 +269,8 @@ def run(
     out.mkdir(exist_ok=True)
     log = RunLog(out / "runs.jsonl")
     tick = progress or (lambda *_: None)
-    tick(trainings(protocol, len(models), len(datasets)) - len(log.done) if train else 0)
+    ours = [k for k in log.done if k[0] in datasets and k[1] in models and k[3] == protocol.folds]
+    tick(max(0, trainings(protocol, len(models), len(datasets)) - len(ours)) if train else 0)
     started = time.perf_counter()
     per_seed: dict[tuple[str, str], list[float]] = {}
     for seed in range(protocol.seeds):
