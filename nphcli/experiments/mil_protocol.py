@@ -94,8 +94,8 @@ class Protocol:
 # The reduced and quick protocols' point of the space, fixed before any run: the cheapest
 # network (batch 16, width 128, 4 heads) with the largest learning rate, so that 50 epochs of
 # few steps still train; the middle dropout and weight decay; β = 1. Why not a search: one
-# search of 6 draws per model and data set would cost 3-4 CPU hours on the 2 cores the
-# reduced protocol was sized for, the paper's 50 per fold a few hundred.
+# search of 6 draws per model and data set, scored on 3 folds, was estimated at 3-4 CPU hours
+# on the busy 2-core machine the reduced protocol was sized for.
 FIXED_HYPER = Hyper(
     batch_size=16, lr=1e-3, weight_decay=1e-4, width=128, heads=4, beta=1.0, dropout=0.3
 )
@@ -105,9 +105,11 @@ PROTOCOLS = {
         "full", folds=10, seeds=5, search="per-fold", trials=50,
         datasets=("tiger", "fox", "elephant", "ucsb"),
     ),
-    # The paper's 10 folds × 5 seeds at FIXED_HYPER: 350 trainings per data set.
+    # The paper's 10 folds × 5 seeds at FIXED_HYPER: 350 trainings per data set; Elephant and
+    # UCSB took 22 CPU minutes.
     "reduced": Protocol("reduced", folds=10, seeds=5, search="fixed", fixed=FIXED_HYPER),
-    # 5 folds × 2 seeds at FIXED_HYPER: 70 trainings per data set, about 10 minutes on 2 cores.
+    # 5 folds × 2 seeds at FIXED_HYPER: 70 trainings per data set; Elephant and UCSB took 4.2
+    # CPU minutes (docs/paper-tables.md).
     "quick": Protocol("quick", folds=5, seeds=2, search="fixed", fixed=FIXED_HYPER),
 }  # fmt: skip
 
