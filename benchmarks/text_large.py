@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -31,17 +30,26 @@ DIM = 384
 QUERIES = 100
 
 
+# Runs one nph process and prints its own peak RSS (KiB) last: RUSAGE_CHILDREN of a process
+# with a single child is that child's peak (in the benchmark itself it is the largest so far).
+_ONE_CHILD = (
+    "import resource, subprocess, sys; "
+    "code = subprocess.call([sys.executable, '-m', 'nphcli', *sys.argv[1:]]); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)"
+)
+
+
 def nph(*args: str) -> tuple[dict | None, float, float]:
-    """Run `nph ARGS --json`; (its JSON, wall seconds, peak RSS of the child in MiB)."""
+    """Run `nph ARGS --json`; (its JSON, wall seconds, peak RSS of that process in MiB)."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "nphcli", *args, "--json"], capture_output=True, text=True
+        [sys.executable, "-c", _ONE_CHILD, *args, "--json"], capture_output=True, text=True
     )
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"nph {' '.join(args)} failed: {done.stderr.strip()}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest so far
     lines = [line for line in done.stdout.splitlines() if line.strip()]
+    peak = int(lines.pop()) / 1024
     return (json.loads(lines[-1]) if lines else None), seconds, peak
 
 
