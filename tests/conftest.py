@@ -143,10 +143,21 @@ def digits(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mnist(tmp_path_factory):
-    """100 real MNIST digits as `nph store mnist --n 100` writes them (pixels in [0, 1])."""
+    """100 real MNIST digits as `nph store mnist --n 100 --normalize minmax` writes them (pixels
+    in [0, 1], the paper's scaling; the default for images is `centered`)."""
     from nphcli.cli import app
 
     path = tmp_path_factory.mktemp("mnist") / "memory.safetensors"
-    result = CliRunner().invoke(app, ["store", "mnist", "--n", "100", "--out", str(path)])
+    result = CliRunner().invoke(
+        app, ["store", "mnist", "--n", "100", "--normalize", "minmax", "--out", str(path)]
+    )
     assert result.exit_code == 0, result.stderr
     return path
+
+
+def real_valued_models() -> list[str]:
+    """The registered models that take any real-valued memories: all but the classical networks
+    (`binary`), which store ±1 patterns only and have their own tests (tests/test_baselines.py)."""
+    from nphcli.models import get_model_info, model_names
+
+    return [name for name in model_names() if not get_model_info(name).cls.binary]

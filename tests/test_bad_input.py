@@ -236,6 +236,11 @@ CASES = [
     ("targets count", [*R, "--queries-file", "q.npy", "--targets-file", "t2.npy"], r"2 targets"),
     ("target index range", [*R, "--queries-file", "q.npy", "--target-indices", "0,1,8"], r"\b8\b"),
     ("target indices count", [*R, "--queries-file", "q.npy", "--target-indices", "0,1"], "2 tar"),
+    (
+        "target indices file",
+        [*R, "--queries-file", "q.npy", "--target-indices", "@nope.txt"],
+        "cannot read",
+    ),
     # outputs
     ("out missing folder store", ["store", "random", "--out", "no/m.safetensors"], r"no.*exist"),
     ("out missing folder retrieve", [*R, "--out", "no/r.safetensors"], r"does not exist"),
@@ -281,10 +286,16 @@ CASES = [
     ("analyze sample", ["analyze", "mem.safetensors", "--sample", "-1"], r"--sample"),
     ("analyze unstructured model", ["analyze", "mem.safetensors", "--model", "sparse"], r"4\.1"),
     # the other commands
+    ("attractors one step", ["attractors", "--memory", "mem.safetensors"], r"--steps > 1"),
+    (
+        "attractors flip of real values",
+        ["attractors", "--memory", "mem.safetensors", "--steps", "3", "--flip", "0.1"],
+        r"--flip flips bits",
+    ),
     ("batch missing jobs", ["batch", "absent.jsonl"], r"cannot read jobs file absent\.jsonl"),
     ("index missing memory", ["index", "absent.safetensors"], r"absent\.safetensors not found"),
     ("shard no parts", ["shard", "mem.safetensors", "--parts", "0"], r"--parts"),
-    ("mil unknown preset", ["mil", "--preset", "nope"], r"unknown MIL preset 'nope'"),
+    ("mil unknown preset", ["mil", "--preset", "nope"], r"--preset must be one of paper, quick"),
     ("mil no epochs", ["mil", "--epochs", "0"], r"--epochs must be ≥ 1"),
     ("paper unknown table", ["paper", "nope"], r"No such command 'nope'"),
     ("paper mil protocol", ["paper", "mil", "--data", ".", "--protocol", "x"], r"protocol 'x'"),

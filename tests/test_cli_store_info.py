@@ -31,12 +31,13 @@ def test_store_mnist_writes_100_real_digits_with_labels(invoke, tmp_path):
     assert "memory.safetensors" in result.stdout and "100 × 784" in result.stdout
     memory = load_memory(tmp_path / "memory.safetensors")
     assert memory.patterns.shape == (100, 784) and memory.patterns.dtype == torch.float32
-    assert float(memory.patterns.min()) >= 0.0 and float(memory.patterns.max()) <= 1.0
+    assert float(memory.patterns.min()) >= -0.5 and float(memory.patterns.max()) <= 0.5
     assert memory.labels.shape == (100,) and memory.labels.unique().numel() == 10
     meta = memory.meta
     assert meta["source"] == "mnist" and meta["split"] == "train" and meta["fallback"] is True
     assert meta["item_shape"] == [1, 28, 28] and meta["seed"] == 0
-    assert meta["normalize"]["method"] == "unit" and meta["value_range"][1] <= 1.0
+    assert meta["normalize"]["method"] == "centered" and meta["value_range"][1] <= 0.5
+    assert meta["unretrievable"] == {"count": 0, "checked": 100, "of": 100}
     assert meta["selection"] == {"method": "random_subset", "n": 100, "of": 5000, "seed": 0}
 
 
@@ -134,7 +135,7 @@ def test_force_replaces(invoke, tmp_path):
         (["store", "two.npz"], "--key"),
         (["store", "pics", "--size", "big"], "WxH"),
         (["info", "absent.safetensors"], "not found"),
-        (["info", "bad.csv"], "not a readable safetensors"),
+        (["info", "bad.csv"], "store it first: `nph store bad.csv`"),
         (["info", "two.npz", "--sample", "-1"], "--sample"),
     ],
 )

@@ -115,3 +115,18 @@ def test_docs_sweeps_write_distinct_results_files(page):
             continue
         outs.append(words[words.index("--out") + 1] if "--out" in words else "sweep.jsonl")
     assert len(outs) == len(set(outs)), outs
+
+
+def test_every_help_fits_80_columns(invoke):
+    """Issue 34: `nph store --help` had lines of 97-145 characters (its list of sources is
+    written as is, so it is wrapped beforehand)."""
+    import typer
+
+    from nphcli.cli import app
+
+    commands = list(typer.main.get_command(app).commands)
+    for name in ["", *commands]:
+        result = invoke(*([name] if name else []), "--help", terminal_width=80)
+        assert result.exit_code == 0, (name, result.stderr)
+        longest = max(result.stdout.splitlines(), key=len)
+        assert len(longest) <= 80, (name, longest)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import real_valued_models
 from typer.testing import CliRunner
 
 from nphcli.cli import app
-from nphcli.models import model_names
 from nphcli.sweeps.results import read_results
 
 RETRIEVING = Path(__file__).resolve().parents[1] / "docs" / "retrieving.md"
@@ -59,7 +59,7 @@ def _without_timing(report: dict) -> dict:
     return {key: value for key, value in report.items() if key != "timing"}
 
 
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_same_command_twice_gives_identical_json(memory, model):
     first, second = _retrieve(memory, model), _retrieve(memory, model)
     assert _without_timing(first) == _without_timing(second)
@@ -86,7 +86,7 @@ def _close(a, b, path: str) -> None:
         assert a == b, (path, a, b)
 
 
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_batch_size_changes_only_the_last_bits(memory, model):
     everything = _retrieve(memory, model)
     for batch in ("1", "7"):
@@ -97,7 +97,7 @@ def test_batch_size_changes_only_the_last_bits(memory, model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_block_sizes_and_streaming_change_only_the_last_bits(memory, model):
     """A tiny --memory-budget makes the models work in small blocks of memories; --stream
     reads them from the file block by block."""

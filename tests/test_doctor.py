@@ -54,3 +54,22 @@ def test_a_broken_torchvision_is_one_error_line_pointing_to_doctor(
     assert report["torchvision"]["ok"] is False
     assert "torchvision::nms" in report["torchvision"]["error"]
     assert "hint" in report["torchvision"]
+
+
+def test_a_cuda_torch_without_a_gpu_is_flagged_with_the_cpu_build(invoke, monkeypatch):
+    """Issue 34: the 5.5 GB CUDA build of torch on a machine with no GPU went unnoticed. It
+    still runs nph (exit 0), so it is a NOTE with the CPU wheel's install command."""
+    import torch
+
+    from nphcli.app.doctor import CPU_WHEEL
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = invoke("doctor", "--json")
+    assert result.exit_code in (0, 1), result.stderr  # (1 only for an unrelated problem)
+    cuda = json.loads(result.stdout)["cuda"]
+    assert cuda["ok"] and "5.5 GB" in cuda["note"] and CPU_WHEEL in cuda["note"]
+    table = invoke("doctor", env={"COLUMNS": "200"})
+    assert "NOTE" in table.stdout and "whl/cpu" in table.stdout
+    monkeypatch.setattr(torch.version, "cuda", None)  # the CPU build: nothing to say
+    assert "note" not in json.loads(invoke("doctor", "--json").stdout)["cuda"]

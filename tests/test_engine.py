@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import real_valued_models
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -20,7 +21,7 @@ from nphcli.engine.hashing import random_keys
 from nphcli.engine.masks import random_choice, random_mask, random_subset
 from nphcli.engine.planning import Plan
 from nphcli.memory.bank import MemoryBank, TensorBank
-from nphcli.models import create_model, model_names
+from nphcli.models import create_model
 
 # Settings per model (several where a model has more than one path); unlisted models run with
 # their defaults.
@@ -35,7 +36,7 @@ VARIANTS = {
     "sparse": [{"beta": 2.0}],
     "entmax": [{"alpha": 1.5}, {"alpha": 1.2, "beta": 0.3}],
 }
-CASES = [(name, params) for name in model_names() for params in VARIANTS.get(name, [{}])]
+CASES = [(name, params) for name in real_valued_models() for params in VARIANTS.get(name, [{}])]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in params.items())}" for name, params in CASES]
 
 NUM_QUERIES, NUM_MEMORIES = 12, 30

@@ -120,7 +120,9 @@ def test_grid_scale_out_of_range_is_refused(invoke, digits, tmp_path):
 
 
 def test_per_query_table_is_not_cut_when_piped(invoke, digits):
-    result = invoke("retrieve", "--memory", digits, "--queries", "4", "--per-query")
+    # COLUMNS unset (pytest-xdist's workers set it to 80): a set COLUMNS is honoured when piped
+    args = ("retrieve", "--memory", digits, "--queries", "4", "--per-query")
+    result = invoke(*args, env={"COLUMNS": None})
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Per query"))

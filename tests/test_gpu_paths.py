@@ -34,9 +34,16 @@ def _large_bank(dtype: torch.dtype) -> TensorBank:
     return TensorBank(torch.empty(10**6, 784, device="meta", dtype=dtype))
 
 
+@pytest.fixture
+def meta_as_cuda(monkeypatch):
+    """The meta bank stands for a CUDA one: half products there write float32 themselves, so
+    no float32 copy of a block is planned (`precision.widened_row_bytes`)."""
+    monkeypatch.setattr(precision, "FLOAT32_OUT_DEVICES", ("cuda", "meta"))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("name", "params"), MODELS)
-def test_one_query_takes_a_resident_memory_in_one_block(name, params, dtype):
+def test_one_query_takes_a_resident_memory_in_one_block(meta_as_cuda, name, params, dtype):
     bank = _large_bank(dtype)
     budget = DEFAULT_MEMORY_BUDGET // (2 if dtype == torch.bfloat16 else 1)  # as `retrieve`
     model = create_model(name, beta=10.0, **params)
@@ -45,14 +52,24 @@ def test_one_query_takes_a_resident_memory_in_one_block(name, params, dtype):
     assert model.plan(1, _CopyingBank(bank), budget).memory_rows < bank.num_memories // 8
 
 
-def test_block_rows_cost_only_where_blocks_are_copies():
+def test_block_rows_cost_only_where_blocks_are_copies(meta_as_cuda):
     bank = _large_bank(torch.bfloat16)
     assert bank_block_row_bytes(bank) == 0
     assert bank_block_row_bytes(_CopyingBank(bank)) == 2 * (784 + 784) * 2
 
 
+def test_half_blocks_off_cuda_count_their_float32_copy():
+    """On the CPU a half block's products read a float32 copy of it: (d + d_v) · 4 per row,
+    views or not; float32 banks copy nothing."""
+    keys, values = torch.empty(10, 784, dtype=torch.bfloat16), torch.empty(10, 16).bfloat16()
+    bank = TensorBank(keys, values)
+    assert bank_block_row_bytes(bank) == (784 + 16) * 4
+    assert bank_block_row_bytes(_CopyingBank(bank)) == 2 * (784 + 16) * 2 + (784 + 16) * 4
+    assert bank_block_row_bytes(TensorBank(keys.float(), values.float())) == 0
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_dense_plan_at_q16384_fits_its_real_temporaries(dtype):
+def test_dense_plan_at_q16384_fits_its_real_temporaries(meta_as_cuda, dtype):
     """A block's scores (float32) and weights (a half copy, or float32 in place) per head fit the
     budget with room for the per-query rows: the H200's 61 GiB (Q, M) allocation cannot recur."""
     bank = _large_bank(dtype)
@@ -169,8 +186,9 @@ def test_half_scores_are_the_float32_accumulator_on_cuda(device):
 
 
 def test_matmul_falls_back_where_the_float32_out_kernel_is_missing(monkeypatch):
-    """The CPU has no mm with out_dtype: asked to use it anyway, matmul rounds and casts as
-    before and stops asking."""
+    """The CPU has no mm with out_dtype: taken for a GPU that lacks it, matmul rounds and
+    casts and stops asking."""
+    monkeypatch.setattr(precision, "FLOAT32_OUT_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(precision, "_float32_out", lambda a, b: True)
     monkeypatch.setitem(precision._FLOAT32_OUT, "failed", False)
     a, b = torch.randn(5, 8).bfloat16(), torch.randn(8, 3).bfloat16()

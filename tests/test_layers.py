@@ -16,7 +16,7 @@ from nphcli.layers import (
     load_layer,
     save_layer,
 )
-from nphcli.models import create_model, model_names
+from nphcli.models import create_model, layer_model_names
 
 # Parameters per model that make every rule non-trivial on a handful of keys.
 PARAMS = {
@@ -38,7 +38,7 @@ def _rule(name: str, **given):
     return create_model(name, **_params(name), **given)
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", layer_model_names())
 def test_identity_nph_is_memory_retrieval(name, device):
     gen = torch.Generator().manual_seed(1)
     queries = torch.randn(5, 8, generator=gen, dtype=torch.float64).to(device)  # (N, d)
@@ -101,7 +101,7 @@ def test_dense_layer_matches_the_formula_with_learned_weights():
     torch.testing.assert_close(layer(r, y), expected)
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", layer_model_names())
 def test_padded_keys_get_no_weight_and_no_gradient(name):
     """A padded set gives what its unpadded rows alone give; padded rows get gradient exactly 0
     (their contents, however large, change nothing)."""
@@ -122,7 +122,7 @@ def test_padded_keys_get_no_weight_and_no_gradient(name):
     assert stored.grad[1, :5].abs().sum() > 0
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", layer_model_names())
 def test_padded_set_is_the_model_on_its_keys_alone(name):
     """With identity weights a set of 130 keys padded to 140 gives `retrieve` on its 130 keys, for
     every model: parameters that depend on M use 130, and the random subset is the one the model
@@ -153,7 +153,7 @@ def test_multihead_rule_cuts_every_layer_head_again():
         NPH(12, rule=create_model("multihead", heads=5), heads=3).double()(r, y)
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", layer_model_names())
 def test_gradcheck_every_model_in_layer_form(name):
     torch.manual_seed(6)
     layer = NPH(4, rule=_rule(name, beta=0.8), learn_beta=True).double()
@@ -170,7 +170,7 @@ def test_gradcheck_every_model_in_layer_form(name):
 # The rules that form weights from each head's scores (not the feature rules, not multihead,
 # which splits every head again).
 @pytest.mark.parametrize(
-    "name", [n for n in model_names() if n not in ("linear", "random-feature", "multihead")]
+    "name", [n for n in layer_model_names() if n not in ("linear", "random-feature", "multihead")]
 )
 @pytest.mark.parametrize(
     "options",
@@ -381,7 +381,7 @@ def test_bad_inputs_are_user_errors():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", layer_model_names())
 def test_cuda_layer_matches_cpu_retrieval(name):
     gen = torch.Generator().manual_seed(9)
     queries = torch.randn(5, 8, generator=gen, dtype=torch.float64)

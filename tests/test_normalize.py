@@ -20,7 +20,7 @@ PIXELS = (0.0, 255.0)
 
 def test_unit_and_centered_on_pixels():
     raw = torch.tensor([[0.0, 51.0, 255.0]])
-    x, info = normalize(raw, "unit", pixel_range=PIXELS)
+    x, info = normalize(raw, "minmax", pixel_range=PIXELS)
     assert torch.allclose(x, torch.tensor([[0.0, 0.2, 1.0]]))
     assert (info["lo"], info["hi"]) == (0.0, 255.0)
     centered, _ = normalize(raw, "centered", pixel_range=PIXELS)
@@ -29,10 +29,10 @@ def test_unit_and_centered_on_pixels():
 
 def test_unit_on_vectors_uses_the_data_range():
     raw = torch.tensor([[-2.0, 0.0], [2.0, 1.0]])
-    x, info = normalize(raw, "unit")
+    x, info = normalize(raw, "minmax")
     assert x.tolist() == [[0.0, 0.5], [1.0, 0.75]]
     assert (info["lo"], info["hi"]) == (-2.0, 2.0)
-    constant, _ = normalize(torch.full((2, 2), 3.0), "unit")
+    constant, _ = normalize(torch.full((2, 2), 3.0), "minmax")
     assert constant.tolist() == [[0.0, 0.0], [0.0, 0.0]]
 
 
@@ -58,7 +58,7 @@ def test_none_keeps_raw_values():
     assert torch.equal(x, raw) and info["method"] == "none"
 
 
-@pytest.mark.parametrize("method", ["none", "unit", "centered", "zscore"])
+@pytest.mark.parametrize("method", ["none", "minmax", "centered", "zscore"])
 @pytest.mark.parametrize("pixel_range", [PIXELS, None])
 def test_to_raw_inverts_and_to_pixels_gives_unit_range(method, pixel_range):
     generator = torch.Generator().manual_seed(0)
@@ -81,8 +81,8 @@ def test_to_pixels_for_l2_and_unknown_files_rescales_each_pattern():
 
 def test_unknown_method_and_defaults():
     with pytest.raises(NphError, match="unknown normalisation"):
-        normalize(torch.ones(1, 1), "minmax")
-    assert default_method("image") == "unit" and default_method("vector") == "none"
+        normalize(torch.ones(1, 1), "maxmin")
+    assert default_method("image") == "centered" and default_method("vector") == "none"
 
 
 def test_every_method_is_defined_in_the_docs():

@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import real_valued_models
 from typer.testing import CliRunner
 
 from nphcli.cli import app
 from nphcli.evaluation import metrics
-from nphcli.models import model_names
 
 D = 16
 BETAS = ["1e-06", "10000"]
@@ -68,6 +68,10 @@ def memories(tmp_path_factory) -> dict[str, str]:
     return paths
 
 
+NULL_METRICS = ("support", "at_pattern", "at_metastable", "at_global", "attractor_size", "energy")
+NULL_METRICS += ("pixel_success",)  # plain vectors have no pixels (issue 34)
+
+
 def _strict_json(text: str):
     """Parse one JSON document, refusing NaN / Infinity tokens (Python's json accepts them)."""
 
@@ -96,8 +100,9 @@ def _assert_finite_numbers(value, where: str, *, nulls: tuple[str, ...] = ()) ->
 def _check_retrieve_json(stdout: str, model: str) -> dict:
     report = _strict_json(stdout)
     support = report["metrics"]["support"]
-    # Documented nulls: `support` for models without exact zeros (docs/retrieving.md, "Metrics").
-    _assert_finite_numbers(report["metrics"], "metrics", nulls=("support",))
+    # Documented nulls: `support` for models without exact zeros (docs/retrieving.md, "Metrics"),
+    # the attractor diagnostics for one-step runs ("Attractors").
+    _assert_finite_numbers(report["metrics"], "metrics", nulls=NULL_METRICS)
     if support is None:
         assert "support" not in report.get("per_query", {})
     _assert_finite_numbers(report["timing"], "timing")
@@ -112,7 +117,7 @@ def _check_retrieve_json(stdout: str, model: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("beta", BETAS)
 @pytest.mark.parametrize("memory", list(MEMORIES))
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_every_model_at_the_extremes(memories, model, memory, beta):
     args = ["retrieve", "--memory", memories[memory], "--model", model, "--beta", beta]
     code, out, err = _run(*args, "--noise", "0.1", "--per-query", "--json")
@@ -122,7 +127,7 @@ def test_every_model_at_the_extremes(memories, model, memory, beta):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_one_query_in_each_retrieval_dtype(memories, model, dtype):
     args = ["retrieve", "--memory", memories["normal"], "--model", model, "--queries", "1"]
     code, out, err = _run(*args, "--dtype", dtype, "--mask", "0.5", "--per-query", "--json")
@@ -148,7 +153,7 @@ def test_scores_that_overflow_are_an_error(tmp_path):
     np.save(tmp_path / "vast.npy", array)
     memory = tmp_path / "vast.safetensors"
     assert _run("store", tmp_path / "vast.npy", "--out", memory)[0] == 0
-    for model in model_names():
+    for model in real_valued_models():
         code, out, err = _run("retrieve", "--memory", memory, "--model", model, "--beta", "1")
         assert code in (1, 2) and out == "", (model, err)
         lines = err.strip().splitlines()
@@ -192,7 +197,7 @@ def test_sweep_over_every_model(memories, tmp_path, pool):
         "--dataset",
         dataset,
         "--model",
-        ",".join(model_names()),
+        ",".join(real_valued_models()),
         "--sizes",
         "1,4",
         "--beta",
@@ -205,13 +210,13 @@ def test_sweep_over_every_model(memories, tmp_path, pool):
     )
     assert code == 0, err
     summary = _strict_json(stdout)
-    assert summary["runs"]["ran"] == len(model_names()) * 2 * 2
+    assert summary["runs"]["ran"] == len(real_valued_models()) * 2 * 2
     for row in summary["summary"]:
-        _assert_finite_numbers(row["metrics"], row["setting"], nulls=("support",))
+        _assert_finite_numbers(row["metrics"], row["setting"], nulls=NULL_METRICS)
     for line in out.read_text().splitlines():
         row = _strict_json(line)
         for key, value in row.items():
-            if key.endswith(("_mean", "_std", "_median")) and not key.startswith("support"):
+            if key.endswith(("_mean", "_std", "_median")) and not key.startswith(NULL_METRICS):
                 assert value is not None and math.isfinite(value), (key, row["setting"])
 
 
@@ -281,7 +286,7 @@ def test_non_finite_model_output_is_an_error_not_a_null(memories, monkeypatch):
 # candidate engine its scores) or give a finite result, never NaN or a crash.
 
 
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_models_given_scores_beyond_float32_fail_clearly(model):
     from nphcli.core.errors import NphError
     from nphcli.models import create_model

@@ -13,7 +13,8 @@ from nphcli.core.errors import NphError
 from nphcli.memory import open_memory
 from nphcli.memory.bank import Memory
 from nphcli.memory.file import load_memory, save_memory
-from nphcli.memory.shards import ShardedBank, write_shards
+from nphcli.memory.sharded_bank import ShardedBank
+from nphcli.memory.shards import write_shards
 from nphcli.memory.streamed import StreamedBank
 
 

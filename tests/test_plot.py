@@ -250,3 +250,51 @@ def test_plot_cli_phase_diagram(invoke, tmp_path):
         assert image.size == (800, 500)
     bad = invoke("plot", results, "--x", "beta", "--y", "colour", "--out", tmp_path / "b.png")
     assert bad.exit_code == 2 and "colour" in bad.stderr
+
+
+def test_a_fixed_parameter_is_named_on_its_line_and_in_the_title(tmp_path):
+    """`nph retrieve --model dense,topk --k 10 --csv` rows: k follows the model, yet the topk
+    line says k=10 (never just "topk")."""
+    rows = [
+        {"model": model, "k": k, "M": size, "beta": 1.0, "sse_mean": size / 10 + (k or 0)}
+        for model, k in (("dense", None), ("topk", 10))
+        for size in (10, 20)
+    ]
+    assert sorted(curves(rows, x="size").lines) == ["dense", "topk k=10"]
+    only = curves([r for r in rows if r["model"] == "topk"], x="size")
+    assert "k 10" in only.fixed and list(only.lines) == ["topk"]
+    svg = plot_results(rows[2:], tmp_path / "t.svg", x="size").read_text()
+    assert "k 10" in svg  # the title names the fixed k
+
+
+def test_panels_in_natural_order():
+    from nphcli.presentation.plot_data import natural, surfaces
+
+    names = ["topk k=10", "entmax alpha=1.5", "topk k=5", "dense", "topk k=0.5"]
+    assert sorted(names, key=natural) == [
+        "dense", "entmax alpha=1.5", "topk k=0.5", "topk k=5", "topk k=10",
+    ]  # fmt: skip
+    rows = [
+        {**row, "model": "topk", "label": "topk", "k": k}
+        for k in (10, 5, 20)
+        for row in phase_rows(trials=(0,))
+        if row["model"] == "dense"
+    ]
+    assert list(surfaces(rows, x="beta", y="noise").panels) == [
+        "topk k=5", "topk k=10", "topk k=20",
+    ]  # fmt: skip
+
+
+def test_phase_cells_show_their_values_and_the_boundary_only_when_drawn(tmp_path):
+    from nphcli.presentation.plot import plot_phase
+
+    single = phase_rows(trials=(0,))
+    svg = plot_phase(single, tmp_path / "p.svg", x="beta", y="noise").read_text()
+    dense = [r for r in single if r["model"] == "dense"]
+    for row in dense:  # every cell's value is written in it
+        assert f"<!-- {row['success_mean']:.2g} -->" in svg
+    assert "white line: success = 0.5" in svg
+    for row in single:
+        row["success_mean"] = 0.9
+    svg = plot_phase(single, tmp_path / "q.svg", x="beta", y="noise").read_text()
+    assert "white line" not in svg and "<!-- 0.9 -->" in svg

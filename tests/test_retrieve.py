@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, real_valued_models
 from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -67,7 +67,7 @@ def _json(result) -> dict:
 # -- every registered model, three output formats -------------------------------------------
 
 
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_every_model_table_json_csv(retrieve, mnist, model):
     common = ["--memory", mnist, "--model", model, "--queries", "10", "--mask", "0.5"]
     table = retrieve(*common)
@@ -104,7 +104,7 @@ def test_every_model_table_json_csv(retrieve, mnist, model):
 
 def test_csv_columns_are_the_same_for_every_model_and_no_header_appends(retrieve, mnist):
     headers = set()
-    for model in model_names():
+    for model in real_valued_models():
         result = retrieve("--memory", mnist, "--model", model, "--queries", "3", "--csv")
         headers.add(result.stdout.splitlines()[0])
     assert len(headers) == 1
@@ -275,6 +275,21 @@ def test_own_queries_with_targets(retrieve, mnist, tmp_path, suffix):
             "--json",
         )
     )
+    listed = tmp_path / "targets.txt"
+    listed.write_text("4\n9, 42\n77\n")  # @FILE: commas, spaces or one a line
+    from_file = _json(
+        retrieve(
+            "--memory",
+            mnist,
+            "--queries-file",
+            path,
+            "--target-indices",
+            f"@{listed}",
+            "--per-query",
+            "--json",
+        )
+    )
+    assert from_file["per_query"] == by_index["per_query"]
     for data in (by_file, by_index):
         assert data["config"]["queries"]["source"] == "file" and data["config"]["queries"]["Q"] == 4
         assert data["per_query"]["target_index"] == rows

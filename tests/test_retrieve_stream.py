@@ -7,14 +7,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, real_valued_models
 from PIL import Image
 
 from nphcli.evaluation import metrics
 from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank
-from nphcli.models import model_names
 from nphcli.schema.fields import parse_size
 
 
@@ -63,7 +62,7 @@ DTYPES = [("float64", 1e-6), ("float32", 1e-4)]
 
 
 @pytest.mark.parametrize(("dtype", "rel"), DTYPES)
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_stream_equals_in_memory(retrieve, mnist, model, dtype, rel):
     args = ["--memory", mnist, "--model", model, "--queries", "20", "--mask", "0.5"]
     args += ["--noise", "0.1", "--dtype", dtype, "--per-query", "--json"]
@@ -79,7 +78,7 @@ def test_stream_equals_in_memory(retrieve, mnist, model, dtype, rel):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("dtype", "rel"), DTYPES)
-@pytest.mark.parametrize("model", model_names())
+@pytest.mark.parametrize("model", real_valued_models())
 def test_small_memory_budget_gives_the_same_metrics(retrieve, mnist, model, dtype, rel):
     args = ["--memory", mnist, "--model", model, "--queries", "12", "--mask", "0.3"]
     args += ["--dtype", dtype, "--per-query", "--json"]

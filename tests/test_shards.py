@@ -8,15 +8,16 @@ import json
 
 import pytest
 import torch
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, real_valued_models
 
 from nphcli.core.errors import NphError
 from nphcli.engine.planning import Plan
 from nphcli.memory import open_memory
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.format import read_metadata
-from nphcli.memory.shards import ShardedBank, read_manifest, split_rows, write_shards
-from nphcli.models import create_model, model_names
+from nphcli.memory.sharded_bank import ShardedBank
+from nphcli.memory.shards import read_manifest, split_rows, write_shards
+from nphcli.models import create_model
 
 PARAMS = {
     "multihead": {"heads": 2},
@@ -66,7 +67,7 @@ def test_shards_join_back_exactly(tmp_path, values):
         offset += part.rows
 
 
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", real_valued_models())
 def test_sharded_bank_equals_unsharded(tmp_path, name):
     path = _memory(tmp_path, values=name != "window")
     memory = load_memory(path)

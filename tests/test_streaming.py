@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import real_valued_models
 from safetensors.torch import save_file
 
 from nphcli.core.errors import NphError
 from nphcli.engine.planning import Plan
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.streamed import StreamedBank
-from nphcli.models import create_model, model_names
+from nphcli.models import create_model
 
 PARAMS = {
     "multihead": {"heads": 2},
@@ -34,7 +35,7 @@ def _memory(tmp_path, *, values: bool, dtype=torch.float64):
 
 
 @pytest.mark.parametrize("values", [False, True], ids=["auto", "hetero"])
-@pytest.mark.parametrize("name", model_names())
+@pytest.mark.parametrize("name", real_valued_models())
 def test_streamed_equals_in_memory(device, tmp_path, name, values):
     path, queries = _memory(tmp_path, values=values)
     memory = load_memory(path)

@@ -9,7 +9,16 @@ from nphcli.models import create_model, model_names
 
 PARAMS = {"topk": {"k": 4}, "random": {"k": 4, "seed": 3}, "window": {"window": 2}}
 # Models whose weights are not a softmax over a support set: they declare none.
-NOT_STRUCTURED = {"sparse", "entmax", "linear", "random-feature", "multihead"}
+NOT_STRUCTURED = {
+    "sparse",
+    "entmax",
+    "linear",
+    "random-feature",
+    "multihead",
+    "nearest",
+    "hebbian",
+    "pseudoinverse",
+}
 
 
 @pytest.mark.parametrize("name", [n for n in model_names() if n not in NOT_STRUCTURED])

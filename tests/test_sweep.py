@@ -53,7 +53,7 @@ def test_tiny_sweep_rows_and_fields(invoke, pool, tmp_path):
     assert invoke("store", pool, "--out", memory).exit_code == 0
     retrieved = invoke("retrieve", "--memory", memory, "--csv")
     retrieve_columns = next(csv.reader([retrieved.stdout.splitlines()[0]]))
-    assert list(rows[0]) == [*ID_FIELDS, *retrieve_columns]
+    assert list(rows[0]) == [*ID_FIELDS, *retrieve_columns, "drawn_sha256", "run_settings"]
     assert all(r["Q"] == r["M"] for r in rows)  # every stored pattern is a query
     summary = report["summary"]
     assert len(summary) == 4 and all(s["trials"] == 2 for s in summary)
@@ -296,7 +296,10 @@ def test_sweep_and_retrieve_options_agree():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--preset", "paper-nope"), "unknown preset 'paper-nope'; choose one of: paper-mask"),
+        (
+            ("--preset", "paper-nope"),
+            "unknown preset 'paper-nope'; choose one of: baselines, paper-mask",
+        ),
         (("--model", "dense,hopscotch"), "unknown model 'hopscotch'"),
         (("--model", "dense", "--k", "3"), "no model of the grid (dense) takes 'k'"),
         (("--model", "topk", "--k", "-1"), "--k must be"),
@@ -365,3 +368,11 @@ def test_theory_fields(invoke, pool, tmp_path):
     assert rows["linear"]["theory_m"] == pytest.approx(clean["theory_m"])
     summary = json.loads(result.stdout)["summary"]
     assert summary[0]["theory"]["premises"] == 6
+
+
+def test_baselines_preset_puts_nearest_beside_the_hopfield_models():
+    data, origin = sweep_config.load(preset="baselines")
+    mnist = sweep_config.resolve(data, origin, {})
+    assert (mnist.values["mask"], mnist.values["beta"], mnist.sizes[-1]) == ([0.5], [0.01], 200)
+    labels = {s.label for s in expand(mnist) if s.size == mnist.sizes[0]}
+    assert {"nearest metric=euclidean", "nearest metric=cosine", "dense", "sparse"} <= labels

@@ -286,3 +286,88 @@ def test_output_cut_short_by_head_exits_quietly(tmp_path):
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 141
     assert "Traceback" not in stderr and "Error" not in stderr and "Broken" not in stderr
+
+
+# -- names a user mistypes, and files given where a memory file goes (issue 34) ----------------
+
+
+def test_closest_names_a_near_miss_and_nothing_else():
+    from nphcli.core.suggest import closest, did_you_mean
+
+    models = ["dense", "entmax", "linear", "multihead", "random", "sparse", "topk", "window"]
+    assert [closest(w, models) for w in ("tpok", "sparce", "Dense", "DENSE")] == [
+        "topk",
+        "sparse",
+        "dense",
+        "dense",
+    ]
+    assert closest("mnsit", ["mnist", "fashion-mnist", "cifar10", "random"]) == "mnist"
+    assert closest("nosie", ["noise", "noise_clip", "mask", "seed"]) == "noise"
+    assert closest("xyzzy", models) is None and did_you_mean("xyzzy", models) == ""
+    assert did_you_mean("tpok", models) == " (did you mean 'topk'?)"
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"), [("tpok", "topk"), ("sparce", "sparse"), ("Dense", "dense")]
+)
+def test_a_mistyped_model_gets_a_did_you_mean(invoke, digits, typed, meant):
+    result = invoke("retrieve", "--memory", digits, "--model", typed)
+    assert_one_error_line(result, f"unknown model '{typed}'", f"did you mean '{meant}'?")
+
+
+def test_a_mistyped_model_in_python_gets_a_did_you_mean():
+    from nphcli.core.errors import NphError
+    from nphcli.models import create_model
+
+    with pytest.raises(NphError, match=r"did you mean 'topk'\?"):
+        create_model("tpok")
+
+
+def test_a_mistyped_source_gets_a_did_you_mean(invoke, tmp_path):
+    result = invoke("store", "mnsit", "--out", tmp_path / "m.safetensors")
+    assert_one_error_line(result, "unknown source 'mnsit'", "did you mean 'mnist'?")
+    assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_a_mistyped_batch_key_gets_a_did_you_mean(invoke, digits, tmp_path):
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text(f'{{"memory": "{digits}", "nosie": 0.1}}\n')
+    result = invoke("batch", jobs)
+    assert result.exit_code != 0
+    assert "unknown key 'nosie' (did you mean 'noise'?)" in result.stdout
+
+
+def test_a_mistyped_sweep_key_and_parameter_get_a_did_you_mean(invoke, digits, tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text("nosie = [0.1]\n")
+    result = invoke("sweep", "--config", config, "--dataset", digits, "--out", tmp_path / "r.csv")
+    assert_one_error_line(result, "unknown key 'nosie'", "did you mean 'noise'?")
+    config.write_text('[[models]]\nname = "dense"\nbta = [1.0]\n')
+    result = invoke("sweep", "--config", config, "--dataset", digits, "--out", tmp_path / "r.csv")
+    assert_one_error_line(result, "no parameter 'bta'", "did you mean 'beta'?")
+    config.write_text('[[models]]\nname = "tpok"\n')
+    result = invoke("sweep", "--config", config, "--dataset", digits, "--out", tmp_path / "r.csv")
+    assert_one_error_line(result, "unknown model 'tpok'", "did you mean 'topk'?")
+
+
+@pytest.mark.parametrize("name", ["x.npy", "x.png", "x.csv"])
+def test_a_file_to_store_given_as_memory_says_store_it_first(invoke, tmp_path, name):
+    """Issue 34: a `.npy` or `.png` given as --memory got the safetensors parser's message."""
+    path = tmp_path / name
+    if name.endswith(".npy"):
+        np.save(path, np.ones((5, 4), dtype=np.float32))
+    elif name.endswith(".png"):
+        Image.fromarray(np.zeros((8, 8), dtype=np.uint8)).save(path)
+    else:
+        path.write_text("0.1,0.2\n0.3,0.4\n")
+    for command in ("retrieve", "info"):
+        args = [command, "--memory", path] if command == "retrieve" else [command, path]
+        result = invoke(*args)
+        assert_one_error_line(result, "not a memory file", f"store it first: `nph store {path}`")
+
+
+def test_a_broken_safetensors_file_still_says_why(invoke, tmp_path):
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(b"\xff" * 64)
+    result = invoke("retrieve", "--memory", path)
+    assert_one_error_line(result, "not a readable safetensors file", "a header of")

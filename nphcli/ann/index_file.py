@@ -139,10 +139,13 @@ def build_index(
     faiss = require_faiss()
     check_kind(kind)
     resident = memory.resident()
-    if resident is None:
-        raise NphError("nph index needs the memory in RAM; it cannot index a streamed memory")
-    keys = resident[0].detach().to("cpu", torch.float32).contiguous()  # (M, d)
-    num_memories, dim = keys.shape
+    num_memories, dim = memory.num_memories, memory.dim
+    if resident is not None:
+        keys = resident[0].detach().to("cpu", torch.float32).contiguous()  # (M, d)
+        blocks = _slices(keys)
+    else:  # streamed from disk (a file larger than RAM): rows read block by block
+        keys = None
+        blocks = _read_blocks(memory)
     params: dict[str, Any] = {}
     if kind in ("ivf", "ivfpq"):
         lists = default_lists(num_memories) if lists is None else lists
@@ -172,21 +175,22 @@ def build_index(
         params["subquantizers"] = sub
         params["bits"] = 8
     faiss.omp_set_num_threads(torch.get_num_threads())
-    xb = keys.numpy()
     if kind in ("ivf", "ivfpq"):
         index.cp.seed = seed
         if progress:
             progress("train", 0, 1)
-        index.train(xb)
+        index.train(_training_rows(memory, keys, lists, seed))
         if progress:
             progress("train", 1, 1)
-    for start in range(0, num_memories, ADD_ROWS):
-        index.add(xb[start : start + ADD_ROWS])
+    largest = 0.0
+    for start, block in blocks():
+        index.add(block.numpy())
+        largest = max(largest, float(torch.linalg.vector_norm(block, dim=1).max()))
         if progress:
             progress("add", min(start + ADD_ROWS, num_memories), num_memories)
     extra: dict[str, Tensor] = {}
     if kind in ("ivf", "ivfpq"):
-        extra = _list_geometry(faiss, index, keys)
+        extra = _list_geometry(faiss, index, blocks)
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -198,21 +202,43 @@ def build_index(
         "seed": seed,
         "M": num_memories,
         "d": dim,
-        "max_norm": float(torch.linalg.vector_norm(keys, dim=1).max()),
+        "max_norm": largest,
         "memory_file": Path(memory_path).name,
         "memory_sha256": file_checksum(memory_path),
     }
     return index, meta, extra
 
 
-def _list_geometry(faiss, index, keys: Tensor) -> dict[str, Tensor]:
+def _slices(keys: Tensor) -> Callable[[], Any]:
+    """(start, rows) blocks of ADD_ROWS rows of keys (M, d) in RAM."""
+    return lambda: ((s, keys[s : s + ADD_ROWS]) for s in range(0, keys.shape[0], ADD_ROWS))
+
+
+def _read_blocks(memory: MemoryBank) -> Callable[[], Any]:
+    """(start, rows) blocks of ADD_ROWS float32 rows of a memory read from disk."""
+    return lambda: (
+        (s, block.to("cpu", torch.float32).contiguous()) for s, block in memory.key_blocks(ADD_ROWS)
+    )
+
+
+def _training_rows(memory: MemoryBank, keys: Tensor | None, lists: int, seed: int) -> Any:
+    """What k-means trains on: every row of keys in RAM (FAISS samples them itself), or, for a
+    memory read from disk, a seeded sample of the 256 rows per list FAISS would keep."""
+    if keys is not None:
+        return keys.numpy()
+    count = min(memory.num_memories, 256 * lists)
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(memory.num_memories, generator=generator)[:count].sort().values
+    return memory.gather(rows)[0].to("cpu", torch.float32).contiguous().numpy()  # (count, d)
+
+
+def _list_geometry(faiss, index, blocks: Callable[[], Any]) -> dict[str, Tensor]:
     """Centroids (nlist, d) and radii (nlist,): max ‖ξ − c_j‖ over the patterns of list j,
     assigned as FAISS assigned them."""
     lists = index.nlist
     centroids = torch.from_numpy(index.quantizer.reconstruct_n(0, lists)).clone()  # (nlist, d)
     radii = torch.full((lists,), -torch.inf)  # (nlist,)
-    for start in range(0, keys.shape[0], ADD_ROWS):
-        block = keys[start : start + ADD_ROWS]  # (B, d)
+    for _, block in blocks():  # (B, d)
         _, assigned = index.quantizer.search(block.numpy(), 1)  # (B, 1)
         assigned = torch.from_numpy(assigned[:, 0])  # (B,)
         distance = torch.linalg.vector_norm(block - centroids[assigned], dim=1)  # (B,)
@@ -268,9 +294,13 @@ def read_index_meta(path: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def check_index_file(path: str | os.PathLike, memory_path: str | os.PathLike) -> dict[str, Any]:
+def check_index_file(
+    path: str | os.PathLike, memory_path: str | os.PathLike, *, memory_sha256: str | None = None
+) -> dict[str, Any]:
     """Refuse, before any work, an index that is unreadable, newer than this nph or FAISS, or
-    built from another memory file (or an older version of this one)."""
+    built from another memory file (or an older version of this one). `memory_sha256`: the
+    memory file's checksum when the caller already vouches for it (a shard set's record, see
+    `shard_index`), which spares hashing the file again."""
     faiss = require_faiss()
     meta = read_index_meta(path)
     built = version_tuple(meta.get("faiss_version", "0"))[:2]
@@ -279,7 +309,8 @@ def check_index_file(path: str | os.PathLike, memory_path: str | os.PathLike) ->
             f"{path} was built with FAISS {meta['faiss_version']}, newer than the installed "
             f"{faiss.__version__}; upgrade faiss-cpu or rebuild the index"
         )
-    if meta.get("memory_sha256") != file_checksum(memory_path):
+    expected = file_checksum(memory_path) if memory_sha256 is None else memory_sha256
+    if meta.get("memory_sha256") != expected:
         raise NphError(
             f"{path} indexes another memory ({meta.get('memory_file')}, different checksum) "
             f"than {memory_path}; rebuild it: nph index {memory_path} --force"
@@ -287,12 +318,14 @@ def check_index_file(path: str | os.PathLike, memory_path: str | os.PathLike) ->
     return meta
 
 
-def open_index(path: str | os.PathLike, memory_path: str | os.PathLike) -> AnnIndex:
+def open_index(
+    path: str | os.PathLike, memory_path: str | os.PathLike, *, memory_sha256: str | None = None
+) -> AnnIndex:
     """Read and verify an index file for the memory file at `memory_path` (see the module
-    docstring)."""
+    docstring; `memory_sha256` as for `check_index_file`)."""
     faiss = require_faiss()
     path = Path(path)
-    meta = check_index_file(path, memory_path)
+    meta = check_index_file(path, memory_path, memory_sha256=memory_sha256)
     try:
         with safe_open(str(path), framework="pt") as handle:
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}

@@ -11,10 +11,13 @@ import torch
 from torch import Tensor
 
 from nphcli.ann.index_file import AnnIndex, open_index
-from nphcli.ann.search import DEFAULT_EF, DEFAULT_NPROBE, IndexedModel
+from nphcli.ann.search import IndexedModel
 from nphcli.ann.settings import IndexSettings
+from nphcli.core.defaults import DEFAULT_EF, DEFAULT_NPROBE
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.format import is_manifest
+from nphcli.schema.holders import complete
 
 
 def check_index_run(
@@ -31,15 +34,20 @@ def check_index_run(
         raise NphError(
             f"--index searches on the CPU, and this run is on {device}; use --device cpu"
         )
-    opened = _open(settings.path, memory_path)  # every file check, the FAISS bytes included
-    meta, kind = opened.meta, opened.kind
+    if is_manifest(memory_path):  # --index names the kind of the shards' indexes
+        from nphcli.ann.shard_index import check_shard_indexes
+
+        kind, rows = settings.path, check_shard_indexes(memory_path, settings.path).num_memories
+    else:
+        opened = _open(settings.path, memory_path)  # every file check, the FAISS bytes included
+        kind, rows = opened.kind, opened.meta["M"]
     if settings.nprobe is not None and kind not in ("ivf", "ivfpq"):
         raise NphError(f"--nprobe applies to ivf and ivfpq indexes; {settings.path} is {kind}")
     if settings.ef is not None and kind != "hnsw":
         raise NphError(f"--ef applies to hnsw indexes; {settings.path} is {kind}")
     if model.steps != 1:
         raise NphError("--index retrieves one step; use --steps 1")
-    if model.candidate_rule(meta["M"]) is None:
+    if model.candidate_rule(rows) is None:
         raise NphError(
             f"--model {model.name} needs every memory's score and cannot use an index; "
             "use topk, sparse or entmax, or drop --index"
@@ -71,6 +79,10 @@ def indexed_model(model: Any, settings: IndexSettings, memory: MemoryBank) -> In
     """The model retrieving over the opened, verified index of `memory`'s file."""
     if memory.path is None:
         raise NphError("--index needs the memory's file, to check the index was built from it")
+    if is_manifest(memory.path):
+        from nphcli.ann.shard_index import sharded_indexed_model
+
+        return sharded_indexed_model(model, settings, memory)
     index = _open(settings.path, memory.path)
     indexed = IndexedModel(
         model, index, candidates=settings.candidates, nprobe=settings.nprobe, ef=settings.ef
@@ -91,10 +103,13 @@ def index_report(
 ) -> dict[str, Any]:
     """The report's `index` section: the index, the search settings, the share of queries
     certified exact in the run, and the comparison with exact retrieval on a sample."""
+    from nphcli.ann.shard_index import ShardedIndexedModel
+
     index = model.index
     certified = model.certified_at(positions)
+    sharded = isinstance(model, ShardedIndexedModel)
     report: dict[str, Any] = {
-        "file": str(index.path),
+        "file": str(model.manifest.path if sharded else index.path),
         "kind": index.kind,
         "params": index.meta.get("params", {}),
         "nprobe": settings.nprobe or DEFAULT_NPROBE if index.kind in ("ivf", "ivfpq") else None,
@@ -103,6 +118,11 @@ def index_report(
         "certified_fraction": None if certified is None else float(certified.float().mean()),
         "check_exact": None,
     }
+    if sharded:  # what crossed between ranks per query (ids and scores out, Σ w·v back)
+        seen = max(1, model.queries_seen)
+        report["shards"] = len(model.manifest.parts)
+        report["shard_params"] = [entry["params"] for entry in model.record["parts"]]
+        report["bytes_sent_per_query"] = model.bytes_sent / seen
     if settings.check_exact > 0:
         cpu_memory = memory.to(device="cpu")
         report["check_exact"] = model.compare_exact(
@@ -112,4 +132,4 @@ def index_report(
             seed=seed,
             targets=None if targets is None else targets.to(device="cpu", dtype=torch.float32),
         )
-    return report
+    return complete(report, settings, aliases={"index": "file"})

@@ -27,15 +27,14 @@ import torch
 from torch import Tensor
 
 from nphcli.ann.index_file import AnnIndex, require_faiss
+from nphcli.core.defaults import DEFAULT_CANDIDATES, DEFAULT_EF, DEFAULT_NPROBE
 from nphcli.core.errors import NphError
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.exact_search import torch_topk
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import Retrieval, _check_output
+from nphcli.models.base import Retrieval
+from nphcli.models.inputs import check_output
 
-DEFAULT_CANDIDATES = 64  # candidates per query when the rule needs fewer
-DEFAULT_NPROBE = 16  # IVF lists searched per query
-DEFAULT_EF = 128  # HNSW search breadth
 SLACK = 1e-5  # relative to ‖x‖·max‖ξ‖: FAISS vs recomputed scores differ by rounding
 GATHER_ELEMENTS = 1 << 24  # floats of gathered candidate rows per query chunk
 
@@ -140,7 +139,7 @@ class IndexedModel:
         found = self.search(queries, memory)
         weights, cut = self.rule(memory.num_memories).apply(found.scores)  # (Q, c), (Q,)
         patterns = memory.weighted_sum(found.ids, weights.to(memory.dtype))  # (Q, d_v)
-        _check_output(patterns)
+        check_output(patterns)
         self.certified = found.bound < cut  # (Q,)
         if positions is not None:
             self._by_position.update(zip(positions.tolist(), self.certified.tolist(), strict=True))

@@ -1,7 +1,9 @@
 """Batch jobs: retrieval requests as JSON objects, evaluated one after another in one process.
 
-A script that runs many evaluations pays for start-up (importing torch) once and for each
-memory file once: memories are kept between jobs, keyed by file and `stream`. A job that cannot
+A script that runs many evaluations pays for start-up (importing torch) once, and for a memory
+file once per run of jobs on it: the `MemoryCache.KEEP` memories used last are kept between
+jobs, keyed by file and `stream`, so a job file naming many memories holds at most that many in
+RAM (jobs grouped by memory read each file once). A job that cannot
 run gives an error object on its own line and the others go on, so one bad line in a long job
 file costs only itself.
 
@@ -14,8 +16,8 @@ exactly the object `nph retrieve --json` prints for it, one line each.
 
 from __future__ import annotations
 
-import json
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,19 +25,28 @@ from typing import Any
 from nphcli.app.product import evaluate_settings
 from nphcli.app.request import InputSpec, check_request, request_from
 from nphcli.core.errors import NphError
+from nphcli.core.jsontext import parse_json
 from nphcli.evaluation.inputs import Inputs, inputs_with
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
 from nphcli.schema.fields import check_keys, get_field
 
+# Bytes of one job line: a job is a few hundred bytes; a longer line is refused, not parsed.
+MAX_JOB_BYTES = 1 << 20
+
 
 class MemoryCache:
-    """Memory files read once and kept, keyed by (resolved path, stream). Each entry also
-    remembers the file's size and modification time, so a file replaced between jobs is read
-    again rather than served stale."""
+    """The memories used last, keyed by (resolved path, stream); at most `keep` of them, the
+    least recently used dropped first. Each entry also remembers the file's size and
+    modification time, so a file replaced between jobs is read again rather than served stale."""
 
-    def __init__(self) -> None:
-        self._banks: dict[tuple[str, bool], tuple[tuple[int, int], MemoryBank]] = {}
+    KEEP = 2  # memories kept: enough for jobs alternating between two, bounded for many files
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self.keep = keep
+        self._banks: OrderedDict[tuple[str, bool], tuple[tuple[int, int], MemoryBank]] = (
+            OrderedDict()
+        )
 
     def get(self, path: str, *, stream: bool) -> tuple[MemoryBank, float]:
         """The memory at `path` and the seconds spent reading it now (0 when cached)."""
@@ -46,13 +57,19 @@ class MemoryCache:
         except OSError:
             stamp = (-1, -1)  # let the loader say what is wrong with the path
         key = (str(resolved), stream)
-        cached = self._banks.get(key)
+        cached = self._banks.pop(key, None)
         if cached is not None and cached[0] == stamp:
+            self._banks[key] = cached  # now the most recently used
             return cached[1], 0.0
+        while len(self._banks) >= self.keep:  # make room before reading: peak ≤ keep memories
+            self._banks.popitem(last=False)
         t0 = time.perf_counter()
         bank = open_memory(path, stream=stream)
         self._banks[key] = (stamp, bank)
         return bank, time.perf_counter() - t0
+
+    def __len__(self) -> int:
+        return len(self._banks)
 
 
 def run_job(job: Any, cache: MemoryCache) -> list[dict[str, Any]]:
@@ -64,6 +81,7 @@ def run_job(job: Any, cache: MemoryCache) -> list[dict[str, Any]]:
     values = {
         key: get_field(key).from_json(value, f"job key {key!r}") for key, value in job.items()
     }
+    values["json"] = [True]  # a job's answer is JSON: several settings may report per query
     request = request_from(values)
     check_request(request)
     reports = evaluate_settings(_inputs(request.inputs, cache), request.settings)
@@ -79,10 +97,7 @@ def run_jobs(lines: Iterable[str], cache: MemoryCache | None = None) -> Iterator
         if not line.strip():
             continue
         try:
-            try:
-                job = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise NphError(f"not a JSON object: {error}") from None
+            job = parse_json(line, what="the line", max_bytes=MAX_JOB_BYTES)
             yield from run_job(job, cache)
         except NphError as error:
             yield {"job": number, "error": " ".join(str(error).split())}

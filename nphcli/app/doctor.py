@@ -72,15 +72,29 @@ def _torchvision(torch_version: str | None) -> dict[str, Any]:
     return {"ok": True, "version": torchvision.__version__}
 
 
+# What a CUDA build of torch costs on a machine that cannot use it, and the CPU build instead.
+CUDA_BUILD_SIZE = "about 5.5 GB of CUDA libraries on Linux"
+CPU_WHEEL = "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu"
+
+
 def _cuda() -> dict[str, Any]:
+    """The CUDA devices torch sees, and a note where torch is a CUDA build but sees none: its
+    CUDA libraries are dead weight there, and the CPU build does the same work."""
     try:
         import torch
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         devices = [torch.cuda.get_device_name(i) for i in range(count)]
+        build = torch.version.cuda
     except Exception as error:
         return {"ok": True, "devices": [], "error": _first_line(error)}
-    return {"ok": True, "devices": devices}
+    if build is None or devices:
+        return {"ok": True, "devices": devices}
+    note = (
+        f"torch is a CUDA {build} build ({CUDA_BUILD_SIZE}) and no GPU is visible; "
+        f"the CPU build does the same here: {CPU_WHEEL}"
+    )
+    return {"ok": True, "devices": devices, "note": note}
 
 
 def _optional(module: str) -> dict[str, Any]:

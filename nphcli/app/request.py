@@ -15,22 +15,24 @@ from typing import Any
 from nphcli.core.errors import NphError
 from nphcli.evaluation.inputs import InputSpec
 from nphcli.evaluation.settings import RetrieveSettings, build_model, expand_settings
-from nphcli.schema.fields import default, fields, get_field
+from nphcli.schema.fields import fields, get_field, holder_fields
+from nphcli.schema.holders import holds, route
 
 
 @dataclass(frozen=True)
+@holds("output")
 class OutputSpec:
-    """What a request reports and writes (the `output` fields)."""
+    """What a request reports and writes: one attribute per output field, defaults from there."""
 
-    per_query: bool = False
-    trace: bool = False
-    json: bool = False
-    csv: bool = False
-    no_header: bool = False
-    out: Path | None = None
-    save_grid: Path | None = None
-    scale: int = default("scale")
-    force: bool = False
+    per_query: bool
+    trace: bool
+    json: bool
+    csv: bool
+    no_header: bool
+    out: Path | None
+    save_grid: Path | None
+    scale: int
+    force: bool
 
     def __post_init__(self) -> None:
         if self.json and self.csv:
@@ -46,15 +48,16 @@ class OutputSpec:
 
 
 @dataclass(frozen=True)
+@holds("request")
 class RetrieveRequest:
     """One `nph retrieve` (or one batch job): every setting is evaluated on inputs read once."""
 
     settings: list[RetrieveSettings]
     inputs: InputSpec
     output: OutputSpec
-    workers: int = default("workers")
-    timeout: float = default("timeout")
-    threads: int | None = default("threads")  # torch's CPU threads; None: $NPH_THREADS or torch's
+    workers: int  # local processes (`--workers`)
+    timeout: float  # seconds an exchange between ranks waits
+    threads: int | None  # torch's CPU threads; None: $NPH_THREADS or torch's
 
     def __post_init__(self) -> None:
         many = len(self.settings) > 1
@@ -90,14 +93,14 @@ def request_from(values: Mapping[str, Sequence[Any]]) -> RetrieveRequest:
         single[name] = given[0]
     setting_values = {name: v for name, v in values.items() if name not in others}
     pick = {f.name: single.get(f.name, f.default) for f in fields(setting=False)}
-    path = {name: None if pick[name] is None else Path(pick[name]) for name in ("out", "save_grid")}
+    output = route("output", pick)
+    paths = [f.key for f in holder_fields("output") if f.kind == "path"]
+    output.update({key: Path(output[key]) for key in paths if output.get(key) is not None})
     return RetrieveRequest(
         settings=expand_settings(setting_values),
-        inputs=InputSpec(**{f.name: _plain(pick[f.name]) for f in fields() if f.group == "input"}),
-        output=OutputSpec(**{**{f.name: pick[f.name] for f in _outputs()}, **path}),
-        workers=pick["workers"],
-        timeout=pick["timeout"],
-        threads=pick["threads"],
+        inputs=InputSpec(**{key: _plain(value) for key, value in route("input", pick).items()}),
+        output=OutputSpec(**output),
+        **route("request", pick),
     )
 
 
@@ -151,6 +154,7 @@ def run_request(request: RetrieveRequest) -> Outcome:
 def _run_here(request: RetrieveRequest) -> Outcome:
     from nphcli.app.product import evaluate_settings
     from nphcli.evaluation.inputs import load_inputs
+    from nphcli.memory.items import open_items
 
     spec = request.inputs
     inputs = load_inputs(
@@ -159,12 +163,17 @@ def _run_here(request: RetrieveRequest) -> Outcome:
         targets_file=spec.targets_file,
         target_indices=spec.target_indices,
         stream=spec.stream,
+        query_text=spec.query_text,
     )
     if request.output.save_grid is not None:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(inputs.memory)
+    items = open_items(spec.memory, inputs.memory.meta)  # checked before any retrieval
     reports = evaluate_settings(inputs, request.settings)
+    _add_recall(items, inputs.memory, request.settings, reports)
+    if spec.queries_file is None and spec.query_text is None:  # stored patterns are queries
+        _say_unretrievable(inputs.memory)
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report
@@ -173,15 +182,42 @@ def _run_here(request: RetrieveRequest) -> Outcome:
     return Outcome(reports, inputs.memory, trace)
 
 
+def _add_recall(items, memory, settings: list, reports: list) -> None:
+    """With a memory whose rows have ids and texts (`items`), what each query recalled (where
+    `recall.applies`): the items carrying its weight, and the item nearest its output."""
+    from nphcli.core.notices import notice
+    from nphcli.evaluation import recall
+
+    if items is None:
+        return
+    if not recall.applies(reports[0].queries.shape[0], memory.num_memories):
+        notice("not listing what each query recalled: too many queries for this memory's size")
+        return
+    for setting, report in zip(settings, reports, strict=True):
+        model = build_model(setting)
+        report.recall = recall.recall(model, memory, report.queries, report.retrieved, items=items)
+
+
+def _say_unretrievable(memory) -> None:
+    from nphcli.core.notices import notice
+    from nphcli.theory.retrievable import recorded_or_counted, unretrievable_notice
+
+    warning = unretrievable_notice(recorded_or_counted(memory))
+    if warning:
+        notice(warning)
+
+
 def _run_distributed(request: RetrieveRequest) -> Outcome:
     from nphcli.distributed.retrieve import distributed_retrieve
     from nphcli.memory import open_memory
+    from nphcli.memory.items import open_items
 
-    if len(request.settings) > 1 or request.output.trace or request.settings[0].index:
-        raise NphError("--workers and torchrun runs take one setting, without --trace or --index")
+    if len(request.settings) > 1 or request.output.trace:
+        raise NphError("--workers and torchrun runs take one setting, without --trace")
     spec = request.inputs
-    shown = open_memory(spec.memory, stream=True) if request.output.save_grid is not None else None
-    if shown is not None:
+    shown = open_memory(spec.memory, stream=True)  # opened, not read: for pictures and recall
+    items = open_items(spec.memory, shown.meta)
+    if request.output.save_grid is not None:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(shown)
@@ -194,8 +230,12 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
         targets_file=spec.targets_file,
         target_indices=spec.target_indices,
         stream=spec.stream,
+        query_text=spec.query_text,
     )
-    return Outcome([] if report is None else [report], shown)
+    if report is None:
+        return Outcome([], shown)
+    _add_recall(items, shown, request.settings, [report])
+    return Outcome([report], shown)
 
 
 def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:
@@ -212,10 +252,6 @@ def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:
         save_comparison_grid(
             output.save_grid, reports, outcome.memory, force=output.force, scale=output.scale
         )
-
-
-def _outputs():
-    return [f for f in fields() if f.group == "output" and f.name not in ("out", "save_grid")]
 
 
 def _plain(value: Any) -> Any:

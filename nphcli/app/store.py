@@ -13,10 +13,14 @@ import nphcli.sources as sources
 from nphcli.core.atomic import check_output
 from nphcli.core.dtypes import torch_dtype
 from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
+from nphcli.memory.items import write_items
 from nphcli.memory.shards import split_rows, write_shards
-from nphcli.sources.pairing import in_store_dtype, load_labels, load_values
+from nphcli.sources.pairing import in_store_dtype, load_labels, load_values_and_items
+from nphcli.theory.retrievable import META_KEY as RETRIEVABLE_KEY
+from nphcli.theory.retrievable import count_unretrievable, unretrievable_notice
 
 _SOURCE_OPTIONS = tuple(field.name for field in dataclasses.fields(sources.SourceOptions))
 
@@ -68,15 +72,24 @@ def store_memory(
     options = sources.SourceOptions(**source_options)
     prepared = sources.prepare_memory(str(source), options, normalize=normalize, dtype=dtype)
     meta, stored_labels, stored_values = prepared.meta, prepared.labels, None
+    items = prepared.items
     if values is not None:
-        stored_values = in_store_dtype(load_values(values, meta), dtype)  # (M, d_v)
+        loaded_values, value_items = load_values_and_items(values, meta)
+        stored_values = in_store_dtype(loaded_values, dtype)  # (M, d_v)
         meta = {**meta, "values_file": Path(values).name, "d_v": stored_values.shape[1]}
+        if value_items is not None:  # each row keeps what it recalls: the value's id and text
+            keys = items or [{"id": row} for row in range(len(value_items))]
+            items = [{**key, "value": value} for key, value in zip(keys, value_items, strict=True)]
     if labels is not None:
         stored_labels = load_labels(labels, meta)  # (M,)
         meta = {**meta, "labels_file": Path(labels).name}
         meta.pop("classes", None)  # the dataset's class names no longer apply
     if parts is not None:  # refused before anything is written
         split_rows(prepared.patterns.shape[0], parts)
+    found = count_unretrievable(prepared.patterns)
+    meta = {**meta, RETRIEVABLE_KEY: found}
+    if items is not None:  # the sidecar first: the memory names it with its hash
+        meta = {**meta, "items": write_items(out, items, force=force)}
     save_memory(
         out,
         prepared.patterns,
@@ -86,6 +99,9 @@ def store_memory(
         dtype=torch_dtype(prepared.dtype),
         force=force,
     )
+    warning = unretrievable_notice(found)
+    if warning:
+        notice(warning)
     manifest = None
     if parts is not None:
         manifest = write_shards(out, out.parent, parts=parts, force=force)

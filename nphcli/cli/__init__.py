@@ -5,6 +5,7 @@ Each command lives in its own module and registers itself on `app` when imported
 
 from nphcli.cli import (
     analyze,  # noqa: F401  (registers commands)
+    attractors,  # noqa: F401  (registers commands)
     batch,  # noqa: F401  (registers commands)
     doctor,  # noqa: F401  (registers commands)
     index,  # noqa: F401  (registers commands)

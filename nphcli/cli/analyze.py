@@ -15,16 +15,73 @@ from typing import Annotated, Any
 import typer
 
 from nphcli.cli.app import app
-from nphcli.cli.field_options import field_values, with_fields
-from nphcli.cli.options import JsonOutput, Threads
+from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.core.errors import NphError
+from nphcli.schema.fields import ANALYSIS_FIELDS, Field, get_field
 from nphcli.theory.analysis import RETRIEVAL_FIELDS
+
+# `nph analyze --capacity`'s own options, one field each (the experiment's defaults live in
+# `nphcli.theory.capacity.CapacityRequest`; the help says them).
+CAPACITY_FIELDS = (
+    Field(
+        "capacity",
+        "bool",
+        False,
+        "Run the capacity experiment instead (Proposition 4.1, Ramsauer et al. Theorem 3): "
+        "success against M for seeded random patterns on a sphere, beside the stated capacity "
+        "M*; --model runs one model [default: dense, topk and sparse], --beta defaults to 1 "
+        "(Ramsauer et al.'s example). Takes no FILE.",
+        group="analysis",
+    ),
+    Field(
+        "dim", "int", None, "With --capacity: pattern dimension d [default: 20].", group="analysis"
+    ),
+    Field(
+        "radius",
+        "float",
+        None,
+        "With --capacity: norm m of every pattern [default: "
+        "3·√(d − 1), i.e. Ramsauer et al.'s K = 3].",
+        group="analysis",
+    ),
+    Field(
+        "sizes",
+        "str",
+        None,
+        "With --capacity: comma list of pattern counts M [default: 2,4,8,16,32,64,128,256].",
+        group="analysis",
+    ),
+    Field(
+        "trials",
+        "int",
+        None,
+        "With --capacity: random pattern sets per M [default: 5].",
+        group="analysis",
+    ),
+    Field(
+        "failure_p",
+        "float",
+        None,
+        "With --capacity: the failure probability p of the bound [default: 0.001].",
+        group="analysis",
+    ),
+    Field(
+        "epsilon",
+        "float",
+        None,
+        "With --capacity: ε of 'retrieved': fixed-point residual "
+        "and agreement tolerance [default: 1e-9].",
+        group="analysis",
+    ),
+)
+OWN_FIELDS = (*ANALYSIS_FIELDS, *CAPACITY_FIELDS, get_field("json"), get_field("threads"))
 
 
 @app.command("analyze")
 @with_fields(
     RETRIEVAL_FIELDS,
+    own=OWN_FIELDS,
     help={
         "model": "With it, corrupted stored patterns are retrieved by this model and checked "
         "against Theorem 4.1 (`nph models` lists the models; their parameters are options "
@@ -36,92 +93,6 @@ def analyze_command(
         Path | None,
         typer.Argument(help="Memory file to analyse (required unless --capacity)."),
     ] = None,
-    theorem_k: Annotated[
-        float | None,
-        typer.Option(
-            "--theorem-k",
-            help="Support size k in the conditions: a count ≥ 1 or a fraction of M [default: "
-            "M, dense; with --model, the model's support]. The model's own k is --k.",
-        ),
-    ] = None,
-    sample: Annotated[
-        int,
-        typer.Option(
-            "--sample",
-            help="Use a seeded sample of this many patterns for R and Δ when M is larger; 0 "
-            "uses every pattern (R is then exact).",
-        ),
-    ] = 2000,
-    fixed_point: Annotated[
-        int,
-        typer.Option(
-            "--fixed-point",
-            help="With --model: also iterate N steps from each corrupted query, and dense "
-            "retrieval beside it, and count fixed points, energy descent and final errors "
-            "(Corollary 4.3); 0 skips it. With --capacity: the iterations run to reach a "
-            "fixed point (0 means 100).",
-        ),
-    ] = 0,
-    per_pattern: Annotated[
-        bool,
-        typer.Option(
-            "--per-pattern", help="List Δ_μ and the well-separation verdict of every pattern."
-        ),
-    ] = False,
-    per_query: Annotated[
-        bool, typer.Option("--per-query", help="With --model: list every query's check.")
-    ] = False,
-    capacity: Annotated[
-        bool,
-        typer.Option(
-            "--capacity",
-            help="Run the capacity experiment instead (Proposition 4.1, Ramsauer et al. "
-            "Theorem 3): success against M for seeded random patterns on a sphere, beside the "
-            "stated capacity M*; --model runs one model [default: dense, topk and sparse], "
-            "--beta defaults to 1 (Ramsauer et al.'s example). Takes no FILE.",
-        ),
-    ] = False,
-    dim: Annotated[
-        int | None,
-        typer.Option("--dim", help="With --capacity: pattern dimension d [default: 20]."),
-    ] = None,
-    radius: Annotated[
-        float | None,
-        typer.Option(
-            "--radius",
-            help="With --capacity: norm m of every pattern [default: 3·√(d − 1), i.e. "
-            "Ramsauer et al.'s K = 3].",
-        ),
-    ] = None,
-    sizes: Annotated[
-        str | None,
-        typer.Option(
-            "--sizes",
-            help="With --capacity: comma list of pattern counts M [default: "
-            "2,4,8,16,32,64,128,256].",
-        ),
-    ] = None,
-    trials: Annotated[
-        int | None,
-        typer.Option("--trials", help="With --capacity: random pattern sets per M [default: 5]."),
-    ] = None,
-    failure_p: Annotated[
-        float | None,
-        typer.Option(
-            "--failure-p",
-            help="With --capacity: the failure probability p of the bound [default: 0.001].",
-        ),
-    ] = None,
-    epsilon: Annotated[
-        float | None,
-        typer.Option(
-            "--epsilon",
-            help="With --capacity: ε of 'retrieved': fixed-point residual and agreement "
-            "tolerance [default: 1e-9].",
-        ),
-    ] = None,
-    as_json: JsonOutput = False,
-    threads: Threads = None,
     *,
     given: dict[str, Any],
 ) -> None:
@@ -139,37 +110,25 @@ def analyze_command(
     """
     from nphcli.app.threads import use_threads
 
-    use_threads(threads)
-    values = _single(field_values(given))
-    if capacity:
-        from nphcli.cli.analyze_capacity import capacity_mode
-
-        refused = {"--theorem-k": theorem_k, "--per-pattern": per_pattern}
-        refused.update({"--per-query": per_query, "--sample": sample != 2000})
-        settings = {"dim": dim, "radius": radius, "p": failure_p, "sizes": sizes}
-        settings.update({"trials": trials, "steps": fixed_point or None, "epsilon": epsilon})
-        capacity_mode(file=file, refused=refused, settings=settings, values=values, as_json=as_json)
+    own = own_values(given, OWN_FIELDS)
+    use_threads(own.pop("threads"))
+    as_json = own.pop("json")
+    values = _single(field_values(given, among=OWN_FIELDS))
+    analysis = {f.name: own.pop(f.name) for f in ANALYSIS_FIELDS}
+    if own.pop("capacity"):
+        _capacity(file, analysis, own, values, as_json)
         return
     if file is None:
         raise NphError(
             "nph analyze needs a memory FILE (or --capacity for the experiment on random patterns)"
         )
-    capacity_only = {"--dim": dim, "--radius": radius, "--sizes": sizes, "--trials": trials}
-    capacity_only.update({"--failure-p": failure_p, "--epsilon": epsilon})
-    stray = [flag for flag, value in capacity_only.items() if value is not None]
+    stray = [get_field(name, CAPACITY_FIELDS).flag for name, v in own.items() if v is not None]
     if stray:
         raise NphError(f"{', '.join(stray)} go with --capacity")
     from nphcli.memory import open_memory
     from nphcli.theory.analysis import AnalysisRequest, analyze
 
-    request = AnalysisRequest.from_values(
-        values,
-        theorem_k=theorem_k,
-        sample=sample,
-        fixed_point=fixed_point,
-        per_pattern=per_pattern,
-        per_query=per_query,
-    )
+    request = AnalysisRequest.from_values(values, **analysis)
     request.check()
     result = analyze(open_memory(file), request, source=str(file))
     if as_json:
@@ -178,10 +137,21 @@ def analyze_command(
     _print(result)
 
 
+def _capacity(file, analysis: dict, capacity: dict, values: dict, as_json: bool) -> None:
+    """`--capacity`: the analysis options that need a FILE are refused by flag."""
+    from nphcli.cli.analyze_capacity import capacity_mode
+
+    refused = {"--theorem-k": analysis["theorem_k"], "--per-pattern": analysis["per_pattern"]}
+    refused.update({"--per-query": analysis["per_query"]})
+    refused["--sample"] = analysis["sample"] != get_field("sample", ANALYSIS_FIELDS).default
+    settings = {"dim": capacity["dim"], "radius": capacity["radius"], "p": capacity["failure_p"]}
+    settings.update({"sizes": capacity["sizes"], "trials": capacity["trials"]})
+    settings.update({"steps": analysis["fixed_point"] or None, "epsilon": capacity["epsilon"]})
+    capacity_mode(file=file, refused=refused, settings=settings, values=values, as_json=as_json)
+
+
 def _single(values: dict[str, list[Any]]) -> dict[str, Any]:
     """One value per option: analyze checks one model setting."""
-    from nphcli.schema.fields import get_field
-
     for name, given in values.items():
         if len(given) != 1:
             raise NphError(f"{get_field(name).flag} takes one value in nph analyze, got {given}")

@@ -126,10 +126,24 @@ class NphGroup(TyperGroup):
 def _fail(message: str, code: int) -> int:
     one_line = " ".join(message.split())
     if _json_errors:
-        print(json.dumps({"error": one_line, "exit_code": code}), file=sys.stderr)
+        _write_line(json.dumps({"error": one_line, "exit_code": code}))
     else:
-        print(f"Error: {one_line}", file=sys.stderr)
+        _write_line(f"Error: {one_line}")
     return code
+
+
+def _write_line(text: str) -> None:
+    """`text` and its newline to stderr in one write(2): ranks of torchrun (or --workers) that
+    share one stderr then never mix their lines (a pipe keeps writes of ≤ 4 KiB whole)."""
+    data = (text + "\n").encode("utf-8", errors="replace")
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # captured (tests, embedding): no descriptor
+        sys.stderr.write(text + "\n")
+        return
+    sys.stderr.flush()
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 _REDUCE = (

@@ -33,8 +33,9 @@ def batch_command(
     """Run many `nph retrieve` settings in one process: one JSON result per job line.
 
     Each setting's line of output is the object `nph retrieve --json` prints for it, or
-    {"job": LINE, "error": MESSAGE} when it cannot run; the other jobs still run. Memory files
-    are read once and kept between jobs. Exit status 1 when any job failed.
+    {"job": LINE, "error": MESSAGE} when it cannot run; the other jobs still run. The two memory
+    files used last are kept between jobs (group jobs by memory to read each once). Exit status
+    1 when any job failed.
     """
     from nphcli.app.batch import run_jobs
     from nphcli.app.threads import use_threads

@@ -20,13 +20,17 @@ def doctor_command(as_json: JsonOutput = False) -> None:
     if as_json:
         print_json(report)
     else:
-        rows = [
-            [name, "ok" if check["ok"] else "PROBLEM", _detail(name, check)]
-            for name, check in report.items()
-        ]
+        rows = [[name, _status(check), _detail(name, check)] for name, check in report.items()]
         print_table("nph doctor", ["check", "status", "details"], rows)
     if not all(check["ok"] for check in report.values()):
         raise typer.Exit(1)
+
+
+def _status(check: dict) -> str:
+    """PROBLEM: nph or a part of it cannot run; NOTE: it runs, with something worth changing."""
+    if not check["ok"]:
+        return "PROBLEM"
+    return "NOTE" if check.get("note") else "ok"
 
 
 def _detail(name: str, check: dict) -> str:
@@ -42,4 +46,4 @@ def _detail(name: str, check: dict) -> str:
     if name == "python":
         found += f" ({check['executable']})"
     extra = [check[key] for key in ("error", "hint") if check.get(key) and check["ok"] is False]
-    return "; ".join([found, *extra])
+    return "; ".join([found, *extra, *([check["note"]] if check.get("note") else [])])

@@ -10,8 +10,10 @@ True for a switch), and `field_values(given)` parses it into the lists of values
 
 from __future__ import annotations
 
+import enum
 import inspect
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -27,6 +29,7 @@ PANELS = {
     "index": "Approximate index",
     "distributed": "Distributed",
     "output": "Output",
+    "analysis": "Analysis",
 }
 
 
@@ -35,26 +38,46 @@ def with_fields(
     *,
     params: bool = True,
     help: Mapping[str, str] | None = None,  # noqa: A002  (typer's own word for it)
+    own: Iterable[Field] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: the command gets the fields `names` (all declared fields when None) and, with
-    `params`, every model parameter as options; it must take a `given: dict` keyword. `help`
-    replaces a field's help text (default note included) where one command means it otherwise,
-    e.g. a model that analyze only runs when asked."""
+    """Decorator: the command gets the fields `names` (all declared fields when None; `()` for
+    none), with `params` every model parameter, and its own fields `own` (a command's options
+    declared as fields, e.g. `nphcli.schema.commands.STORE_FIELDS`) as options; it must take a
+    `given: dict` keyword. `help` replaces a field's help text (default note included) where
+    one command means it otherwise, e.g. a model that analyze only runs when asked."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         names_ = None if names is None else tuple(names)
-        return _WithFields(command, names_, params, dict(help or {}))
+        return _WithFields(command, names_, params, dict(help or {}), tuple(own))
 
     return decorate
 
 
-def field_values(given: dict[str, Any]) -> dict[str, list[Any]]:
+def field_values(given: dict[str, Any], among: Iterable[Field] = ()) -> dict[str, list[Any]]:
     """The options given, parsed and checked: name → list of values (one for most fields,
-    several for a comma list of a setting field)."""
+    several for a comma list of a setting field). `among`: the command's own fields, which
+    are looked up first and left out."""
+    own = {f.name for f in among}
     out = {}
     for name, raw in given.items():
+        if name in own:
+            continue
         field = get_field(name)
         out[name] = [raw] if isinstance(raw, bool) else field.from_text(str(raw))
+    return out
+
+
+def own_values(given: dict[str, Any], own: Iterable[Field]) -> dict[str, Any]:
+    """One checked value per field of `own` (a command's own options): the text given, parsed
+    by the field, else the field's default; a file name as a `Path`."""
+    out = {}
+    for field in own:
+        raw = given.get(field.name)
+        if raw is None or isinstance(raw, bool):
+            value = field.default if raw is None else raw
+        else:
+            (value,) = field.from_text(str(raw))
+        out[field.name] = Path(value) if field.kind == "path" and value is not None else value
     return out
 
 
@@ -68,8 +91,10 @@ class _WithFields:
         names: tuple[str, ...] | None,
         params: bool,
         help: dict[str, str],  # noqa: A002
+        own: tuple[Field, ...] = (),
     ):
         self._command, self._names, self._params, self._help = command, names, params, help
+        self._own_fields = own
         self.__name__ = command.__name__
         self.__qualname__ = command.__qualname__
         self.__module__ = command.__module__
@@ -86,6 +111,7 @@ class _WithFields:
         chosen = [f for f in FIELDS if self._names is None or f.name in self._names]
         if self._params:
             chosen += param_fields()
+        chosen += [f for f in self._own_fields if f.name not in {c.name for c in chosen}]
         unknown = set(self._help) - {f.name for f in chosen}
         if unknown:  # a typo would silently keep the generic text
             raise ValueError(f"help for fields the command does not take: {sorted(unknown)}")
@@ -115,6 +141,7 @@ class _WithFields:
         for name in list(kwargs):
             if name in generated:
                 value = kwargs.pop(name)
+                value = value.value if isinstance(value, enum.Enum) else value
                 if value is not None and value is not False:
                     given[name] = value
         return self._command(**kwargs, given=given)
@@ -128,17 +155,22 @@ def _option(field: Field, help_text: str | None = None) -> Any:
     """The typer annotation of a field's option: a switch for booleans, else text parsed by
     the field itself (so a comma list works wherever the field takes many values). `help_text`,
     when given, is shown as it is instead of the field's help and default."""
-    panel = PANELS[field.group]
+    panel = PANELS.get(field.group)
+    flags = (field.flag, field.short) if field.short else (field.flag,)
     if field.kind == "bool":
         text = field.help if help_text is None else help_text
-        return Annotated[bool, typer.Option(field.flag, help=text, rich_help_panel=panel)]
+        return Annotated[bool, typer.Option(*flags, help=text, rich_help_panel=panel)]
     shown = "" if field.default is None else f"  [default: {field.default}]"
+    # One value from a fixed list: click checks it (a usage error, exit 2) and --help lists it.
+    kind: Any = str
+    if field.choices is not None and not field.many:
+        kind = enum.Enum(field.name, {choice: choice for choice in field.choices}, type=str)
     return Annotated[
-        str | None,
+        kind | None,
         typer.Option(
-            field.flag,
+            *flags,
             help=field.help + shown if help_text is None else help_text,
-            metavar=field.metavar or _METAVARS.get(field.kind, "TEXT"),
+            metavar=None if kind is not str else field.metavar or _METAVARS.get(field.kind, "TEXT"),
             show_default=False,
             rich_help_panel=panel,
         ),

@@ -43,7 +43,7 @@ def info_command(
 
     if sample < 0:
         raise NphError(f"--sample must be 0 or more, got {sample}")
-    memory = open_memory(file)
+    memory = open_memory(file, stream=True)  # read in blocks: a file larger than RAM works
     report = describe(memory, max_rows=sample or None, seed=seed)
     report["bytes"] = file.stat().st_size
     report["meta"] = dict(sorted(report["meta"].items()))

@@ -5,75 +5,82 @@ Parsing and rendering only; `nphcli.experiments.mil` does the work.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
+from typing import Any
 
 from nphcli.cli.app import app
-from nphcli.cli.options import Threads
+from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import print_json, print_table
+from nphcli.experiments.mil_config import PRESETS
+from nphcli.schema.fields import Field, get_field
+
+MIL_FIELDS = (
+    Field(
+        "preset",
+        "str",
+        "quick",
+        "quick: bag sizes 5-30, 20 epochs, 1 run (about 10 minutes "
+        "on 2 CPU cores); paper: the paper's grid (days on a CPU).",
+        group="run",
+        choices=tuple(sorted(PRESETS)),
+    ),
+    Field("out", "path", "mil.jsonl", "Per-epoch results as JSON Lines.", group="output"),
+    Field(
+        "plot",
+        "path",
+        None,
+        "Also draw accuracy vs bag size and convergence (PNG).",
+        group="output",
+    ),
+    Field(
+        "models",
+        "str",
+        None,
+        "Comma-separated subset of: dense, sparse, topk-20%, topk-50%, "
+        "topk-80%, random-feature, random-masked, linear.",
+        group="model",
+    ),
+    Field("bag_sizes", "str", None, "Comma-separated bag sizes M.", group="run"),
+    Field("epochs", "int", None, "Override the epochs.", group="run"),
+    Field("runs", "int", None, "Override the runs per cell.", group="run"),
+    get_field("seed"),
+    Field(
+        "resume", "bool", False, "Continue --out, skipping finished training runs.", group="output"
+    ),
+    Field(
+        "root",
+        "path",
+        None,
+        "MNIST root (else $NPH_DATA, else the bundled 5,000 digits).",
+        group="input",
+    ),
+    get_field("json"),
+    get_field("threads"),
+)
 
 
 @app.command("mil")
-def mil_command(
-    preset: Annotated[
-        str,
-        typer.Option(
-            "--preset",
-            help="quick: bag sizes 5-30, 20 epochs, 1 run (about 10 minutes on 2 CPU cores); "
-            "paper: the paper's grid (days on a CPU).",
-        ),
-    ] = "quick",
-    out: Annotated[Path, typer.Option("--out", help="Per-epoch results as JSON Lines.")] = Path(
-        "mil.jsonl"
-    ),
-    plot: Annotated[
-        Path | None,
-        typer.Option("--plot", help="Also draw accuracy vs bag size and convergence (PNG)."),
-    ] = None,
-    models: Annotated[
-        str | None,
-        typer.Option(
-            "--models",
-            help="Comma-separated subset of: dense, sparse, topk-20%, topk-50%, topk-80%, "
-            "random-feature, random-masked, linear.",
-        ),
-    ] = None,
-    bag_sizes: Annotated[
-        str | None, typer.Option("--bag-sizes", help="Comma-separated bag sizes M.")
-    ] = None,
-    epochs: Annotated[int | None, typer.Option("--epochs", help="Override the epochs.")] = None,
-    runs: Annotated[int | None, typer.Option("--runs", help="Override the runs per cell.")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of bags, weights, batches.")] = 0,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Continue --out, skipping finished training runs.")
-    ] = False,
-    root: Annotated[
-        Path | None,
-        typer.Option("--root", help="MNIST root (else $NPH_DATA, else the bundled 5,000 digits)."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    threads: Threads = None,
-) -> None:
+@with_fields((), params=False, own=MIL_FIELDS)
+def mil_command(*, given: dict[str, Any]) -> None:
     """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size.
 
     The paper's MIL table on real data sets (Elephant, UCSB, ...) is `nph paper mil`."""
     from nphcli.app.threads import use_threads
     from nphcli.experiments import mil
 
-    use_threads(threads)
-    config = mil.configure(preset, models=models, bag_sizes=bag_sizes, epochs=epochs, runs=runs)
+    o = own_values(given, MIL_FIELDS)
+    use_threads(o["threads"])
+    grid = {name: o[name] for name in ("models", "bag_sizes", "epochs", "runs")}
+    config = mil.configure(o["preset"], **grid)
     with ProgressBar("mil") as progress:
         records = mil.run_experiment(
-            config, out, seed=seed, resume=resume, root=root, progress=progress
+            config, o["out"], seed=o["seed"], resume=o["resume"], root=o["root"], progress=progress
         )
-    if plot is not None:
-        mil.plot_results(records, plot, convergence_bag_size=config.convergence_bag_size)
+    if o["plot"] is not None:
+        mil.plot_results(records, o["plot"], convergence_bag_size=config.convergence_bag_size)
     summary = mil.summarise(records)
-    if as_json:
-        print_json({"preset": preset, "results": str(out), **mil.summary_json(summary)})
+    if o["json"]:
+        print_json({"preset": o["preset"], "results": str(o["out"]), **mil.summary_json(summary)})
         return
     sizes = sorted({size for row in summary.values() for size in row})
     rows = [

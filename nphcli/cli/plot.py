@@ -1,4 +1,4 @@
-"""`nph plot`: draw a metric of results files (of nph sweep or nph retrieve --csv).
+"""`nph plot`: draw a metric of results files (every results format nph writes).
 
 Parsing and rendering only; `nphcli.presentation.plot` and `nphcli.presentation.plot_data` do
 the work.
@@ -8,71 +8,72 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from nphcli.cli.app import app, quiet
-from nphcli.cli.options import Force
+from nphcli.cli.field_options import own_values, with_fields
+from nphcli.cli.options import FACET, Where
 from nphcli.cli.render import stderr_console
+from nphcli.schema.fields import Field, get_field
+
+PLOT_FIELDS = (
+    Field(
+        "out",
+        "path",
+        "sweep.png",
+        "Plot file to write: .png, .svg or .pdf.",
+        group="output",
+        short="-o",
+    ),
+    Field(
+        "metric",
+        "str",
+        None,
+        "sse, mse, success, cosine, nearest_distance, support, steps, us_per_query, or the "
+        "attractor shares and sizes at_pattern, at_metastable, at_global, attractor_size, "
+        "energy [default: sse; success with --y].",
+        group="output",
+    ),
+    Field(
+        "x",
+        "str",
+        "auto",
+        "x axis: size (M), noise (σ), variance (σ²), mask, beta, any "
+        "numeric setting of the rows (k, alpha, ...), or auto (the first of size, noise, "
+        "mask, beta, then the other settings, that varies).",
+        group="output",
+    ),
+    Field(
+        "y",
+        "str",
+        None,
+        "Draw a phase diagram: a heatmap of the metric over --x and this "
+        "setting (e.g. --x beta --y noise), one panel per model, the success = 0.5 boundary "
+        "outlined.",
+        group="output",
+    ),
+    FACET,
+    Field("size", "str", "800x500", "Image size WIDTHxHEIGHT in pixels.", group="output"),
+    Field("title", "str", None, "Plot title [default: from the results].", group="output"),
+    get_field("force"),
+)
 
 
 @app.command("plot")
+@with_fields((), params=False, own=PLOT_FIELDS)
 def plot_command(
     results: Annotated[
         list[Path],
         typer.Argument(
-            help="Results files of nph sweep or nph retrieve --csv (.jsonl or .csv); several "
-            "are read as one."
+            help="Results files of nph sweep (.jsonl, .csv) or nph retrieve --csv, and JSON "
+            "Lines of nph retrieve --json or nph batch; several are read as one."
         ),
     ],
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Plot file to write: .png, .svg or .pdf.")
-    ] = Path("sweep.png"),
-    metric: Annotated[
-        str | None,
-        typer.Option(
-            "--metric",
-            help="sse, mse, success, cosine, nearest_distance, support, steps or us_per_query "
-            "[default: sse; success with --y].",
-        ),
-    ] = None,
-    x: Annotated[
-        str,
-        typer.Option(
-            "--x",
-            help="x axis: size (M), noise (σ), variance (σ²), mask, beta, any numeric setting "
-            "of the rows (k, alpha, ...), or auto (the first of size, noise, mask, beta, then "
-            "the other settings, that varies).",
-        ),
-    ] = "auto",
-    y: Annotated[
-        str | None,
-        typer.Option(
-            "--y",
-            help="Draw a phase diagram: a heatmap of the metric over --x and this setting (e.g. "
-            "--x beta --y noise), one panel per model, the success = 0.5 boundary outlined.",
-        ),
-    ] = None,
-    where: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--where",
-            help="Keep only rows with COLUMN=VALUE[,VALUE...], e.g. model=topk or k=5,10; "
-            "repeat for several conditions.",
-        ),
-    ] = None,
-    facet: Annotated[
-        str | None,
-        typer.Option("--facet", help="One panel per value of this setting (e.g. model, M, noise)."),
-    ] = None,
-    size: Annotated[
-        str, typer.Option("--size", help="Image size WIDTHxHEIGHT in pixels.")
-    ] = "800x500",
-    title: Annotated[
-        str | None, typer.Option("--title", help="Plot title [default: from the results].")
-    ] = None,
-    force: Force = False,
+    where: Where = None,
+    *,
+    given: dict[str, Any],
 ) -> None:
     """Plot a metric of results: mean over trials against a setting, one line per combination
     of the other settings that vary, shaded ±1 std; or, with --y, a phase diagram over two
@@ -80,28 +81,26 @@ def plot_command(
     from nphcli.core.atomic import check_writable
     from nphcli.core.errors import NphError
     from nphcli.presentation.plot import check_plot_output, parse_pixels, plot_phase, plot_results
-    from nphcli.sweeps.results import read_results
+    from nphcli.sweeps.reading import read_inputs
 
-    pixels = parse_pixels(size)
+    o = own_values(given, PLOT_FIELDS)
+    out, y, force = o["out"], o["y"], o["force"]
+    pixels = parse_pixels(o["size"])
     check_plot_output(out)
     if any(out.resolve() == path.resolve() for path in results):
         raise NphError("--out would replace a results file; choose another name")
     check_writable(out, force=force)
-    rows = []
-    for path in results:
-        if not path.is_file():
-            raise NphError(f"results file {path} not found")
-        rows += read_results(path).rows
+    rows, _ = read_inputs(results)
     draw = plot_results if y is None else partial(plot_phase, y=y)
     draw(
         rows,
         out,
-        metric=metric or ("sse" if y is None else "success"),
-        x=x,
+        metric=o["metric"] or ("sse" if y is None else "success"),
+        x=o["x"],
         where=where,
-        facet=facet,
+        facet=o["facet"],
         size=pixels,
-        title=title,
+        title=o["title"],
         force=force,
     )
     if not quiet():

@@ -2,20 +2,66 @@
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 import math
 import os
 import sys
+import textwrap
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 # Characters of nph's tables and texts that a narrow encoding (ASCII, cp1252) may lack.
 _WIDE = "━│σ‖"
+
+# ASCII for the symbols nph writes, where the output's encoding lacks them; Greek letters take
+# their names (β → beta), superscripts and subscripts their digits (² → ^2), the rest `?`.
+_ASCII = {
+    "ᵀ": "^T", "·": "*", "×": "x", "−": "-", "–": "-", "—": "-", "‖": "||", "⟨": "<",
+    "⟩": ">", "≤": "<=", "≥": ">=", "≠": "!=", "≈": "~", "→": "->", "←": "<-", "↔": "<->",
+    "↦": "|->", "…": "...", "√": "sqrt", "∈": " in ", "±": "+-", "∞": "inf", "⌊": "floor(",
+    "⌋": ")", "⌈": "ceil(", "⌉": ")", "½": "1/2", "§": "S", "≫": ">>", "≪": "<<", "µ": "u",
+    "━": "-", "│": "|", "𝓜": "M", "∂": "d", "∇": "grad ", "⊆": "<=", "∪": "u", "∝": "~",
+}  # fmt: skip
+
+
+def ascii_text(text: str) -> str:
+    """`text` in ASCII, the symbols nph uses written out (`V^T softmax(beta K x)`)."""
+    return text if text.isascii() else "".join(map(_ascii_char, text))
+
+
+def _ascii_char(char: str) -> str:
+    if char.isascii():
+        return char
+    if char in _ASCII:
+        return _ASCII[char]
+    name = unicodedata.name(char, "")
+    plain = unicodedata.normalize("NFKD", char).encode("ascii", "ignore").decode()
+    if name.startswith("GREEK"):
+        letter = name.split()[-1].lower()
+        return letter.capitalize() if "CAPITAL" in name else letter
+    if plain and ("SUPERSCRIPT" in name or "SUBSCRIPT" in name):
+        return ("^" if "SUPERSCRIPT" in name else "_") + plain
+    if unicodedata.combining(char):
+        return ""
+    return plain or "?"
+
+
+def _ascii_errors(error: UnicodeError) -> tuple[str, int]:
+    """The codec error handler `nph-ascii`: what an encoding lacks, as `ascii_text` writes it."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    return ascii_text(error.object[error.start : error.end]), error.end
+
+
+codecs.register_error("nph-ascii", _ascii_errors)
 
 
 def can_encode(stream: Any, text: str = _WIDE) -> bool:
@@ -29,16 +75,25 @@ def can_encode(stream: Any, text: str = _WIDE) -> bool:
 
 
 def plain_streams() -> None:
-    """On streams that cannot encode nph's characters, write what they lack as `?` rather than
-    stop with a traceback; tables switch to ASCII lines (`print_table`)."""
+    """On streams that cannot encode nph's characters, write what they lack in ASCII (β as
+    beta, Vᵀ as V^T) rather than stop with a traceback; tables switch to ASCII lines
+    (`print_table`)."""
     for stream in (sys.stdout, sys.stderr):
         if not can_encode(stream) and hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="replace")
+            stream.reconfigure(errors="nph-ascii")
+
+
+class _Console(Console):
+    """rich's console, except that a closed stdout (`nph ... | head`) raises BrokenPipeError
+    for the CLI's one exit path (status 141) where rich would exit with status 1."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
 
 
 def stdout_console() -> Console:
     """A console for results; colour only on a terminal, and never when NO_COLOR is set."""
-    return Console(file=sys.stdout, no_color=bool(os.environ.get("NO_COLOR")), soft_wrap=False)
+    return _Console(file=sys.stdout, no_color=bool(os.environ.get("NO_COLOR")), soft_wrap=False)
 
 
 def stderr_console() -> Console:
@@ -78,29 +133,48 @@ def print_table(
     *,
     width: int | None = None,
 ) -> None:
-    """A table on stdout. `width`: the line width to use when stdout is not a terminal (rich
-    assumes 80 columns there, which squeezes wide tables into unreadable cells). Numbers are
-    never cut to "0.…": a table whose numeric columns do not fit the width is printed at its
-    natural width (the terminal wraps its lines), text columns still wrap."""
+    """A table on stdout that fits the line width without hiding a value: text wraps at spaces,
+    no column is narrower than its longest word or number, and where the columns cannot all
+    fit so, each row is printed stacked instead (a line per column, `_print_stacked`).
+
+    The width is the terminal's; piped, `COLUMNS` when set, else `width` (default 80: rich's
+    assumption)."""
     ascii_only = not can_encode(sys.stdout)
+    text = ascii_text if ascii_only else str
+    cells = [[text(format_value(value)) for value in row] for row in rows]
+    columns = [text(column) for column in columns]
+    title = None if title is None else text(title)
+    console = stdout_console()
+    if width is not None and not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = width
     table = Table(
         title=title, title_justify="left", box=box.ASCII if ascii_only else box.HEAVY_HEAD
     )
-    rows = [list(row) for row in rows]
-    numeric = 0  # width of the table with every numeric column whole and its header unbroken
-    for i, column in enumerate(columns):
-        numbers = [format_value(row[i]) for row in rows if isinstance(row[i], (int, float))]
-        longest = max(map(len, numbers), default=0)
-        numeric += max(longest, len(column) if numbers else 1) + 3  # padding and a border
-        table.add_column(column, min_width=longest or None)
-    for row in rows:
-        table.add_row(*(format_value(v) for v in row))
-    console = stdout_console()
-    if width is not None and not console.is_terminal:
-        console.width = width
-    if numeric + 1 > console.width:  # squeezing would cut numbers to "0.…": print it whole
-        console.width = console.measure(table, options=console.options.update_width(10_000)).maximum
-    console.print(table)
+    for column in columns:
+        table.add_column(column)
+    for row in cells:
+        table.add_row(*row)
+    unbounded = console.options.update_width(10**6)  # (a measure is clamped to its width)
+    if Measurement.get(console, unbounded, table).minimum > console.width:
+        _print_stacked(console, title, columns, cells)
+    else:
+        console.print(table)
+
+
+def _print_stacked(console: Console, title: str | None, columns: list[str], rows) -> None:
+    """Each row as a block of `column  value` lines, blocks apart by a blank line: a table too
+    wide for the line. Values wrap at spaces under their own column, never cut."""
+    label = max(map(len, columns), default=0) + 2
+    room = max(console.width - label, 20)
+    lines = textwrap.wrap(title, console.width, break_long_words=False) if title else []
+    for i, row in enumerate(rows):
+        if i or lines:
+            lines.append("")
+        for column, value in zip(columns, row, strict=True):
+            parts = textwrap.wrap(value, room, break_long_words=False) or [""]
+            lines.append(f"{column:<{label}}{parts[0]}".rstrip())
+            lines.extend(" " * label + part for part in parts[1:])
+    console.file.write("\n".join(lines) + "\n")
 
 
 def format_value(value: Any) -> str:

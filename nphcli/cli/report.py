@@ -6,42 +6,52 @@ Parsing and rendering only; `nphcli.presentation.report_html` does the work.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from nphcli.cli.app import app, quiet
-from nphcli.cli.options import Force
+from nphcli.cli.field_options import own_values, with_fields
+from nphcli.cli.options import FACET, Where
 from nphcli.cli.render import stderr_console
+from nphcli.schema.fields import Field, get_field
+
+REPORT_FIELDS = (
+    Field("out", "path", "report.html", "HTML file to write.", group="output", short="-o"),
+    Field("title", "str", "nph report", "The page's title.", group="output"),
+    FACET,
+    get_field("force"),
+)
 
 
 @app.command("report")
+@with_fields((), params=False, own=REPORT_FIELDS)
 def report_command(
     results: Annotated[
         list[Path] | None,
         typer.Argument(
             help="Results files of nph sweep or nph retrieve --csv, and JSON Lines of nph "
-            "retrieve --json or nph batch; several are read as one.",
+            "retrieve --json or nph batch; each is its own section (split by memory).",
         ),
     ] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write.")] = Path(
-        "report.html"
-    ),
     grid: Annotated[
         list[Path] | None,
         typer.Option("--grid", help="A --save-grid picture to show; repeat for several."),
     ] = None,
-    title: Annotated[str, typer.Option("--title", help="The page's title.")] = "nph report",
-    force: Force = False,
+    where: Where = None,
+    *,
+    given: dict[str, Any],
 ) -> None:
-    """Write one self-contained HTML report (no network, figures inline): provenance, every
-    setting's metrics with the best marked, line plots, phase diagrams and comparison
-    pictures. Needs matplotlib for the plots."""
+    """Write one self-contained HTML report (no network, figures inline): one section per input
+    file and memory, figures first, the settings every row shares stated once, a table of what
+    varies with the best marked, provenance; then comparison pictures. Needs matplotlib."""
     from nphcli.core.atomic import check_writable
     from nphcli.core.errors import NphError
     from nphcli.presentation.report_html import write_report
-    from nphcli.sweeps.reading import read_inputs
+    from nphcli.sweeps.reading import check_report_size, read_inputs
 
+    o = own_values(given, REPORT_FIELDS)
+    out, force = o["out"], o["force"]
     results, grids = results or [], grid or []
     if out.suffix.lower() not in (".html", ".htm"):
         raise NphError(f"--out {out}: name the report .html")
@@ -49,7 +59,9 @@ def report_command(
         raise NphError("--out would replace an input; choose another name")
     check_writable(out, force=force)
     rows, sources = read_inputs(results)
-    write_report(out, rows, sources, grids=grids, title=title, force=force)
+    check_report_size(rows)
+    write_report(out, rows, sources, grids=grids, title=o["title"], where=where,
+                 facet=o["facet"], force=force)  # fmt: skip
     if not quiet():
         stderr_console().print(
             f"wrote {out} (open it in a browser)", highlight=False, soft_wrap=True

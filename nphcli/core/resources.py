@@ -40,3 +40,31 @@ def check_allocation(shape: tuple[int, ...], itemsize: int, *, what: str, reduce
             f"{human_bytes(available)} of memory; {reduce}"
         )
     return needed
+
+
+def fits_in_memory(nbytes: int) -> bool:
+    """Whether `nbytes` can be loaded into RAM with room to spare: at most half of what the
+    kernel reports available, and of the address space left under this process's limit
+    (`ulimit -v`). Commands that can also read a file block by block ask this to choose."""
+    room = []
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    room.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit != resource.RLIM_INFINITY:
+            with open("/proc/self/statm") as handle:
+                used = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            room.append(limit - used)
+    except (ImportError, OSError, ValueError):
+        pass
+    if not room:
+        total = physical_memory()
+        room = [total] if total is not None else []
+    return not room or nbytes <= min(room) // 2

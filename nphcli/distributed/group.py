@@ -18,7 +18,8 @@ from nphcli.core.errors import NphError
 from nphcli.memory import open_memory
 from nphcli.memory.collective import GroupCollective
 from nphcli.memory.format import is_manifest
-from nphcli.memory.shards import Manifest, ShardedBank, read_manifest
+from nphcli.memory.sharded_bank import ShardedBank
+from nphcli.memory.shards import Manifest, read_manifest
 
 # Seconds a rank waits for the others in one collective before it gives up: a rank that died
 # or hangs makes every other rank fail within this time instead of waiting for ever.

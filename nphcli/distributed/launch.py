@@ -113,14 +113,16 @@ def run_workers(
         )
         for rank in range(workers)
     ]
+    started = []  # a signal may arrive while the workers start: only these are stopped
     with _stop_signals_raise():
         try:
             for process, (_, end) in zip(processes, pipes, strict=True):
                 process.start()
+                started.append(process)
                 end.close()  # the worker has its copy; a dead worker's pipe now reads as closed
             return _collect(processes, [own for own, _ in pipes], timeout)
         finally:
-            _stop(processes)
+            _stop(started)
             for own, _ in pipes:
                 own.close()
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
+
+import torch
 
 from nphcli.core.errors import NphError
 from nphcli.distributed.group import (
@@ -35,21 +38,37 @@ def evaluate_on_rank(
     queries_file: str | os.PathLike | None = None,
     targets_file: str | os.PathLike | None = None,
     target_indices: list[int] | None = None,
+    query_text: str | None = None,
 ) -> RetrievalReport:
     """`evaluate` on this rank's shards; the report (equal on every rank) records the number of
     ranks, the backend and the bytes this rank sent in collectives."""
     t0 = time.perf_counter()
     bank = open_rank_memory(memory_path, stream=stream, collective=collective)
-    inputs = inputs_with(bank, memory_path, queries_file, targets_file, target_indices, t0)
+    inputs = inputs_with(
+        bank, memory_path, queries_file, targets_file, target_indices, t0, query_text
+    )
     report = evaluate_inputs(inputs, settings)
     report.config["memory"]["stream"] = stream
+    sent = collective.bytes_sent
+    peak = torch.tensor([[_peak_rss_bytes()]], dtype=torch.int64)
     report.config["distributed"] = {
         "ranks": collective.world_size,
         "backend": collective.backend,
         "rank_rows": bank.local_rows,
-        "bytes_sent": collective.bytes_sent,
+        "bytes_sent": sent,
+        "peak_rss_bytes": collective.all_cat(peak, dim=0)[:, 0].tolist(),  # per rank
     }
     return report
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory (0 where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 0
+    kilobytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return int(kilobytes) * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS
 
 
 def distributed_retrieve(

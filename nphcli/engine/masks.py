@@ -34,8 +34,9 @@ K_HELP = (
 )
 
 
-def check_k(k: float) -> None:
-    """Validate `--k` on its own; the comparison with M is `resolve_k`'s."""
+def check_k(k: float) -> int | float:
+    """Validate `--k` on its own (the comparison with M is `resolve_k`'s); returns it as it is
+    meant: a count as an int (10, never 10.0 in a report), a fraction as a float."""
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
         raise NphError(
             f"--k must be a whole count ≥ 1 or a fraction in (0, 1) of the memories, got {k!r}"
@@ -45,6 +46,7 @@ def check_k(k: float) -> None:
             f"--k {k} is ≥ 1, so it is a count and must be whole; "
             "use a fraction in (0, 1) for a share of the memories"
         )
+    return int(k) if k >= 1 else float(k)
 
 
 def resolve_k(k: float, num_memories: int) -> int:

@@ -12,6 +12,7 @@ import torch
 
 from nphcli.core.notices import notice
 from nphcli.core.resources import human_bytes
+from nphcli.engine.precision import widened_row_bytes
 from nphcli.memory.bank import MemoryBank
 
 
@@ -113,10 +114,12 @@ def bank_block_row_bytes(bank: MemoryBank) -> int:
     (a streamed bank reads each into RAM, and the next is read while the last is still
     referenced), 0 where its blocks are views of memories already in RAM or on the device.
     Counting views would cut one query's step into M / (budget / row) blocks, each a few kernel
-    launches and merges: 24 blocks at M = 10⁶, d = 784 under 512 MiB instead of one."""
+    launches and merges: 24 blocks at M = 10⁶, d = 784 under 512 MiB instead of one.
+    Half blocks off CUDA add the float32 copy their products read (`widened_row_bytes`)."""
+    widened = widened_row_bytes(bank)
     if bank.resident() is not None:
-        return 0
-    return 2 * (bank.dim + bank.value_dim) * itemsize(bank.dtype)
+        return widened
+    return 2 * (bank.dim + bank.value_dim) * itemsize(bank.dtype) + widened
 
 
 @lru_cache(maxsize=64)

@@ -1,8 +1,23 @@
-"""Seeded corruption of queries in the stored space: masking, then additive Gaussian noise.
+"""Seeded corruption of queries in the stored space: masking, occlusion, salt-and-pepper, bit
+flips, then additive Gaussian noise.
 
 Order: first `mask` hides a fraction of each query (hidden entries are set to `fill`), then
-`noise` adds i.i.d. Gaussian noise N(0, σ²) to every element, hidden entries included. So
-`--mask 0.5 --noise 0.1` is a half-masked query with noise over the whole pattern.
+`occlude` hides a square at a random place (also set to `fill`), then `salt_pepper` and `flip`
+change a fraction of the entries, then `noise` adds i.i.d. Gaussian noise N(0, σ²) to every
+element, hidden entries included. So `--mask 0.5 --noise 0.1` is a half-masked query with noise
+over the whole pattern.
+
+`occlude` (`--occlude s`, images only): a square of side ⌊s·min(H, W) + ½⌋ pixels (all channels),
+its top-left corner drawn uniformly per query among the places where it fits whole. Its entries
+count as hidden.
+
+`salt_pepper` (`--salt-pepper p`): exactly ⌊p·d + ½⌋ entries per query, drawn uniformly, each set
+with probability ½ to the largest ("salt") or the smallest ("pepper") entry of that clean query
+(0 and 1 for images in [0, 1], −1 and +1 for ±1 patterns).
+
+`flip` (`--flip p`, ±1 or 0/1 patterns): exactly ⌊p·d + ½⌋ entries per query, drawn uniformly,
+are flipped: x_i ← −x_i for ±1 patterns, x_i ← 1 − x_i for 0/1 patterns. Other queries are
+refused: flipping a real value has no meaning; use `noise` or `salt_pepper` there.
 
 Mask modes (the fraction f = `mask`, rounded half up to whole rows, columns or entries):
 - images (memory metadata `item_shape` (C, H, W) or (H, W)):
@@ -18,7 +33,7 @@ variance v is `--noise √v` (variance 0.5 → σ ≈ 0.7071; variance 1.4 → �
 
 `noise_clip` (`--noise-clip`): after the noise, every entry of the query is clamped to [0, 1],
 x_i ← min(1, max(0, x_i)), as the paper's released code does with its noisy images; it is meant
-for pixels stored in [0, 1] (`--normalize unit`, the image default). Without noise it changes
+for pixels stored in [0, 1] (`--normalize minmax`). Without noise it changes
 nothing (the query is left as masked).
 
 All randomness comes from the `torch.Generator` passed in and is drawn on the CPU, so the same
@@ -34,37 +49,28 @@ import torch
 from torch import Tensor
 
 from nphcli.core.errors import NphError
+from nphcli.schema.fields import get_field
+from nphcli.schema.holders import holds
 
-IMAGE_MODES = ("bottom", "top", "left", "right")
-MASK_MODES = (*IMAGE_MODES, "random")
+MASK_MODES: tuple[str, ...] = get_field("mask_mode").choices  # the field's, declared once
+IMAGE_MODES = tuple(mode for mode in MASK_MODES if mode != "random")
 
 
 @dataclass(frozen=True)
+@holds("corruption")
 class Corruption:
-    """How to corrupt a query. The defaults leave it unchanged."""
+    """How to corrupt a query. The defaults leave it unchanged. One attribute per corruption
+    field (`nphcli.schema.fields`), defaults and ranges from there; those below are the ones
+    `corrupt` applies."""
 
-    mask: float = 0.0  # fraction of each query to hide, in [0, 1]
-    mask_mode: str | None = None  # one of MASK_MODES; None: bottom for images, random otherwise
-    fill: float = 0.0  # value written into hidden entries
-    noise: float = 0.0  # standard deviation σ of the added Gaussian noise, ≥ 0
-    noise_clip: bool = False  # clamp noisy queries to [0, 1] (the released code's noise)
-
-    def __post_init__(self) -> None:
-        if not (_is_number(self.mask) and 0.0 <= self.mask <= 1.0):
-            raise NphError(f"--mask must be a fraction in [0, 1], got {self.mask}")
-        if not (_is_number(self.noise) and self.noise >= 0.0):
-            raise NphError(
-                f"--noise must be a standard deviation ≥ 0, got {self.noise} "
-                "(for a noise variance v, pass √v)"
-            )
-        if not isinstance(self.noise_clip, bool):
-            raise NphError(f"noise_clip must be true or false, got {self.noise_clip!r}")
-        if not _is_number(self.fill):
-            raise NphError(f"--fill must be a finite number, got {self.fill}")
-        if self.mask_mode is not None and self.mask_mode not in MASK_MODES:
-            raise NphError(
-                f"unknown --mask-mode {self.mask_mode!r}; choose one of: {', '.join(MASK_MODES)}"
-            )
+    mask: float  # fraction of each query to hide, in [0, 1]
+    mask_mode: str | None  # one of MASK_MODES; None: bottom for images, random otherwise
+    fill: float  # value written into hidden entries
+    noise: float  # standard deviation σ of the added Gaussian noise, ≥ 0
+    noise_clip: bool  # clamp noisy queries to [0, 1] (the released code's noise)
+    occlude: float  # side of an occluding square, as a fraction of the image's shorter side
+    salt_pepper: float  # fraction of entries set to the query's largest or smallest value
+    flip: float  # fraction of entries flipped (±1 or 0/1 patterns)
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,18 @@ def corrupt(
             f"(largest {largest:.3g})"
         )
     hidden = mask_entries(num_queries, dim, corruption.mask, mode, shape, generator)  # (Q, d)
+    if corruption.occlude > 0:
+        if shape is None:
+            raise NphError(
+                "--occlude hides a square of an image and needs image memories (an item_shape in "
+                "the memory file); for plain vectors use --mask with --mask-mode random"
+            )
+        hidden |= occluded_square(num_queries, corruption.occlude, shape, generator)
     queries[hidden] = corruption.fill
+    if corruption.salt_pepper > 0:
+        _salt_and_pepper(queries, patterns, corruption.salt_pepper, generator)
+    if corruption.flip > 0:
+        _flip(queries, patterns, corruption.flip, generator)
     if corruption.noise > 0:
         noise = torch.randn(num_queries, dim, generator=generator, dtype=work)  # (Q, d)
         queries += corruption.noise * noise
@@ -171,6 +188,56 @@ def mask_entries(
     return full.reshape(num_queries, dim).contiguous()  # (Q, d)
 
 
+def occluded_square(
+    num_queries: int, side: float, shape: tuple[int, int, int], generator: torch.Generator
+) -> Tensor:
+    """Boolean (Q, d): a square of ⌊side·min(H, W) + ½⌋ pixels (all channels) per query, its
+    top-left corner uniform over the places where it fits."""
+    channels, height, width = shape
+    size = _round_half_up(side * min(height, width))
+    hidden = torch.zeros(num_queries, channels, height, width, dtype=torch.bool)
+    if size == 0:
+        return hidden.view(num_queries, -1)
+    tops = torch.randint(0, height - size + 1, (num_queries,), generator=generator)  # (Q,)
+    lefts = torch.randint(0, width - size + 1, (num_queries,), generator=generator)  # (Q,)
+    rows = torch.arange(height)[None, :]  # (1, H)
+    cols = torch.arange(width)[None, :]  # (1, W)
+    in_rows = (rows >= tops[:, None]) & (rows < tops[:, None] + size)  # (Q, H)
+    in_cols = (cols >= lefts[:, None]) & (cols < lefts[:, None] + size)  # (Q, W)
+    square = in_rows[:, :, None] & in_cols[:, None, :]  # (Q, H, W)
+    hidden |= square[:, None]
+    return hidden.reshape(num_queries, -1)
+
+
+def _salt_and_pepper(
+    queries: Tensor, clean: Tensor, fraction: float, generator: torch.Generator
+) -> None:
+    """In place: ⌊p·d + ½⌋ entries per row set to the clean row's max or min, each with ½."""
+    num_queries, dim = queries.shape
+    chosen = _random_rows(num_queries, dim, _round_half_up(fraction * dim), generator)  # (Q, d)
+    salt = torch.rand(num_queries, dim, generator=generator) < 0.5  # (Q, d)
+    clean = clean.detach().to("cpu", queries.dtype)
+    high = clean.amax(dim=1, keepdim=True).expand_as(queries)  # (Q, d)
+    low = clean.amin(dim=1, keepdim=True).expand_as(queries)  # (Q, d)
+    queries[chosen] = torch.where(salt, high, low)[chosen]
+
+
+def _flip(queries: Tensor, clean: Tensor, fraction: float, generator: torch.Generator) -> None:
+    """In place: ⌊p·d + ½⌋ entries per row flipped (−x for ±1 patterns, 1 − x for 0/1); the
+    kind of pattern is read from the clean queries."""
+    num_queries, dim = queries.shape
+    chosen = _random_rows(num_queries, dim, _round_half_up(fraction * dim), generator)  # (Q, d)
+    if bool((clean.abs() == 1).all()):
+        queries[chosen] = -queries[chosen]
+    elif bool(((clean == 0) | (clean == 1)).all()):
+        queries[chosen] = 1 - queries[chosen]
+    else:
+        raise NphError(
+            "--flip flips bits of ±1 or 0/1 patterns, but these queries hold other values; "
+            "use --noise or --salt-pepper, or store binary patterns"
+        )
+
+
 def _random_rows(num_rows: int, width: int, count: int, generator: torch.Generator) -> Tensor:
     """Boolean (num_rows, width) with exactly `count` True entries per row, uniformly placed."""
     hidden = torch.zeros(num_rows, width, dtype=torch.bool)
@@ -182,7 +249,3 @@ def _random_rows(num_rows: int, width: int, count: int, generator: torch.Generat
 
 def _round_half_up(value: float) -> int:
     return math.floor(value + 0.5)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -15,7 +15,6 @@ computes the metrics; `total` is the wall time of everything, repeats included.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -32,7 +31,9 @@ from nphcli.core.devices import (
     tf32_matmuls,
 )
 from nphcli.core.dtypes import dtype_name
+from nphcli.core.errors import NphError
 from nphcli.evaluation import metrics as metric_fns
+from nphcli.evaluation.attractors import diagnose
 from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
 from nphcli.evaluation.guards import (
     MemoryScale,
@@ -46,7 +47,11 @@ from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.given import as_patterns
+from nphcli.memory.open import as_memory
+from nphcli.memory.provenance import provenance
 from nphcli.models import Retrieval, get_model_info
+from nphcli.schema.holders import complete, record
 from nphcli.version import __version__
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
@@ -81,6 +86,7 @@ def evaluate(
     by block during retrieval and metrics; only the query and target rows are read whole.
     """
     start = time.perf_counter()
+    memory, queries, targets = _check_given(memory, settings, queries, targets)
     device = resolve_device(settings.device)
     dtype = resolve_dtype(settings.dtype, device)
     model = build_model(settings)
@@ -139,6 +145,27 @@ def evaluate(
     )
 
 
+def _check_given(memory: Any, settings: Any, queries: Any, targets: Any):
+    """The memory as a bank and own queries and targets as tensors (the Python API's one rule,
+    `nphcli.memory.open.as_memory`), refused in one line when no run can use them."""
+    if not isinstance(settings, RetrieveSettings):
+        raise NphError(
+            f"settings must be a RetrieveSettings, e.g. nph.RetrieveSettings(model='dense'), got "
+            f"{type(settings).__name__}"
+        )
+    bank = as_memory(memory)
+    if bank.num_memories == 0 or bank.dim == 0:
+        raise NphError(
+            f"the memory holds {bank.num_memories} patterns of dimension {bank.dim}; it needs "
+            "M ≥ 1 patterns of d ≥ 1 entries"
+        )
+    if bank.dtype.is_complex or bank.dtype == torch.bool:
+        raise NphError(f"the memory's patterns are {bank.dtype}; give real numbers")
+    queries = None if queries is None else as_patterns(queries, "queries")
+    targets = None if targets is None else as_patterns(targets, "targets")
+    return bank, queries, targets
+
+
 def evaluate_inputs(inputs: Inputs, settings: RetrieveSettings) -> RetrievalReport:
     """`evaluate` on inputs read by `load_inputs`; their load time joins the report's timing."""
     report = evaluate(
@@ -192,7 +219,9 @@ def _run_on_device(
         support=result.support,
         block_rows=None if bank.resident() is not None else _metric_block_rows(bank),
         stored_range=stored_range,
+        pixels=bool(bank.item_shape) and not bank.hetero,  # outputs are the stored images
     )
+    per_query_d.update(diagnose(model, result.patterns, bank, per_query_d["nearest"], positions))
     synchronize(device)
     metrics_s = time.perf_counter() - t0
 
@@ -293,7 +322,8 @@ def _config(
 ) -> dict[str, Any]:
     """The report's `config`: everything needed to repeat the run."""
     item_shape = memory.item_shape
-    return {
+    origin = provenance(memory)
+    config = {
         "model": settings.model,
         "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
         "seed": settings.seed,
@@ -308,6 +338,9 @@ def _config(
             "hetero": memory.hetero,
             "item_shape": list(item_shape) if item_shape else None,
             "stream": memory.resident() is None,
+            "sha256": origin["sha256"],
+            "path": origin["path"],
+            "normalize": origin["normalize"],
         },
         "queries": {
             "source": chosen.query_source,
@@ -322,12 +355,15 @@ def _config(
         "memory_budget": settings.memory_budget or DEFAULT_MEMORY_BUDGET,
         "nph_version": __version__,
     }
+    return complete(config, settings)
 
 
 def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
-    """The report's corruption record; `noise_clip` appears only when set, so runs without it
-    report exactly what they did before the option existed."""
-    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
-    if not out["noise_clip"]:
-        del out["noise_clip"]
+    """The report's corruption record, every corruption field's value; `noise_clip`, `occlude`,
+    `salt_pepper` and `flip` appear only when set, so runs without them report exactly what they
+    did before the options existed."""
+    out = {**record(corruption), "mask_mode": mask_mode}
+    for optional in ("noise_clip", "occlude", "salt_pepper", "flip"):
+        if not out[optional]:
+            del out[optional]
     return out

@@ -35,10 +35,15 @@ def memory_scale(bank: MemoryBank, rows: int = 1 << 13) -> MemoryScale:
     """The magnitudes `check_range` and `check_default_beta` need, reading each block once."""
     key_abs = key_norm = value_abs = total = 0.0
     value_min, value_max = math.inf, -math.inf
-    for _, keys, values in bank.blocks(rows):
-        value_min = min(value_min, float(values.min()))
-        value_max = max(value_max, float(values.max()))
-        key_abs = max(key_abs, float(keys.abs().max()))
+    for start, keys, values in bank.blocks(rows):
+        low, high, peak = float(values.min()), float(values.max()), float(keys.abs().max())
+        if math.isnan(low) or math.isnan(peak):  # min() and max() of floats would hide a NaN
+            _name_nan_row(start, keys, values)
+        value_min, value_max, key_abs = (
+            min(value_min, low),
+            max(value_max, high),
+            max(key_abs, peak),
+        )
         norm2 = keys.to(metric_dtype(keys)).square().sum(dim=1)  # (b,)
         if not bool(torch.isfinite(norm2).all()):  # beyond float32: exact in float64
             norm2 = keys.to(torch.float64).square().sum(dim=1)
@@ -56,6 +61,18 @@ def memory_scale(bank: MemoryBank, rows: int = 1 << 13) -> MemoryScale:
     mean_norm2 = total / bank.num_memories
     value_abs = value_abs if bank.hetero else key_abs
     return MemoryScale(key_abs, key_norm, mean_norm2, value_abs, value_min, value_max)
+
+
+def _name_nan_row(start: int, keys: Tensor, values: Tensor) -> None:
+    """NphError naming the first memory row (of a block starting at `start`) holding NaN."""
+    for label, rows in (("patterns", keys), ("values", values)):
+        bad = rows.isnan().any(dim=1)  # (b,)
+        if bool(bad.any()):
+            row = start + int(bad.nonzero()[0, 0])
+            raise NphError(
+                f"the memory's {label} row {row} holds NaN: every pattern must be finite; drop "
+                "or repair that row"
+            )
 
 
 def check_default_beta(beta_given: bool, takes_beta: bool, norm2: float) -> None:

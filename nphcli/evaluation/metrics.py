@@ -12,7 +12,8 @@ output space s_1 … s_M (the values for a hetero-associative memory, else the p
 - `pixel_success` = 1 if max_i |clamp(y_i, lo, hi) − t_i| ≤ 0.1, else 0, where [lo, hi] is the
   range of the stored values (min and max over every entry of s_1 … s_M): every entry of the
   clamped retrieval within 0.1 of the target, the success criterion of the paper's released
-  code (there with standardised pixels and [lo, hi] their range);
+  code (there with standardised pixels and [lo, hi] their range); for image memories only
+  (an item shape, and values that are the images), not plain vectors;
 - `support` = memories with non-zero weight at the last step (models with exact zeros only);
 - `steps`   = update steps applied.
 All of them are computed in float32 (float64 for float64 inputs), whatever the retrieval dtype,
@@ -165,6 +166,7 @@ def per_query(
     support: Tensor | None = None,
     block_rows: int | None = None,
     stored_range: tuple[float, float] | None = None,
+    pixels: bool = True,
 ) -> dict[str, Tensor]:
     """Every metric of the module docstring per query, as (Q,) tensors on `retrieved`'s device.
 
@@ -174,6 +176,8 @@ def per_query(
     else the stored row nearest to each target. Without targets only `nearest`,
     `nearest_distance`, `support` and `steps` are returned. `stored_range` is the stored values'
     (min, max) when the caller already knows it (else one more pass over `stored` finds it).
+    `pixels`: whether the outputs are images, so that `pixel_success` means something (False
+    for plain vectors: it is left out).
     """
     out: dict[str, Tensor] = {}
     index, distance = nearest(retrieved, stored, block_rows=block_rows)
@@ -188,8 +192,9 @@ def per_query(
             target_indices, _ = nearest(targets.to(retrieved.device), stored, block_rows=block_rows)
         out["target_index"] = target_indices.to(device=index.device, dtype=torch.int64)
         out["success"] = same_row(stored, index, out["target_index"]).to(errors.dtype)
-        low, high = value_range(stored) if stored_range is None else stored_range
-        out["pixel_success"] = pixel_success(retrieved, targets, low, high)
+        if pixels:
+            low, high = value_range(stored) if stored_range is None else stored_range
+            out["pixel_success"] = pixel_success(retrieved, targets, low, high)
     if support is not None:
         out["support"] = support.to(torch.int64)
     if steps is not None:

@@ -27,6 +27,11 @@ METRICS = (
     "support",
     "steps",
     "pixel_success",
+    "at_pattern",
+    "at_metastable",
+    "at_global",
+    "attractor_size",
+    "energy",
 )
 STATS = ("mean", "std", "median")
 TIMINGS = (
@@ -53,6 +58,9 @@ PER_QUERY = (
     "support",
     "steps",
     "pixel_success",
+    "attractor",
+    "attractor_size",
+    "energy",
 )
 
 
@@ -67,6 +75,7 @@ class RetrievalReport:
     retrieved: Tensor  # (Q, d_v) T(x), in the retrieval dtype
     queries: Tensor  # (Q, d) the corrupted queries, float32 (float64 for float64 memories)
     targets: Tensor | None  # (Q, d_v) uncorrupted targets, when known
+    recall: list[dict[str, Any]] | None = None  # what each query recalled (`evaluation.recall`)
 
     def to_json(self, *, per_query: bool = False) -> dict[str, Any]:
         """The JSON object `nph retrieve --json` prints."""
@@ -76,7 +85,13 @@ class RetrievalReport:
             "timing": self.timing,
         }
         if per_query:
-            out["per_query"] = {key: value.tolist() for key, value in self.per_query.items()}
+            out["per_query"] = {
+                key: _per_query_list(key, value)
+                for key, value in self.per_query.items()
+                if not key.startswith("at_")  # the kinds' shares: `attractor` says it per query
+            }
+        if self.recall is not None:
+            out["recall"] = self.recall
         return out
 
     def to_row(self) -> dict[str, Any]:
@@ -92,12 +107,17 @@ class RetrievalReport:
                 "device": config["device"],
                 "dtype": config["dtype"],
                 "memory": config["memory"]["file"] or "",
+                **provenance_columns(config),
                 "M": config["memory"]["M"],
                 "d": config["memory"]["d"],
                 "Q": config["queries"]["Q"],
                 "queries": config["queries"]["source"],
                 **config["corruption"],  # mask, mask_mode, fill, noise
                 "noise_clip": config["corruption"].get("noise_clip", False),
+                **{
+                    name: config["corruption"].get(name, 0.0)
+                    for name in ("occlude", "salt_pepper", "flip")
+                },
                 "batch_size": config["batch_size"],
                 "repeat": config["repeat"],
             }
@@ -112,12 +132,45 @@ class RetrievalReport:
 
     def per_query_rows(self) -> list[dict[str, Any]]:
         """One flat row per query (for `--per-query --csv`); empty cells where n/a."""
-        lists = {key: self.per_query[key].tolist() for key in PER_QUERY if key in self.per_query}
+        lists = {
+            key: _per_query_list(key, self.per_query[key])
+            for key in PER_QUERY
+            if key in self.per_query
+        }
         count = len(lists["query_row"])
         return [
             {"query": i, **{key: (lists[key][i] if key in lists else "") for key in PER_QUERY}}
             for i in range(count)
         ]
+
+
+def provenance_columns(config: dict[str, Any]) -> dict[str, Any]:
+    """What a flat results row records of where it came from, from a report's `config`: the
+    memory's content hash, resolved path, normalisation and shape, nph's version and the
+    run-wide settings. The one place retrieve, batch and sweep rows (and `nph plot` and
+    `nph report` reading JSON) get these columns from."""
+    memory = config["memory"]
+    shape = [memory["M"], memory["d"]] + ([memory["d_v"]] if memory.get("hetero") else [])
+    return {
+        # readable columns first: a plot names a line by the first columns that tell it apart
+        "memory_normalize": memory.get("normalize") or "",
+        "memory_shape": "x".join(str(n) for n in shape),
+        "memory_sha256": memory.get("sha256") or "",
+        "memory_path": memory.get("path") or "",
+        "stream": memory.get("stream", False),
+        "tf32": config.get("tf32", False),
+        "memory_budget": config.get("memory_budget", ""),
+        "nph_version": config.get("nph_version", ""),
+    }
+
+
+def _per_query_list(key: str, value: Tensor) -> list[Any]:
+    """A per-query tensor as a list; the attractor codes as the kinds' names."""
+    if key == "attractor":
+        from nphcli.evaluation.attractors import ATTRACTOR_KINDS
+
+        return [ATTRACTOR_KINDS[code] for code in value.tolist()]
+    return value.tolist()
 
 
 def param_columns() -> list[str]:

@@ -14,37 +14,46 @@ from typing import Any
 
 from nphcli.ann.settings import IndexSettings
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 from nphcli.evaluation.corruption import Corruption
 from nphcli.schema.catalog import get_card, model_cards
-from nphcli.schema.fields import default, fields, get_field
-
-# Fields held by `Corruption` and `IndexSettings` rather than by `RetrieveSettings` itself.
-CORRUPTION_FIELDS = ("mask", "mask_mode", "fill", "noise", "noise_clip")
-INDEX_FIELDS = ("nprobe", "ef", "candidates", "check_exact")
-_FLAT = ("seed", "queries", "device", "dtype", "batch_size", "repeat", "memory_budget", "tf32")
+from nphcli.schema.fields import default, fields, get_field, holder_fields
+from nphcli.schema.holders import holds, route
 
 
 @dataclass
+@holds("run")
 class RetrieveSettings:
-    """Everything that decides a retrieval run, apart from the memory and own queries. Each
-    field is described (help, type, range) in `nphcli.schema.fields`."""
+    """Everything that decides a retrieval run, apart from the memory and own queries: one
+    attribute per run field (`nphcli.schema.fields`: help, type, default, range), the model's
+    parameters, and the corruption and index fields in their own holders."""
 
-    model: str = default("model")  # a registered model name (`nph models`)
+    model: str  # a registered model name (`nph models`)
     params: dict[str, Any] = field(default_factory=dict)  # model parameters; None = its default
     corruption: Corruption = field(default_factory=Corruption)  # applied to every query
-    queries: int | None = default("queries")  # queries drawn with the seed; None: all of them
-    seed: int = default("seed")  # query choice, corruption, and the model's `seed` if it takes one
-    device: str = default("device")  # cpu, cuda, cuda:N, mps or auto
-    dtype: str = default("dtype")  # dtype of memories and queries during retrieval
-    batch_size: int | None = default("batch_size")  # queries per model call; None: all
-    repeat: int = default("repeat")  # times the timed retrieval runs (min and median reported)
-    memory_budget: int | None = default("memory_budget")  # bytes of working memory; None: default
+    queries: int | None  # queries drawn with the seed; None: all of them
+    seed: int  # query choice, corruption, and the model's `seed` if it takes one
+    device: str  # cpu, cuda, cuda:N, mps or auto
+    dtype: str  # dtype of memories and queries during retrieval
+    batch_size: int | None  # queries per model call; None: all
+    repeat: int  # times the timed retrieval runs (min and median reported)
+    memory_budget: int | None  # bytes of working memory; None: default
     index: IndexSettings | None = None  # retrieve over an approximate index (`nph index`)
-    tf32: bool = default("tf32")  # float32 products on TF32 tensor cores (CUDA); changes results
+    tf32: bool  # float32 products on TF32 tensor cores (CUDA); changes results
 
-    def __post_init__(self) -> None:
-        for name in _FLAT:
-            get_field(name).check(getattr(self, name))
+    def __post_init__(self) -> None:  # after each field's own check (`holds`)
+        if not isinstance(self.model, str):
+            raise NphError(f"model must be a model's name (`nph models`), got {self.model!r}")
+        _model_card(self.model)
+        if not isinstance(self.params, Mapping) or not all(isinstance(k, str) for k in self.params):
+            raise NphError(
+                f"params must be a dict of parameter names, e.g. {{'k': 10}}, got {self.params!r}"
+            )
+        if not isinstance(self.corruption, Corruption):
+            raise NphError(
+                f"corruption must be a Corruption, e.g. nph.Corruption(noise=0.5), got "
+                f"{self.corruption!r}"
+            )
 
 
 def expand_settings(values: Mapping[str, Sequence[Any]]) -> list[RetrieveSettings]:
@@ -87,23 +96,20 @@ def settings_from(
     model: str, params: dict[str, Any], chosen: Mapping[str, Any]
 ) -> RetrieveSettings:
     """One `RetrieveSettings` from single values of the setting fields (the rest: defaults)."""
-    corruption = Corruption(**{name: chosen.get(name, default(name)) for name in CORRUPTION_FIELDS})
+    given = {name: value for name, value in chosen.items() if value is not None}
     index = None
-    if chosen.get("index") is not None:
-        check = {} if chosen.get("check_exact") is None else {"check_exact": chosen["check_exact"]}
-        index = IndexSettings(
-            path=str(chosen["index"]),
-            **{name: chosen.get(name) for name in INDEX_FIELDS if name != "check_exact"},
-            **check,
-        )
-    elif any(chosen.get(name) is not None for name in INDEX_FIELDS):
-        raise NphError("--nprobe, --ef, --candidates and --check-exact go with --index")
+    if "index" in given:
+        index = IndexSettings(**route("index", {**given, "index": str(given["index"])}))
+    elif route("index", given):
+        flags = [f.flag for f in holder_fields("index") if f.name != "index"]
+        raise NphError(f"{', '.join(flags[:-1])} and {flags[-1]} go with --index")
+    run = {key: value for key, value in route("run", chosen).items() if key != "model"}
     return RetrieveSettings(
         model=model,
         params=params,
-        corruption=corruption,
+        corruption=Corruption(**route("corruption", chosen)),
         index=index,
-        **{name: chosen.get(name, default(name)) for name in _FLAT},
+        **run,
     )
 
 
@@ -130,6 +136,9 @@ def build_model(settings: RetrieveSettings):
 def _model_card(name: str):
     card = get_card(name)
     if card is None:
-        names = ", ".join(card.name for card in model_cards())
-        raise NphError(f"unknown model {name!r}; choose one of: {names} (see `nph models`)")
+        names = [card.name for card in model_cards()]
+        raise NphError(
+            f"unknown model {name!r}{did_you_mean(name, names)}; choose one of: "
+            f"{', '.join(names)} (see `nph models`)"
+        )
     return card

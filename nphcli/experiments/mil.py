@@ -21,13 +21,10 @@ interrupted experiment leaves a valid file and `resume` skips the runs already i
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +34,14 @@ from torch import Tensor, nn
 
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
-from nphcli.experiments.mil_config import PRESETS, MILConfig, Variant, chosen_variants, configure
-from nphcli.experiments.mil_results import (
+from nphcli.experiments.mil_config import (  # noqa: F401  (PRESETS, configure: re-exported)
+    PRESETS,
+    MILConfig,
+    Variant,
+    chosen_variants,
+    configure,
+)
+from nphcli.experiments.mil_results import (  # noqa: F401  (re-exported for `nph mil`)
     plot_results,
     read_results,
     summarise,
@@ -251,47 +254,3 @@ def run_experiment(
         )
         write_results(out, records)
     return records
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`python -m nphcli.experiments.mil [--preset quick|paper] [--out F] [--plot F] ...`."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m nphcli.experiments.mil", description=__doc__)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    parser.add_argument("--out", default="mil.jsonl")
-    parser.add_argument("--plot", default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--models", default=None, help="comma-separated labels")
-    parser.add_argument("--bag-sizes", default=None, help="comma-separated sizes")
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--runs", type=int, default=None)
-    parser.add_argument("--root", type=Path, default=None, help="MNIST root")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
-    try:
-        config = configure(
-            args.preset,
-            models=args.models,
-            bag_sizes=args.bag_sizes,
-            epochs=args.epochs,
-            runs=args.runs,
-        )
-        records = run_experiment(
-            config, args.out, seed=args.seed, resume=args.resume, root=args.root
-        )
-        if args.plot:
-            plot_results(records, args.plot, convergence_bag_size=config.convergence_bag_size)
-    except NphError as error:
-        print(f"Error: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
-    print(
-        json.dumps(
-            {"preset": args.preset, "config": asdict(config), **summary_json(summarise(records))}
-        )
-    )
-
-
-if __name__ == "__main__":
-    main()

@@ -24,13 +24,7 @@ import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.models.base import HopfieldModel
-
-
-def forms_weights(model: HopfieldModel) -> bool:
-    """True when the model's layer form is weights (B, H, N, M) of each head's scores times the
-    values (the default `associate`): dropout then acts on them, and pooling may fold W_K."""
-    return type(model).associate is HopfieldModel.associate
+from nphcli.models.base import HopfieldModel, forms_weights
 
 
 def associate(

@@ -58,7 +58,11 @@ class LayerConfig:
     norms: Norms = field(default_factory=Norms)  # layer norms on the inputs
 
     def __post_init__(self) -> None:
-        for label, value in (("d_model", self.d_model), ("heads", self.heads)):
+        sizes = [("d_model", self.d_model), ("heads", self.heads)]
+        for label in ("head_dim", "value_dim", "out_dim"):  # None: the default width
+            if getattr(self, label) is not None:
+                sizes.append((label, getattr(self, label)))
+        for label, value in sizes:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise NphError(f"{label} must be a whole number ≥ 1, got {value!r}")
         if not (0 <= self.dropout < 1):

@@ -28,8 +28,9 @@ import torch
 from torch import Tensor, nn
 
 from nphcli.core.errors import NphError
-from nphcli.layers.association import associate, forms_weights, weights_from_scores
+from nphcli.layers.association import associate, weights_from_scores
 from nphcli.layers.config import LayerConfig, Norms
+from nphcli.models.base import forms_weights
 
 
 class _Retriever(nn.Module):
@@ -149,6 +150,10 @@ def _apply(norm: nn.Module | None, x: Tensor) -> Tensor:
 
 
 def _check_input(x: Tensor, label: str, dim: int) -> None:
+    if not isinstance(x, Tensor):
+        raise NphError(f"{label} must be a tensor (batch, rows, {dim}), got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise NphError(f"{label} must be floating point, got {x.dtype}; convert them with .float()")
     if x.ndim != 3 or x.shape[-1] != dim:
         raise NphError(f"{label} must have shape (batch, rows, {dim}), got {tuple(x.shape)}")
 

@@ -5,7 +5,7 @@ optional labels (M,) and the metadata its file recorded. Implementations differ 
 the rows live, so retrieval never branches on the kind of memory:
 - `TensorBank`: rows in RAM or on a device (a memory file loaded: `Memory`);
 - `nphcli.memory.streamed.StreamedBank`: rows read from a memory file block by block.
-- `nphcli.memory.shards.ShardedBank`: rows in several shard files, or spread over processes.
+- `nphcli.memory.sharded_bank.ShardedBank`: rows in several shard files, or spread over processes.
 
 Blocks and gathered rows come in the bank's `dtype` on its `device`.
 """
@@ -16,12 +16,14 @@ from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.core.errors import NphError
 from nphcli.memory.collective import LOCAL, Collective
+from nphcli.memory.given import as_table
 
 
 class MemoryBank:
@@ -155,7 +157,9 @@ class TensorBank(MemoryBank):
 class Memory(TensorBank):
     """A memory file's contents in RAM: patterns (M, d), optional values (M, d_v) and labels
     (M,), its metadata and path. A `TensorBank` (same argument order: keys, then values, the
-    rest by keyword), so every model reads it directly."""
+    rest by keyword), so every model reads it directly. Patterns and values may be anything
+    `nphcli.memory.given` accepts (tensors, numpy arrays, lists); their shapes, devices and the
+    labels are checked here, once."""
 
     def __init__(
         self,
@@ -166,7 +170,36 @@ class Memory(TensorBank):
         meta: dict[str, Any] | None = None,
         path: Path | None = None,
     ):
+        patterns = as_table(patterns, "patterns")  # (M, d)
+        rows = patterns.shape[0]
+        if values is not None:
+            values = as_table(values, "values")  # (M, d_v)
+            if values.shape[0] != rows:
+                raise NphError(f"{values.shape[0]} values for {rows} patterns; counts must match")
+        if labels is not None:
+            labels = labels if isinstance(labels, Tensor) else _whole(labels)  # (M,)
+            if labels.shape != (rows,) or labels.is_floating_point() or labels.is_complex():
+                raise NphError(
+                    f"labels must be one whole number per pattern, shape ({rows},), got "
+                    f"{tuple(labels.shape)}"
+                )
+        if meta is not None and not isinstance(meta, dict):
+            raise NphError(f"meta must be a dict, got {type(meta).__name__}")
+        for label, tensor in (("values", values), ("labels", labels)):
+            if tensor is not None and tensor.device != patterns.device:
+                raise NphError(
+                    f"{label} are on {tensor.device} but the patterns on {patterns.device}; "
+                    "move them to one device"
+                )
         super().__init__(patterns, values, labels=labels, meta=meta, path=path)
+
+
+def _whole(labels: Any) -> Tensor:
+    """Labels given as a numpy array or a list, as an int64 tensor."""
+    try:
+        return torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+    except (TypeError, ValueError, RuntimeError):
+        raise NphError("labels must be one whole number per pattern") from None
 
 
 def _embedding_sum(index: Tensor, values: Tensor, weights: Tensor) -> Tensor:

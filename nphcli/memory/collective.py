@@ -1,6 +1,6 @@
 """How the ranks that share one memory combine partial results: `Collective`.
 
-A memory spread over several processes (`nphcli.memory.shards.ShardedBank` with a process
+A memory spread over several processes (`nphcli.memory.sharded_bank.ShardedBank` with a process
 group) hands each rank only its own rows. The engine's exact merges (online softmax, running
 top-k, feature summaries, nearest-pattern search) then need three reductions across ranks:
 an element-wise maximum, an element-wise sum and a concatenation. `LOCAL` is the single-process

@@ -33,6 +33,7 @@ from nphcli.memory.format import (
     layout_of,
     open_safetensors,
 )
+from nphcli.memory.provenance import META_KEY, tensors_digest
 from nphcli.version import __version__
 
 
@@ -60,6 +61,7 @@ def save_memory(
         tensors["values"] = values.detach().to("cpu", dtype).contiguous()
     full_meta = {
         **(meta or {}),
+        META_KEY: tensors_digest(tensors),  # the content hash results name (`provenance.py`)
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "nph_version": __version__,

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
 from nphcli.core.dtypes import COMPUTE_DTYPES, name_from_code, torch_dtype
 from nphcli.core.errors import NphError
+from nphcli.core.jsontext import parse_json
 from nphcli.core.notices import notice
+from nphcli.memory.reader import SafetensorsFile
 
 FORMAT_NAME = "nph-memory"
 FORMAT_VERSION = 1
@@ -157,8 +158,8 @@ def decode_meta(raw: dict[str, str]) -> dict[str, Any]:
     meta = {}
     for key, text in raw.items():
         try:
-            meta[key] = json.loads(text)
-        except json.JSONDecodeError:
+            meta[key] = parse_json(text, what=f"metadata {key!r}")
+        except NphError:  # not JSON, or JSON too large or deep to read: kept as it is
             meta[key] = text
     return meta
 
@@ -177,15 +178,15 @@ def check_format_version(path: str | os.PathLike, meta: dict[str, Any]) -> None:
 def tensor_spans(path: str | os.PathLike) -> dict[str, tuple[int, int, list[int], str]]:
     """name → (first byte, end byte, shape, dtype code) of each tensor in a safetensors file,
     from its header (offsets counted from the start of the file)."""
-    with open(path, "rb") as handle:
-        header_length = int.from_bytes(handle.read(8), "little")
-        header = json.loads(handle.read(header_length))
-    base = 8 + header_length
-    spans = {}
-    for name, entry in header.items():
-        if name != "__metadata__":
-            start, end = entry["data_offsets"]
-            spans[name] = (base + start, base + end, entry["shape"], entry["dtype"])
+    with open_safetensors(path) as handle:
+        spans = {}
+        for name in handle.keys():
+            entry = handle.get_slice(name)
+            count = 1
+            for size in entry.shape:
+                count *= size
+            end = entry.offset + count * entry.dtype.itemsize
+            spans[name] = (entry.offset, end, entry.get_shape(), entry.code)
     return spans
 
 
@@ -233,7 +234,9 @@ def check_finite(tensor: Tensor, what: str) -> Tensor:
 
 
 class open_safetensors:  # noqa: N801  (used like the function `open`)
-    """Memory-map a safetensors file, turning every way it can be unreadable into an NphError."""
+    """Open a safetensors file for positioned reads (`reader.SafetensorsFile`: nothing is
+    memory-mapped, so a file larger than memory opens), turning every way it can be unreadable
+    into an NphError."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -247,10 +250,10 @@ class open_safetensors:  # noqa: N801  (used like the function `open`)
         if path.stat().st_size == 0:
             raise NphError(f"{path} is empty, not a safetensors memory file")
         try:
-            self._context = safe_open(str(path), framework="pt")
-            return self._context.__enter__()
-        except (SafetensorError, OSError, ValueError) as error:
-            raise NphError(f"{path} is not a readable safetensors file ({error})") from None
+            self._handle = SafetensorsFile(path)
+        except OSError as error:
+            raise NphError(f"{path} is not a readable file ({error.strerror or error})") from None
+        return self._handle
 
     def __exit__(self, *exc: object) -> None:
-        self._context.__exit__(*exc)
+        self._handle.close()

@@ -17,15 +17,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
+from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.memory.bank import Memory, MemoryBank
+from nphcli.memory.bank import Memory, MemoryBank, TensorBank
 from nphcli.memory.collective import LOCAL, Collective
 from nphcli.memory.file import load_memory
 from nphcli.memory.format import is_manifest
-from nphcli.memory.shards import ShardedBank, read_manifest, set_meta
+from nphcli.memory.given import ACCEPTED, as_table
+from nphcli.memory.sharded_bank import ShardedBank
+from nphcli.memory.shards import read_manifest, set_meta
 from nphcli.memory.streamed import StreamedBank
 
 
@@ -49,6 +54,8 @@ def open_memory(
     `verify`: check each shard read against the checksum its manifest records, which reads it
     once more (False: trusted storage; see docs/distributed.md).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise NphError(f"open_memory takes a file's path (str or Path), got {type(path).__name__}")
     path = Path(path)
     if not is_manifest(path):
         if owned is not None or collective is not LOCAL:
@@ -90,3 +97,29 @@ def _joined(manifest) -> Memory:
     labels = None if any(x is None for x in labelled) else torch.cat(labelled)  # (M,)
     meta = set_meta(manifest, memories[0].meta)
     return Memory(patterns, values, labels=labels, meta=meta, path=manifest.path)
+
+
+def as_memory(memory: Any, values: Any = None) -> MemoryBank:
+    """The memory a Python API call is given, as a bank: a `MemoryBank` as it is; the path of a
+    memory file or shard manifest opened with `open_memory(path)` (open it once yourself to
+    reuse it); or keys (M, d) with optional `values` (M, d_v) as `nphcli.memory.given` turns
+    tensors, numpy arrays and lists into tensors. Anything else is one `NphError`."""
+    if isinstance(memory, MemoryBank):
+        if values is not None:
+            raise NphError("give values inside the memory bank, not beside it")
+        if memory.device.type == "meta":
+            raise NphError(
+                "the memory is on the meta device, which holds no values; give one with data"
+            )
+        return memory
+    if isinstance(memory, (str, os.PathLike)):
+        if values is not None:
+            raise NphError("a memory file holds its own values; do not give values beside it")
+        return open_memory(memory)
+    if memory is None or not isinstance(memory, (Tensor, np.ndarray, list, tuple)):
+        raise NphError(
+            f"the memory must be {ACCEPTED}, a MemoryBank (nph.open_memory, nph.Memory) or a "
+            f"memory file's path, got {type(memory).__name__}"
+        )
+    keys = as_table(memory, "memories")
+    return TensorBank(keys, None if values is None else as_table(values, "values"))

@@ -18,9 +18,7 @@ unless told the storage is trusted (`verify=False`), a shard whose tensors are n
 `nph shard` wrote (their checksum; this reads every checked shard once). The set id is a hash of
 the source file's bytes and the split, so shards of two different splittings never mix.
 
-`ShardedBank` reads a manifest's shards as one `MemoryBank` (rows in global order). Given a
-process group (`collective`) and only some shards, it is one rank's view of a memory spread
-over ranks: blocks come from its own shards, and `gather`/`weighted_sum` combine all ranks.
+`nphcli.memory.sharded_bank.ShardedBank` reads a manifest's shards as one `MemoryBank`.
 """
 
 from __future__ import annotations
@@ -28,19 +26,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: N812  (torch's own convention)
-from torch import Tensor
 
 from nphcli.core.atomic import atomic_write, check_folder
 from nphcli.core.errors import NphError
-from nphcli.memory.bank import MemoryBank
-from nphcli.memory.collective import LOCAL, Collective
+from nphcli.core.jsontext import read_json_file
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import (
     FORMAT_NAME,
@@ -49,12 +44,18 @@ from nphcli.memory.format import (
     read_metadata,
     tensors_sha256,
 )
+from nphcli.memory.items import copy_items
+from nphcli.memory.provenance import META_KEY as PROVENANCE_KEY
+from nphcli.memory.provenance import content_sha256
 from nphcli.memory.streamed import StreamedBank
 
 MANIFEST_FORMAT = "nph-shards"
 MANIFEST_VERSION = 2  # 2: each part records its tensors' sha256
+# A manifest lists about 200 bytes per shard: 16 MiB holds 80,000 shards; read no more.
+MAX_MANIFEST_BYTES = 16 << 20
 # Metadata keys `save_memory` writes itself; a shard's other metadata is the source's.
 _OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dtype", "shard"}
+_OWN_KEYS |= {"content_sha256"}  # each shard records its own; the manifest, the source's
 
 
 def split_rows(num_memories: int, parts: int) -> list[int]:
@@ -89,6 +90,7 @@ class Manifest:
     dtype: str
     hetero: bool
     parts: list[ShardPart]
+    content_sha256: str | None = None  # the source's (`provenance.py`); None in older manifests
 
 
 def write_shards(
@@ -131,8 +133,42 @@ def write_shards(
         if target.resolve() == source.resolve():
             raise NphError(f"{target} is the memory being sharded; choose another --out-dir")
     set_id = _set_id(source, sizes)
+    copy_items(bank.meta, source, out_dir, force=force)  # ids and texts travel with the rows
+    content = content_sha256(bank)  # the source file's record, or its tensors hashed once
     meta = {key: value for key, value in bank.meta.items() if key not in _OWN_KEYS}
-    labels = bank.labels
+    written: list[Path] = []
+    try:  # a failure part-way (a full disk, Ctrl-C) leaves no shards of a set without manifest
+        listed = _write_parts(bank, out_dir, names, sizes, meta, set_id, force, written)
+        _write_manifest(manifest_path, bank, source, set_id, content, listed, force)
+    except BaseException:
+        for shard in written:
+            shard.unlink(missing_ok=True)
+        raise
+    return manifest_path
+
+
+def _write_manifest(manifest_path, bank, source, set_id, content, listed, force) -> None:
+    """Write the manifest of the shards `listed` atomically."""
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "format_version": MANIFEST_VERSION,
+        "set_id": set_id,
+        "source": source.name,
+        "M": sum(part["rows"] for part in listed),
+        "d": bank.dim,
+        "d_v": bank.value_dim,
+        "dtype": str(bank.dtype).removeprefix("torch."),
+        "hetero": bank.hetero,
+        "content_sha256": content,
+        "parts": listed,
+    }
+    with atomic_write(manifest_path, force=force) as tmp:
+        Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _write_parts(bank, out_dir, names, sizes, meta, set_id, force, written) -> list[dict]:
+    """Write each shard file, appending its path to `written`; the manifest's part records."""
+    total, labels = sum(sizes), bank.labels
     offset = 0
     listed = []
     for index, (name, rows) in enumerate(zip(names, sizes, strict=True)):
@@ -142,7 +178,7 @@ def write_shards(
             "shard": {
                 "set_id": set_id,
                 "index": index,
-                "parts": count,
+                "parts": len(sizes),
                 "offset": offset,
                 "rows": rows,
                 "total_M": total,
@@ -157,24 +193,11 @@ def write_shards(
             dtype=bank.dtype,
             force=force,
         )
+        written.append(shard_path)
         digest = tensors_sha256(shard_path)
         listed.append({"file": name, "offset": offset, "rows": rows, "sha256": digest})
         offset += rows
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "format_version": MANIFEST_VERSION,
-        "set_id": set_id,
-        "source": source.name,
-        "M": total,
-        "d": bank.dim,
-        "d_v": bank.value_dim,
-        "dtype": str(bank.dtype).removeprefix("torch."),
-        "hetero": bank.hetero,
-        "parts": listed,
-    }
-    with atomic_write(manifest_path, force=force) as tmp:
-        Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
-    return manifest_path
+    return listed
 
 
 def _set_id(source: Path, sizes: list[int]) -> str:
@@ -196,10 +219,7 @@ def read_manifest(
     path = Path(path)
     if not path.is_file():
         raise NphError(f"shard manifest {path} not found; create one with `nph shard`")
-    try:
-        raw = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise NphError(f"{path} is not a JSON shard manifest ({error})") from None
+    raw = read_json_file(path, what="shard manifest", max_bytes=MAX_MANIFEST_BYTES)
     if not isinstance(raw, dict) or raw.get("format") != MANIFEST_FORMAT:
         raise NphError(f"{path} is not an nph shard manifest (written by `nph shard`)")
     version = raw.get("format_version")
@@ -248,7 +268,11 @@ def read_manifest(
         expected = part.offset + part.rows
     if expected != total:
         raise NphError(f"{path}: the shards hold {expected} rows, the manifest says M = {total}")
-    manifest = Manifest(path, set_id, total, dim, value_dim, dtype, hetero, parts)
+    content = raw.get("content_sha256")
+    if not isinstance(content, str):  # an older manifest: its shards' checksums stand for it
+        joined = json.dumps([part.sha256 for part in parts]).encode()
+        content = "shards:" + hashlib.sha256(joined).hexdigest()
+    manifest = Manifest(path, set_id, total, dim, value_dim, dtype, hetero, parts, content)
     for index in range(len(parts)) if check is None else check:
         _check_part(manifest, index, parts[index], verify=verify)
     return manifest
@@ -256,10 +280,18 @@ def read_manifest(
 
 def _inside(manifest: Path, name: Any) -> Path:
     """A shard's path: a file name relative to the manifest's folder, never outside it."""
-    relative = Path(str(name))
-    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise NphError(f"{manifest}: shard file {str(name)!r} is not inside the manifest's folder")
-    return manifest.parent / relative
+    text = str(name)
+    relative = Path(text)
+    if "\0" in text or relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        raise NphError(f"{manifest}: shard file {text!r} is not inside the manifest's folder")
+    path = manifest.parent / relative
+    # A symlink in the folder may point anywhere: the shard must be inside it once resolved too.
+    if not path.resolve().is_relative_to(manifest.parent.resolve()):
+        raise NphError(
+            f"{manifest}: shard file {text!r} links outside the manifest's folder; copy the "
+            "shard into the folder instead of linking it"
+        )
+    return path
 
 
 def _whole(value: Any, what: str) -> int:
@@ -314,104 +346,5 @@ def set_meta(manifest: Manifest, first: dict[str, Any]) -> dict[str, Any]:
     meta = {key: value for key, value in first.items() if key != "shard"}
     meta["M"] = manifest.num_memories
     meta["shard_set"] = {"set_id": manifest.set_id, "parts": len(manifest.parts)}
+    meta[PROVENANCE_KEY] = manifest.content_sha256
     return meta
-
-
-class ShardedBank(MemoryBank):
-    """Rows of one memory held in several banks (shards), each at its global `offset`.
-
-    With `collective` LOCAL the shards must cover all M rows: one process reads the whole set.
-    With a process group, this rank's shards are a contiguous part of the rows and the other
-    ranks hold the rest; `gather` and `weighted_sum` are then collective (every rank calls them
-    with the same index) and combine each row from the rank that holds it.
-    """
-
-    def __init__(
-        self,
-        parts: list[tuple[int, MemoryBank]],
-        *,
-        num_memories: int,
-        meta: dict[str, Any] | None = None,
-        path: Path | None = None,
-        collective: Collective = LOCAL,
-    ):
-        if not parts:
-            raise NphError("a sharded memory needs at least one shard in each process")
-        self.parts = parts  # [(offset, bank)] in row order
-        self.num_memories = num_memories
-        self.collective = collective
-        template = parts[0][1]
-        self.dim, self.value_dim = template.dim, template.value_dim
-        self.hetero, self.device, self.dtype = template.hetero, template.device, template.dtype
-        self.meta = {} if meta is None else meta
-        self.path = path
-
-    @property
-    def local_rows(self) -> int:
-        """Rows held by this process."""
-        return sum(bank.num_memories for _, bank in self.parts)
-
-    @property
-    def labels(self) -> Tensor | None:
-        """(M,) labels when this process holds every shard and each has labels, else None."""
-        if self.local_rows != self.num_memories:
-            return None
-        labelled = [bank.labels for _, bank in self.parts]
-        return None if any(x is None for x in labelled) else torch.cat(labelled)
-
-    def blocks(self, rows: int) -> Iterator[tuple[int, Tensor, Tensor]]:
-        for offset, bank in self.parts:
-            for start, keys, values in bank.blocks(rows):
-                yield offset + start, keys, values
-
-    def key_blocks(self, rows: int) -> Iterator[tuple[int, Tensor]]:
-        for offset, bank in self.parts:
-            for start, keys in bank.key_blocks(rows):
-                yield offset + start, keys
-
-    def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
-        flat = index.reshape(-1)  # (N,)
-        keys = torch.zeros(flat.numel(), self.dim, device=self.device, dtype=self.dtype)
-        values = (
-            torch.zeros(flat.numel(), self.value_dim, device=self.device, dtype=self.dtype)
-            if self.hetero
-            else None
-        )
-        for offset, bank in self.parts:
-            inside = ((flat >= offset) & (flat < offset + bank.num_memories)).nonzero()[:, 0]
-            if inside.numel() == 0:
-                continue
-            part_keys, part_values = bank.gather(flat[inside] - offset)  # (n, d), (n, d_v)
-            keys[inside] = part_keys
-            if values is not None:
-                values[inside] = part_values
-        # Each row is held by exactly one rank, the others add zeros: the sum is exact.
-        keys = self.collective.all_sum(keys)
-        values = keys if values is None else self.collective.all_sum(values)
-        return keys.reshape(*index.shape, self.dim), values.reshape(*index.shape, self.value_dim)
-
-    def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
-        """Each shard sums its own rows' terms; the partial sums (Q, d_v) are added across
-        shards and ranks, so only Q·d_v numbers per rank cross the network."""
-        total = weights.new_zeros(index.shape[0], self.value_dim)  # (Q, d_v)
-        for offset, bank in self.parts:
-            inside = (index >= offset) & (index < offset + bank.num_memories)  # (Q, c)
-            if not bool(inside.any()):
-                continue
-            local = torch.where(inside, index - offset, 0)  # (Q, c)
-            rows, inverse = torch.unique(local, return_inverse=True)  # (U,), (Q, c)
-            _, part_values = bank.gather(rows)  # (U, d_v)
-            masked = torch.where(inside, weights, 0)  # (Q, c)
-            total = total + F.embedding_bag(
-                inverse, part_values, per_sample_weights=masked, mode="sum"
-            )
-        return self.collective.all_sum(total)
-
-    def to(self, device=None, dtype=None) -> ShardedBank:
-        return ShardedBank(
-            [(offset, bank.to(device=device, dtype=dtype)) for offset, bank in self.parts],
-            num_memories=self.num_memories,
-            meta=self.meta,
-            path=self.path,
-            collective=self.collective,
-        )

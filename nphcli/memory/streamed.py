@@ -4,20 +4,17 @@
 every model's `retrieve` accepts it in place of a keys tensor and reads memories block by block,
 never all at once.
 
-How the file is read, and why: safetensors memory-maps the whole file, and a tensor it returns
-(`get_slice(...)[a:b]`, `get_tensor`) is a view into that mapping. Pages of a mapping that a
-process has touched count towards its resident memory for as long as the mapping lives, so
-reading a 6 GB file through one long-lived handle would end with ~6 GB resident (measured: a
-2.2 GB file read block by block through one handle peaked at 2.7 GB RSS; with this module's
-approach, 0.6 GB). So each block is read through a handle of its own, and once the block
-is used and dropped, its mapping and resident pages go with it; the file's pages remain in the
-kernel's page cache, which is reclaimable and not charged to the process. Opening a handle costs
-a header parse, microseconds against a block's milliseconds of reading.
+How the file is read, and why: nothing is memory-mapped. The safetensors package maps the whole
+file, which fails outright for a file larger than the address space the process may have (no
+swap, or `ulimit -v`), and the pages of a mapping a process touched count towards its resident
+memory while the mapping lives. `nphcli.memory.reader` instead reads exactly the bytes of each
+block (`os.preadv` into a fresh tensor), so a block's memory goes when the block is dropped and
+the file's pages stay in the kernel's page cache, which is reclaimable and not charged to the
+process. Each block opens the file anew (a header parse, microseconds against a block's
+milliseconds of reading), so copies of the bank (`to`) share no state.
 
-Scattered rows (`gather`, e.g. the k rows a top-k query keeps) are read with plain positioned
-reads instead: a page fault in a mapping pulls a whole read-ahead window into the process, so
-gathering a thousand rows through the mapping of a cold 6 GB file added half a gigabyte to the
-resident set; `os.pread` copies exactly the rows' bytes and maps nothing.
+Scattered rows (`gather`, e.g. the k rows a top-k query keeps) are read with one positioned read
+per run of adjacent rows.
 """
 
 from __future__ import annotations
@@ -29,14 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 from torch import Tensor
 
 from nphcli.core.devices import canonical_device
 from nphcli.core.dtypes import name_from_code, torch_dtype
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.format import read_layout, tensor_spans
+from nphcli.memory.format import open_safetensors, read_layout, tensor_spans
 
 
 class StreamedBank(MemoryBank):
@@ -126,13 +122,13 @@ class StreamedBank(MemoryBank):
         if self.labels_name is None:
             return None
         if self._labels is None:
-            with safe_open(str(self.path), framework="pt") as handle:
-                self._labels = handle.get_tensor(self.labels_name).to(torch.int64, copy=True)
+            with open_safetensors(self.path) as handle:
+                self._labels = handle.get_tensor(self.labels_name).to(torch.int64)
         return self._labels
 
     def _read(self, name: str, start: int, stop: int) -> Tensor:
-        with safe_open(str(self.path), framework="pt") as handle:
-            block = handle.get_slice(name)[start:stop]  # a view into this handle's mapping
+        with open_safetensors(self.path) as handle:
+            block = handle.get_slice(name)[start:stop]  # (B, width), read into a new tensor
         return self._checked(block, name, start)
 
     def _rows(self, name: str, index: Tensor) -> Tensor:

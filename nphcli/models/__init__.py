@@ -9,10 +9,12 @@ from torch import Tensor
 
 from nphcli.memory.bank import MemoryBank
 from nphcli.models import (
+    classical,  # noqa: F401  (registers the models)
     dense,  # noqa: F401  (registers the model)
     entmax,  # noqa: F401  (registers the model)
     linear,  # noqa: F401  (registers the model)
     multihead,  # noqa: F401  (registers the model)
+    nearest,  # noqa: F401  (registers the model)
     random_feature,  # noqa: F401  (registers the model)
     random_mask,  # noqa: F401  (registers the model)
     sparse,  # noqa: F401  (registers the model)
@@ -25,6 +27,7 @@ from nphcli.models.registry import (
     ParamInfo,
     create_model,
     get_model_info,
+    layer_model_names,
     list_models,
     model_names,
 )
@@ -72,6 +75,7 @@ __all__ = [
     "Update",
     "create_model",
     "get_model_info",
+    "layer_model_names",
     "list_models",
     "model_names",
     "retrieve",

@@ -10,7 +10,6 @@ scores `(Q, M)`, positions `(Q,)`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -18,29 +17,23 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from nphcli.core.defaults import DEFAULT_BETA, DEFAULT_MEMORY_BUDGET
-from nphcli.core.devices import same_device
-from nphcli.core.dtypes import COMPUTE_DTYPES, torch_dtype
-from nphcli.core.errors import NphError, score_overflow
+from nphcli.core.defaults import DEFAULT_BETA
+from nphcli.core.errors import NphError
 from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
-from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype
-from nphcli.memory.bank import MemoryBank, as_bank
+from nphcli.engine.precision import HALF_DTYPES
+from nphcli.memory.bank import MemoryBank
+from nphcli.models.inputs import (
+    check_budget,
+    check_inputs,
+    check_output,
+    check_whole,
+    is_real,
+)
 
-FLOAT_DTYPES = tuple(torch_dtype(name) for name in COMPUTE_DTYPES)
-
-
-def check_whole(value: Any, flag: str, low: int, high: int | None = None) -> None:
-    """Reject anything but a whole number in [low, high) (bool is not a number here)."""
-    whole = isinstance(value, int) and not isinstance(value, bool)
-    if whole and value >= low and (high is None or value < high):
-        return
-    if high is None:
-        raise NphError(f"{flag} must be a whole number ≥ {low}, got {value!r}")
-    shown = f"2^{high.bit_length() - 1}" if high >= 2**32 and high & (high - 1) == 0 else high
-    raise NphError(f"{flag} must be a whole number in [{low}, {shown}), got {value!r}")
+__all__ = ["HopfieldModel", "Retrieval", "Update", "check_whole", "padded_support", "param"]
 
 
 def param(default: Any, help: str) -> Any:
@@ -70,6 +63,11 @@ class HopfieldModel:
     """Base class: parameters shared by every model. Subclasses add their own fields."""
 
     name: ClassVar[str] = "base"
+    # A baseline (nearest neighbour, the classical networks) is compared with the Hopfield models
+    # on every surface but has no layer form, support set or energy of the family.
+    baseline: ClassVar[bool] = False
+    # The memories must be ±1 patterns (the classical networks); `check_memory` refuses others.
+    binary: ClassVar[bool] = False
 
     beta: float = param(DEFAULT_BETA, "inverse temperature β; scores are S = β·X·Kᵀ")
     steps: int = param(1, "maximum number of updates x ← T(x) (1 = the paper's one-step retrieval)")
@@ -78,11 +76,11 @@ class HopfieldModel:
     )
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.beta, (int, float)) and math.isfinite(self.beta) and self.beta > 0):
-            raise NphError(f"--beta must be a finite number > 0, got {self.beta}")
+        if not (is_real(self.beta) and self.beta > 0):
+            raise NphError(f"--beta must be a finite number > 0, got {self.beta!r}")
         check_whole(self.steps, "--steps", 1)
-        if not (math.isfinite(self.tol) and self.tol >= 0):
-            raise NphError(f"--tol must be a finite number ≥ 0, got {self.tol}")
+        if not (is_real(self.tol) and self.tol >= 0):
+            raise NphError(f"--tol must be a finite number ≥ 0, got {self.tol!r}")
 
     # -- to implement -------------------------------------------------------------------------
     def update(
@@ -162,6 +160,11 @@ class HopfieldModel:
         own valid keys (so a k that is a fraction of M uses each set's size). The scores are
         scaled by β > 0, which changes no support that depends on their order or on positions.
         """
+        if self.baseline:
+            raise NphError(
+                f"model {self.name!r} is a retrieval baseline with no layer form; use one of "
+                "the Hopfield models in a layer"
+            )
         if not self._has_support():
             raise NphError(
                 f"model {self.name!r} has no layer form: it needs `weights` or `associate` "
@@ -218,15 +221,18 @@ class HopfieldModel:
         `plan`, and every model merges blocks exactly, so the budget changes speed, not results.
         `plan` overrides the sizes (tests and benchmarks).
         """
-        bank = _check_inputs(queries, memory, values)
+        queries, bank = check_inputs(queries, memory, values)
         self.check_memory(bank)
         if self.steps > 1 and bank.value_dim != bank.dim:
             raise NphError(
                 f"--steps {self.steps} needs values in the key space (d_v = d), but d = "
                 f"{bank.dim} and d_v = {bank.value_dim}; use --steps 1 for hetero-association"
             )
-        budget = _check_budget(memory_budget)
+        budget = check_budget(memory_budget)
         num_queries = queries.shape[0]
+        if num_queries == 0:  # nothing to retrieve: an empty (0, d_v) answer, not an error
+            empty = torch.empty(0, bank.value_dim, dtype=queries.dtype, device=queries.device)
+            return Retrieval(patterns=empty, steps=torch.zeros(0, dtype=torch.int64), support=None)
         if positions is None:
             positions = torch.arange(num_queries, device=queries.device)
         out_dtype = queries.dtype
@@ -267,7 +273,7 @@ class HopfieldModel:
             if active.numel() == 0:
                 break
         result = state.to(out_dtype)
-        _check_output(result)
+        check_output(result, (("queries", queries), ("memories", bank)))
         return Retrieval(patterns=result, steps=steps, support=support)
 
     def _update_batches(
@@ -326,46 +332,8 @@ def padded_support(
     return torch.zeros_like(keep).scatter_(-1, order, keep)  # back to index order
 
 
-def _check_budget(budget: int | None) -> int:
-    if budget is None:
-        return DEFAULT_MEMORY_BUDGET
-    check_whole(budget, "--memory-budget (bytes)", 1)
-    return budget
-
-
-def _check_inputs(
-    queries: Tensor, memory: Tensor | MemoryBank, values: Tensor | None
-) -> MemoryBank:
-    """The memory as a bank, once queries, keys and values are known to fit together."""
-    for label, tensor in (("queries", queries), ("memories", memory), ("values", values)):
-        if isinstance(tensor, Tensor) and tensor.ndim != 2:
-            raise NphError(
-                f"{label} must be a 2-D (rows, dim) tensor, got shape {tuple(tensor.shape)}"
-            )
-    bank = as_bank(memory, values)
-    if isinstance(values, Tensor) and values.dtype not in FLOAT_DTYPES:
-        raise NphError(f"values must be floating point, got {values.dtype}")
-    for label, dtype in (("queries", queries.dtype), ("memories", bank.dtype)):
-        if dtype not in FLOAT_DTYPES:
-            raise NphError(f"{label} must be floating point, got {dtype}")
-    if bank.num_memories == 0:
-        raise NphError("the memory holds no patterns (M = 0)")
-    if queries.shape[1] != bank.dim:
-        raise NphError(f"queries have dimension {queries.shape[1]} but memories have {bank.dim}")
-    if isinstance(values, Tensor) and values.shape[0] != bank.num_memories:
-        raise NphError(
-            f"{values.shape[0]} values for {bank.num_memories} memories; counts must match"
-        )
-    value_device = values.device if isinstance(values, Tensor) else bank.device
-    if not same_device(queries.device, bank.device) or not same_device(value_device, bank.device):
-        raise NphError("queries, memories and values must be on the same device")
-    return bank
-
-
-def _check_output(patterns: Tensor) -> None:
-    """Finite inputs can still give scores beyond the accumulation dtype; the result is then NaN
-    or infinite, which is an error, never a result. Checked here, where every caller passes,
-    at the cost of one pass over the output. What overflowed is the dtype scores are kept in
-    (float32 for half inputs, `engine.precision`), not the output's."""
-    if not bool((patterns * 0 == 0).all()):  # x·0 is NaN for ±inf and NaN: isfinite in 2 ops
-        raise score_overflow(accumulation_dtype(patterns.dtype))
+def forms_weights(model: HopfieldModel) -> bool:
+    """True when the model's rule is weights (N, M) over the memories times the values (the
+    default `associate`): a layer's dropout then acts on them, pooling may fold W_K, and a
+    retrieval can say which stored items it recalled with what weight."""
+    return type(model).associate is HopfieldModel.associate

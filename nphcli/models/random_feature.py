@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from nphcli.core.errors import NphError
+from nphcli.core.resources import human_bytes
 from nphcli.engine.features import (
     FeatureSummary,
     feature_plan,
@@ -141,6 +143,14 @@ class RandomFeature(HopfieldModel):
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         compute = itemsize(accumulation_dtype(bank.dtype))  # the projection, float64 and cast:
         held = self.features * bank.dim * (8 + compute)
+        summary = 4 * self.features * (bank.value_dim + 1) * compute  # see `feature_plan`
+        if held + summary > budget:  # no block size helps: the features alone are too many
+            raise NphError(
+                f"--features {self.features} needs {human_bytes(held + summary)} of working "
+                f"memory at d = {bank.dim} (its projection and feature summary), more than the "
+                f"--memory-budget of {human_bytes(budget)}; lower --features or raise "
+                "--memory-budget"
+            )
         return feature_plan(num_queries, bank, budget, features=self.features, held=held)
 
     def associate(

@@ -68,7 +68,7 @@ class RandomMask(HopfieldModel):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_k(self.k)
+        self.k = check_k(self.k)  # a count as an int
         check_whole(self.seed, "--seed", 0, 2**64)
 
     def check_memory(self, memory: MemoryBank) -> None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
+from nphcli.schema.fields import FIELDS
 
 
 @dataclass(frozen=True)
@@ -57,20 +59,43 @@ def register_model(name: str, *, summary: str, formula: str, cost: str):
     def decorator(cls: type) -> type:
         if name in _MODELS:
             raise ValueError(f"model {name!r} is registered twice")
+        info = ModelInfo(name, cls, summary, formula, cost)
+        _refuse_field_names(info)
         cls.name = name
-        _MODELS[name] = ModelInfo(name, cls, summary, formula, cost)
+        _MODELS[name] = info
         return cls
 
     return decorator
 
 
+# Parameters that may share a run field's name: the run's --seed also seeds a model taking one.
+SHARED_WITH_RUN = ("seed",)
+
+
+def _refuse_field_names(info: ModelInfo) -> None:
+    """A parameter named like a field of the run (`--noise`, `--queries`, `--json`, ...) would
+    be one flag with two meanings: refuse it when the model registers."""
+    taken = {f.name for f in FIELDS} - set(SHARED_WITH_RUN)
+    clash = [p.name for p in info.params if p.name in taken]
+    if clash:
+        raise ValueError(
+            f"model {info.name!r}: parameter(s) {', '.join(clash)} are named like run options "
+            f"(--{clash[0].replace('_', '-')}); rename them"
+        )
+
+
 def list_models() -> list[ModelInfo]:
-    """All registered models, in registration order."""
-    return list(_MODELS.values())
+    """All registered models in registration order, the baselines last."""
+    return sorted(_MODELS.values(), key=lambda info: (info.cls.baseline, info.cls.binary))
 
 
 def model_names() -> list[str]:
-    return list(_MODELS)
+    return [info.name for info in list_models()]
+
+
+def layer_model_names() -> list[str]:
+    """The models that are also layers (every model but the baselines)."""
+    return [info.name for info in list_models() if not info.cls.baseline]
 
 
 def get_model_info(name: str) -> ModelInfo:
@@ -78,7 +103,8 @@ def get_model_info(name: str) -> ModelInfo:
         return _MODELS[name]
     except KeyError:
         raise NphError(
-            f"unknown model {name!r}; choose one of: {', '.join(_MODELS)} (see `nph models`)"
+            f"unknown model {name!r}{did_you_mean(name, _MODELS)}; choose one of: "
+            f"{', '.join(_MODELS)} (see `nph models`)"
         ) from None
 
 

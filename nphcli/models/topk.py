@@ -42,7 +42,7 @@ class TopK(HopfieldModel):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_k(self.k)
+        self.k = check_k(self.k)  # a count as an int
 
     def check_memory(self, memory: MemoryBank) -> None:
         resolve_k(self.k, memory.num_memories)

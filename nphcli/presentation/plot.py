@@ -27,6 +27,7 @@ from typing import Any
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
 from nphcli.presentation.plot_data import METRIC_LABELS, X_AXES, Curves, Surfaces, curves, surfaces
+from nphcli.schema.catalog import param_cards
 
 __all__ = [
     "X_AXES",
@@ -43,8 +44,10 @@ DEFAULT_SIZE = (800, 500)
 DPI = 100
 MAX_LINES = 80  # beyond this a figure is unreadable: filter (--where) or split (--facet)
 MAX_PANELS = 24  # phase diagrams: more panels are unreadable
-# settings worth naming in the title when they are the same for every line
-TITLE_SETTINGS = ("model", "dataset", "M", "mask", "noise", "beta", "k", "alpha", "steps")
+# settings worth naming in the title when they are the same for every line, beside every model
+# parameter (so a fixed k is always said)
+TITLE_SETTINGS = ("model", "dataset", "memory", "memory_normalize", "memory_sha256", "M", "d")
+TITLE_SETTINGS += ("mask", "noise")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
 STYLES = ("-", "--", ":", "-.")
 
@@ -115,7 +118,7 @@ def plot_results(
             axes.fill_between(xs, low, high, color=colour, alpha=0.12, linewidth=0)
         axes.grid(True, alpha=0.3)
         if panel:
-            axes.set_title(panel, fontsize=8)
+            _panel_title(axes, panel, width, grid.shape[1])
     for axes in grid.flat[len(data.panels) :]:
         axes.set_visible(False)
     metric_name = data.column.removesuffix("_mean")
@@ -130,10 +133,12 @@ def plot_results(
         frameon=False,
         ncols=math.ceil(len(names) / per_column),
     )
-    figure.suptitle(title or _title(data, metric_name, width), fontsize=9, x=0.01, ha="left")
-    with atomic_write(out, force=force) as tmp:
-        figure.savefig(tmp, format=file_format, dpi=DPI)
-    return Path(out)
+    # the legend takes the right of the figure: the title wraps before it
+    longest = max(len(name) for name in names)
+    room = width - math.ceil(len(names) / per_column) * (35 + 4.6 * longest)  # pixels
+    heading = title or _title(data, metric_name, max(int(room), width // 3))
+    figure.suptitle(heading, fontsize=9, x=0.01, ha="left")
+    return _save(figure, out, file_format, force)
 
 
 def plot_phase(
@@ -165,18 +170,27 @@ def plot_phase(
     figure, grid = _figure(size, len(data.panels))
     metric_name = data.column.removesuffix("_mean")
     values = [cell[0] for panel in data.panels.values() for cell in panel.values()]
-    bounded = metric_name in ("success", "pixel_success", "cosine")
+    bounded = metric_name in (
+        "success",
+        "pixel_success",
+        "cosine",
+        "at_pattern",
+        "at_metastable",
+        "at_global",
+    )
     low, high = (0.0, 1.0) if bounded and min(values) >= 0 else (min(values), max(values))
     spread = max(data.trials()) > 1
+    font = _cell_font(size, grid.shape, (len(data.xs), len(data.ys)))
     image = None
+    boundary = False
     for axes, (name, cells) in zip(grid.flat, data.panels.items(), strict=False):
         mean = np.full((len(data.ys), len(data.xs)), np.nan)  # (y, x)
         for (at_x, at_y), (value, std, count) in cells.items():
             i, j = data.ys.index(at_y), data.xs.index(at_x)
             mean[i, j] = value
-            if spread and count > 1:
-                colour = "white" if value < (low + high) / 2 else "black"
-                axes.text(j, i, f"±{std:.2g}", ha="center", va="center", fontsize=6, color=colour)
+            text = f"{value:.2g}" + (f"\n±{std:.1g}" if spread and count > 1 else "")
+            colour = "white" if value < (low + high) / 2 else "black"
+            axes.text(j, i, text, ha="center", va="center", fontsize=font, color=colour)
         image = axes.imshow(
             np.ma.masked_invalid(mean), origin="lower", aspect="auto", cmap="viridis",
             vmin=low, vmax=high, interpolation="nearest",
@@ -189,10 +203,11 @@ def plot_phase(
             present = wins[~np.isnan(wins)]
             if present.size and present.min() < 0.5 < present.max() and min(wins.shape) > 1:
                 axes.contour(wins, levels=[0.5], colors="white", linewidths=1.5)
+                boundary = True
         axes.set_xticks(range(len(data.xs)), [_tick(v) for v in data.xs], fontsize=7)
         axes.set_yticks(range(len(data.ys)), [_tick(v) for v in data.ys], fontsize=7)
         if name:
-            axes.set_title(name, fontsize=8)
+            _panel_title(axes, name, width, grid.shape[1])
     for axes in grid.flat[len(data.panels) :]:
         axes.set_visible(False)
     figure.supxlabel(data.x_label, fontsize=9)
@@ -200,30 +215,62 @@ def plot_phase(
     bar = figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9)
     bar.set_label(METRIC_LABELS.get(metric_name, metric_name), fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    figure.suptitle(title or _phase_title(data, metric_name, width), fontsize=9, x=0.01, ha="left")
+    heading = title or _phase_title(data, metric_name, width, boundary)
+    figure.suptitle(heading, fontsize=9, x=0.01, ha="left")
+    return _save(figure, out, file_format, force)
+
+
+def _save(figure: Any, out: str | os.PathLike, file_format: str, force: bool) -> Path:
+    """Write `figure` atomically. Every text is data (a label, a file name), so a `$` in it is a
+    dollar sign, never the start of TeX that matplotlib would fail to parse."""
+    from matplotlib.text import Text
+
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
     with atomic_write(out, force=force) as tmp:
         figure.savefig(tmp, format=file_format, dpi=DPI)
     return Path(out)
+
+
+def _panel_title(axes: Any, name: str, width: int, columns: int) -> None:
+    """A panel's title wrapped to the panel's width, so neighbouring titles never overlap."""
+    chars = max(12, int(width * 0.8 / columns / 5.5))  # about 5.5 px per character at 8 pt
+    axes.set_title("\n".join(textwrap.wrap(name, chars)), fontsize=8)
+
+
+def _cell_font(size: tuple[int, int], grid: tuple[int, int], cells: tuple[int, int]) -> float:
+    """A font size (points) at which a cell's value (two lines) fits its cell."""
+    (width, height), (rows, columns), (across, up) = size, grid, cells
+    cell_w = width * 0.8 / columns / across  # pixels
+    cell_h = height * 0.75 / rows / up
+    return max(4.0, min(8.0, cell_w / 3.2, cell_h / 3.0))
 
 
 def _tick(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _phase_title(data: Surfaces, metric: str, width: int) -> str:
-    fixed = [f for f in data.fixed if f.split(" ")[0] in TITLE_SETTINGS and not f.endswith("none")]
+def _phase_title(data: Surfaces, metric: str, width: int, boundary: bool) -> str:
+    fixed = title_settings(data.fixed)
     trials = data.trials()
     if trials == [1]:
-        spread = "one run per cell"
+        spread = "one run per cell, its value written in it"
     else:
         counts = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
-        spread = f"mean over {counts} trials, ±1 std written in each cell"
-    boundary = "; white line: success = 0.5" if data.success else ""
-    detail = "; ".join(part for part in (", ".join(fixed), spread) if part) + boundary
+        spread = f"mean over {counts} trials in each cell, ±1 std below it"
+    line = "; white line: success = 0.5" if boundary else ""
+    detail = "; ".join(part for part in (", ".join(fixed), spread) if part) + line
     name = metric.upper() if metric in ("sse", "mse") else metric
     return f"{name} over {data.x_label} and {data.y_label}\n" + "\n".join(
         textwrap.wrap(detail, width // 7)
     )
+
+
+def title_settings(fixed: list[str]) -> list[str]:
+    """Of the "name value" settings every line shares, those a title names: the model, its
+    parameters, the memory and the corruption (not run-wide details such as the device)."""
+    named = {*TITLE_SETTINGS, *(card.name for card, _ in param_cards())}
+    return [f for f in fixed if f.split(" ")[0] in named and not f.endswith(" none")]
 
 
 def _look(i: int, count: int) -> tuple[Any, str, str]:
@@ -240,7 +287,7 @@ def _look(i: int, count: int) -> tuple[Any, str, str]:
 
 def _title(data: Curves, metric: str, width: int) -> str:
     """What is plotted, then the settings every line shares and what a point averages."""
-    fixed = [f for f in data.fixed if f.split(" ")[0] in TITLE_SETTINGS and not f.endswith("none")]
+    fixed = title_settings(data.fixed)
     trials = data.trials()
     if trials == [1]:
         spread = "one run per point"

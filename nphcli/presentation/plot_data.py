@@ -12,10 +12,12 @@ line's name, so values of k are never averaged as if they were trials.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 
 # x-axis aliases: name → (row column, axis label); `variance` plots the noise column squared
 X_AXES: dict[str, tuple[str, str]] = {
@@ -36,9 +38,17 @@ METRIC_LABELS = {
     "support": "support size (memories with non-zero weight)",
     "steps": "update steps",
     "us_per_query": "retrieval time per query (µs)",
+    "at_pattern": "share of queries that reached one stored pattern",
+    "at_metastable": "share of queries that reached a metastable state",
+    "at_global": "share of queries that reached the global average",
+    "attractor_size": "size s of the state reached (memories holding 90 % of the weight)",
+    "energy": "energy E(y) of the final state",
 }
-TRIAL_COLUMNS = ("trial", "memory_seed", "run_seed")
-DERIVED_COLUMNS = ("setting", "label")
+TRIAL_COLUMNS = ("trial", "memory_seed", "run_seed", "drawn_sha256")
+DERIVED_COLUMNS = ("setting", "label", "run_settings")
+# Where the memory lives says nothing about what it is (`memory_sha256` does): not a setting.
+DESCRIPTIVE_COLUMNS = ("memory_path",)
+HASH_COLUMNS = ("memory_sha256", "drawn_sha256")  # shown and matched by their first 12 digits
 AUTO_X = ("M", "noise", "mask", "beta")  # tried first for --x auto, then any numeric setting
 
 Point = tuple[float, float, float, int]  # (x, mean, std over rows, rows)
@@ -67,7 +77,11 @@ def is_setting(column: str) -> bool:
     """Whether `column` describes the run rather than measuring it (see the module docstring)."""
     measured = column.endswith(("_mean", "_std", "_median", "_s")) or column.startswith("theory_")
     return not (
-        measured or column == "us_per_query" or column in TRIAL_COLUMNS or column in DERIVED_COLUMNS
+        measured
+        or column == "us_per_query"
+        or column in TRIAL_COLUMNS
+        or column in DERIVED_COLUMNS
+        or column in DESCRIPTIVE_COLUMNS
     )
 
 
@@ -75,6 +89,8 @@ def short(value: Any) -> str:
     """A value as a line name or title shows it: integers without '.0', floats to 4 digits."""
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:.4g}"
+    if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
+        return value[:12]  # a content hash: 12 hex digits tell memories apart
     return "none" if value is None else str(value)
 
 
@@ -82,19 +98,33 @@ def filter_rows(rows: list[dict[str, Any]], where: list[str]) -> list[dict[str, 
     """Rows matching every `COLUMN=VALUE[,VALUE...]` of `where` (values as `short` writes them)."""
     columns = {c for row in rows for c in row}
     for condition in where:
-        column, sep, text = condition.partition("=")
-        column = column.strip()
-        if not sep or not column:
-            raise NphError(f"--where takes COLUMN=VALUE (e.g. model=topk), got {condition!r}")
+        column, _ = parse_condition(condition)
         if column not in columns:
             raise NphError(
                 f"--where {condition!r}: no column {column!r}; settings in these results: "
                 + ", ".join(sorted(c for c in columns if is_setting(c)))
             )
-        wanted = {v.strip() for v in text.split(",")}
-        rows = [row for row in rows if short(row.get(column)) in wanted]
+        rows = matching(rows, [condition])
         if not rows:
             raise NphError(f"no rows match --where {condition!r}")
+    return rows
+
+
+def parse_condition(condition: str) -> tuple[str, set[str]]:
+    """(column, the values wanted) of one `COLUMN=VALUE[,VALUE...]`."""
+    column, sep, text = condition.partition("=")
+    column = column.strip()
+    if not sep or not column:
+        raise NphError(f"--where takes COLUMN=VALUE (e.g. model=topk), got {condition!r}")
+    return column, {v.strip() for v in text.split(",")}
+
+
+def matching(rows: list[dict[str, Any]], where: list[str]) -> list[dict[str, Any]]:
+    """Rows matching every condition of `where`; none is an answer here, not an error (a report
+    keeps the sections that match)."""
+    for condition in where:
+        column, wanted = parse_condition(condition)
+        rows = [row for row in rows if short(row.get(column)) in wanted]
     return rows
 
 
@@ -117,7 +147,9 @@ def curves(
     x_column, x_label = choose_x(rows, x, settings, varying)
     if facet is not None and facet not in settings:
         raise NphError(f"--facet {facet!r}: choose a setting: {', '.join(settings)}")
-    by = _independent([c for c in varying if c not in (x_column, facet)], rows, [x_column, facet])
+    by = independent([c for c in varying if c not in (x_column, facet)], rows, [x_column, facet])
+    say_split(by)
+    named = by + _parameters_that_follow(varying, by, rows, [x_column, facet])
     panels: dict[str, dict[tuple, dict[float, list[float]]]] = {}
     names: dict[tuple, str] = {}
     for row in rows:
@@ -127,7 +159,7 @@ def curves(
         panel = "" if facet is None else f"{facet}={short(row.get(facet))}"
         # one line per combination of the varying settings: nothing else is averaged
         key = (str(row.get("label")), *(short(row.get(c)) for c in by))
-        names.setdefault(key, _line_name(row, by))
+        names.setdefault(key, _line_name(row, named))
         line = panels.setdefault(panel, {}).setdefault(key, {})
         line.setdefault(at * at if x == "variance" else at, []).append(value)
     if not panels:
@@ -143,7 +175,7 @@ def curves(
                 names[key]: [_point(at, by_x[at]) for at in sorted(by_x)]
                 for key, by_x in lines.items()
             }
-            for panel, lines in sorted(panels.items(), key=lambda item: _order(item[0]))
+            for panel, lines in sorted(panels.items(), key=lambda item: natural(item[0]))
         },
         fixed=[f"{c} {short(rows[0].get(c))}" for c in settings if c not in varying],
     )
@@ -197,7 +229,9 @@ def surfaces(
     if facet is not None and facet not in settings:
         raise NphError(f"--facet {facet!r}: choose a setting: {', '.join(settings)}")
     given = [x_column, y_column, facet]
-    by = _independent([c for c in varying if c not in given], rows, given)
+    by = independent([c for c in varying if c not in given], rows, given)
+    say_split(by)
+    named = by + _parameters_that_follow(varying, by, rows, given)
     success_column = next(
         (
             c
@@ -214,7 +248,7 @@ def surfaces(
             continue
         at_x = at_x * at_x if x == "variance" else at_x
         at_y = at_y * at_y if y == "variance" else at_y
-        name = _line_name(row, by) if by or facet is None else ""
+        name = _line_name(row, named) if by or facet is None else ""
         if facet is not None:
             name = f"{facet}={short(row.get(facet))} {name}".strip()
         cells.setdefault(name, {}).setdefault((at_x, at_y), []).append(value)
@@ -233,7 +267,7 @@ def surfaces(
         ys=sorted({at[1] for panel in cells.values() for at in panel}),
         panels={
             name: {at: _point(0.0, values)[1:] for at, values in panel.items()}
-            for name, panel in sorted(cells.items(), key=lambda item: _order(item[0]))
+            for name, panel in sorted(cells.items(), key=lambda item: natural(item[0]))
         },
         success={
             name: {at: math.fsum(v) / len(v) for at, v in panel.items()}
@@ -292,7 +326,27 @@ def metric_column(rows: list[dict[str, Any]], metric: str) -> str:
     )
 
 
-def _independent(columns: list[str], rows: list[dict[str, Any]], given: list) -> list[str]:
+def say_split(columns: list[str]) -> None:
+    """A notice when rows are told apart by the memory they ran on: never averaged as trials."""
+    memory = [c for c in columns if c.startswith("memory") or c in ("dataset", "normalize")]
+    if memory:
+        notice(
+            f"these results come from different memories ({', '.join(memory)}): each is drawn "
+            "apart, never averaged with another as trials"
+        )
+
+
+def _parameters_that_follow(
+    varying: list[str], by: list[str], rows: list[dict[str, Any]], given: list
+) -> list[str]:
+    """Varying settings that split no line but apply to some rows only, such as k beside dense
+    and topk k=10 (k follows the model): named on the lines they apply to, so a line is never
+    called `topk` when its k is fixed."""
+    left = [c for c in varying if c not in by and c not in given]
+    return [c for c in left if any(row.get(c) is None for row in rows)]
+
+
+def independent(columns: list[str], rows: list[dict[str, Any]], given: list) -> list[str]:
     """`columns` less those that the rest (and the `given` columns) determine, such as Q and
     batch_size, which follow M: naming them would split no line and only lengthen names."""
     kept = list(columns)
@@ -300,20 +354,21 @@ def _independent(columns: list[str], rows: list[dict[str, Any]], given: list) ->
     def groups(names: list) -> int:
         return len({tuple(short(row.get(c)) for c in names if c is not None) for row in rows})
 
-    for column in reversed(columns):
+    # a memory's own columns go first: M names a line better than the drawn shape 20x16
+    for column in sorted(reversed(columns), key=lambda c: not c.startswith("memory")):
         rest = [c for c in kept if c != column]
         if groups([*rest, *given]) == groups([*kept, *given]):
             kept = rest
     return kept
 
 
-def _order(panel: str) -> tuple:
-    """Panels `name=value` in numeric order of their values where they are numbers."""
-    value = panel.partition("=")[2]
-    try:
-        return (0, float(value), "")
-    except ValueError:
-        return (1, 0.0, value)
+def natural(name: str) -> tuple:
+    """A sort key reading the numbers in `name` as numbers: `topk k=5` before `topk k=10`, and
+    every panel of one model together."""
+    parts = re.split(r"(-?\d+(?:\.\d*)?(?:e[-+]?\d+)?)", name)
+    return tuple(
+        (0, float(part), "") if i % 2 else (1, 0.0, part) for i, part in enumerate(parts) if part
+    )
 
 
 def _line_name(row: dict[str, Any], by: list[str]) -> str:

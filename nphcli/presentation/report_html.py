@@ -1,5 +1,7 @@
-"""One self-contained HTML page of a study: provenance, a table of every setting's metrics, line
-plots, phase diagrams and comparison pictures.
+"""One self-contained HTML page of a study, read in a minute: one section per experiment (input
+file, split by memory: `report_sections`), each with its figures first (`report_figures`), then
+the settings every row shares, stated once, a compact table of what varies, and where the rows
+came from; then the comparison pictures.
 
 Inputs are results files of `nph sweep` (.jsonl, .csv), `nph retrieve --csv` rows, and JSON Lines
 of `nph retrieve --json` or `nph batch` (one object with `config` and `metrics` per setting);
@@ -16,27 +18,22 @@ import html
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
-from nphcli.presentation.plot_data import METRIC_LABELS, is_setting, short
+from nphcli.presentation.plot_data import METRIC_LABELS
+from nphcli.presentation.report_figures import section_figures
+from nphcli.presentation.report_sections import (
+    METRICS,
+    Section,
+    Table,
+    check_facet,
+    compact_table,
+    sections,
+)
 
-# table columns: metric → True when larger is better
-METRICS = {
-    "success": True,
-    "sse": False,
-    "mse": False,
-    "cosine": True,
-    "pixel_success": True,
-    "support": False,
-    "us_per_query": False,
-}
-PROVENANCE = ("nph_version", "dataset", "normalize", "sweep_seed", "seed", "run_seed", "device")
-PROVENANCE += ("dtype", "memory", "M", "d", "Q")
-AXES = ("beta", "noise", "mask", "M", "k", "alpha")  # phase-diagram axes, in order of preference
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; max-width: 72rem; margin: 1.5rem auto;
        padding: 0 1rem; color: #111; background: #fff; }
@@ -56,65 +53,6 @@ code { font-size: 0.85rem; }
   td.best { background: none; text-decoration: underline; }
 }
 """
-
-
-def setting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]], list[str]]:
-    """(header, one row per setting: its name then metric means over trials, metric columns).
-    Trials of one setting (rows that differ only in trial columns) are averaged."""
-    settings = [c for c in dict.fromkeys(c for row in rows for c in row) if is_setting(c)]
-    varying = [c for c in settings if len({short(row.get(c)) for row in rows}) > 1]
-    metrics = [m for m in METRICS if any(_value(row, m) is not None for row in rows)]
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(short(row.get(c)) for c in varying), []).append(row)
-    body = []
-    for key, members in groups.items():
-        named = [f"{c}={v}" for c, v in zip(varying, key, strict=True) if v != "none"]
-        means = []
-        for metric in metrics:
-            values = [v for v in (_value(row, metric) for row in members) if v is not None]
-            means.append(sum(values) / len(values) if values else None)
-        body.append([" ".join(named) or "all rows", len(members), *means])
-    return ["setting", "rows", *metrics], body, metrics
-
-
-def _value(row: dict[str, Any], metric: str) -> float | None:
-    value = row.get(f"{metric}_mean", row.get(metric))
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def figures(rows: list[dict[str, Any]], grids: list[Path]) -> tuple[list, list[str]]:
-    """([(caption, PNG bytes)] of the line plots, the phase diagram the rows allow, and the
-    comparison pictures given; [why a plot was left out])."""
-    from nphcli.presentation.plot import plot_phase, plot_results
-
-    settings = {c for row in rows for c in row if is_setting(c)}
-    varying = [c for c in AXES if c in settings and len({short(row.get(c)) for row in rows}) > 1]
-    wanted = [(f"{m} against the first setting that varies", plot_results, m, {}) for m in METRICS]
-    wanted = wanted[:2]  # success and sse
-    if len(varying) >= 2:
-        x, y = varying[:2]
-        caption = f"phase diagram: success over {x} and {y}"
-        wanted.append((caption, plot_phase, "success", {"x": x, "y": y}))
-    out, skipped = [], []
-    with tempfile.TemporaryDirectory(prefix="nph-report-") as folder:
-        for i, (caption, draw, metric, axes) in enumerate(wanted):
-            path = Path(folder) / f"{i}.png"
-            for facet in (None, "model"):  # too many lines for one panel: one panel per model
-                try:
-                    draw(rows, path, metric=metric, size=(900, 520), facet=facet, **axes)
-                    out.append(
-                        (caption + (", one panel per model" if facet else ""), path.read_bytes())
-                    )
-                    break
-                except NphError as error:
-                    reason = str(error)
-            else:
-                skipped.append(f"{caption}: {reason}")
-    out += [(f"comparison picture {grid.name}", _png(grid)) for grid in grids]
-    return out, skipped
 
 
 def _png(path: Path) -> bytes:
@@ -137,36 +75,39 @@ def write_report(
     *,
     grids: list[Path] | None = None,
     title: str = "nph report",
+    where: list[str] | None = None,
+    facet: str | None = None,
     force: bool = False,
 ) -> Path:
-    """Write the report of result `rows` read from `sources` (`sweeps.reading.read_inputs`) and
-    comparison pictures `grids` to `out`, atomically."""
+    """Write the report of result `rows` read from `sources` (`sweeps.reading.read_inputs`),
+    kept where they match `where` and split into panels by `facet` (as `nph plot`), and of
+    comparison pictures `grids`, to `out`, atomically."""
     grids = grids or []
     for grid in grids:
         if not grid.is_file():
             raise NphError(f"--grid {grid} not found")
     if not sources and not grids:
         raise NphError("give results files, --grid pictures, or both")
-    shown, skipped = figures(rows, grids) if rows else (_only(grids), [])
-    page = render(rows, sources, shown, skipped, title=title)
+    found = sections(rows, sources, where) if rows else []
+    check_facet(facet, found)
+    drawn = [section_figures(section.rows, facet) for section in found]
+    pictures = [(f"comparison picture {grid.name}", _png(grid)) for grid in grids]
+    page = render(found, drawn, pictures, title=title, where=where or [], facet=facet)
     with atomic_write(out, force=force) as tmp:
         Path(tmp).write_text(page, encoding="utf-8")
     return Path(out)
 
 
-def _only(grids: list[Path]) -> list[tuple[str, bytes]]:
-    return [(f"comparison picture {grid.name}", _png(grid)) for grid in grids]
-
-
 def render(
-    rows: list[dict[str, Any]],
-    sources: list[dict[str, Any]],
-    shown: list[tuple[str, bytes]],
-    skipped: list[str],
+    found: list[Section],
+    drawn: list[tuple[list[tuple[str, bytes]], list[str]]],
+    pictures: list[tuple[str, bytes]],
     *,
     title: str,
+    where: list[str],
+    facet: str | None = None,
 ) -> str:
-    """The HTML page."""
+    """The HTML page: a summary, one section per experiment, the comparison pictures."""
     e = html.escape
     parts = [
         "<!DOCTYPE html>",
@@ -174,78 +115,119 @@ def render(
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{e(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{e(title)}</h1>",
-        "<h2>Provenance</h2>",
-        _provenance(rows, sources),
+        _summary(found, where, facet),
     ]
-    if rows:
-        header, body, metrics = setting_table(rows)
-        parts += ["<h2>Settings and metrics</h2>", _table(header, body, metrics)]
-    if shown:
-        parts.append("<h2>Figures</h2>")
-    for caption, png in shown:
-        data = base64.b64encode(png).decode("ascii")
-        parts.append(
-            f'<figure><img src="data:image/png;base64,{data}" alt="{e(caption)}">'
-            f"<figcaption>{e(caption)}</figcaption></figure>"
-        )
-    parts += [f'<p class="note">Not drawn: {e(reason)}</p>' for reason in skipped]
+    for number, (section, (shown, notes)) in enumerate(zip(found, drawn, strict=True), start=1):
+        parts += _section(number, section, shown, notes)
+    if pictures:
+        parts.append("<h2>Comparison pictures</h2>")
+        parts += [_figure(caption, png) for caption, png in pictures]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def _provenance(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> str:
+def _summary(found: list[Section], where: list[str], facet: str | None) -> str:
     import torch
 
     from nphcli.version import __version__
 
+    made = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    inputs = len({section.source["path"] for section in found})
+    rows = sum(len(section.rows) for section in found)
+    text = (
+        f"{rows} result rows from {inputs} input file{'s' * (inputs != 1)}, in {len(found)} "
+        f"section{'s' * (len(found) != 1)}: one per input file and memory. Rows of different "
+        "inputs or memories are never averaged together; within a section, a line of a table or "
+        "a point of a plot averages only rows that differ in their trial."
+    )
+    if where:
+        text += " Only rows with " + " and ".join(where) + " (--where)."
+    if facet:
+        text += f" One panel per {facet} (--facet) where it varies."
+    made_with = f"Made {made} with nph {__version__}, torch {torch.__version__}."
+    return f'<p>{html.escape(text)}</p><p class="note">{html.escape(made_with)}</p>'
+
+
+def _section(number: int, section: Section, shown: list, notes: list[str]) -> list[str]:
     e = html.escape
-    items = [
-        ("report made", datetime.datetime.now().astimezone().isoformat(timespec="seconds")),
-        ("report made with", f"nph {__version__}, torch {torch.__version__}"),
-    ]
-    for column in PROVENANCE:
-        values = sorted({short(row.get(column)) for row in rows if row.get(column) is not None})
-        if values:
-            shown = ", ".join(values[:12]) + (
-                f" (and {len(values) - 12} more)" if len(values) > 12 else ""
-            )
-            items.append((column, shown))
+    table = compact_table(section.rows)
+    parts = [f"<section><h2>{number}. {e(section.title)}</h2>"]
+    about = f"{section.source['kind']}; {len(section.rows)} rows"
+    if section.memory:
+        about += f"; memory {section.memory}"
+    if section.split > 1:
+        about += (
+            f". This file holds rows of {section.split} memories: one section each, never "
+            "averaged together"
+        )
+    parts.append(f'<p class="note">{e(about)}.</p>')
+    if table.constants:
+        items = " · ".join(f"{k} = {v}" for k, v in table.constants)
+        parts.append(f"<p><b>Same in every row:</b> {e(items)}</p>")
+    parts += [_figure(caption, png) for caption, png in shown]
+    parts += [f'<p class="note">Not drawn: {e(note)}</p>' for note in notes]
+    if table.columns or table.metrics:
+        parts.append(_table(table))
+    parts.append(_provenance(section, table))
+    parts.append("</section>")
+    return parts
+
+
+def _figure(caption: str, png: bytes) -> str:
+    e = html.escape
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{e(caption)}">'
+        f"<figcaption>{e(caption)}</figcaption></figure>"
+    )
+
+
+def _provenance(section: Section, table: Table) -> str:
+    """Where the section's rows came from: the input file, the provenance every row shares,
+    and the config every record of retrieve/batch JSON shares."""
+    e = html.escape
+    source = section.source
+    items = [("input", f"{source['path']} ({source['kind']}, {source['rows']} rows)")]
+    items += table.provenance
     lines = [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in items]
-    for source in sources:
-        text = f"{source['kind']}: {source['rows']} rows"
-        lines.append(f"<tr><th>input {e(source['path'])}</th><td>{e(text)}</td></tr>")
-        if source["config"]:
-            config = json.dumps(source["config"], indent=1, sort_keys=True)
-            lines.append(
-                f"<tr><th>recorded config</th><td><pre><code>{e(config)}</code></pre></td></tr>"
-            )
-    return "<table>" + "".join(lines) + "</table>"
+    if source.get("config"):
+        config = json.dumps(source["config"], indent=1, sort_keys=True)
+        lines.append(
+            f"<tr><th>config shared by every record</th><td><details><summary>show</summary>"
+            f"<pre><code>{e(config)}</code></pre></details></td></tr>"
+        )
+    return f"<h3>Provenance</h3><table>{''.join(lines)}</table>"
 
 
-def _table(header: list[str], body: list[list[Any]], metrics: list[str]) -> str:
-    """The settings table; the best value of each metric column in bold (ties all marked)."""
+def _table(table: Table) -> str:
+    """The compact table; the best value of each metric column in bold (ties all marked)."""
     e = html.escape
+    at = len(table.columns) + 1  # the first metric's cell
     best = {}
-    for i, metric in enumerate(metrics, start=2):
-        values = [row[i] for row in body if row[i] is not None]
+    for i, metric in enumerate(table.metrics, start=at):
+        values = [line[i] for line in table.body if line[i] is not None]
         if values:
             best[i] = max(values) if METRICS[metric] else min(values)
-    titles = [e(METRIC_LABELS.get(h, h)) for h in header]
-    head = "".join(f'<th title="{t}">{e(h)}</th>' for h, t in zip(header, titles, strict=True))
+    header = [*table.columns, *(["rows"] if table.count else []), *table.metrics]
+    titles = [METRIC_LABELS.get(h, h) for h in header]
+    head = "".join(f'<th title="{e(t)}">{e(h)}</th>' for h, t in zip(header, titles, strict=True))
     lines = []
-    for row in body:
-        cells = [f"<td>{e(str(row[0]))}</td>", f'<td class="num">{row[1]}</td>']
-        for i, value in enumerate(row[2:], start=2):
+    for line in table.body:
+        cells = [f"<td>{e(str(v))}</td>" for v in line[: len(table.columns)]]
+        if table.count:
+            cells.append(f'<td class="num">{line[len(table.columns)]}</td>')
+        for i, value in enumerate(line[at:], start=at):
             text = "" if value is None else f"{value:.4g}"
-            mark = (
-                ' class="num best"'
-                if value is not None and value == best.get(i)
-                else ' class="num"'
-            )
-            cells.append(f"<td{mark}>{text}{' ★' if 'best' in mark else ''}</td>")
+            if value is not None and value == best.get(i):
+                cells.append(f'<td class="num best">{text} ★</td>')
+            else:
+                cells.append(f'<td class="num">{text}</td>')
         lines.append("<tr>" + "".join(cells) + "</tr>")
+    follows = "; ".join(f"{c} follows {lead}" for c, lead in table.follows.items())
     note = (
-        "<p>Means over trials; ★ marks the best value of each column (highest success, "
-        "cosine and pixel success; lowest error, support and time).</p>"
+        '<p class="note">One line per setting, means over its rows; ★ marks the best value of each '
+        "column (highest success, cosine and pixel success; lowest error, support and time)."
+        + (f" Not shown: {e(follows)} (one value per value)." if follows else "")
+        + "</p>"
     )
     return f'{note}<div class="scroll"><table><tr>{head}</tr>{"".join(lines)}</table></div>'

@@ -18,16 +18,46 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
+from nphcli.core.defaults import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_CHECK_EXACT,
+    DEFAULT_EF,
+    DEFAULT_MEMORY_BUDGET,
+    DEFAULT_NPROBE,
+    size_text,
+)
 from nphcli.core.dtypes import COMPUTE_DTYPES
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 
 # Groups of fields, in the order `--help` shows them. Those of SETTING_GROUPS decide a setting
 # (what `RetrieveSettings` holds); the others say what is read, how the work is spread and what
 # is written.
-GROUPS = ("input", "model", "corruption", "run", "device", "index", "distributed", "output")
+GROUPS = (
+    *("input", "model", "corruption", "run", "device", "index", "distributed", "output"),
+    "analysis",
+)
 SETTING_GROUPS = ("model", "corruption", "run", "device", "index")
+# Where a field's value goes (`Field.holder`): the object that holds it, built by routing every
+# field of that holder into it (`nphcli.schema.holders`), never by a list of names.
+#   run: `RetrieveSettings` itself; corruption: its `Corruption`; index: its `IndexSettings`;
+#   input: `InputSpec`; output: `OutputSpec`; request: `RetrieveRequest` (how work is spread);
+#   analysis: `AnalysisRequest` (`nph analyze`'s own options, `ANALYSIS_FIELDS`).
+HOLDERS = ("run", "corruption", "index", "input", "output", "request", "analysis")
+_GROUP_HOLDER = {
+    "input": "input",
+    "model": "run",
+    "corruption": "corruption",
+    "run": "run",
+    "device": "run",
+    "index": "index",
+    "distributed": "request",
+    "output": "output",
+    "analysis": "analysis",
+}
 
 _KIND_WORDS = {
     "int": "a whole number",
@@ -55,6 +85,34 @@ class Field:
     choices: tuple[str, ...] | None = None  # text: the values allowed
     refused: dict[str, str] = field(default_factory=dict)  # surface → why it refuses the field
     metavar: str | None = None
+    maximum: float | None = None  # numbers: largest value allowed (inclusive)
+    meaning: str | None = None  # what a value is, for errors: "a fraction", "a standard deviation"
+    hint: str = ""  # said after a range error, e.g. how to convert a variance
+    holder: str | None = None  # one of HOLDERS; None: the group's (`destination`)
+    attribute: str | None = None  # its name in the holder; None: the field's name
+    short: str | None = None  # a one-letter flag beside the long one, e.g. -o
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"field {self.name!r}: unknown group {self.group!r}")
+        if self.destination not in HOLDERS:
+            raise ValueError(f"field {self.name!r}: unknown holder {self.holder!r}")
+
+    @property
+    def destination(self) -> str:
+        """The holder the value goes to (see HOLDERS)."""
+        return self.holder or _GROUP_HOLDER[self.group]
+
+    @property
+    def key(self) -> str:
+        """The field's attribute in its holder."""
+        return self.attribute or self.name
+
+    def default_text(self, value: Any = None) -> str:
+        """`[default: X]` for help texts, X the field's default (or `value` for an unset field
+        whose meaning lives elsewhere, e.g. a search constant)."""
+        shown = self.default if value is None else value
+        return f"[default: {shown}]"
 
     @property
     def flag(self) -> str:
@@ -115,16 +173,26 @@ class Field:
                 isinstance(v, int) and not isinstance(v, bool) for v in value
             ):
                 raise NphError(f"{where} must be a list of whole numbers, got {value!r}")
-        elif not isinstance(value, str):
+        elif not (isinstance(value, str) or self.kind == "path" and isinstance(value, PurePath)):
             raise NphError(f"{where} must be {_KIND_WORDS[self.kind]}, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise NphError(f"{where} must be one of {', '.join(self.choices)}, got {value!r}")
-        if self.minimum is not None and value < self.minimum:
-            whole = "a whole number " if self.kind in ("int", "size") else ""
-            raise NphError(f"{where} must be {whole}≥ {self.minimum:g}, got {value!r}")
+        low, high = self.minimum, self.maximum
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise NphError(f"{where} must be {self._range()}, got {value!r}{self.hint}")
         if self.above is not None and value <= self.above:
-            raise NphError(f"{where} must be > {self.above:g}, got {value!r}")
+            raise NphError(f"{where} must be > {self.above:g}, got {value!r}{self.hint}")
         return value
+
+    def _range(self) -> str:
+        """The allowed range in words: 'a fraction in [0, 1]', 'a whole number ≥ 1', '≥ 0'."""
+        noun = self.meaning or ("a whole number" if self.kind in ("int", "size") else "")
+        noun = f"{noun} " if noun else ""
+        if self.minimum is not None and self.maximum is not None:
+            return f"{noun}in [{self.minimum:g}, {self.maximum:g}]"
+        if self.minimum is not None:
+            return f"{noun}≥ {self.minimum:g}"
+        return f"{noun}≤ {self.maximum:g}"
 
     def _parse(self, part: str, text: str) -> Any:
         """One piece of command-line text as this field's type."""
@@ -172,13 +240,32 @@ def parse_size(text: str, flag: str = "--memory-budget") -> int:
     return int(size)
 
 
+INDEX_FILE_LIMIT = 64 << 20  # bytes of an @FILE of indices: about 10^7 numbers
+
+
 def _indices(text: str, flag: str) -> list[int]:
-    """Whole numbers separated by commas or spaces, e.g. "3,17,42"."""
+    """Whole numbers separated by commas or spaces, e.g. "3,17,42"; `@FILE` reads them from a
+    text file (commas, spaces or one a line)."""
+    if text.startswith("@"):
+        text = _index_file(text[1:], flag)
     parts = [part for part in text.replace(",", " ").split() if part]
     try:
         return [int(part) for part in parts]
     except ValueError:
         raise NphError(f"{flag} must be whole numbers separated by commas, got {text!r}") from None
+
+
+def _index_file(name: str, flag: str) -> str:
+    import os
+
+    try:
+        if os.path.getsize(name) > INDEX_FILE_LIMIT:
+            raise NphError(f"{flag} @{name}: the file is over {INDEX_FILE_LIMIT >> 20} MiB")
+        with open(name, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or "not UTF-8 text"
+        raise NphError(f"{flag} @{name}: cannot read it ({reason})") from None
 
 
 def _boolean(text: str, flag: str) -> bool:
@@ -223,6 +310,15 @@ FIELDS: tuple[Field, ...] = (
         refused={"sweep": _SWEEP_DRAWS},
     ),
     Field(
+        "query_text",
+        "str",
+        None,
+        "A text to recall from, embedded with the memory's own embedder (a memory stored from "
+        "texts with --embed; docs/text.md). For several, a .txt or .jsonl --queries-file.",
+        group="input",
+        refused={"sweep": _SWEEP_DRAWS},
+    ),
+    Field(
         "targets_file",
         "path",
         None,
@@ -234,7 +330,8 @@ FIELDS: tuple[Field, ...] = (
         "target_indices",
         "indices",
         None,
-        "Stored row of each own query's target, e.g. 3,17,42.",
+        "Stored row of each own query's target, e.g. 3,17,42, or @FILE: a text file of them "
+        "(commas, spaces or one a line).",
         group="input",
         refused={"sweep": _SWEEP_DRAWS},
     ),
@@ -273,6 +370,9 @@ FIELDS: tuple[Field, ...] = (
         "Fraction of each query to hide, in [0, 1].",
         metavar="NUMBER",
         group="corruption",
+        minimum=0.0,
+        maximum=1.0,
+        meaning="a fraction",
     ),
     Field(
         "mask_mode",
@@ -291,6 +391,9 @@ FIELDS: tuple[Field, ...] = (
         "Gaussian noise standard deviation σ (for a variance v: √v).",
         metavar="NUMBER",
         group="corruption",
+        minimum=0.0,
+        meaning="a standard deviation",
+        hint=" (for a noise variance v, pass √v)",
     ),
     Field(
         "noise_clip",
@@ -299,6 +402,42 @@ FIELDS: tuple[Field, ...] = (
         "Clamp noisy queries to [0, 1] after the noise, as the paper's released code does (for "
         "pixels stored in [0, 1]).",
         group="corruption",
+    ),
+    Field(
+        "occlude",
+        "float",
+        0.0,
+        "Side of a square hidden at a random place of each image query (set to --fill), as a "
+        "fraction of the image's shorter side, in [0, 1].",
+        metavar="NUMBER",
+        group="corruption",
+        minimum=0.0,
+        maximum=1.0,
+        meaning="a fraction",
+    ),
+    Field(
+        "salt_pepper",
+        "float",
+        0.0,
+        "Fraction of each query's entries set to its largest or smallest value (salt-and-pepper "
+        "noise), in [0, 1].",
+        metavar="NUMBER",
+        group="corruption",
+        minimum=0.0,
+        maximum=1.0,
+        meaning="a fraction",
+    ),
+    Field(
+        "flip",
+        "float",
+        0.0,
+        "Fraction of each query's entries flipped (±1 patterns: −x; 0/1 patterns: 1 − x), in "
+        "[0, 1].",
+        metavar="NUMBER",
+        group="corruption",
+        minimum=0.0,
+        maximum=1.0,
+        meaning="a fraction",
     ),
     Field("device", "str", "cpu", "cpu, cuda, cuda:N, mps or auto.", group="device"),
     Field(
@@ -330,7 +469,7 @@ FIELDS: tuple[Field, ...] = (
         "size",
         None,
         "Working memory of the model in bytes, e.g. 64M or 2GiB (K/M/G = 1024-based) "
-        "[default: 512MiB]; changes speed, not results.",
+        f"[default: {size_text(DEFAULT_MEMORY_BUDGET)}]; changes speed, not results.",
         minimum=1,
     ),
     Field(
@@ -338,15 +477,17 @@ FIELDS: tuple[Field, ...] = (
         "path",
         None,
         "Approximate index built by `nph index` for this memory (topk, sparse, entmax): "
-        "candidates from the index, their scores exact; see docs/ann.md.",
+        "candidates from the index, their scores exact; for a shard manifest, the KIND of its "
+        "shard indexes (ivf, ivfpq, ...); see docs/ann.md, docs/ann-shards.md.",
         refused={"sweep": "an index belongs to one memory file, and a sweep draws its memories"},
         group="index",
+        attribute="path",
     ),
     Field(
         "nprobe",
         "int",
         None,
-        "With an ivf/ivfpq --index: lists searched [default: 16].",
+        f"With an ivf/ivfpq --index: lists searched [default: {DEFAULT_NPROBE}].",
         minimum=1,
         refused={"sweep": "it goes with --index"},
         group="index",
@@ -355,7 +496,7 @@ FIELDS: tuple[Field, ...] = (
         "ef",
         "int",
         None,
-        "With an hnsw --index: search breadth [default: 128].",
+        f"With an hnsw --index: search breadth [default: {DEFAULT_EF}].",
         minimum=1,
         refused={"sweep": "it goes with --index"},
         group="index",
@@ -364,7 +505,7 @@ FIELDS: tuple[Field, ...] = (
         "candidates",
         "int",
         None,
-        "With --index: candidates per query [default: max(64, topk's k)].",
+        f"With --index: candidates per query [default: max({DEFAULT_CANDIDATES}, topk's k)].",
         minimum=1,
         refused={"sweep": "it goes with --index"},
         group="index",
@@ -372,9 +513,9 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "check_exact",
         "int",
-        None,
+        DEFAULT_CHECK_EXACT,
         "With --index: compare this many seeded queries with exact retrieval (recall@k, pattern "
-        "and error differences); 0 skips it [default: 100].",
+        "and error differences); 0 skips it.",
         minimum=0,
         refused={"sweep": "it goes with --index"},
         group="index",
@@ -400,7 +541,8 @@ FIELDS: tuple[Field, ...] = (
         "when the others next need it plus this timeout (plus about 2 s to stop --workers), not "
         "this long after it stopped.",
         group="distributed",
-        above=0,
+        minimum=0.1,  # shorter ends before any rank can answer; 0 reached gloo as a C++ abort
+        maximum=1e6,  # about 11.6 days; 1e20 overflowed the timedelta torch is given
         refused={"batch": _ONE_PROCESS, "sweep": _SWEEP_DRAWS},
     ),
     Field(
@@ -491,10 +633,60 @@ FIELDS: tuple[Field, ...] = (
 )
 _BY_NAME = {f.name: f for f in FIELDS}
 
+# `nph analyze`'s own options (not retrieve's: its --per-query lists each query's check), held by
+# `AnalysisRequest` (`nphcli.theory.analysis`).
+ANALYSIS_FIELDS: tuple[Field, ...] = (
+    Field(
+        "theorem_k",
+        "float",
+        None,
+        "Support size k in the conditions: a count ≥ 1 or a fraction of M [default: M, dense; "
+        "with --model, the model's support]. The model's own k is --k.",
+        group="analysis",
+        above=0,
+    ),
+    Field(
+        "sample",
+        "int",
+        2000,
+        "Use a seeded sample of this many patterns for R and Δ when M is larger; 0 uses every "
+        "pattern (R is then exact).",
+        group="analysis",
+        minimum=0,
+    ),
+    Field(
+        "fixed_point",
+        "int",
+        0,
+        "With --model: also iterate N steps from each corrupted query, and dense retrieval "
+        "beside it, and count fixed points, energy descent and final errors (Corollary 4.3); 0 "
+        "skips it. With --capacity: the iterations run to reach a fixed point (0 means 100).",
+        group="analysis",
+        minimum=0,
+        meaning="a number of steps",
+    ),
+    Field(
+        "per_pattern",
+        "bool",
+        False,
+        "List Δ_μ and the well-separation verdict of every pattern.",
+        group="analysis",
+    ),
+    Field("per_query", "bool", False, "With --model: list every query's check.", group="analysis"),
+)
 
-def get_field(name: str) -> Field | None:
-    """The field called `name`, or a model parameter's field, or None."""
-    found = _BY_NAME.get(name)
+
+def holder_fields(holder: str) -> list[Field]:
+    """Every field whose value goes to `holder` (see HOLDERS), in declared order."""
+    if holder not in HOLDERS:
+        raise ValueError(f"unknown holder {holder!r}; holders are {', '.join(HOLDERS)}")
+    return [f for f in (*FIELDS, *ANALYSIS_FIELDS) if f.destination == holder]
+
+
+def get_field(name: str, among: Iterable[Field] = ()) -> Field | None:
+    """The field called `name` (first among a command's own fields `among`, then the declared
+    ones), or a model parameter's field, or None."""
+    found = {f.name: f for f in among}.get(name) or _BY_NAME.get(name)
     return found if found is not None else _param_fields().get(name)
 
 
@@ -535,10 +727,11 @@ def check_keys(keys: Iterable[str], surface: str, where: str) -> None:
         if reason is not None:
             raise NphError(f"{where} does not take {key!r}: {reason}")
         if key not in _BY_NAME and key not in params:
-            taken = ", ".join(f.name for f in fields(surface=surface))
+            taken = [f.name for f in fields(surface=surface)]
+            hint = did_you_mean(key, [*taken, *params])
             raise NphError(
-                f"{where}: unknown key {key!r}; keys are {taken} and model parameters by name "
-                "(`nph models`)"
+                f"{where}: unknown key {key!r}{hint}; keys are {', '.join(taken)} and model "
+                "parameters by name (`nph models`)"
             )
 
 

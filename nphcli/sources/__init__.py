@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nphcli.core.dtypes import STORE_DTYPES
-from nphcli.sources import datasets, files, synthetic  # noqa: F401  (register the sources)
+from nphcli.sources import datasets, files, synthetic, tables  # noqa: F401  (register sources)
 from nphcli.sources.base import (
     IMAGE,
     VECTOR,
@@ -39,6 +39,7 @@ class Prepared:
     labels: Tensor | None  # (M,) int64
     meta: dict[str, Any]
     dtype: str
+    items: list[dict[str, Any]] | None = None  # per row: id, text, meta (the items sidecar)
 
 
 def prepare_memory(
@@ -48,7 +49,7 @@ def prepare_memory(
     normalize: str | None = None,
     dtype: str = "float32",
 ) -> Prepared:
-    """Load `spec`, normalise it (default: `unit` for images, `none` otherwise), cast to `dtype`.
+    """Load `spec`, normalise it (default: `centered` for images, else `none`), cast to `dtype`.
 
     The metadata gains `normalize` (the record `nphcli.core.normalize.to_pixels` reads) and
     `value_range` ([min, max] of the stored values, after the cast).
@@ -74,7 +75,7 @@ def prepare_memory(
         )
     low, high = torch.aminmax(stored.to(torch.float32))
     meta = {**loaded.meta, "normalize": record, "value_range": [float(low), float(high)]}
-    return Prepared(stored, loaded.labels, meta, dtype)
+    return Prepared(stored, loaded.labels, meta, dtype, loaded.items)
 
 
 __all__ = [

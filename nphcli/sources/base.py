@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -29,6 +30,7 @@ class Loaded(NamedTuple):
     patterns: Tensor  # (M, d) float32 raw values: pixel intensities 0..255 for images
     labels: Tensor | None  # (M,) int64, or None when the source has none
     meta: dict[str, Any]  # source, origin, fallback, split, kind, item_shape, selection, ...
+    items: list[dict[str, Any]] | None = None  # per row: id, text, meta (`memory.items`)
 
 
 @dataclass
@@ -44,10 +46,24 @@ class SourceOptions:
     size: str | None = None  # WxH to resize a folder of images
     dim: int | None = None  # `random`: values per pattern
     distribution: str | None = None  # `random`: gaussian | binary
+    ids: Path | None = None  # .npy rows: a file of their ids (one a line, or .jsonl with id/text)
+    embed: str | None = None  # texts: the embedder (`nphcli.sources.embedders`)
+    # not an option: a long load reports to it (the CLI's progress protocol, `cli/progress.py`)
+    progress: Callable[[int | None], None] | None = None
+
+    def __post_init__(self) -> None:  # a wrong type from Python is one line, not a torch trace
+        for name in ("n", "dim", "seed"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise NphError(f"--{name} must be a whole number, got {value!r}")
+        for name in ("split", "key", "size", "distribution"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise NphError(f"--{name} must be text, got {value!r}")
 
 
 # Options every source reads; the others are listed per source and rejected elsewhere.
-_COMMON = {"n", "seed"}
+_COMMON = {"n", "seed", "progress"}
 
 
 @dataclass(frozen=True)
@@ -94,7 +110,8 @@ def resolve_source(spec: str) -> SourceInfo:
         return _FILES["folder"]
     if not path.exists():
         raise NphError(
-            f"unknown source {spec!r}: not one of {', '.join(_NAMED)}, and no such file or folder"
+            f"unknown source {spec!r}{did_you_mean(spec, _NAMED)}: not one of "
+            f"{', '.join(_NAMED)}, and no such file or folder"
         )
     suffix = path.suffix.lower()
     for info in _FILES.values():

@@ -31,7 +31,10 @@ _GRAY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
 
 
 @register_source(
-    "npy", summary="a NumPy .npy array, one pattern per row (M, d) or per item", suffixes=(".npy",)
+    "npy",
+    summary="a NumPy .npy array, one pattern per row (M, d) or per item; --ids names its rows",
+    options=("ids",),
+    suffixes=(".npy",),
 )
 def load_npy(spec: str, options: SourceOptions) -> Loaded:
     import numpy as np
@@ -238,7 +241,16 @@ def _from_array(
     patterns = tensor.reshape(tensor.shape[0], -1)  # (M, d)
     check_finite(patterns, what)
     extra = {"key": key} if key else {}
-    return _finish(spec, patterns, None, options, kind=kind, item_shape=item_shape, extra=extra)
+    loaded = _finish(spec, patterns, None, options, kind=kind, item_shape=item_shape, extra=extra)
+    if options.ids is None:
+        return loaded
+    from nphcli.sources.tables import read_ids
+
+    items = read_ids(options.ids, patterns.shape[0])
+    indices, _ = choose(patterns.shape[0], options.n, options.seed, what=spec)  # as _finish chose
+    if indices is not None:
+        items = [items[int(i)] for i in indices]
+    return loaded._replace(items=items)
 
 
 def _finish(

@@ -20,38 +20,53 @@ if TYPE_CHECKING:
 LABEL_SUFFIXES = (".npy", ".csv", ".txt")
 
 
-def _selected(rows: Tensor, meta: dict[str, Any], what: str) -> Tensor:
-    """`rows` (N, ...) reduced to the rows the source kept (its `selection` record)."""
+def _selected(rows, meta: dict[str, Any], what: str):
+    """`rows` (N, ...) (a tensor or a list) reduced to the rows the source kept (its
+    `selection` record)."""
     selection = meta.get("selection", {})
     available = selection.get("of", meta.get("M"))
     if selection.get("method") == "generated":
         available = selection.get("n")
-    if rows.shape[0] != available:
+    if len(rows) != available:
         raise NphError(
-            f"{what} has {rows.shape[0]} rows but the source has {available} patterns "
+            f"{what} has {len(rows)} rows but the source has {available} patterns "
             "(before --n); give one row per pattern, in the source's order"
         )
     if selection.get("method") != "random_subset":
         return rows
     indices, _ = choose(available, selection["n"], selection["seed"], what=what)
-    return rows if indices is None else rows[indices]
+    if indices is None:
+        return rows
+    return [rows[int(i)] for i in indices] if isinstance(rows, list) else rows[indices]
 
 
-def load_values(path: str | os.PathLike, meta: dict[str, Any]) -> Tensor:
+def load_values_and_items(
+    path: str | os.PathLike, meta: dict[str, Any]
+) -> tuple[Tensor, list[dict[str, Any]] | None]:
     """Values (M, d_v) float32 for the patterns a source gave (`meta`: its metadata, with the
-    `normalize` record of the stored keys). Any file `nph store` reads; pixel data (uint8
-    arrays, images) is normalised like the keys, numbers are taken as they are."""
+    `normalize` record of the stored keys), from any file `nph store` reads: pixel data (uint8
+    arrays, images) is normalised like the keys, numbers are taken as they are. With them the
+    values' items (id, text) when the file is a table or texts:
+    texts are embedded with the keys' embedder (`meta["embedder"]`), so a question memory's
+    values are its answers in the same space."""
     from nphcli.core.normalize import apply_record
+    from nphcli.sources.tables import TEXT_SUFFIXES, holds_embeddings
 
     path = Path(path)
     if not path.exists():
         raise NphError(f"values file {path} not found")
-    loaded = load_source(str(path.resolve()), SourceOptions())  # absolute: never a dataset name
+    options = SourceOptions()
+    texts = path.suffix.lower() in TEXT_SUFFIXES and not holds_embeddings(path)
+    if texts and meta.get("embedder"):
+        options.embed = meta["embedder"]["name"]
+    loaded = load_source(str(path.resolve()), options)  # absolute: never a dataset name
     values = loaded.patterns  # (N, d_v)
     record = meta.get("normalize")
     if loaded.meta.get("kind") == IMAGE and record:
         values = apply_record(values, record)
-    return _selected(values, meta, f"values file {path}")
+    what = f"values file {path}"
+    items = None if loaded.items is None else _selected(loaded.items, meta, what)
+    return _selected(values, meta, what), items
 
 
 def load_labels(path: str | os.PathLike, meta: dict[str, Any]) -> Tensor:

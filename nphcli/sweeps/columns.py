@@ -5,12 +5,26 @@ flat row of `nph retrieve --csv`), then with `--theory` the `THEORY_FIELDS`. The
 are the sweep's reading of `theory.checks`: the separation of the run's memory, and the counts of
 the `QueryCheck` that `theory.check_report` returns, counted over the run's queries so that
 trials add up. Fields that do not apply (a model Theorem 4.1 does not cover) are empty.
+
+A sweep's memories are drawn from its pool (a new draw per trial, by design), so in its rows
+`memory_sha256` is the pool's content hash (`nphcli.memory.provenance`; the same for every row
+of one sweep) and `drawn_sha256`, a trial column like `memory_seed`, the drawn memory's.
+
+`run_settings` records, in every row, what decided the run besides its memory and seeds: the
+setting's whole `RetrieveSettings` (model and parameters, corruption, queries, dtype, batch
+size, ...) as one compact JSON object. A resumed file is checked against it (`check_settings`),
+so a row made with other settings is never reported as this sweep's.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
+from nphcli.core.errors import NphError
+from nphcli.core.jsontext import parse_json
+from nphcli.core.notices import notice
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.grid import Setting
 
@@ -64,6 +78,12 @@ def id_columns(
     }
 
 
+def pool_provenance(pool: Any, drawn: str) -> dict[str, Any]:
+    """The memory columns of a sweep row: the pool's content hash as `memory_sha256`, the drawn
+    memory's (`drawn`) as `drawn_sha256` (see the module docstring)."""
+    return {"memory_sha256": pool.content_sha256(), "drawn_sha256": drawn}
+
+
 def theory_columns(memory: Any, report: Any) -> dict[str, Any]:
     """The THEORY_FIELDS of one run: separation of its memory always, the per-query checks when
     Theorem 4.1 covers the model (else empty)."""
@@ -86,3 +106,57 @@ def theory_columns(memory: Any, report: Any) -> dict[str, Any]:
         if f"theory_{key}" in out:
             out[f"theory_{key}"] = "" if value is None else value
     return out
+
+
+def run_settings(setting: Setting) -> dict[str, Any]:
+    """Everything that decides a run of `setting` besides its memory and seeds, flat and
+    JSON-ready: model, its parameters, the corruption, then the other retrieval fields."""
+    raw = dataclasses.asdict(setting.settings)
+    raw.pop("seed")  # the trial's run seed, a column of its own
+    params = {k: v for k, v in raw.pop("params").items() if k != "seed"}
+    out = {"model": raw.pop("model"), "M": setting.size, **params, **raw.pop("corruption")}
+    out.update(raw)
+    return json.loads(json.dumps(out, default=str))  # as a row read back holds it
+
+
+def run_settings_text(setting: Setting) -> str:
+    """`run_settings` as the text of the row's `run_settings` column."""
+    return json.dumps(run_settings(setting), separators=(",", ":"))
+
+
+def check_settings(rows: list[dict[str, Any]], tasks: list[Any], path: Any) -> None:
+    """Refuse to resume when a row already in the file for one of `tasks` (`Task`s) was made
+    with other settings, naming the first that differs. Rows of nph before `run_settings`
+    cannot be checked: a notice says so."""
+    wanted = {task.key: task.setting for task in tasks}
+    unchecked = 0
+    for row in rows:
+        setting = wanted.get((str(row.get("setting")), row.get("trial")))
+        if setting is None:
+            continue  # a run outside this grid: kept, never reported as this sweep's
+        text = row.get("run_settings")
+        if text is None:
+            unchecked += 1
+            continue
+        try:
+            had = parse_json(str(text), what="a run_settings cell")
+        except NphError:
+            had = None
+        now = run_settings(setting)
+        if not isinstance(had, dict):
+            raise NphError(
+                f"{path}: the run_settings of {setting.key!r}, trial {row.get('trial')} cannot "
+                "be read; the file is damaged: choose another --out"
+            )
+        for name in [*now, *(k for k in had if k not in now)]:
+            if had.get(name) != now.get(name):
+                raise NphError(
+                    f"{path} was made with other settings: {name} {had.get(name)!r} (now "
+                    f"{now.get(name)!r}) in {setting.key!r}; resume with the same settings or "
+                    "choose another --out"
+                )
+    if unchecked:
+        notice(
+            f"{path}: {unchecked} rows were written by an nph that did not record their "
+            "settings (run_settings); resumed as they are, unchecked"
+        )

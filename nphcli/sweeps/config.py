@@ -11,7 +11,7 @@ them: one value, or a list for several. The same TOML format serves the shipped 
     description = "text"                # shown nowhere but the file; for people
     dataset     = "mnist"               # a source name (mnist, fashion-mnist, cifar10, random)
                                         # or a file nph store reads
-    normalize   = "unit"                # as `nph store --normalize` (default: the source's own)
+    normalize   = "minmax"              # as `nph store --normalize` (default: the source's own)
     sizes       = [10, 50, 100]         # memory sizes M
     trials      = 50                    # memories drawn per size
     seed        = 0                     # the sweep's one seed (see nphcli.sweeps.grid)
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.suggest import did_you_mean
 from nphcli.schema.fields import Field, check_keys, default, fields, get_field
 
 if sys.version_info >= (3, 11):
@@ -53,10 +54,19 @@ else:  # pragma: no cover
 # retrieval fields' (their group only says whether a key takes a list: setting groups do).
 OWN_FIELDS = (
     Field("description", "str", None, "Text for people; shown nowhere.", group="input"),
-    Field("dataset", "str", "mnist", "Source name or file memories are drawn from.", group="input"),
-    Field("normalize", "str", None, "As `nph store --normalize`.", group="input"),
-    Field("sizes", "int", 100, "Memory sizes M.", group="run", minimum=1),
-    Field("trials", "int", 1, "Memories drawn per size.", group="input", minimum=1),
+    Field(
+        "dataset",
+        "str",
+        "mnist",
+        "mnist, cifar10, fashion-mnist, random, or a file `nph store` reads; memories are drawn "
+        "from it.",
+        group="input",
+    ),
+    Field(
+        "normalize", "str", None, "minmax, centered, zscore, l2 or none, as in nph store.", "input"
+    ),
+    Field("sizes", "int", 100, "Memory sizes M, e.g. 10,50,100.", group="run", minimum=1),
+    Field("trials", "int", 1, "Memories drawn per size, each a trial.", group="input", minimum=1),
     Field(
         "noise_variance", "float", None, "Noise variances v (σ = √v).", "corruption", minimum=0.0
     ),
@@ -194,8 +204,10 @@ def _check_table_keys(table: dict, where: str, *, own, model: bool = True) -> No
     rest = [key for key in table if key not in own]
     unknown = [key for key in rest if get_field(key) is None or (key == "model" and not model)]
     if unknown:
+        known = [*own, *(f.name for f in fields(surface="sweep"))]
         raise NphError(
-            f"{where}: unknown key {unknown[0]!r}; keys are {', '.join(own)}, the retrieval "
+            f"{where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], known)}; keys are "
+            f"{', '.join(own)}, the retrieval "
             'fields and model parameters (README, "Sweeps"; `nph models`)'
         )
     check_keys(rest, "sweep", where)
@@ -234,7 +246,11 @@ def resolve(
     normalize = _own_values(merged.pop("normalize", None), "normalize", where)[0]
     variance = merged.pop("noise_variance", None)
     merged.pop("dataset", None)
-    values = {key: get_field(key).from_json(v, f"{where}: {key}") for key, v in merged.items()}
+    # Errors name the key as its option, the flag a user also sees on the command line.
+    values = {
+        key: get_field(key).from_json(v, f"{where}: {get_field(key).flag}")
+        for key, v in merged.items()
+    }
     seeds = values.pop("seed", [default("seed")])
     if len(seeds) != 1:
         raise NphError(f"{where}: a sweep takes one seed (each trial derives its own), got {seeds}")
@@ -295,8 +311,11 @@ def _model_spec(entry: Any, where: str, *, replaced: set[str]) -> ModelSpec:
         if key == "name" or key in replaced:
             continue
         if not card.takes(key):
-            takes = ", ".join(p.name for p in card.params)
-            raise NphError(f"{where}: model {name!r} has no parameter {key!r}; it takes {takes}")
+            takes = [p.name for p in card.params]
+            raise NphError(
+                f"{where}: model {name!r} has no parameter {key!r}{did_you_mean(key, takes)}; "
+                f"it takes {', '.join(takes)}"
+            )
         grid[key] = get_field(key).from_json(raw, f"{where}: model {name!r} {key}")
     return ModelSpec(name, grid)
 
@@ -331,8 +350,11 @@ def _card(name: str):
 
     card = get_card(str(name).strip())
     if card is None:
-        names = ", ".join(c.name for c in model_cards())
-        raise NphError(f"unknown model {name!r}; choose one of: {names} (see `nph models`)")
+        names = [c.name for c in model_cards()]
+        raise NphError(
+            f"unknown model {name!r}{did_you_mean(name, names)}; choose one of: "
+            f"{', '.join(names)} (see `nph models`)"
+        )
     return card
 
 

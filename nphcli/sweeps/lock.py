@@ -7,6 +7,10 @@ would not cover the new one. Where `fcntl` exists the lock is `flock` (released 
 when the process dies, so a killed sweep never leaves a stale lock); elsewhere the sidecar is
 created with O_EXCL and removed on release. Either way the sidecar holds the holder's pid and
 command line, for the second writer's error message.
+
+The lock follows the file, not the name it was given: the sidecar sits beside the file a
+symlink points to, and an existing results file's inode is flocked too, so two writers reaching
+one file through a symlink, a hard link or two spellings of its path exclude each other.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ except ImportError:  # Windows
 
 def lock_path(path: str | os.PathLike) -> Path:
     """The sidecar lock file of results file `path`."""
-    path = Path(path)
+    path = Path(os.path.realpath(path))
     return path.with_name(f".{path.name}.lock")
 
 
@@ -36,7 +40,10 @@ class ResultsLock:
         self.path = Path(path)
         self.file: Path | None = lock_path(path)
         self._fd: int | None = None
+        self._inode_fd: int | None = None
         self._acquire()
+        if fcntl is not None and self.file is not None and self.path.exists():
+            self._lock_inode()
 
     def _acquire(self) -> None:
         holder = f"pid {os.getpid()}: {' '.join(sys.argv)}"[:500] + "\n"
@@ -87,6 +94,22 @@ class ResultsLock:
             self._refuse()
         self._fd, self.file = fd, None
 
+    def _lock_inode(self) -> None:
+        """flock the existing results file as well, whatever name reached it (a hard link has
+        its own sidecar)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return  # unreadable: the writer will say so
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            self.release()
+            self.file = None  # the sidecar we held is not the holder's
+            self._refuse()
+        self._inode_fd = fd
+
     def _refuse(self, hint: str = "") -> None:
         try:
             text = "" if self.file is None else self.file.read_text("utf-8", errors="replace")
@@ -100,6 +123,9 @@ class ResultsLock:
 
     def release(self) -> None:
         """Remove the sidecar and unlock (idempotent)."""
+        if self._inode_fd is not None:
+            os.close(self._inode_fd)
+            self._inode_fd = None
         if self._fd is None:
             return
         if self.file is not None:

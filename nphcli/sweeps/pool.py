@@ -25,11 +25,23 @@ class Pool:
     labels: Any  # (N,) Tensor or None
     meta: dict[str, Any]
     spec: str  # the dataset name or file it came from
+    digest: str | None = None  # its content hash, once computed (`content_sha256`)
 
     @property
     def size(self) -> int:
         """N, the number of patterns a memory can be drawn from."""
         return int(self.patterns.shape[0])
+
+    def content_sha256(self) -> str:
+        """The pool's content hash (`nphcli.memory.provenance`), computed once."""
+        if self.digest is None:
+            from nphcli.memory.provenance import tensors_digest
+
+            tensors = {"patterns": self.patterns}
+            if self.labels is not None:
+                tensors["labels"] = self.labels
+            self.digest = tensors_digest(tensors)
+        return self.digest
 
     @property
     def normalize(self) -> str:

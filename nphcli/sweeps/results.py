@@ -11,23 +11,30 @@ file). Every other file nph writes is replaced atomically; this one grows row by
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nphcli.core.atomic import check_folder, fsync_folder, write_failure_reason
 from nphcli.core.errors import NphError, NphRuntimeError
+from nphcli.core.jsontext import parse_json
+from nphcli.core.normalize import canonical_method
 from nphcli.core.notices import notice
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.lock import ResultsLock
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 PARTIAL = ".partial"  # inserted before the ending of a --force sweep's temporary file
+_LINE_END = re.compile(rb"\r\n|\n|\r")
+# The columns that tell runs apart in a (possibly merged) results file.
+RUN_KEY = ("setting", "trial", "sweep_seed", "dataset", "normalize", "run_settings")
 
 
 def results_format(path: str | os.PathLike) -> str:
@@ -54,12 +61,14 @@ class ResultsContents:
 def read_results(path: str | os.PathLike) -> ResultsContents:
     """Rows of a JSON Lines or CSV results file, numbers parsed, empty cells as None.
 
-    Files merged by concatenation (`cat a.csv b.csv`) or appended to twice read as one: a CSV
-    header line repeated further down is skipped, and a run read twice (same `setting` and
-    `trial` for sweep rows, else an identical row) is kept once and counted in `duplicates`.
-    A header with other columns in the middle of a CSV (rows of another grid or nph version)
-    is an error naming its line. A last line that is cut short (no newline, or not a complete
-    row) is left out and reported in `dropped`; a damaged line elsewhere is an error.
+    Lines end in \\n, \\r\\n or \\r. Files merged by concatenation (`cat a.csv b.csv`) or
+    appended to twice read as one: a CSV header line repeated further down is skipped, and a run
+    read twice (the same `setting`, `trial`, `sweep_seed`, `dataset`, `normalize` and
+    `run_settings` for sweep rows, else an identical row) is kept once and counted in
+    `duplicates`. A header with other columns in the middle of a CSV (rows of another grid or
+    nph version) is an error naming its line. A last line cut short (no line ending, after at
+    least one complete line) is left out and reported in `dropped`; any other line that is not
+    a complete row (bytes that are not UTF-8, a stray \\r in a field, ...) is an error naming it.
     """
     path = Path(path)
     fmt = results_format(path)
@@ -67,41 +76,33 @@ def read_results(path: str | os.PathLike) -> ResultsContents:
         data = path.read_bytes()
     except OSError as error:
         raise NphError(f"cannot read results file {path}: {error.strerror or error}") from None
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline
+    lines, good = _split_lines(data)
+    tail = data[good:]
     dropped = bool(tail.strip())
-    good = len(data) - len(tail)
+    if dropped and not _cut_short(tail, fmt, complete=len(lines)):
+        raise NphError(
+            f"{path}, line {len(lines) + 1}: not a complete results row and not one cut short "
+            "by an interruption; the file is not a results file nph wrote, or is damaged"
+        )
     rows: list[dict[str, Any]] = []
     seen: set = set()
     duplicates = 0
     header = None
-    offsets = []
-    position = 0
-    for line in lines:
-        offsets.append(position)
-        position += len(line) + 1
-    for number, line in enumerate(lines):
-        last = number == len(lines) - 1
-        text = line.decode("utf-8", errors="replace").strip()
-        if not text:
-            continue
-        if fmt == "csv" and header is not None:
-            cells = next(csv.reader([text]))
-            if cells == header:  # the header again: files joined with cat, or a second writer
+    for number, line in enumerate(lines, start=1):
+        parsed = _parse_line(line, fmt, header)
+        if parsed == "":
+            continue  # an empty line
+        if fmt == "csv" and header is not None and isinstance(parsed, list):
+            if parsed == header:  # the header again: files joined with cat, or a second writer
                 continue
-            if _looks_like_header(cells, header):
-                raise NphError(
-                    f"{path}, line {number + 1}: a second header with other columns than line "
-                    "1's; the file joins results of different grids or nph versions: split it "
-                    "there, or plot and resume each part on its own"
-                )
-        parsed = _parse_line(text, fmt, header)
-        if parsed is None:
-            if last:
-                dropped, good = True, offsets[number]
-                break
             raise NphError(
-                f"{path}, line {number + 1}: not a complete results row; the file is damaged "
+                f"{path}, line {number}: a second header with other columns than line "
+                "1's; the file joins results of different grids or nph versions: split it "
+                "there, or plot and resume each part on its own"
+            )
+        if parsed is None:
+            raise NphError(
+                f"{path}, line {number}: not a complete results row; the file is damaged "
                 "(only a cut-short last line is repaired by --resume)"
             )
         if fmt == "csv" and header is None:
@@ -118,6 +119,28 @@ def read_results(path: str | os.PathLike) -> ResultsContents:
     return ResultsContents(rows, header, good, dropped, duplicates)
 
 
+def _split_lines(data: bytes) -> tuple[list[bytes], int]:
+    """The complete lines of `data` (without their endings: \\n, \\r\\n or \\r) and the length
+    of the part they make up; what follows is a last line without an ending."""
+    lines, start = [], 0
+    for match in _LINE_END.finditer(data):
+        lines.append(data[start : match.start()])
+        start = match.end()
+    return lines, start
+
+
+def _cut_short(tail: bytes, fmt: str, *, complete: int) -> bool:
+    """Whether a last line without an ending looks like a row that a kill cut short: text that
+    starts a row of this format, after at least one complete line (never the whole file)."""
+    if not complete or b"\0" in tail:
+        return False
+    try:  # a multi-byte character cut at the end is held back, not an error
+        text = codecs.getincrementaldecoder("utf-8")().decode(tail, final=False).strip()
+    except UnicodeDecodeError:
+        return False
+    return text.startswith("{") if fmt == "jsonl" else bool(text)
+
+
 def _looks_like_header(cells: list[str], header: list[str]) -> bool:
     """Whether a CSV line is a header (of any grid): mostly names of this file's columns and
     no numbers, as a data row of nph is mostly numbers."""
@@ -127,21 +150,33 @@ def _looks_like_header(cells: list[str], header: list[str]) -> bool:
 
 
 def _run_key(row: dict[str, Any]) -> Any:
-    """What identifies a run: (setting, trial) for sweep rows, else the whole row."""
+    """What identifies a run: its setting, trial, seed, data and settings for sweep rows (so
+    files of two seeds merged keep every row), else the whole row."""
     if "setting" in row and "trial" in row:
-        return ("run", str(row["setting"]), str(row["trial"]))
+        return ("run", *(str(row.get(k)) for k in RUN_KEY))
     return json.dumps(row, sort_keys=True, default=str)
 
 
-def _parse_line(text: str, fmt: str, header: list[str] | None):
+def _parse_line(line: bytes, fmt: str, header: list[str] | None):
+    """A JSON object, a CSV line's cells (the header) or its row; "" for an empty line, None
+    for a line that is not a complete row (not UTF-8, not valid JSON, NUL or stray \\r, ...)."""
+    try:
+        text = line.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+    if not text:
+        return ""
     if fmt == "jsonl":
         try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
+            value = parse_json(text, what="a results line")
+        except NphError:
             return None
         return value if isinstance(value, dict) else None
-    cells = next(csv.reader([text]))
-    if header is None:
+    try:
+        cells = next(csv.reader([text], strict=True))
+    except csv.Error:
+        return None
+    if header is None or cells == header or _looks_like_header(cells, header):
         return cells
     if len(cells) != len(header):
         return None
@@ -240,9 +275,12 @@ class Results:
                 ("sweep_seed", config.seed),
                 ("normalize", pool_normalize),
             ):
-                if row.get(key) != value:
+                had = row.get(key)
+                if key == "normalize" and isinstance(had, str):
+                    had = canonical_method(had, warn=False)  # rows of older nph: unit
+                if had != value:
                     raise NphError(
-                        f"{self.path} holds rows of another sweep ({key} {row.get(key)!r}, "
+                        f"{self.path} holds rows of another sweep ({key} {had!r}, "
                         f"now {value!r}); resume with the same settings or choose another --out"
                     )
             clips = config.values_of("noise_clip")  # several values: in the setting keys

@@ -14,8 +14,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
-from nphcli.sweeps.columns import id_columns, theory_columns
+from nphcli.sweeps.columns import (
+    check_settings,
+    id_columns,
+    pool_provenance,
+    run_settings_text,
+    theory_columns,
+)
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.grid import Setting, Task, expand, memory_seed, plan, run_seed
 from nphcli.sweeps.pool import Pool, check_pool, draw_memory, load_pool
@@ -39,6 +46,8 @@ def run(
         settings = replace(setting.settings, seed=run_seed(config.seed, trial))
         report = evaluate(memory, settings, sources={"memory": config.dataset})
         row = {**id_columns(config, setting, trial, pool.normalize, m_seed), **report.to_row()}
+        row.update(pool_provenance(pool, row["memory_sha256"]))
+        row["run_settings"] = run_settings_text(setting)
         if theory:
             row.update(theory_columns(memory, report))
         yield row
@@ -75,6 +84,11 @@ def execute(
     results.check_compatible(config, pool.normalize, theory=theory)
     settings = expand(config)
     tasks = plan(config)
+    try:
+        check_settings(results.existing, tasks, results.path)
+    except NphError:
+        results.release()
+        raise
     done = results.done()
     todo = [task for task in tasks if task.key not in done]
     _notice_existing(results, settings, len(tasks), len(tasks) - len(todo))

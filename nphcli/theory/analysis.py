@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from nphcli.core.defaults import DEFAULT_BETA
 from nphcli.core.errors import NphError
-from nphcli.schema.fields import default
+from nphcli.schema.holders import holds
 
 if TYPE_CHECKING:  # reading the options (`nph analyze --help`) imports no torch
     from nphcli.memory.bank import Memory
@@ -18,21 +18,23 @@ RETRIEVAL_FIELDS = ("model", "mask", "noise", "queries", "seed")
 
 
 @dataclass
+@holds("analysis", also=("mask", "noise", "queries", "seed"))
 class AnalysisRequest:
-    """What to analyse; the fields mirror `nph analyze`'s options."""
+    """What to analyse: analyze's own fields (`ANALYSIS_FIELDS`) and the retrieval fields it
+    shares, defaults and ranges from there."""
 
     model: str | None = None  # also retrieve with this model and check it per query
     params: dict[str, Any] = field(default_factory=dict)  # model parameters given (β: also the
     # conditions'; DEFAULT_BETA when not given)
-    theorem_k: float | None = None  # support size of the conditions; None: M, or the model's
-    mask: float = default("mask")
-    noise: float = default("noise")
-    queries: int | None = default("queries")
-    seed: int = default("seed")
-    sample: int = 2000  # patterns sampled for R and Δ when M is larger; 0: all
-    fixed_point: int = 0  # iterate this many steps (Corollary 4.3); 0: skip
-    per_pattern: bool = False
-    per_query: bool = False
+    theorem_k: float | None  # support size of the conditions; None: M, or the model's
+    mask: float
+    noise: float
+    queries: int | None
+    seed: int
+    sample: int  # patterns sampled for R and Δ when M is larger; 0: all
+    fixed_point: int  # iterate this many steps (Corollary 4.3); 0: skip
+    per_pattern: bool
+    per_query: bool
 
     @classmethod
     def from_values(cls, values: dict[str, Any], **own: Any) -> AnalysisRequest:
@@ -49,14 +51,8 @@ class AnalysisRequest:
 
     def check(self) -> None:
         """Refuse option combinations that cannot mean anything, before any work."""
-        if self.sample < 0:
-            raise NphError(f"--sample must be 0 or more, got {self.sample}")
         if not self.beta > 0:
             raise NphError(f"--beta must be > 0, got {self.beta}")
-        if self.theorem_k is not None and not self.theorem_k > 0:
-            raise NphError(f"--theorem-k must be > 0, got {self.theorem_k}")
-        if self.fixed_point < 0:
-            raise NphError(f"--fixed-point must be 0 or more steps, got {self.fixed_point}")
         used = (self.mask, self.noise, self.queries, self.per_query, self.fixed_point)
         params = [name for name in self.params if name != "beta"]
         if self.model is None and (params or any(v not in (None, 0, False) for v in used)):

@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nphcli.memory.bank import MemoryBank, as_bank
+
 DEFAULT_BLOCK_ELEMENTS = 1 << 22  # scores per block: 32 MiB in float64
 DEFAULT_MAX_ROWS = 2000
 
@@ -53,51 +55,72 @@ class Separation:
         }
 
 
-def max_norm(patterns: Tensor, *, block_rows: int = 4096) -> float:
+# Every function below takes the patterns (M, d) as a tensor or as a `MemoryBank` (e.g. a memory
+# file streamed from disk, so `nph info` describes a file larger than RAM): rows are read in the
+# same blocks either way, so both give the same numbers.
+Patterns = Tensor | MemoryBank
+
+
+def max_norm(patterns: Patterns, *, block_rows: int = 4096) -> float:
     """m = max_μ ‖ξ_μ‖₂ for patterns (M, d)."""
     return float(row_norms(patterns, block_rows=block_rows).max())
 
 
-def row_norms(patterns: Tensor, *, block_rows: int = 4096) -> Tensor:
+def row_norms(patterns: Patterns, *, block_rows: int = 4096) -> Tensor:
     """‖ξ_μ‖₂ for each row of patterns (M, d), as float64 (M,), computed in row blocks."""
-    parts = [
-        torch.linalg.vector_norm(patterns[start : start + block_rows], dim=1, dtype=torch.float64)
-        for start in range(0, patterns.shape[0], block_rows)
-    ]
-    return torch.cat(parts)
+    bank = as_bank(patterns)
+    # Written into one tensor rather than joined from a list: a thousand small results kept
+    # between large freed blocks fragmented the heap (a 1 GB file read in blocks grew the
+    # process by 1.2 GB).
+    norms = torch.empty(bank.num_memories, dtype=torch.float64, device=bank.device)  # (M,)
+    for start, block in bank.key_blocks(block_rows):
+        norms[start : start + block.shape[0]] = torch.linalg.vector_norm(
+            block, dim=1, dtype=torch.float64
+        )
+    return norms
+
+
+def _rows(bank: MemoryBank, index: Tensor) -> Tensor:
+    """Patterns `index` (S,) of a bank, (S, d)."""
+    return bank.gather(index)[0]
 
 
 def nearest_competitors(
-    patterns: Tensor, rows: Tensor | None = None, *, block_elements: int = DEFAULT_BLOCK_ELEMENTS
+    patterns: Patterns, rows: Tensor | None = None, *, block_elements: int = DEFAULT_BLOCK_ELEMENTS
 ) -> tuple[Tensor, Tensor]:
     """For each row μ in `rows` (default all): argmax_{ν≠μ} ⟨ξ_μ, ξ_ν⟩, argmin_{ν≠μ} ‖ξ_μ − ξ_ν‖.
 
     Scans X in (b, c) blocks of at most `block_elements` scores; needs M ≥ 2.
     Returns two (S,) int64 index tensors: the most similar and the closest other pattern.
     """
-    M = patterns.shape[0]
+    bank = as_bank(patterns)
+    M = bank.num_memories
     if M < 2:
         raise ValueError("competitors need at least two patterns")
-    device = patterns.device
+    device = bank.device
     rows = torch.arange(M, device=device) if rows is None else rows.to(device)
     S = rows.shape[0]
-    work = torch.float64 if patterns.dtype == torch.float64 else torch.float32
+    work = torch.float64 if bank.dtype == torch.float64 else torch.float32
     b = max(1, min(S, math.isqrt(block_elements)))
-    c = max(1, min(M, block_elements // b))
+    # A block of c rows holds c·d values besides its c·b scores: bounded too, so that a small
+    # sample of a memory read from disk does not read a large part of it at once.
+    c = max(1, min(M, block_elements // b, block_elements // bank.dim))
     # ‖ξ_μ − ξ_ν‖² = ‖ξ_μ‖² + ‖ξ_ν‖² − 2⟨ξ_μ, ξ_ν⟩; the first term is the same for every ν,
     # so the closest ν minimises ‖ξ_ν‖² − 2⟨ξ_μ, ξ_ν⟩ (one fused pass over the block).
-    sq_all = row_norms(patterns).to(device, work).square()  # (M,)
+    sq_all = row_norms(bank).to(device, work).square()  # (M,)
     best_ip = torch.full((S,), -math.inf, dtype=work, device=device)
     best_ip_at = torch.zeros(S, dtype=torch.int64, device=device)
     best_d2 = torch.full((S,), math.inf, dtype=work, device=device)
     best_d2_at = torch.zeros(S, dtype=torch.int64, device=device)
     for r0 in range(0, S, b):
         block_rows = rows[r0 : r0 + b]  # (b,)
-        queries = patterns[block_rows].to(work)  # (b, d)
-        for c0 in range(0, M, c):
-            keys = patterns[c0 : c0 + c].to(work)  # (c, d)
+        queries = _rows(bank, block_rows).to(work)  # (b, d)
+        for c0, block in bank.key_blocks(c):
+            keys = block.to(work)  # (c, d)
             gram = queries @ keys.T  # (b, c)
-            d2 = torch.add(sq_all[c0 : c0 + c][None, :], gram, alpha=-2)  # (b, c), shifted
+            d2 = torch.add(
+                sq_all[c0 : c0 + keys.shape[0]][None, :], gram, alpha=-2
+            )  # (b, c), shifted
             own = block_rows - c0  # (b,) column of μ itself in this block, if inside it
             inside = (own >= 0) & (own < keys.shape[0])
             if inside.any():
@@ -117,7 +140,7 @@ def nearest_competitors(
 
 
 def separation(
-    patterns: Tensor,
+    patterns: Patterns,
     *,
     max_rows: int | None = DEFAULT_MAX_ROWS,
     seed: int = 0,
@@ -128,8 +151,9 @@ def separation(
     When M > `max_rows` (and max_rows is not None), R and Δ use a sample of `max_rows` rows
     drawn without replacement with a generator seeded by `seed`; m always uses every row.
     """
-    M = patterns.shape[0]
-    m = max_norm(patterns)
+    bank = as_bank(patterns)
+    M = bank.num_memories
+    m = max_norm(bank)
     sampled = max_rows is not None and M > max_rows
     if sampled:
         generator = torch.Generator().manual_seed(seed)
@@ -139,11 +163,11 @@ def separation(
     if M < 2:
         empty = torch.empty(0, dtype=torch.float64)
         return Separation(m, None, empty, rows, M, False, None)
-    rows = rows.to(patterns.device)
-    similar, closest = nearest_competitors(patterns, rows, block_elements=block_elements)
-    own = patterns[rows].double()  # (S, d)
-    delta = (own * own).sum(1) - (own * patterns[similar].double()).sum(1)  # (S,)
-    distance = torch.linalg.vector_norm(own - patterns[closest].double(), dim=1)  # (S,)
+    rows = rows.to(bank.device)
+    similar, closest = nearest_competitors(bank, rows, block_elements=block_elements)
+    own = _rows(bank, rows).double()  # (S, d)
+    delta = (own * own).sum(1) - (own * _rows(bank, similar).double()).sum(1)  # (S,)
+    distance = torch.linalg.vector_norm(own - _rows(bank, closest).double(), dim=1)  # (S,)
     R = 0.5 * float(distance.min())
     return Separation(m, R, delta.cpu(), rows.cpu(), M, sampled, seed if sampled else None)
 
@@ -164,11 +188,11 @@ def reference_separation(patterns: Tensor) -> tuple[float, float | None, Tensor]
     return m, 0.5 * min(distances), delta
 
 
-def pattern_summary(patterns: Tensor, *, block_rows: int = 4096) -> dict[str, Any]:
+def pattern_summary(patterns: Patterns, *, block_rows: int = 4096) -> dict[str, Any]:
     """Value range and norm statistics of patterns (M, d), computed in row blocks."""
     low, high = math.inf, -math.inf
-    for start in range(0, patterns.shape[0], block_rows):
-        block = patterns[start : start + block_rows].float()
+    for _, block in as_bank(patterns).key_blocks(block_rows):
+        block = block.float()
         low, high = min(low, float(block.min())), max(high, float(block.max()))
     norms = row_norms(patterns, block_rows=block_rows)
     return {
@@ -182,9 +206,9 @@ def pattern_summary(patterns: Tensor, *, block_rows: int = 4096) -> dict[str, An
 
 
 def describe(memory: Any, *, max_rows: int | None = DEFAULT_MAX_ROWS, seed: int = 0) -> dict:
-    """Everything `nph info` shows about a loaded `Memory`, as a JSON-ready dict."""
-    patterns = memory.patterns
-    sep = separation(patterns, max_rows=max_rows, seed=seed)
+    """Everything `nph info` shows about a memory (a `MemoryBank`: loaded or streamed), as a
+    JSON-ready dict."""
+    sep = separation(memory, max_rows=max_rows, seed=seed)
     labels = None
     if memory.labels is not None:
         values = memory.labels.unique()
@@ -193,11 +217,11 @@ def describe(memory: Any, *, max_rows: int | None = DEFAULT_MAX_ROWS, seed: int 
         "path": str(memory.path) if memory.path else None,
         "M": memory.num_memories,
         "d": memory.dim,
-        "dtype": str(patterns.dtype).removeprefix("torch."),
+        "dtype": str(memory.dtype).removeprefix("torch."),
         "item_shape": list(memory.item_shape) if memory.item_shape else None,
         "labels": labels,
-        "values_shape": list(memory.values.shape) if memory.hetero else None,
-        **pattern_summary(patterns),
+        "values_shape": [memory.num_memories, memory.value_dim] if memory.hetero else None,
+        **pattern_summary(memory),
         "separation": {
             "m": sep.m,
             "R": sep.R,

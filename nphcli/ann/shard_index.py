@@ -1,0 +1,294 @@
+"""Indexes of a shard set: one FAISS index per shard, recorded in the manifest, and retrieval
+over them on one process or across the ranks of a process group.
+
+`nph index MANIFEST --kind KIND` builds an index of each shard (`index_file.build_index`, with
+the shard's own rows: k-means lists per shard) beside it, `memory.part-i-of-N.KIND.index`, and
+records the set in the manifest under `indexes[KIND]`: for each shard its index file and that
+file's SHA-256, the checksum of the shard tensors it was built from (the manifest's own record
+of the shard), and the parameters. `nph retrieve --memory MANIFEST --index KIND` then refuses,
+with one line naming the shard, an index that is missing, tampered with (its bytes differ from
+the record), or stale (built from other rows than the shard now holds).
+
+Retrieval: for each query every shard's index proposes c candidates, whose scores are
+recomputed exactly from that shard's patterns (`search.IndexedModel`). A rank concatenates its
+shards' candidates (global row numbers) and pads them to the widest rank's count; the ranks
+exchange them (`Collective.all_cat`: ids and exact scores, 12 or 16 bytes a candidate), so every
+rank holds the union, sorted by row. The model's rule turns the union's scores into weights and
+`ShardedBank.weighted_sum` adds each rank's part of Σ w·v (Q·d_v numbers a rank): the result is
+the one a single file would give on the same candidates. The bound on unseen scores is the
+largest of the shards' bounds, so certification carries over unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nphcli.ann.index_file import (
+    KINDS,
+    AnnIndex,
+    Progress,
+    build_index,
+    check_index_file,
+    default_index_path,
+    file_checksum,
+    open_index,
+    require_faiss,
+    write_index,
+)
+from nphcli.ann.search import Candidates, IndexedModel
+from nphcli.core.atomic import atomic_write, check_output
+from nphcli.core.errors import NphError
+from nphcli.memory.bank import MemoryBank
+from nphcli.memory.collective import LOCAL
+from nphcli.memory.file import load_memory
+from nphcli.memory.sharded_bank import ShardedBank
+from nphcli.memory.shards import Manifest, read_manifest
+
+INDEXES_KEY = "indexes"  # the manifest's record of its shard indexes, by kind
+
+
+def build_shard_indexes(
+    manifest_path: str | os.PathLike,
+    *,
+    kind: str = "ivf",
+    seed: int = 0,
+    lists: int | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Build an index of every shard (one shard in RAM at a time) and record them in the
+    manifest (rewritten atomically); returns what was built, with each shard's build time."""
+    require_faiss()
+    manifest = read_manifest(manifest_path)  # every shard checked against its checksum
+    raw = json.loads(manifest.path.read_text())
+    if kind in (raw.get(INDEXES_KEY) or {}) and not force:
+        raise NphError(
+            f"{manifest.path} already records a {kind} index of its shards; pass --force to "
+            "rebuild it"
+        )
+    targets = [default_index_path(part.path, kind) for part in manifest.parts]
+    for target in targets:
+        check_output(target, force=force, protect=[manifest.path])
+    entries = []
+    for number, (part, target) in enumerate(zip(manifest.parts, targets, strict=True)):
+        start = time.perf_counter()
+        shard = load_memory(part.path)
+
+        def report(phase: str, done: int, total: int, number: int = number) -> None:
+            if progress:
+                progress(f"shard {number + 1}/{len(targets)} {phase}", done, total)
+
+        faiss_index, meta, extra = build_index(
+            shard, part.path, kind=kind, seed=seed, lists=lists, progress=report
+        )
+        write_index(target, faiss_index, meta, extra, force=force)
+        del shard, faiss_index, extra
+        entries.append(
+            {
+                "file": target.name,
+                "sha256": file_checksum(target),
+                "shard_sha256": part.sha256,
+                "shard_file_sha256": meta["memory_sha256"],
+                "rows": part.rows,
+                "params": meta["params"],
+                "bytes": target.stat().st_size,
+                "build_s": round(time.perf_counter() - start, 3),
+            }
+        )
+    record = {
+        "kind": kind,
+        "seed": seed,
+        "nph_version": meta["nph_version"],
+        "faiss_version": meta["faiss_version"],
+        "parts": entries,
+    }
+    raw[INDEXES_KEY] = {**(raw.get(INDEXES_KEY) or {}), kind: record}
+    with atomic_write(manifest.path, force=True) as tmp:
+        Path(tmp).write_text(json.dumps(raw, indent=2) + "\n")
+    return {"manifest": str(manifest.path), **record}
+
+
+def index_record(manifest: Manifest, kind: str) -> dict[str, Any]:
+    """The manifest's record of its `kind` shard indexes, checked for shape."""
+    if kind not in KINDS:
+        raise NphError(
+            f"with a shard manifest, --index names the kind of its shard indexes (one of "
+            f"{', '.join(KINDS)}, built by `nph index MANIFEST --kind KIND`), got {kind!r}"
+        )
+    try:
+        raw = json.loads(manifest.path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise NphError(f"cannot read {manifest.path} ({error})") from None
+    record = (raw.get(INDEXES_KEY) or {}).get(kind) if isinstance(raw, dict) else None
+    if record is None:
+        raise NphError(
+            f"{manifest.path} records no {kind} index of its shards; build one: "
+            f"nph index {manifest.path} --kind {kind}"
+        )
+    entries = record.get("parts") if isinstance(record, dict) else None
+    if not isinstance(entries, list) or len(entries) != len(manifest.parts):
+        raise NphError(
+            f"{manifest.path}: its {kind} index record does not list one index per shard; "
+            f"rebuild it: nph index {manifest.path} --kind {kind} --force"
+        )
+    for entry in entries:
+        if not isinstance(entry, dict) or not all(
+            isinstance(entry.get(key), str)
+            for key in ("file", "sha256", "shard_sha256", "shard_file_sha256")
+        ):
+            raise NphError(f"{manifest.path}: malformed {kind} index record; rebuild it")
+    return record
+
+
+def verified_index_path(manifest: Manifest, record: dict[str, Any], number: int) -> Path:
+    """Shard `number`'s index file, refused (one line naming it) when missing, tampered with
+    (its bytes differ from the record) or stale (built from other rows than the shard's)."""
+    entry, part, kind = record["parts"][number], manifest.parts[number], record["kind"]
+    name = Path(entry["file"])
+    if name.is_absolute() or len(name.parts) != 1:
+        raise NphError(
+            f"{manifest.path}: shard {number}'s index {entry['file']!r} is not a file "
+            "name in the manifest's folder"
+        )
+    path = manifest.path.parent / name
+    where = f"{manifest.path}: shard {number}'s {kind} index {path}"
+    rebuild = f"rebuild: nph index {manifest.path} --kind {kind} --force"
+    if not path.is_file():
+        raise NphError(f"{where} is missing; {rebuild}")
+    if entry["shard_sha256"] != part.sha256 or entry.get("rows") != part.rows:
+        raise NphError(f"{where} is stale (built from other rows than the shard holds); {rebuild}")
+    if file_checksum(path) != entry["sha256"]:
+        raise NphError(f"{where} differs from the file `nph index` recorded (checksum); {rebuild}")
+    try:
+        check_index_file(path, part.path, memory_sha256=entry["shard_file_sha256"])
+    except NphError as error:
+        raise NphError(f"{where}: {error}") from None
+    return path
+
+
+def check_shard_indexes(manifest_path: str | os.PathLike, kind: str) -> Manifest:
+    """The `kind` index of every shard held on this machine checked (headers and checksums, no
+    FAISS data loaded), before any rank starts. Under torchrun a machine may hold only its own
+    ranks' shards; the ranks holding the others check theirs when they open them."""
+    manifest = read_manifest(manifest_path, check=(), verify=False)
+    record = index_record(manifest, kind)
+    for number, part in enumerate(manifest.parts):
+        if part.path.exists():
+            verified_index_path(manifest, record, number)
+    return manifest
+
+
+def open_shard_index(manifest: Manifest, record: dict[str, Any], number: int) -> AnnIndex:
+    """Shard `number`'s verified index, loaded."""
+    path = verified_index_path(manifest, record, number)
+    checksum = record["parts"][number]["shard_file_sha256"]
+    try:
+        return open_index(path, manifest.parts[number].path, memory_sha256=checksum)
+    except NphError as error:
+        where = f"{manifest.path}: shard {number}'s {record['kind']} index"
+        raise NphError(f"{where}: {error}") from None
+
+
+class _RowRange:
+    """Rows offset…offset+rows of a bank, seen as a bank of their own (a shard of a joined set)."""
+
+    def __init__(self, bank: MemoryBank, offset: int, rows: int) -> None:
+        self.bank, self.offset, self.num_memories, self.dim = bank, offset, rows, bank.dim
+
+    def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        return self.bank.gather(index + self.offset)
+
+
+@dataclass
+class ShardedIndexedModel(IndexedModel):
+    """A sparse-structured model retrieving over a shard set's indexes (see the module
+    docstring). `index` is one shard's (for its kind); `shards` maps each shard this process
+    reads, by its first global row, to the model over that shard's index."""
+
+    manifest: Manifest | None = None
+    record: dict[str, Any] = field(default_factory=dict)  # the manifest's record of the indexes
+    shards: dict[int, IndexedModel] = field(default_factory=dict)
+    bytes_sent: int = 0  # by this rank in retrievals (not in compare_exact)
+    queries_seen: int = 0
+
+    def __post_init__(self) -> None:  # each shard's IndexedModel made the checks
+        pass
+
+    def check_memory(self, memory: MemoryBank) -> None:
+        self.model.check_memory(memory)
+        manifest = self.manifest
+        if (memory.num_memories, memory.dim) != (manifest.num_memories, manifest.dim):
+            raise NphError(f"{manifest.path} does not describe this memory; rebuild its indexes")
+
+    def search(self, queries: Tensor, bank: MemoryBank) -> Candidates:
+        """The union over shards and ranks of the candidates, sorted by global row, with exact
+        scores (−inf for missing ones) and the largest bound on unseen scores."""
+        total = bank.num_memories
+        collective = bank.collective if isinstance(bank, ShardedBank) else LOCAL
+        ids, scores, bounds = [], [], []
+        for offset, part in self._views(bank):
+            found = self.shards[offset].search(queries, part)
+            valid = torch.isfinite(found.scores)  # (Q, c)
+            ids.append(torch.where(valid, found.ids + offset, total))  # (Q, c) global rows
+            scores.append(found.scores)
+            bounds.append(found.bound)
+        ids, scores = torch.cat(ids, dim=1), torch.cat(scores, dim=1)  # (Q, w)
+        width = int(collective.all_max(torch.tensor([ids.shape[1]])).item())
+        pad = width - ids.shape[1]
+        ids = torch.nn.functional.pad(ids, (0, pad), value=total)  # (Q, width)
+        scores = torch.nn.functional.pad(scores, (0, pad), value=-torch.inf)
+        ids = collective.all_cat(ids, dim=1)  # (Q, R·width)
+        scores = collective.all_cat(scores, dim=1)
+        bound = collective.all_max(torch.stack(bounds).amax(dim=0))  # (Q,)
+        order = torch.sort(ids, dim=1, stable=True).indices
+        ids, scores = ids.gather(1, order), scores.gather(1, order)
+        missing = ids >= total
+        return Candidates(ids=torch.where(missing, 0, ids), scores=scores, bound=bound)
+
+    def _views(self, bank: MemoryBank) -> list[tuple[int, Any]]:
+        if isinstance(bank, ShardedBank):
+            return list(bank.parts)
+        return [(p.offset, _RowRange(bank, p.offset, p.rows)) for p in self.manifest.parts]
+
+    def retrieve(self, queries: Tensor, memory: MemoryBank, **kwargs):
+        collective = memory.collective if isinstance(memory, ShardedBank) else LOCAL
+        before = collective.bytes_sent
+        out = super().retrieve(queries, memory, **kwargs)
+        self.bytes_sent += collective.bytes_sent - before
+        self.queries_seen += queries.shape[0]
+        return out
+
+
+def sharded_indexed_model(model: Any, settings: Any, memory: MemoryBank) -> ShardedIndexedModel:
+    """`model` over the `settings.path` (a kind) indexes of the shards `memory` reads."""
+    manifest = read_manifest(memory.path, check=(), verify=False)
+    record = index_record(manifest, settings.path)
+    row_of = {part.offset: number for number, part in enumerate(manifest.parts)}
+    offsets = [o for o, _ in memory.parts] if isinstance(memory, ShardedBank) else list(row_of)
+    shards = {}
+    for offset in offsets:
+        opened = open_shard_index(manifest, record, row_of[offset])
+        shards[offset] = IndexedModel(
+            model, opened, candidates=settings.candidates, nprobe=settings.nprobe, ef=settings.ef
+        )
+    first = shards[offsets[0]].index
+    built = ShardedIndexedModel(
+        model,
+        first,
+        candidates=settings.candidates,
+        nprobe=settings.nprobe,
+        ef=settings.ef,
+        manifest=manifest,
+        record=record,
+        shards=shards,
+    )
+    built.check_memory(memory)
+    return built

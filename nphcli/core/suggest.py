@@ -1,0 +1,25 @@
+""" "Did you mean" for a name the user mistyped: a model, a source, a batch or sweep key."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice `word` most likely meant: the same name in another case (`Dense`), else the
+    nearest by difflib's ratio (at least 0.6: `tpok` → topk, `sparce` → sparse, `mnsit` →
+    mnist, `nosie` → noise), else None."""
+    choices = [str(choice) for choice in choices]
+    lowered = {choice.lower(): choice for choice in choices}
+    key = str(word).strip().lower()
+    if key in lowered:
+        return lowered[key]
+    found = difflib.get_close_matches(key, list(lowered), n=1, cutoff=0.6)
+    return lowered[found[0]] if found else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """' (did you mean 'topk'?)' for the closest choice, or '' when none is close."""
+    found = closest(word, choices)
+    return "" if found is None or found == word else f" (did you mean {found!r}?)"

@@ -1,0 +1,99 @@
+"""What iterated retrieval converged to: the kind of fixed point each query reached.
+
+Ramsauer et al. (2021, "Hopfield Networks is All You Need", §3 and their analysis of attention
+heads) name three kinds of fixed points of the update ξ ← Xᵀ softmax(β X ξ): a fixed point near
+a single stored pattern, a metastable state (an average over a few similar patterns), and the
+global fixed point (an average over all patterns). They measure a state by k, the number of the
+largest softmax weights that together hold 90 % of the mass. nph classifies each final state y
+the same way, whatever the model that produced it:
+
+    w      = softmax(β · X · y)                 over all M stored patterns (the model's β)
+    s      = min { k : sum of the k largest w_μ ≥ MASS }             (MASS = 0.9, Ramsauer et al.)
+    kind   = "pattern"     if s = 1, or cos(y, ξ_nearest) ≥ 1 − PATTERN_EPSILON
+             "global"      else if s ≥ GLOBAL_SHARE · M                 (GLOBAL_SHARE = 1/2)
+             "metastable"  else, a metastable state of size s
+
+PATTERN_EPSILON = 1e-3 and GLOBAL_SHARE = 1/2 are nph's choices (the paper states no numbers for
+them): the cosine test names a state "pattern" when it is a stored pattern to three digits even
+where β is too small for the softmax to say so (sparse models reach stored patterns exactly);
+the global share calls a state an average over all memories once half of them are needed to hold
+90 % of the weight. For the baselines β is nominal: nearest neighbour always returns a stored
+pattern, and a classical network's spurious mixture states count as metastable or global.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from nphcli.memory.bank import MemoryBank
+
+ATTRACTOR_KINDS = ("pattern", "metastable", "global")  # the codes 0, 1, 2 of `kind`
+MASS = 0.9
+PATTERN_EPSILON = 1e-3
+GLOBAL_SHARE = 0.5
+MASS_ROUNDING = 1e-9  # sums within this of MASS count as reaching it (0.1 · 9 = 0.8999…)
+BLOCK_ELEMENTS = 1 << 22  # (queries × M) weights held at once
+
+
+def mass_size(weights: Tensor, mass: float = MASS) -> Tensor:
+    """(Q,) int64: the fewest of each row's largest weights (Q, M) whose sum reaches `mass`."""
+    ordered = torch.sort(weights, dim=1, descending=True).values  # (Q, M)
+    goal = (mass - MASS_ROUNDING) * ordered.sum(dim=1, keepdim=True)  # (Q, 1), to rounding
+    below = (ordered.cumsum(dim=1) < goal).sum(dim=1)
+    return (below + 1).clamp(max=weights.shape[1])
+
+
+def classify(
+    final: Tensor, bank: MemoryBank, beta: float, nearest_cosine: Tensor
+) -> dict[str, Tensor]:
+    """Per query (Q,): `attractor` (an index into ATTRACTOR_KINDS) and `attractor_size` s for
+    final states (Q, d) over the bank's keys, given each state's cosine to its nearest stored
+    pattern (Q,). Scores are float64; the keys are read block by block (all ranks' rows)."""
+    dtype = torch.float64
+    num_queries, num_memories = final.shape[0], bank.num_memories
+    size = torch.empty(num_queries, dtype=torch.int64, device=final.device)
+    rows = max(1, BLOCK_ELEMENTS // max(1, num_memories))
+    for q0 in range(0, num_queries, rows):
+        y = final[q0 : q0 + rows].to(dtype)  # (B, d)
+        parts = [
+            y @ keys.to(device=y.device, dtype=dtype).T for _, keys in bank.key_blocks(1 << 16)
+        ]
+        scores = torch.cat(parts, dim=1)  # (B, M_local)
+        if bank.collective.world_size > 1:
+            scores = bank.collective.all_cat(scores, dim=1)  # (B, M) in row order
+        size[q0 : q0 + rows] = mass_size(torch.softmax(beta * scores, dim=1))
+    kind = torch.full_like(size, 1)
+    kind[size >= GLOBAL_SHARE * num_memories] = 2
+    kind[(size == 1) | (nearest_cosine.to(size.device) >= 1 - PATTERN_EPSILON)] = 0
+    return {"attractor": kind, "attractor_size": size}
+
+
+def kind_shares(kind: Tensor) -> dict[str, Tensor]:
+    """(Q,) float indicators per kind, whose means are the shares of queries of each kind."""
+    return {
+        f"at_{name}": (kind == code).to(torch.float64) for code, name in enumerate(ATTRACTOR_KINDS)
+    }
+
+
+def diagnose(
+    model, final: Tensor, bank: MemoryBank, nearest_index: Tensor, positions: Tensor
+) -> dict[str, Tensor]:
+    """The attractor diagnostics of an iterated run (`steps` > 1, auto-associative), per query
+    (Q,): `attractor`, `attractor_size`, the shares `at_pattern`, `at_metastable`, `at_global`,
+    and `energy`, the model's E(y) at the final state where it has one and the memory is whole
+    in this process. {} for one-step or hetero-associative runs."""
+    if int(getattr(model, "steps", 1)) <= 1 or bank.hetero:
+        return {}
+    from nphcli.evaluation.metrics import cosine
+
+    _, nearest_rows = bank.gather(nearest_index.to(bank.device))  # (Q, d)
+    near_cos = cosine(final, nearest_rows.to(final.device))  # (Q,)
+    out = classify(final, bank, float(getattr(model, "beta", 1.0)), near_cos)
+    out.update(kind_shares(out["attractor"]))
+    resident = bank.resident()
+    if resident is not None and bank.collective.world_size == 1 and hasattr(model, "energy"):
+        energy = model.energy(final, resident[0], positions)
+        if energy is not None:
+            out["energy"] = energy.to(final.device)
+    return out

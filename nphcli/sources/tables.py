@@ -1,0 +1,255 @@
+"""Embedding tables and texts: rows that carry an id (and a text) beside their vector.
+
+- `.jsonl`: one object per line, `{"id": ..., "embedding": [...], "text": ..., "meta": {...}}`;
+  without `embedding`, every line needs a `text` and `--embed MODEL` embeds it;
+- `.txt`: one text per line (blank lines skipped), embedded with `--embed`; the id is the line
+  number (1-based);
+- `.parquet`, `.arrow` / `.feather`: columns `id`, `embedding` (a list of numbers per row) and
+  optionally `text`; without `embedding`, `text` and `--embed` (needs pyarrow);
+- `.npy` with `--ids FILE` (`files.load_npy`): row i's id is line i of FILE, or FILE is .jsonl
+  with `id` and optionally `text`.
+
+The items (id, text, meta) go to the memory's sidecar (`nphcli.memory.items`); the embedder's
+name, dimension and normalisation to its metadata, so that text queries use the same one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nphcli.core.errors import NphError
+from nphcli.memory.items import check_items
+from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, register_source
+from nphcli.sources.embedders import check_same_embedder, resolve_embedder
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+
+TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".feather")
+
+
+def holds_embeddings(path: Path) -> bool:
+    """Whether a table's first row has an embedding (a .txt never does)."""
+    spec, suffix = str(path), path.suffix.lower()
+    if suffix == ".txt":
+        return False
+    if suffix == ".jsonl":
+        first = next(((n, line) for n, line in _lines(spec) if line.strip()), None)
+        return first is not None and _object(spec, *first).get("embedding") is not None
+    rows = _arrow_rows(spec)
+    return bool(rows) and rows[0].get("embedding") is not None
+
+
+def embed_queries(texts: list[str], memory_meta: dict[str, Any], memory_name: str) -> Tensor:
+    """Query texts (Q,) as vectors (Q, d), embedded with the embedder the memory records."""
+    record = memory_meta.get("embedder")
+    if not record:
+        raise NphError(
+            f"{memory_name} holds vectors stored without an embedder: text queries need a "
+            "memory stored from texts (`nph store texts.txt --embed MODEL`)"
+        )
+    embedder = resolve_embedder(record["name"])
+    check_same_embedder(record, embedder, memory_name)
+    return embedder.embed(texts)
+
+
+def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tensor:
+    """Own queries from texts or a table: rows with embeddings are taken as they are (a row
+    naming an `embedder` must name the memory's), rows of texts are embedded as the memory's."""
+    spec = str(path)
+    if path.suffix.lower() == ".txt":
+        rows = [{"text": line.strip()} for _, line in _lines(spec) if line.strip()]
+    elif path.suffix.lower() == ".jsonl":
+        rows = [_object(spec, n, line) for n, line in _lines(spec) if line.strip()]
+    else:
+        rows = _arrow_rows(spec)
+    if not rows:
+        raise NphError(f"{what} file {path} holds no rows")
+    if all(row.get("embedding") is not None for row in rows):
+        named = {row.get("embedder") for row in rows} - {None}
+        record = memory_meta.get("embedder") or {}
+        if named and named != {record.get("name")}:
+            raise NphError(
+                f"{what} file {path} was embedded with {', '.join(sorted(map(str, named)))}, "
+                f"the memory with {record.get('name', 'no named embedder')}: use the same model"
+            )
+        return _vectors(spec, [row["embedding"] for row in rows], rows)
+    missing = next((i for i, row in enumerate(rows) if not row.get("text")), None)
+    if missing is not None:
+        raise NphError(f"{what} file {path}: row {missing + 1} has neither an embedding nor a text")
+    return embed_queries([row["text"] for row in rows], memory_meta, what + " memory")
+
+
+@register_source(
+    "jsonl",
+    summary="a JSON Lines table: id, embedding (or text with --embed), optional text and meta",
+    options=("embed",),
+    suffixes=(".jsonl",),
+)
+def load_jsonl(spec: str, options: SourceOptions) -> Loaded:
+    rows = [_object(spec, number, line) for number, line in _lines(spec) if line.strip()]
+    return table_source(spec, rows, options)
+
+
+@register_source(
+    "txt",
+    summary="texts, one per line, embedded with --embed",
+    options=("embed",),
+    suffixes=(".txt",),
+)
+def load_txt(spec: str, options: SourceOptions) -> Loaded:
+    rows = [{"id": number, "text": line.strip()} for number, line in _lines(spec) if line.strip()]
+    return table_source(spec, rows, options)
+
+
+@register_source(
+    "parquet",
+    summary="a Parquet or Arrow table: id, embedding (or text with --embed), optional text",
+    options=("embed",),
+    suffixes=(".parquet", ".arrow", ".feather"),
+)
+def load_arrow(spec: str, options: SourceOptions) -> Loaded:
+    return table_source(spec, _arrow_rows(spec), options)
+
+
+def _arrow_rows(spec: str) -> list[dict[str, Any]]:
+    try:
+        import pyarrow.feather
+        import pyarrow.parquet
+    except ImportError:
+        raise NphError(f"reading {spec} needs pyarrow: pip install pyarrow") from None
+    try:
+        if spec.lower().endswith(".parquet"):
+            table = pyarrow.parquet.read_table(spec)
+        else:
+            table = pyarrow.feather.read_table(spec)
+    except (OSError, ValueError) as error:  # pyarrow.ArrowInvalid is a ValueError
+        raise NphError(f"cannot read {spec} as a table ({str(error).splitlines()[0]})") from None
+    columns = set(table.column_names)
+    if not ({"embedding", "text"} & columns):
+        raise NphError(
+            f"{spec} has columns {', '.join(table.column_names)}; nph reads `id` and `embedding` "
+            "(or `text`, embedded with --embed), and `text` if present"
+        )
+    keep = [name for name in ("id", "embedding", "text", "meta", "embedder") if name in columns]
+    return table.select(keep).to_pylist()
+
+
+def read_ids(path: str | Path, rows: int) -> list[dict[str, Any]]:
+    """The items of `rows` .npy rows from `--ids FILE`: one id a line, or .jsonl objects."""
+    path = str(path)
+    if path.lower().endswith(".jsonl"):
+        items = [_object(path, number, line) for number, line in _lines(path) if line.strip()]
+        items = [{key: item.get(key) for key in ("id", "text", "meta")} for item in items]
+    else:
+        items = [{"id": line.strip()} for _, line in _lines(path) if line.strip()]
+    check_items(items, rows, f"--ids {path}")
+    return items
+
+
+def table_source(spec: str, rows: list[dict[str, Any]], options: SourceOptions) -> Loaded:
+    """Rows of a table (each with id, and embedding or text) as raw patterns and items."""
+    if not rows:
+        raise NphError(f"{spec} holds no rows")
+    embedded = [row.get("embedding") is not None for row in rows]
+    if any(embedded) and not all(embedded):
+        row = embedded.index(False) if embedded[0] else embedded.index(True)
+        raise NphError(
+            f"{spec}: row {row + 1} (id {rows[row].get('id')!r}) has no embedding while others "
+            "have one; give every row an embedding, or none and --embed MODEL"
+        )
+    items = [{key: row.get(key) for key in ("id", "text", "meta")} for row in rows]
+    check_items(items, len(rows), spec)
+    indices, selection = choose(len(rows), options.n, options.seed, what=spec)
+    if indices is not None:
+        items = [items[int(i)] for i in indices]
+        rows = [rows[int(i)] for i in indices]
+    meta: dict[str, Any] = {
+        "source": f"file:{Path(spec).name}",
+        "kind": VECTOR,
+        "origin": str(Path(spec).resolve()),
+        "fallback": False,
+        "available": selection["of"],
+        "selection": selection,
+        "seed": options.seed,
+    }
+    if all(embedded):
+        if options.embed is not None:
+            raise NphError(f"{spec} holds embeddings already; --embed embeds texts only")
+        patterns = _vectors(spec, [row["embedding"] for row in rows], rows)
+    else:
+        patterns, meta["embedder"] = _embedded(spec, items, options)
+    return Loaded(patterns, None, meta, items)
+
+
+def _embedded(spec: str, items: list[dict[str, Any]], options: SourceOptions):
+    missing = next((i for i, item in enumerate(items) if not item.get("text")), None)
+    if missing is not None:
+        raise NphError(f"{spec}: row {missing + 1} has neither an embedding nor a text")
+    if options.embed is None:
+        raise NphError(
+            f"{spec} holds texts without embeddings: give --embed MODEL to embed them (a table "
+            "of numbers is read from .csv)"
+        )
+    embedder = resolve_embedder(options.embed)
+    texts = [item["text"] for item in items]
+    progress = options.progress
+    if progress is not None:
+        progress(len(texts))
+    step = (lambda done: progress(None)) if progress is not None else None
+    return embedder.embed(texts, step), embedder.record
+
+
+def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tensor:
+    import torch
+
+    dim = None
+    for number, vector in enumerate(vectors):
+        if not isinstance(vector, list) or not vector:
+            raise NphError(
+                f"{spec}: row {number + 1} (id {rows[number].get('id')!r}): embedding is not a "
+                "list of numbers"
+            )
+        if dim is None:
+            dim = len(vector)
+        elif len(vector) != dim:
+            raise NphError(
+                f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {len(vector)} "
+                f"values, the first row {dim}: every embedding needs the same dimension"
+            )
+        for value in vector:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise NphError(
+                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has a non-numeric "
+                    f"value {value!r} in its embedding"
+                )
+            if not math.isfinite(value):
+                raise NphError(
+                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has a NaN or "
+                    "infinite value in its embedding"
+                )
+    return torch.tensor(vectors, dtype=torch.float32)  # (M, d)
+
+
+def _lines(path: str):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            yield from enumerate(handle, 1)
+    except UnicodeDecodeError:
+        raise NphError(f"{path} is not UTF-8 text") from None
+    except OSError as error:
+        raise NphError(f"cannot read {path} ({error.strerror})") from None
+
+
+def _object(path: str, number: int, line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        raise NphError(f"{path}: line {number} is not JSON") from None
+    if not isinstance(value, dict):
+        raise NphError(f"{path}: line {number} is not a JSON object")
+    return value
