@@ -35,6 +35,16 @@ ResultsDir = Annotated[
     ),
 ]
 
+NoTrain = Annotated[
+    bool,
+    typer.Option(
+        "--no-train",
+        help="Train nothing: the table from the runs --out already holds (seeds with every "
+        "part finished).",
+    ),
+]
+NoPlot = Annotated[bool, typer.Option("--no-plot", help="Do not draw TABLE.png.")]
+
 
 @paper_app.callback()
 def paper_group() -> None:

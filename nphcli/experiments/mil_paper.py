@@ -288,6 +288,17 @@ def run(
     return per_seed, meta
 
 
+def paper_cells(per_seed: dict[tuple[str, str], list[float]], models: list[str]):
+    """The paper's table and the comparison cells of `run`'s per-seed AUCs: the paper's columns
+    in its order, then data sets it does not print (Musk1, Musk2)."""
+    from nphcli.experiments.paper_table import compare, get_table
+
+    table = get_table("mil_benchmark")
+    ran = {column for _, column in per_seed}
+    columns = [c for c in table.columns if c in ran] + sorted(ran - set(table.columns))
+    return table, compare(table, per_seed, rows=models, columns=columns)
+
+
 def _meta(protocol, models, loaded, log, seconds) -> dict[str, Any]:
     from dataclasses import asdict
 
