@@ -12,6 +12,8 @@ from nphcli.cli import (
     info,  # noqa: F401  (registers commands)
     mil,  # noqa: F401  (registers commands)
     models,  # noqa: F401  (registers commands)
+    paper,  # noqa: F401  (registers commands)
+    paper_mil,  # noqa: F401  (registers commands)
     plot,  # noqa: F401  (registers commands)
     report,  # noqa: F401  (registers commands)
     retrieve,  # noqa: F401  (registers commands)

@@ -62,7 +62,9 @@ MIL_FIELDS = (
 @app.command("mil")
 @with_fields((), params=False, own=MIL_FIELDS)
 def mil_command(*, given: dict[str, Any]) -> None:
-    """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size."""
+    """Train NPHPooling networks on MNIST bags; print final test accuracy per model and size.
+
+    The paper's MIL table on real data sets (Elephant, UCSB, ...) is `nph paper mil`."""
     from nphcli.app.threads import use_threads
     from nphcli.experiments import mil
 

@@ -83,15 +83,29 @@ def reference_markdown() -> str:
     root = typer.main.get_command(app)
     ctx = root.context_class(root, info_name="nph")
     lines = [_HEADER, *_command("nph", root, None)[2:]]  # the root's help without a heading
-    names = sorted(root.list_commands(ctx))
+    commands = _walk(root, ctx)
     lines += ["| command | what it does |", "| --- | --- |"]
-    for name in names:
-        short = root.get_command(ctx, name).get_short_help_str(limit=200)
-        lines.append(f"| [`nph {name}`](#nph-{name}) | {_cell(short)} |")
+    for path, command, _ in commands:
+        short = command.get_short_help_str(limit=200)
+        anchor = path.replace(" ", "-")
+        lines.append(f"| [`{path}`](#{anchor}) | {_cell(short)} |")
     lines.append("")
-    for name in names:
-        lines += _command(name, root.get_command(ctx, name), ctx)
+    for path, command, parent in commands:
+        lines += _command(path.rsplit(" ", 1)[-1], command, parent)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _walk(group, ctx) -> list:
+    """(path, command, parent context) of every command under `group` in name order, a group
+    (`nph paper`) followed by its own commands (`nph paper mil`)."""
+    found = []
+    for name in sorted(group.list_commands(ctx)):
+        command = group.get_command(ctx, name)
+        found.append((f"{ctx.command_path} {name}", command, ctx))
+        if hasattr(command, "list_commands"):
+            inner = command.context_class(command, info_name=name, parent=ctx)
+            found += _walk(command, inner)
+    return found
 
 
 def main(argv: list[str]) -> int:

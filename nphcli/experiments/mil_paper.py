@@ -1,0 +1,337 @@
+"""The paper's MIL benchmark on real bags (Table "mil_benchmark"), on nph's layers.
+
+    instance (d) → Linear(d, width) → ReLU → bag dropout → NPHPooling(1 prototype, heads,
+    head_dim = width / heads, the model under test with β = the "scaling factor", no dropout on
+    the attention weights) → bag dropout → Linear(width, 1) → one logit per bag
+
+trained with Adam on binary cross-entropy for 50 epochs; after each epoch the validation ROC-AUC
+is measured and the best checkpoint (the first of equal ones) is the one tested. Features are
+standardised with the mean and standard deviation of the training part's instances (the
+paper does not say; raw UCSB features run into the thousands). The protocol (folds, seeds,
+search) is `nphcli.experiments.mil_protocol`'s.
+
+Every training is one line of `runs.jsonl` in the results folder, keyed by (data set, model,
+seed, fold, hyper-parameters) and appended as soon as it ends, so an interrupted run continues
+where it stopped; runs on the same folder (one per data set, say) share it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (torch's own convention)
+from torch import Tensor, nn
+
+from nphcli.core.errors import NphError
+from nphcli.experiments.datasets import MILData
+from nphcli.experiments.mil_config import VARIANTS, Variant
+from nphcli.experiments.mil_protocol import (
+    Hyper,
+    Protocol,
+    draw_hypers,
+    roc_auc,
+    stratified_folds,
+    stratified_holdout,
+)
+from nphcli.layers import NPHPooling
+from nphcli.models import create_model
+from nphcli.version import __version__
+
+# The paper's rows: the MNIST experiment's variants less random-masked (the paper leaves it out
+# for its random inference) and window.
+MODELS = ("dense", "sparse", "topk-20%", "topk-50%", "topk-80%", "random-feature", "linear")
+
+
+def variant(label: str) -> Variant:
+    known = {v.label: v for v in VARIANTS if v.label in MODELS}
+    if label not in known:
+        raise NphError(f"unknown MIL model {label!r}; choose from {', '.join(MODELS)}")
+    return known[label]
+
+
+class PaperMILNet(nn.Module):
+    """Embedding → bag dropout → NPHPooling → bag dropout → linear: one logit per bag."""
+
+    def __init__(self, in_dim: int, hyper: Hyper, model: Variant, *, seed: int = 0) -> None:
+        super().__init__()
+        if hyper.width % hyper.heads:
+            raise NphError(f"width {hyper.width} is not a multiple of {hyper.heads} heads")
+        params = dict(model.params)
+        if model.model == "random-feature":
+            params["seed"] = seed  # its projection, drawn once from the run's seed
+        self.embed = nn.Linear(in_dim, hyper.width)
+        self.drop = nn.Dropout(hyper.dropout)
+        self.pool = NPHPooling(
+            hyper.width,
+            rule=create_model(model.model, beta=hyper.beta, **params),
+            heads=hyper.heads,
+            head_dim=hyper.width // hyper.heads,
+        )
+        self.classify = nn.Linear(hyper.width, 1)
+
+    def forward(self, bags: Tensor, padding: Tensor) -> Tensor:
+        """bags (B, M, d) zero-padded, padding (B, M) True at padded rows -> logits (B,)."""
+        embedded = self.drop(F.relu(self.embed(bags)))  # (B, M, width)
+        pooled = self.pool(embedded, key_padding_mask=padding)  # (B, 1, width)
+        return self.classify(self.drop(pooled[:, 0])).squeeze(1)  # (B,)
+
+
+class Bags:
+    """All bags padded once (N, M_max, d) with their mask; a batch is cut to its longest bag."""
+
+    def __init__(self, data: MILData) -> None:
+        self.sizes = torch.tensor([b.shape[0] for b in data.bags])  # (N,)
+        if int(self.sizes.min()) < 1:
+            raise NphError("a bag has no instances")
+        width = int(self.sizes.max())
+        self.x = torch.zeros(len(data.bags), width, data.bags[0].shape[1])  # (N, M_max, d)
+        for i, bag in enumerate(data.bags):
+            self.x[i, : bag.shape[0]] = bag
+        self.padding = torch.arange(width)[None, :] >= self.sizes[:, None]  # (N, M_max)
+        self.labels = data.labels
+
+    def standardised(self, train: Tensor) -> Bags:
+        """A copy with features standardised by the instances of bags `train`."""
+        rows = self.x[train][~self.padding[train]]  # (n, d) real instances only
+        mean, std = rows.mean(0), rows.std(0).clamp(min=1e-6)
+        out = copy.copy(self)
+        out.x = ((self.x - mean) / std).masked_fill(self.padding[..., None], 0.0)
+        return out
+
+    def batch(self, index: Tensor) -> tuple[Tensor, Tensor]:
+        width = int(self.sizes[index].max())
+        return self.x[index, :width], self.padding[index, :width]  # (b, m, d), (b, m)
+
+
+def _scores(net: PaperMILNet, bags: Bags, index: Tensor) -> Tensor:
+    net.eval()
+    with torch.no_grad():
+        return torch.cat([net(*bags.batch(part)) for part in index.split(64)])
+
+
+def train_fold(
+    bags: Bags, split: tuple[Tensor, Tensor, Tensor], hyper: Hyper, model: Variant, *,
+    seed: int, epochs: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Train on split[0], keep the epoch with the best AUC on split[1], test it on split[2]."""
+    train, val, test = split
+    bags = bags.standardised(train)
+    with torch.random.fork_rng(devices=[]):  # init and dropout draw from the global RNG
+        torch.manual_seed(seed)
+        net = PaperMILNet(bags.x.shape[2], hyper, model, seed=seed)
+        optimiser = torch.optim.Adam(net.parameters(), lr=hyper.lr, weight_decay=hyper.weight_decay)
+        order = torch.Generator().manual_seed(seed)
+        best_auc, best_epoch, best_state = -1.0, 0, None
+        for epoch in range(1, epochs + 1):
+            net.train()
+            for part in train[torch.randperm(train.numel(), generator=order)].split(
+                hyper.batch_size
+            ):
+                loss = F.binary_cross_entropy_with_logits(net(*bags.batch(part)), bags.labels[part])
+                optimiser.zero_grad()
+                loss.backward()
+                optimiser.step()
+            val_auc = roc_auc(_scores(net, bags, val), bags.labels[val])
+            if val_auc > best_auc:
+                best_auc, best_epoch = val_auc, epoch
+                best_state = copy.deepcopy(net.state_dict())
+        net.load_state_dict(best_state)
+        test_auc = roc_auc(_scores(net, bags, test), bags.labels[test])
+    return {"val_auc": best_auc, "best_epoch": best_epoch, "test_auc": test_auc}
+
+
+def splits(labels: Tensor, protocol: Protocol, seed: int) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """(train, validation, test) bag indices of each fold of `seed`."""
+    folds = stratified_folds(labels, protocol.folds, seed)
+    everything = torch.arange(labels.numel())
+    out = []
+    for k, test in enumerate(folds):
+        rest = everything[~torch.isin(everything, test)]
+        train, val = stratified_holdout(rest, labels, protocol.validation, seed * 1_000 + k)
+        out.append((train, val, test))
+    return out
+
+
+class RunLog:
+    """runs.jsonl: one finished training a line; read back to skip what is done."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done: dict[tuple, dict[str, Any]] = {}
+        text = path.read_text() if path.exists() else ""
+        if text and not text.endswith("\n"):  # a run killed mid-line: drop the cut line
+            os.truncate(path, len(text[: text.rfind("\n") + 1].encode()))
+            text = text[: text.rfind("\n") + 1]
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                record = json.loads(line)
+                self.done[_key(record)] = record
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise NphError(f"{path}, line {number}: not a MIL training record") from None
+
+    def get(self, key: tuple) -> dict[str, Any] | None:
+        return self.done.get(key)
+
+    def add(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a") as handle:  # one short line per append: a kill loses ≤ 1
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.done[_key(record)] = record
+
+
+def _key(record: dict[str, Any]) -> tuple:
+    hyper = Hyper(**record["hyper"]).key()
+    where = (record["dataset"], record["model"], record["seed"], record["folds"], record["fold"])
+    return (*where, hyper, record["epochs"], record["validation"])
+
+
+def run_seed(
+    dataset: str, bags: Bags, model_label: str, protocol: Protocol, seed: int, log: RunLog, *,
+    train: bool = True, tick: Callable[[str], None] = lambda _: None,
+) -> list[dict[str, Any]] | None:  # fmt: skip
+    """The chosen training of each fold of one model, data set and seed (`protocol.folds`
+    records), trained unless `log` has them; None when `train` is off and one is missing."""
+    model = variant(model_label)
+    folds = splits(bags.labels, protocol, seed)
+
+    def one(fold: int, hyper: Hyper) -> dict[str, Any] | None:
+        record = {
+            "dataset": dataset, "model": model_label, "seed": seed, "folds": protocol.folds,
+            "fold": fold, "hyper": json.loads(hyper.key()), "epochs": protocol.epochs,
+            "validation": protocol.validation,
+        }  # fmt: skip
+        if (done := log.get(_key(record))) is not None or not train:
+            return done
+        started = time.perf_counter()
+        record |= train_fold(
+            bags, folds[fold], hyper, model, seed=seed * 1_000 + fold, epochs=protocol.epochs
+        )
+        record["seconds"] = round(time.perf_counter() - started, 3)
+        log.add(record)
+        tick(f"{dataset} {model_label} seed {seed} fold {fold}")
+        return record
+
+    chosen = []
+    for fold in range(protocol.folds):
+        if protocol.search == "fixed":
+            record = one(fold, protocol.fixed)
+        else:
+            draws = draw_hypers(protocol.trials, seed=1 + seed * 1_000 + fold)
+            records = [one(fold, h) for h in draws]
+            done = [r for r in records if r is not None]
+            record = max(done, key=lambda r: r["val_auc"]) if len(done) == len(draws) else None
+        if record is None:
+            return None
+        chosen.append(record)
+    return chosen
+
+
+def trainings(protocol: Protocol, models: int, datasets: int) -> int:
+    """How many trainings a protocol runs."""
+    per = protocol.seeds * protocol.folds
+    if protocol.search == "per-fold":
+        per *= protocol.trials
+    return per * models * datasets
+
+
+def run(
+    protocol: Protocol,
+    data: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    datasets: Iterable[str] | None = None,
+    models: Iterable[str] = MODELS,
+    train: bool = True,
+    progress: Callable[..., None] | None = None,
+) -> tuple[dict[tuple[str, str], list[float]], dict[str, Any]]:
+    """Run (or continue) `protocol`, seed by seed (so an interrupted run has whole seeds of
+    every model), logging every training in `out`/runs.jsonl. Without `train`, only reads the
+    log. Returns the per-seed test AUCs {(model, paper column): [mean over folds, one per seed
+    finished]} and what they came from (data statistics, protocol, counts, machine, seconds)."""
+    from nphcli.experiments.mil_data import get_source, load_mil
+
+    out = Path(out)
+    if not out.is_dir() and (out.exists() or not out.resolve().parent.is_dir() or not train):
+        raise NphError(f"results folder {out} does not exist, and cannot be created here")
+    datasets = list(datasets or protocol.datasets)
+    models = list(models)
+    for label in models:
+        variant(label)
+    loaded = {name: load_mil(name, data) for name in datasets}  # refuse a missing file first
+    out.mkdir(exist_ok=True)
+    log = RunLog(out / "runs.jsonl")
+    tick = progress or (lambda *_: None)
+    ours = [k for k in log.done if k[0] in datasets and k[1] in models and k[3] == protocol.folds]
+    tick(max(0, trainings(protocol, len(models), len(datasets)) - len(ours)) if train else 0)
+    started = time.perf_counter()
+    per_seed: dict[tuple[str, str], list[float]] = {}
+    for seed in range(protocol.seeds):
+        for name, mil in loaded.items():
+            bags = Bags(mil)
+            for label in models:
+                chosen = run_seed(
+                    name, bags, label, protocol, seed, log,
+                    train=train, tick=lambda t: tick(None, t),
+                )  # fmt: skip
+                if chosen is not None:
+                    mean = sum(r["test_auc"] for r in chosen) / len(chosen)
+                    per_seed.setdefault((label, get_source(name).label), []).append(mean)
+    meta = _meta(protocol, models, loaded, log, time.perf_counter() - started)
+    return per_seed, meta
+
+
+def paper_cells(per_seed: dict[tuple[str, str], list[float]], models: list[str]):
+    """The paper's table and the comparison cells of `run`'s per-seed AUCs: the paper's columns
+    in its order, then data sets it does not print (Musk1, Musk2)."""
+    from nphcli.experiments.paper_table import compare, get_table
+
+    table = get_table("mil_benchmark")
+    ran = {column for _, column in per_seed}
+    columns = [c for c in table.columns if c in ran] + sorted(ran - set(table.columns))
+    return table, compare(table, per_seed, rows=models, columns=columns)
+
+
+def _meta(protocol, models, loaded, log, seconds) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from nphcli.experiments.mil_data import check_statistics, content_hash, get_source, statistics
+
+    names = ("instances", "features", "bags", "positive", "negative")
+    return {
+        "nph_version": __version__,
+        "machine": machine(),
+        "protocol": asdict(protocol),
+        "models": models,
+        "data": {
+            get_source(n).label: {
+                "statistics": dict(zip(names, statistics(d), strict=True)),
+                "differs_from_paper": check_statistics(n, d),
+                "content_sha256": content_hash(d),
+            }
+            for n, d in loaded.items()
+        },
+        "trainings_logged": len(log.done),
+        "seconds_this_call": round(seconds, 1),
+        "seconds_all_trainings": round(sum(r["seconds"] for r in log.done.values()), 1),
+    }
+
+
+def machine() -> dict[str, Any]:
+    """The machine a result came from, in words and numbers."""
+    import platform
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }

@@ -1,0 +1,378 @@
+"""The paper's printed tables as data, and nph's numbers set beside them.
+
+The paper ("Nonparametric Modern Hopfield Models", Hu et al., ICML 2025) prints two tables of
+experimental numbers: ROC-AUC on four MIL benchmarks (Table "mil_benchmark") and MSE / MAE of
+univariate time-series prediction (Table "mts-result"). `PAPER_TABLES` holds them as printed; a
+reproduction hands `compare` its per-seed results and gets one `Cell` per (model, column): the
+paper's value, nph's mean and spread over seeds, the difference, and whether the paper's value
+lies within nph's mean ± spread. `write_json`, `write_csv` and `draw` put the cells on disk
+(atomically); the CLI renders them.
+
+The spread is the sample standard deviation over seeds (ddof = 1; 0 with one seed). "Within"
+means |nph mean − paper| ≤ spread, the plain reading of "the paper's value ± the seed spread";
+with a single seed nothing but an exact match is within, which is the honest answer.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from nphcli.core.atomic import atomic_write
+from nphcli.core.errors import NphError
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    """One table of the paper: values[(row, column)] as printed (None where unreadable)."""
+
+    name: str  # the table's LaTeX label, e.g. "mil_benchmark"
+    title: str  # what it shows, in words
+    metric: str  # the unit of its cells, e.g. "ROC-AUC" or "MSE / MAE"
+    higher_is_better: bool  # True for AUC, False for errors
+    rows: tuple[str, ...]  # nph's model labels (dense, sparse, topk-20%, ...)
+    columns: tuple[str, ...]  # data sets, or "dataset/horizon/metric"
+    values: Mapping[tuple[str, str], float | None]
+    source: str  # where in the paper's source the numbers are
+    notes: tuple[str, ...] = field(default=())  # typos and caveats of the printed table
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (model, column) of a reproduction beside the paper's value."""
+
+    table: str
+    row: str
+    column: str
+    paper: float | None  # the printed value; None where the paper prints none
+    mean: float | None  # nph's mean over seeds; None where nph has no result
+    std: float | None  # sample standard deviation over seeds (0 with one seed)
+    seeds: int  # how many seeds nph's mean is over
+    difference: float | None  # mean − paper
+    within: bool | None  # |difference| ≤ std; None when either side is missing
+    better: bool | None  # nph's mean beats the paper's value (in the table's direction)
+
+
+# The paper's row labels → nph's model labels (the MIL experiment's variant labels).
+MODEL_NAMES = {
+    "dense": "Dense",
+    "sparse": "Sparse",
+    "topk-20%": "Top-20%",
+    "topk-50%": "Top-50%",
+    "topk-80%": "Top-80%",
+    "window": "Window",
+    "random-feature": "Random feature",
+    "linear": "Linear",
+}
+
+_MIL_ROWS = ("dense", "sparse", "topk-20%", "topk-50%", "topk-80%", "random-feature", "linear")
+_MIL_COLUMNS = ("Tiger", "Fox", "Elephant", "UCSB")
+_MIL_PRINTED = {  # paper lines 2431-2465, Tiger / Fox / Elephant / UCSB
+    "dense": (0.813, 0.563, 0.877, 0.524),
+    "sparse": (0.830, 0.573, 0.893, 0.585),
+    "topk-20%": (0.824, 0.562, 0.848, 0.586),
+    "topk-50%": (0.812, 0.566, 0.852, 0.572),
+    "topk-80%": (0.812, 0.560, 0.872, 0.551),
+    "random-feature": (0.802, 0.508, 0.875, 0.566),
+    "linear": (0.797, 0.571, 0.869, 0.561),
+}
+
+_TS_ROWS = ("dense", "sparse", "topk-20%", "topk-50%", "topk-80%", "window", "random-feature",
+            "linear")  # fmt: skip
+_TS_HORIZONS = (96, 192, 336, 720)
+# Paper lines 2493-2521 as printed: data set, horizon, then (MSE, MAE) of each row of _TS_ROWS
+# in order. The ETTm1/96 Top-80% MAE is printed "0.31o": written "-" (missing), not guessed.
+_TS_PRINTED = """
+ETTh1 96  .137 .307 .144 .314 .148 .319 .153 .321 .147 .318 1.043 .881 .147 .312 .149 .320
+ETTh1 192 .153 .326 .152 .325 .146 .318 .161 .333 .150 .320 1.003 .870 .158 .332 .141 .313
+ETTh1 336 .148 .319 .146 .319 .156 .327 .122 .286 .160 .333 .889 .767 .151 .322 .138 .307
+ETTh1 720 .169 .331 .148 .314 .184 .345 .161 .327 .123 .287 .756 .761 .141 .271 .171 .333
+ETTm1 96  .148 .301 .147 .301 .144 .311 .151 .310 .142 -    .943 .854 .151 .314 .155 .319
+ETTm1 192 .189 .350 .187 .340 .191 .347 .185 .338 .188 .341 1.054 .893 .190 .347 .192 .348
+ETTm1 336 .163 .320 .165 .322 .168 .331 .161 .312 .169 .330 .873 .334 .175 .333 .176 .337
+ETTm1 720 .159 .300 .161 .303 .165 .313 .167 .313 .169 .320 .764 .731 .162 .309 .165 .310
+ECL 96  .378 .371 .373 .370 .384 .382 .386 .386 .383 .376 .989 .854 .390 .403 .365 .378
+ECL 192 .486 .426 .535 .507 .502 .427 .501 .464 .519 .481 1.000 .843 .543 .438 .549 .464
+ECL 336 .748 .693 .760 .688 .650 .549 .674 .571 .638 .545 1.012 .849 .767 .588 .672 .578
+ECL 720 .961 .711 .993 .758 1.145 .843 1.166 .847 1.211 .872 1.061 .865 1.362 .896 1.052 .770
+WTH 96  .347 .474 .347 .477 .348 .474 .348 .474 .356 .479 .952 .819 .345 .470 .355 .476
+WTH 192 .399 .505 .386 .497 .360 .482 .370 .490 .361 .482 .977 .828 .368 .487 .354 .478
+WTH 336 .407 .512 .387 .501 .376 .489 .397 .503 .403 .505 .931 .808 .392 .504 .407 .514
+WTH 720 .669 .631 .632 .623 .590 .604 .569 .593 .618 .618 .564 .595 .564 .595 .747 .676
+Traffic 96  1.466 .654 1.489 .638 1.483 .645 1.517 .630 1.477 .638 1.520 .625 1.515 .635 1.489 .644
+Traffic 192 1.551 .654 1.550 .657 1.557 .649 1.548 .657 1.551 .652 1.570 .637 1.551 .654 1.551 .653
+Traffic 336 1.595 .663 1.595 .662 1.599 .663 1.592 .665 1.604 .657 1.612 .646 1.613 .646 1.614 .646
+Traffic 720 1.660 .681 1.671 .671 1.664 .674 1.676 .663 1.682 .661 1.683 .661 1.682 .661 1.681 .660
+"""
+
+
+def ts_column(dataset: str, horizon: int, metric: str) -> str:
+    """The column label of the time-series table, e.g. `ETTh1/96/MSE`."""
+    return f"{dataset}/{horizon}/{metric}"
+
+
+def _time_series_values() -> dict[tuple[str, str], float | None]:
+    values: dict[tuple[str, str], float | None] = {}
+    for line in _TS_PRINTED.strip().splitlines():
+        dataset, horizon, *printed = line.split()
+        assert len(printed) == 2 * len(_TS_ROWS), line  # a mistyped line must not load
+        for i, row in enumerate(_TS_ROWS):
+            for metric, text in (("MSE", printed[2 * i]), ("MAE", printed[2 * i + 1])):
+                value = None if text == "-" else float(text)
+                values[row, ts_column(dataset, int(horizon), metric)] = value
+    return values
+
+
+_TS_DATASETS = ("ETTh1", "ETTm1", "ECL", "WTH", "Traffic")
+
+
+PAPER_TABLES: dict[str, PaperTable] = {
+    "mil_benchmark": PaperTable(
+        name="mil_benchmark",
+        title="MIL benchmarks, ROC-AUC",
+        metric="ROC-AUC",
+        higher_is_better=True,
+        rows=_MIL_ROWS,
+        columns=_MIL_COLUMNS,
+        values={
+            (row, column): value
+            for row, printed in _MIL_PRINTED.items()
+            for column, value in zip(_MIL_COLUMNS, printed, strict=True)
+        },
+        source="paper source lines 2431-2465 (Table mil_benchmark)",
+        notes=(
+            "The paper says its MIL network is simpler, and its search space smaller, than the "
+            "earlier Hopfield papers', so its numbers do not match theirs.",
+        ),
+    ),
+    "mts-result": PaperTable(
+        name="mts-result",
+        title="Univariate time-series prediction, MSE and MAE",
+        metric="MSE / MAE",
+        higher_is_better=False,
+        rows=_TS_ROWS,
+        columns=tuple(
+            ts_column(d, h, m) for d in _TS_DATASETS for h in _TS_HORIZONS for m in ("MSE", "MAE")
+        ),
+        values=_time_series_values(),
+        source="paper source lines 2493-2521 (Table mts-result)",
+        notes=(
+            "ETTm1/96 Top-80% MAE is printed '0.31o'; kept as missing.",
+            "The text names horizons 96, 196, 336, 720; the table 96, 192, 336, 720.",
+        ),
+    ),
+}
+
+
+def get_table(name: str) -> PaperTable:
+    if name not in PAPER_TABLES:
+        raise NphError(f"unknown paper table {name!r}; choose {', '.join(PAPER_TABLES)}")
+    return PAPER_TABLES[name]
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof = 1; 0 for one value)."""
+    if not values:
+        raise ValueError("mean_std needs at least one value")
+    mean = math.fsum(values) / len(values)
+    if len(values) == 1:
+        return mean, 0.0
+    return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def compare(
+    table: PaperTable,
+    per_seed: Mapping[tuple[str, str], Sequence[float]],
+    *,
+    columns: Sequence[str] | None = None,
+    rows: Sequence[str] | None = None,
+) -> list[Cell]:
+    """One cell per (row, column) of `table` (or of the `rows` / `columns` given, in their
+    order), row-major: the paper's value beside nph's per-seed results `per_seed[(row, column)]`
+    (one number per seed; missing or empty where nph has none). A row or column the paper does
+    not print (a data set it did not run) has paper None."""
+    rows = table.rows if rows is None else tuple(rows)
+    columns = table.columns if columns is None else tuple(columns)
+    cells = []
+    for row in rows:
+        for column in columns:
+            paper = table.values.get((row, column))
+            seeds = list(per_seed.get((row, column), ()))
+            mean = std = difference = within = better = None
+            if seeds:
+                mean, std = mean_std(seeds)
+                if paper is not None:
+                    difference = mean - paper
+                    within = abs(difference) <= std
+                    better = mean > paper if table.higher_is_better else mean < paper
+            cells.append(
+                Cell(
+                    table.name,
+                    row,
+                    column,
+                    paper,
+                    mean,
+                    std,
+                    len(seeds),
+                    difference,
+                    within,
+                    better,
+                )
+            )
+    return cells
+
+
+def summary(cells: Iterable[Cell]) -> dict[str, Any]:
+    """How many compared cells lie within the spread, and which do not."""
+    compared = [c for c in cells if c.within is not None]
+    outside = [f"{c.row} {c.column}" for c in compared if not c.within]
+    return {
+        "compared": len(compared),
+        "within": len(compared) - len(outside),
+        "outside": outside,
+    }
+
+
+def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
+    """The comparison as a Markdown table for the docs: a row per model, a column per table
+    column, each cell `nph mean ± spread (paper value)`, in bold where the paper's value is
+    outside nph's spread."""
+    columns = list(dict.fromkeys(c.column for c in cells))
+    rows = list(dict.fromkeys(c.row for c in cells))
+    by_key = {(c.row, c.column): c for c in cells}
+    lines = [
+        "| model | " + " | ".join(columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+    ]
+    for row in rows:
+        texts = []
+        for column in columns:
+            cell = by_key[row, column]
+            text = "" if cell.mean is None else f"{cell.mean:.{digits}f} ± {cell.std:.{digits}f}"
+            if cell.paper is not None:
+                text += f" ({cell.paper:.{digits}f})"
+            texts.append(f"**{text}**" if cell.within is False else text)
+        lines.append(f"| {MODEL_NAMES.get(row, row)} | " + " | ".join(texts) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def cells_json(table: PaperTable, cells: Sequence[Cell], meta: Mapping[str, Any]) -> dict:
+    """The comparison as one JSON-ready object: what it came from (`meta`), the table, the cells."""
+    return {
+        "table": table.name,
+        "title": table.title,
+        "metric": table.metric,
+        "higher_is_better": table.higher_is_better,
+        "paper_source": table.source,
+        "paper_notes": list(table.notes),
+        **dict(meta),
+        "summary": summary(cells),
+        "cells": [asdict(c) for c in cells],
+    }
+
+
+def write_json(
+    path: str | os.PathLike, table: PaperTable, cells: Sequence[Cell], meta: Mapping[str, Any]
+) -> None:
+    """The comparison as JSON (`cells_json`), written atomically; NaN/inf become null."""
+    text = json.dumps(_finite(cells_json(table, cells, meta)), indent=1, allow_nan=False)
+    with atomic_write(path, force=True) as tmp:
+        tmp.write_text(text + "\n")
+
+
+CSV_FIELDS = tuple(Cell.__dataclass_fields__)
+
+
+def write_csv(path: str | os.PathLike, cells: Sequence[Cell]) -> None:
+    """One CSV row per cell (`CSV_FIELDS`), written atomically; a missing value is empty."""
+    with atomic_write(path, force=True) as tmp:
+        with open(tmp, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+            writer.writeheader()
+            for cell in cells:
+                writer.writerow({k: "" if v is None else v for k, v in asdict(cell).items()})
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def draw(
+    path: str | os.PathLike,
+    table: PaperTable,
+    cells: Sequence[Cell],
+    *,
+    title: str | None = None,
+) -> None:
+    """A PNG of the comparison: one panel per column; per model nph's mean as a dot with its
+    spread over seeds as an error bar (green where the paper's value is within it, orange where
+    not), and the paper's value as a black diamond beside it. Written atomically."""
+    from nphcli.presentation.plot import _matplotlib  # optional: imported where needed
+
+    columns = list(dict.fromkeys(c.column for c in cells))
+    rows = list(dict.fromkeys(c.row for c in cells))
+    by_key = {(c.row, c.column): c for c in cells}
+    figure_cls, canvas_cls = _matplotlib()
+    per_line = min(len(columns), 4)
+    lines = math.ceil(len(columns) / per_line)
+    width = max(6.5, 0.45 * len(rows) * per_line + 1.5)
+    figure = figure_cls(figsize=(width, 3.4 * lines + 0.9), layout="constrained")
+    canvas_cls(figure)
+    grid = figure.subplots(lines, per_line, squeeze=False)
+    for index, column in enumerate(columns):
+        axes = grid[index // per_line][index % per_line]
+        for x, row in enumerate(rows):
+            cell = by_key[row, column]
+            if cell.mean is not None:
+                colour = {True: "tab:green", False: "tab:orange", None: "tab:grey"}[cell.within]
+                axes.errorbar(x - 0.12, cell.mean, yerr=cell.std, fmt="o", color=colour,
+                              capsize=3, label="nph ± spread" if x == 0 else None)  # fmt: skip
+            if cell.paper is not None:
+                axes.plot(x + 0.12, cell.paper, "D", color="black", markersize=5,
+                          label="paper" if x == 0 else None)  # fmt: skip
+        axes.set_xticks(range(len(rows)), [MODEL_NAMES.get(r, r) for r in rows], rotation=45,
+                        ha="right", fontsize=8)  # fmt: skip
+        axes.set_xlim(-0.6, len(rows) - 0.4)
+        axes.set_title(column, fontsize=10)
+        axes.set_ylabel(table.metric if table.metric != "MSE / MAE" else column.rsplit("/", 1)[-1])
+        axes.grid(axis="y", alpha=0.3)
+    for index in range(len(columns), lines * per_line):
+        grid[index // per_line][index % per_line].set_visible(False)
+    grid[0][0].legend(fontsize=7)
+    figure.suptitle(
+        f"{title or table.title}\npaper (◆) vs nph (● ± spread over seeds; green: paper within)",
+        fontsize=10,
+    )
+    with atomic_write(path, force=True) as tmp:
+        figure.savefig(tmp, format="png", dpi=100)
+
+
+def write_comparison(
+    folder: str | os.PathLike,
+    table: PaperTable,
+    cells: Sequence[Cell],
+    meta: Mapping[str, Any],
+    *,
+    picture: bool = True,
+    title: str | None = None,
+) -> list[str]:
+    """`{table}.json`, `{table}.csv` and (with `picture`) `{table}.png` in `folder`; their paths."""
+    stem = os.path.join(os.fspath(folder), table.name)
+    write_json(stem + ".json", table, cells, meta)
+    write_csv(stem + ".csv", cells)
+    paths = [stem + ".json", stem + ".csv"]
+    if picture:
+        draw(stem + ".png", table, cells, title=title)
+        paths.append(stem + ".png")
+    return paths
