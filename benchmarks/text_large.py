@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = 20_000 if args.small else args.rows
     rng = np.random.default_rng(0)
     result = {"benchmark": "text_large", **provenance(), "rows": rows, "dim": DIM}
-    with tempfile.TemporaryDirectory(dir=".") as folder:
+    with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         vectors = rng.standard_normal((rows, DIM), dtype=np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
