@@ -14,6 +14,7 @@ from nphcli.cli import (
     models,  # noqa: F401  (registers commands)
     paper,  # noqa: F401  (registers commands)
     paper_mil,  # noqa: F401  (registers commands)
+    paper_timeseries,  # noqa: F401  (registers commands)
     plot,  # noqa: F401  (registers commands)
     report,  # noqa: F401  (registers commands)
     retrieve,  # noqa: F401  (registers commands)

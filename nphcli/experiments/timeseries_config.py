@@ -1,0 +1,139 @@
+"""The grid of the time-series experiment (`nphcli.experiments.timeseries_run`): the eight models
+of the paper's table, the paper's and the quick protocol, and a preset with parts of its grid
+overridden from the CLI. Reads no torch.
+
+What the paper states (§"Time Series Prediction"): univariate, input length = horizon, horizons
+96 / 192 / 336 / 720, Window sizes 8 / 12 / 14 / 16, MSE and MAE averaged over 5 runs, the
+architecture (embedding, one Hopfield layer with every time step a query, Hopfield pooling, a
+linear head). What it leaves out is taken from the authors' released code (its time-series
+model and trainer): width 64, 4 heads, β ("scale") 0.1, batch 128, AdamW at lr 1e-3 with cosine
+decay over the epochs, gradients clipped to norm 5, layer norms after the embedding, the layer
+and the pooling, GELU after the layer, biases in the projections, Window pooled with sparsemax,
+Performer's d_h·ln d_h random features, and the test error taken at the epoch of the best
+validation error. Neither states the number of epochs; `paper` trains 10.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nphcli.core.errors import NphError
+
+# The Window size per horizon (the paper's "8, 12, 14, 16 w.r.t. 96, 196, 336, 720"; its table
+# says 192). The released code passes it as Longformer's one-sided window w, so it is nph's
+# `window` (the half-width) as it stands.
+WINDOW_SIZES = {96: 8, 192: 12, 336: 14, 720: 16}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column of the paper's table: a label, the model and its parameters, and the model
+    of the pooling layer when it is not the same (Window, as in the released code: a window
+    around the pooling query's position 0 would see only the oldest time steps)."""
+
+    label: str  # name in results, tables and plots
+    model: str  # registry name
+    params: dict[str, Any] = field(default_factory=dict)
+    pool_model: str | None = None  # None: the pooling uses `model` with `params`
+
+
+VARIANTS = (
+    Variant("dense", "dense"),
+    Variant("sparse", "sparse"),
+    Variant("topk-20%", "topk", {"k": 0.2}),
+    Variant("topk-50%", "topk", {"k": 0.5}),
+    Variant("topk-80%", "topk", {"k": 0.8}),
+    Variant("window", "window", pool_model="sparse"),
+    Variant("random-feature", "random-feature"),
+    Variant("linear", "linear"),
+)
+
+
+def window_size(horizon: int) -> int:
+    """The paper's Window size for a horizon; for another horizon, that of the largest paper
+    horizon not above it (8 below 96)."""
+    known = [h for h in sorted(WINDOW_SIZES) if h <= horizon]
+    return WINDOW_SIZES[known[-1]] if known else WINDOW_SIZES[96]
+
+
+@dataclass(frozen=True)
+class TSConfig:
+    """One experiment grid. `paper` is the paper's protocol; `quick` a scaled-down run."""
+
+    horizons: tuple[int, ...]  # H, predicted steps; the input length is H too
+    epochs: int
+    runs: int  # independent seeds per (model, horizon)
+    target: str = "OT"  # the predicted column
+    split: str = "months"  # "months" (12 / 4 / 4) or "ratio" (70 / 10 / 20 %)
+    batch_size: int = 128
+    lr: float = 1e-3  # AdamW, cosine-decayed to 0 over the epochs
+    weight_decay: float = 1e-2  # AdamW's default
+    clip: float = 5.0  # gradient norm clipping
+    d_model: int = 64  # the embedding width (= heads · head_dim)
+    heads: int = 4
+    beta: float = 0.1  # the released code's "scale"
+    variants: tuple[str, ...] = tuple(v.label for v in VARIANTS)
+
+    @property
+    def features(self) -> int:
+        """Random features per head: Performer's default m = d_h · ln d_h."""
+        head_dim = self.d_model // self.heads
+        return max(1, int(head_dim * math.log(head_dim)))
+
+
+PRESETS = {
+    "paper": TSConfig(horizons=(96, 192, 336, 720), epochs=10, runs=5),
+    # Horizon 96, one run, every model, 6 epochs: about 10 minutes on 2 busy CPU cores
+    # (docs/reproduction-timeseries.md).
+    "quick": TSConfig(horizons=(96,), epochs=6, runs=1),
+}
+
+
+def chosen_variants(config: TSConfig) -> list[Variant]:
+    """The variants a config names, in its order; an unknown label is a user error."""
+    known = {v.label: v for v in VARIANTS}
+    unknown = [label for label in config.variants if label not in known]
+    if unknown:
+        raise NphError(f"unknown model {unknown[0]!r}; choose from {', '.join(known)}")
+    return [known[label] for label in config.variants]
+
+
+def configure(
+    preset: str,
+    *,
+    models: str | None = None,
+    horizons: str | None = None,
+    epochs: int | None = None,
+    runs: int | None = None,
+    target: str | None = None,
+    split: str | None = None,
+) -> TSConfig:
+    """A preset with any of its grid overridden (comma-separated strings as the CLI gives)."""
+    if preset not in PRESETS:
+        raise NphError(f"unknown time-series preset {preset!r}; choose {', '.join(PRESETS)}")
+    config = PRESETS[preset]
+    if models:
+        config = replace(config, variants=tuple(m.strip() for m in models.split(",")))
+        chosen_variants(config)
+    if horizons:
+        try:
+            values = tuple(int(h) for h in horizons.split(","))
+        except ValueError:
+            raise NphError(f"--horizons must be whole numbers, got {horizons!r}") from None
+        if any(h < 1 for h in values):
+            raise NphError("--horizons must be ≥ 1")
+        config = replace(config, horizons=values)
+    for name, value in (("epochs", epochs), ("runs", runs)):
+        if value is not None:
+            if value < 1:
+                raise NphError(f"--{name} must be ≥ 1, got {value}")
+            config = replace(config, **{name: value})
+    if split is not None:
+        if split not in ("months", "ratio"):
+            raise NphError(f"--split must be months or ratio, got {split!r}")
+        config = replace(config, split=split)
+    if target is not None:
+        config = replace(config, target=target)
+    return config

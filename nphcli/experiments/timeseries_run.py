@@ -1,0 +1,339 @@
+"""Train and test the time-series network (`timeseries_model`) on one CSV file: the paper's table
+"mts-result" (MSE and MAE per model and horizon, mean of runs) and its time per epoch.
+
+One training run: AdamW with cosine decay over the epochs, MSE loss on standardised values,
+gradients clipped; after each epoch the validation MSE, and the test MSE and MAE of the epoch
+with the lowest validation MSE (the released trainer's model selection). Errors are means over
+every predicted value of every test window.
+
+Reproducible: initial weights and batch order come from the seed, the run and the horizon, so
+every model of a run sees the same batches. Results are JSON Lines, one line per (model,
+horizon, run), rewritten atomically after each training run; `resume` skips the runs already
+written (and refuses a file made with another protocol or data file).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812  (torch's own convention)
+from torch import Tensor
+
+from nphcli.core.atomic import atomic_write, check_writable
+from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
+from nphcli.experiments.timeseries import Prepared, Series, prepare, read_series
+from nphcli.experiments.timeseries_config import TSConfig, Variant, chosen_variants
+from nphcli.experiments.timeseries_model import TSNet
+from nphcli.version import __version__
+
+Progress = Callable[..., None]
+
+
+def _seed(base: int, run: int, horizon: int) -> int:
+    return base * 1_000_003 + run * 1_009 + horizon
+
+
+def build_net(config: TSConfig, variant: Variant, horizon: int, seed: int) -> TSNet:
+    with torch.random.fork_rng(devices=[]):  # nn init draws from the global RNG: contain it
+        torch.manual_seed(seed)
+        return TSNet(config, variant, horizon)
+
+
+def train_one(
+    config: TSConfig,
+    variant: Variant,
+    horizon: int,
+    run: int,
+    data: Prepared,
+    *,
+    seed: int = 0,
+    on_epoch: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Train one network for `config.epochs`; its record (see the module docstring)."""
+    x_train, y_train = data.parts["train"]
+    generator = torch.Generator().manual_seed(_seed(seed, run, horizon))
+    net = build_net(config, variant, horizon, _seed(seed, run, horizon))
+    optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs)
+    best, best_state, history = math.inf, None, []
+    for epoch in range(1, config.epochs + 1):
+        started = time.perf_counter()
+        train_mse = train_epoch(net, optimiser, x_train, y_train, config, generator)
+        seconds = time.perf_counter() - started
+        schedule.step()
+        val_mse, _ = evaluate(net, *data.parts["val"], config.batch_size)
+        history.append(
+            {"epoch": epoch, "train_mse": train_mse, "val_mse": val_mse, "seconds": seconds}
+        )
+        if val_mse < best:
+            best, best_epoch = val_mse, epoch
+            best_state = copy.deepcopy(net.state_dict())
+        if on_epoch is not None:
+            on_epoch(epoch)
+    if best_state is None:
+        raise NphError(
+            f"{variant.label} (horizon {horizon}, run {run}) never reached a finite "
+            "validation error"
+        )
+    net.load_state_dict(best_state)
+    test_mse, test_mae = evaluate(net, *data.parts["test"], config.batch_size)
+    return {
+        "model": variant.label,
+        "horizon": horizon,
+        "run": run,
+        "best_epoch": best_epoch,
+        "val_mse": best,
+        "test_mse": test_mse,
+        "test_mae": test_mae,
+        "seconds_per_epoch": sum(h["seconds"] for h in history) / len(history),
+        "epochs": history,
+    }
+
+
+def train_epoch(
+    net: TSNet,
+    optimiser: torch.optim.Optimizer,
+    x: Tensor,
+    y: Tensor,
+    config: TSConfig,
+    generator: torch.Generator,
+    *,
+    steps: int | None = None,
+) -> float:
+    """One pass over the training windows in a seeded order (or its first `steps` batches);
+    the mean training MSE."""
+    net.train()
+    loss_sum = seen = 0.0
+    batches = torch.randperm(x.shape[0], generator=generator).split(config.batch_size)
+    for rows in batches[:steps]:
+        loss = F.mse_loss(net(x[rows]), y[rows])
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), config.clip)
+        optimiser.step()
+        loss_sum += float(loss.detach()) * rows.numel()
+        seen += rows.numel()
+    return loss_sum / seen
+
+
+@torch.no_grad()
+def evaluate(net: TSNet, x: Tensor, y: Tensor, batch_size: int) -> tuple[float, float]:
+    """MSE and MAE over every predicted value of every window (inputs (N, L), targets (N, H))."""
+    net.eval()
+    squared = absolute = 0.0
+    for rows in torch.arange(x.shape[0]).split(batch_size):
+        error = (net(x[rows]) - y[rows]).double()  # (b, H)
+        squared += float(error.square().sum())
+        absolute += float(error.abs().sum())
+    return squared / y.numel(), absolute / y.numel()
+
+
+def protocol(config: TSConfig, series: Series, seed: int) -> dict[str, Any]:
+    """What a record came from: the data file (name and hash), the protocol, nph's version."""
+    return {
+        "data": Path(series.path).name,
+        "sha256": series.sha256,
+        "config": {
+            **asdict(config),
+            "horizons": list(config.horizons),
+            "variants": list(config.variants),
+        },
+        "seed": seed,
+        "nph": __version__,
+    }
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The records of a results file (none if it does not exist)."""
+    if not path.exists():
+        return []
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as error:
+        raise NphError(f"cannot read time-series results {path}: {error}") from None
+
+
+def write_results(path: Path, records: list[dict[str, Any]]) -> None:
+    with atomic_write(path, force=True) as tmp:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _same_protocol(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    keep = ("horizons", "runs", "variants")  # the grid may grow on resume; the rest may not
+    strip = lambda p: {**p, "config": {k: v for k, v in p["config"].items() if k not in keep}}  # noqa: E731
+    return strip(old) == strip(new)
+
+
+def finished_runs(
+    config: TSConfig, data: str | Path, out: str | Path, *, seed: int = 0
+) -> tuple[Series, dict[str, Any], list[dict[str, Any]]]:
+    """The series of `data`, the protocol `config` makes on it, and the runs already in `out`
+    (refused when they were made with another protocol or data file)."""
+    series = read_series(data, config.target)
+    made = protocol(config, series, seed)
+    records = read_results(Path(out))
+    for record in records:
+        if not _same_protocol(record["protocol"], made):
+            raise NphError(f"{out} was made with another protocol or data file; choose --out")
+    return series, made, records
+
+
+def run_experiment(
+    config: TSConfig,
+    data: str | Path,
+    out: str | Path,
+    *,
+    seed: int = 0,
+    resume: bool = False,
+    progress: Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Train every (variant, horizon, run) of `config` on the CSV file `data`, writing records
+    to `out` (JSON Lines) after each training run. With `resume`, runs already in `out` are kept
+    and skipped; without it an existing `out` is an error. `progress`, if given, is called as
+    progress(total epochs) once and progress(None, label) after each epoch."""
+    out = Path(out)
+    if out.exists() and not resume:
+        raise NphError(f"{out} already exists; pass --resume to continue it or choose --out")
+    check_writable(out, force=True)
+    variants = chosen_variants(config)
+    series, made, records = finished_runs(config, data, out, seed=seed)
+    records = records if resume else []
+    done = {(r["model"], r["horizon"], r["run"]) for r in records}
+    jobs = [
+        (variant, horizon, run)
+        for horizon in config.horizons
+        for run in range(config.runs)
+        for variant in variants
+        if (variant.label, horizon, run) not in done
+    ]
+    prepared = {
+        h: prepare(series, input_len=h, horizon=h, split=config.split)
+        for h in sorted({h for _, h, _ in jobs})
+    }
+    notice(
+        f"time series {made['data']} ({config.target}, {config.split} split): "
+        f"{len(jobs)} training runs of {config.epochs} epochs to do"
+    )
+    tick = progress or (lambda *_: None)
+    tick(len(jobs) * config.epochs)
+    for variant, horizon, run in jobs:
+        label = f"{variant.label} H={horizon} run {run}"
+        record = train_one(
+            config,
+            variant,
+            horizon,
+            run,
+            prepared[horizon],
+            seed=seed,
+            on_epoch=lambda _, label=label: tick(None, label),
+        )
+        records.append({**record, "protocol": made})
+        write_results(out, records)
+    return records
+
+
+def per_seed(records: list[dict[str, Any]], dataset: str) -> dict[tuple[str, str], list[float]]:
+    """Test MSE and MAE of every run, keyed as the paper's table "mts-result" keys its cells:
+    (model, "DATASET/HORIZON/MSE") and (model, "DATASET/HORIZON/MAE")."""
+    from nphcli.experiments.paper_table import ts_column
+
+    cells: dict[tuple[str, str], list[float]] = {}
+    for r in records:
+        for metric in ("MSE", "MAE"):
+            key = (r["model"], ts_column(dataset, r["horizon"], metric))
+            cells.setdefault(key, []).append(r[f"test_{metric.lower()}"])
+    return cells
+
+
+def compare_with_paper(records: list[dict[str, Any]], dataset: str, config: TSConfig) -> list:
+    """The paper's table "mts-result" beside nph's runs: one `paper_table.Cell` per model of
+    `config` and (horizon, metric) of `config` that the paper prints for `dataset`, over the runs
+    of `config`'s grid (a results file may hold more)."""
+    from nphcli.experiments.paper_table import PAPER_TABLES, compare, ts_column
+
+    table = PAPER_TABLES["mts-result"]
+    columns = [ts_column(dataset, h, m) for h in config.horizons for m in ("MSE", "MAE")]
+    columns = [c for c in columns if c in table.columns]
+    if not columns:
+        known = sorted({c.split("/")[0] for c in table.columns})
+        raise NphError(
+            f"the paper's table has no {dataset!r} at horizons "
+            f"{', '.join(map(str, config.horizons))}; name the data set with --dataset "
+            f"({', '.join(known)}) and use horizons 96, 192, 336 or 720"
+        )
+    mine = [r for r in records if r["run"] < config.runs and r["horizon"] in config.horizons]
+    return compare(table, per_seed(mine, dataset), columns=columns, rows=config.variants)
+
+
+def comparison_meta(
+    records: list[dict[str, Any]], results: Path, options: dict[str, Any], seconds: float
+) -> dict[str, Any]:
+    """What a comparison came from: the options given, the results file, the runs' protocol
+    (data file and hash, grid, seed, nph version), the machine and this call's wall time."""
+    import platform
+
+    return {
+        "options": {k: v for k, v in options.items() if v is not None},
+        "results": str(results),
+        "runs_compared": len(records),
+        "protocol": records[0]["protocol"],
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
+        "wall_seconds_this_call": round(seconds, 1),
+    }
+
+
+def epoch_times(
+    config: TSConfig,
+    data: str | Path,
+    *,
+    steps: int | None = None,
+    repeats: int = 1,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Seconds per training epoch of every (variant, horizon) of `config` on `data` (the paper's
+    efficiency figure): each epoch on a freshly built network after one untimed warm-up step;
+    the models take turns within each repeat, so a busy spell of the machine falls on all of
+    them alike. With `steps`, an epoch is timed over its first `steps` batches and scaled to all
+    of its batches (`measured_steps` says so). Per row: the mean and the fastest of `repeats`."""
+    series = read_series(data, config.target)
+    variants = chosen_variants(config)
+    rows = []
+    for horizon in config.horizons:
+        x, y = prepare(series, input_len=horizon, horizon=horizon, split=config.split).parts[
+            "train"
+        ]
+        batches = math.ceil(x.shape[0] / config.batch_size)
+        timed = batches if steps is None else min(steps, batches)
+        seconds: dict[str, list[float]] = {v.label: [] for v in variants}
+        for repeat in range(repeats):
+            for variant in variants:
+                net = build_net(config, variant, horizon, _seed(seed, repeat, horizon))
+                optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr)
+                generator = torch.Generator().manual_seed(_seed(seed, repeat, horizon))
+                train_epoch(net, optimiser, x, y, config, generator, steps=1)  # warm-up
+                started = time.perf_counter()
+                train_epoch(net, optimiser, x, y, config, generator, steps=timed)
+                seconds[variant.label].append((time.perf_counter() - started) * batches / timed)
+        rows += [
+            {
+                "model": label,
+                "horizon": horizon,
+                "seconds_per_epoch": sum(times) / repeats,
+                "fastest_seconds_per_epoch": min(times),
+                "repeats": repeats,
+                "steps_per_epoch": batches,
+                "measured_steps": timed,
+            }
+            for label, times in seconds.items()
+        ]
+    return rows
