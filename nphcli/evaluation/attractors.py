@@ -82,8 +82,11 @@ def diagnose(
     """The attractor diagnostics of an iterated run (`steps` > 1, auto-associative), per query
     (Q,): `attractor`, `attractor_size`, the shares `at_pattern`, `at_metastable`, `at_global`,
     and `energy`, the model's E(y) at the final state where it has one and the memory is whole
-    in this process. {} for one-step or hetero-associative runs."""
+    in this process. {} for one-step or hetero-associative runs, and for a memory split across
+    processes (not diagnosed there yet)."""
     if int(getattr(model, "steps", 1)) <= 1 or bank.hetero:
+        return {}
+    if bank.collective.world_size > 1:  # ranks would each weigh only their own rows
         return {}
     from nphcli.evaluation.metrics import cosine
 

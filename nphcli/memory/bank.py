@@ -34,7 +34,7 @@ class MemoryBank:
     value_dim: int
     device: torch.device
     dtype: torch.dtype
-    hetero: bool  # values differ from keys (hetero-association)
+    hetero: bool = False  # values differ from keys (hetero-association)
     meta: dict[str, Any]  # what the memory file records ({} for tensors built in Python)
     path: Path | None  # the file the memory came from, if any
     # How partial results over this process's rows combine with other processes' (see

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.core.resources import human_bytes
+from nphcli.core.resources import human_bytes, physical_memory
 from nphcli.engine.features import (
     FeatureSummary,
     feature_plan,
@@ -41,7 +41,7 @@ from nphcli.engine.features import (
     readout,
     summarise_keys,
 )
-from nphcli.engine.planning import Plan, itemsize
+from nphcli.engine.planning import Plan, itemsize, note_over_budget
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.engine.summary_cache import cached_summary
 from nphcli.memory.bank import MemoryBank
@@ -144,13 +144,17 @@ class RandomFeature(HopfieldModel):
         compute = itemsize(accumulation_dtype(bank.dtype))  # the projection, float64 and cast:
         held = self.features * bank.dim * (8 + compute)
         summary = 4 * self.features * (bank.value_dim + 1) * compute  # see `feature_plan`
-        if held + summary > budget:  # no block size helps: the features alone are too many
+        needed = held + summary  # no block size lowers it: the features alone take it
+        room = physical_memory()
+        if room is not None and needed > room:  # it could never be allocated
             raise NphError(
-                f"--features {self.features} needs {human_bytes(held + summary)} of working "
-                f"memory at d = {bank.dim} (its projection and feature summary), more than the "
-                f"--memory-budget of {human_bytes(budget)}; lower --features or raise "
-                "--memory-budget"
+                f"--features {self.features} needs {human_bytes(needed)} of working memory at "
+                f"d = {bank.dim} (its projection and feature summary), more than the "
+                f"--memory-budget of {human_bytes(budget)} and this machine's "
+                f"{human_bytes(room)}; lower --features"
             )
+        smallest = f"--features {self.features}'s projection and feature summary at d = {bank.dim}"
+        note_over_budget(budget, needed, smallest)
         return feature_plan(num_queries, bank, budget, features=self.features, held=held)
 
     def associate(
