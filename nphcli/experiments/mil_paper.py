@@ -30,6 +30,7 @@ import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor, nn
 
 from nphcli.core.errors import NphError
+from nphcli.core.jsontext import parse_json
 from nphcli.experiments.datasets import MILData
 from nphcli.experiments.mil_config import VARIANTS, Variant
 from nphcli.experiments.mil_protocol import (
@@ -170,10 +171,10 @@ class RunLog:
             os.truncate(path, len(text[: text.rfind("\n") + 1].encode()))
             text = text[: text.rfind("\n") + 1]
         for number, line in enumerate(text.splitlines(), 1):
+            record = parse_json(line, what=f"{path}, line {number}")  # bounded, one line
             try:
-                record = json.loads(line)
                 self.done[_key(record)] = record
-            except (json.JSONDecodeError, KeyError, TypeError):
+            except (KeyError, TypeError):
                 raise NphError(f"{path}, line {number}: not a MIL training record") from None
 
     def get(self, key: tuple) -> dict[str, Any] | None:

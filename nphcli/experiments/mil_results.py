@@ -6,30 +6,21 @@ file needs no network code.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from nphcli.core.atomic import atomic_write
-from nphcli.core.errors import NphError
+from nphcli.experiments.records import read_records, write_records
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
     """The records of a results file (none if it does not exist)."""
-    if not path.exists():
-        return []
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as error:
-        raise NphError(f"cannot read MIL results {path}: {error}") from None
+    return read_records(path, "MIL results")
 
 
-def write_results(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    with atomic_write(path, force=True) as tmp:
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+write_results = write_records
 
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, dict[int, tuple[float, float, int]]]:

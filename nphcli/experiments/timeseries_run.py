@@ -15,7 +15,6 @@ written (and refuses a file made with another protocol or data file).
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import time
@@ -28,9 +27,10 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
-from nphcli.core.atomic import atomic_write, check_writable
+from nphcli.core.atomic import check_writable
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
+from nphcli.experiments.records import read_records, write_records
 from nphcli.experiments.timeseries import Prepared, Series, prepare, read_series
 from nphcli.experiments.timeseries_config import TSConfig, Variant, chosen_variants
 from nphcli.experiments.timeseries_model import TSNet
@@ -155,17 +155,10 @@ def protocol(config: TSConfig, series: Series, seed: int) -> dict[str, Any]:
 
 def read_results(path: Path) -> list[dict[str, Any]]:
     """The records of a results file (none if it does not exist)."""
-    if not path.exists():
-        return []
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as error:
-        raise NphError(f"cannot read time-series results {path}: {error}") from None
+    return read_records(path, "time-series results")
 
 
-def write_results(path: Path, records: list[dict[str, Any]]) -> None:
-    with atomic_write(path, force=True) as tmp:
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+write_results = write_records
 
 
 def _same_protocol(old: dict[str, Any], new: dict[str, Any]) -> bool:
