@@ -171,10 +171,10 @@ class RunLog:
             os.truncate(path, len(text[: text.rfind("\n") + 1].encode()))
             text = text[: text.rfind("\n") + 1]
         for number, line in enumerate(text.splitlines(), 1):
-            record = parse_json(line, what=f"{path}, line {number}")  # bounded, one line
             try:
+                record = parse_json(line, what=f"{path}, line {number}")  # bounded
                 self.done[_key(record)] = record
-            except (KeyError, TypeError):
+            except (NphError, KeyError, TypeError):
                 raise NphError(f"{path}, line {number}: not a MIL training record") from None
 
     def get(self, key: tuple) -> dict[str, Any] | None:
