@@ -151,7 +151,7 @@ def print_table(
         title=title, title_justify="left", box=box.ASCII if ascii_only else box.HEAVY_HEAD
     )
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # never "…": a value too wide folds
     for row in cells:
         table.add_row(*row)
     unbounded = console.options.update_width(10**6)  # (a measure is clamped to its width)
