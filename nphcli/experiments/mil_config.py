@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nphcli.core.errors import NphError
+from nphcli.experiments.presets import chosen, labels, whole_numbers, with_counts
+from nphcli.experiments.presets import preset as preset_named
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,7 @@ PRESETS = {
 
 def chosen_variants(config: MILConfig) -> list[Variant]:
     """The variants a config names, in its order; an unknown label is a user error."""
-    known = {v.label: v for v in VARIANTS}
-    unknown = [label for label in config.variants if label not in known]
-    if unknown:
-        raise NphError(f"unknown MIL model {unknown[0]!r}; choose from {', '.join(known)}")
-    return [known[label] for label in config.variants]
+    return chosen(VARIANTS, config.variants, "MIL model")
 
 
 def configure(
@@ -97,28 +94,17 @@ def configure(
     runs: int | None = None,
 ) -> MILConfig:
     """A preset with any of its grid overridden (comma-separated strings as the CLI gives)."""
-    if preset not in PRESETS:
-        raise NphError(f"unknown MIL preset {preset!r}; choose {', '.join(PRESETS)}")
-    config = PRESETS[preset]
+    config = preset_named(PRESETS, preset, "MIL preset")
     if models:
-        config = replace(config, variants=tuple(m.strip() for m in models.split(",")))
+        config = replace(config, variants=labels(models))
         chosen_variants(config)
     if bag_sizes:
-        try:
-            sizes = tuple(int(s) for s in bag_sizes.split(","))
-        except ValueError:
-            raise NphError(f"--bag-sizes must be whole numbers, got {bag_sizes!r}") from None
-        if any(s < 1 for s in sizes):
-            raise NphError("--bag-sizes must be ≥ 1")
+        sizes = whole_numbers(bag_sizes, "--bag-sizes")
         # The convergence plot stays at the preset's size when it is run, else the size nearest
         # the paper's 50.
         shown = config.convergence_bag_size
         if shown not in sizes:
             shown = min(sizes, key=lambda size: (abs(size - 50), size))
         config = replace(config, bag_sizes=sizes, convergence_bag_size=shown)
-    for name, value in (("epochs", epochs), ("runs", runs)):
-        if value is not None:
-            if value < 1:
-                raise NphError(f"--{name} must be ≥ 1, got {value}")
-            config = replace(config, **{name: value})
+    config = with_counts(config, epochs=epochs, runs=runs)
     return config

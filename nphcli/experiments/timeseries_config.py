@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.experiments.presets import chosen, labels, whole_numbers, with_counts
+from nphcli.experiments.presets import preset as preset_named
 
 # The Window size per horizon (the paper's "8, 12, 14, 16 w.r.t. 96, 196, 336, 720"; its table
 # says 192). The released code passes it as Longformer's one-sided window w, so it is nph's
@@ -93,11 +95,7 @@ PRESETS = {
 
 def chosen_variants(config: TSConfig) -> list[Variant]:
     """The variants a config names, in its order; an unknown label is a user error."""
-    known = {v.label: v for v in VARIANTS}
-    unknown = [label for label in config.variants if label not in known]
-    if unknown:
-        raise NphError(f"unknown model {unknown[0]!r}; choose from {', '.join(known)}")
-    return [known[label] for label in config.variants]
+    return chosen(VARIANTS, config.variants, "model")
 
 
 def configure(
@@ -111,25 +109,13 @@ def configure(
     split: str | None = None,
 ) -> TSConfig:
     """A preset with any of its grid overridden (comma-separated strings as the CLI gives)."""
-    if preset not in PRESETS:
-        raise NphError(f"unknown time-series preset {preset!r}; choose {', '.join(PRESETS)}")
-    config = PRESETS[preset]
+    config = preset_named(PRESETS, preset, "time-series preset")
     if models:
-        config = replace(config, variants=tuple(m.strip() for m in models.split(",")))
+        config = replace(config, variants=labels(models))
         chosen_variants(config)
     if horizons:
-        try:
-            values = tuple(int(h) for h in horizons.split(","))
-        except ValueError:
-            raise NphError(f"--horizons must be whole numbers, got {horizons!r}") from None
-        if any(h < 1 for h in values):
-            raise NphError("--horizons must be ≥ 1")
-        config = replace(config, horizons=values)
-    for name, value in (("epochs", epochs), ("runs", runs)):
-        if value is not None:
-            if value < 1:
-                raise NphError(f"--{name} must be ≥ 1, got {value}")
-            config = replace(config, **{name: value})
+        config = replace(config, horizons=whole_numbers(horizons, "--horizons"))
+    config = with_counts(config, epochs=epochs, runs=runs)
     if split is not None:
         if split not in ("months", "ratio"):
             raise NphError(f"--split must be months or ratio, got {split!r}")
