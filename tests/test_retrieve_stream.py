@@ -180,3 +180,36 @@ def test_streaming_a_foreign_file_notes_the_assumption_once(invoke, tmp_path):
     result = invoke("retrieve", "--memory", tmp_path / "foreign.safetensors", "--stream", "--json")
     assert result.exit_code == 0, result.stderr
     assert result.stderr.count("no nph metadata") == 1
+
+
+class _CountingBank(StreamedBank):
+    """A streamed bank that records the largest block of rows anyone asked it for."""
+
+    largest = 0
+
+    def blocks(self, rows):
+        _CountingBank.largest = max(_CountingBank.largest, min(rows, self.num_memories))
+        return super().blocks(rows)
+
+    def key_blocks(self, rows):
+        _CountingBank.largest = max(_CountingBank.largest, min(rows, self.num_memories))
+        return super().key_blocks(rows)
+
+
+@pytest.mark.parametrize("model", ["dense", "topk"])
+def test_every_block_read_from_disk_fits_the_memory_budget(tmp_path, model):
+    """Retrieval and the metrics after it (the nearest-pattern search) read a streamed memory in
+    blocks that fit --memory-budget: the metrics once read 2²⁴ entries per block whatever the
+    budget (issue 40's larger-than-memory run failed on it)."""
+    from nphcli.evaluation.evaluate import evaluate
+    from nphcli.evaluation.settings import settings_from
+
+    path = tmp_path / "m.safetensors"
+    save_memory(path, torch.randn(20_000, 32, generator=torch.Generator().manual_seed(0)))
+    budget = 1 << 20
+    settings = settings_from(model, {"k": 4} if model == "topk" else {}, {"memory_budget": budget, "queries": 20})
+    _CountingBank.largest = 0
+    report = evaluate(_CountingBank(path), settings)
+    assert report.metrics["success"]["mean"] is not None
+    row_bytes = 32 * 4
+    assert 0 < _CountingBank.largest * row_bytes <= budget, _CountingBank.largest

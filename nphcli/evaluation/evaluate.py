@@ -217,7 +217,7 @@ def _run_on_device(
         target_indices=None if indices is None else indices.to(device),
         steps=result.steps,
         support=result.support,
-        block_rows=None if bank.resident() is not None else _metric_block_rows(bank),
+        **_metric_blocks(bank, settings.memory_budget or DEFAULT_MEMORY_BUDGET),
         stored_range=stored_range,
         pixels=bool(bank.item_shape) and not bank.hetero,  # outputs are the stored images
     )
@@ -286,10 +286,19 @@ def _stored_range(scale: MemoryScale, dtype: torch.dtype) -> tuple[float, float]
     return float(extremes[0]), float(extremes[1])
 
 
-def _metric_block_rows(bank: MemoryBank) -> int:
-    """Stored rows per block of the nearest-pattern search over a memory that is not resident:
-    at most `metrics.BLOCK_ELEMENTS` entries of keys and of values each."""
-    return max(1, metric_fns.BLOCK_ELEMENTS // max(bank.dim, bank.value_dim))
+def _metric_blocks(bank: MemoryBank, budget: int) -> dict[str, int | None]:
+    """Block sizes of the nearest-pattern search (`metrics.nearest`) within the run's memory
+    budget, as retrieval keeps to it: half for stored rows, half for scores. A stored row not
+    resident costs two rows as read (the next block is read while the last is referenced) plus
+    a metric-dtype copy and its square; a score costs two metric-dtype values and a tie mask
+    byte. A resident memory's blocks are views: only the scores count."""
+    metric_size = metric_fns.metric_dtype(torch.empty(0, dtype=bank.dtype)).itemsize
+    elements = max(1, min(metric_fns.BLOCK_ELEMENTS, budget // 2 // (2 * metric_size + 1)))
+    if bank.resident() is not None:
+        return {"block_rows": None, "block_elements": elements}
+    row_bytes = 2 * bank.value_dim * (bank.dtype.itemsize + metric_size)
+    rows = max(1, min(metric_fns.BLOCK_ELEMENTS // bank.value_dim, budget // 2 // row_bytes))
+    return {"block_rows": rows, "block_elements": elements}
 
 
 def _timing(device_timing: dict[str, Any], corrupt_s: float, start: float, num_queries: int):

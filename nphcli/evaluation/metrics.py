@@ -106,16 +106,16 @@ def nearest(
     device = points.device
     num_points, num_stored = points.shape[0], bank.num_memories
     relative = 16 * math.sqrt(points.shape[1]) * torch.finfo(dtype).eps
+    memory_block = max(1, min(num_stored, block_elements, block_rows or num_stored))
     largest = bank.collective.all_max(
         torch.stack(
             [
                 values.to(device=device, dtype=dtype).square().sum(dim=1).max()
-                for _, _, values in bank.blocks(1 << 16)
+                for _, _, values in bank.blocks(min(memory_block, 1 << 16))
             ]
         ).max()
     )  # max_μ ‖s_μ‖² over every rank's rows
     best = torch.empty(num_points, dtype=torch.int64, device=device)
-    memory_block = max(1, min(num_stored, block_elements, block_rows or num_stored))
     query_block = max(1, block_elements // memory_block)
     for q0 in range(0, num_points, query_block):
         p = points[q0 : q0 + query_block].to(dtype)  # (B, d_v)
@@ -165,13 +165,14 @@ def per_query(
     steps: Tensor | None = None,
     support: Tensor | None = None,
     block_rows: int | None = None,
+    block_elements: int = BLOCK_ELEMENTS,
     stored_range: tuple[float, float] | None = None,
     pixels: bool = True,
 ) -> dict[str, Tensor]:
     """Every metric of the module docstring per query, as (Q,) tensors on `retrieved`'s device.
 
     `stored` (M, d_v) are the memories in the output space, as a tensor or as the values of a
-    `MemoryBank` (`block_rows`: see `nearest`). Error metrics need `targets`
+    `MemoryBank` (`block_rows`, `block_elements`: see `nearest`). Error metrics need `targets`
     (Q, d_v); `success` needs the targets' stored indices: `target_indices` (Q,) if given,
     else the stored row nearest to each target. Without targets only `nearest`,
     `nearest_distance`, `support` and `steps` are returned. `stored_range` is the stored values'
@@ -180,7 +181,8 @@ def per_query(
     for plain vectors: it is left out).
     """
     out: dict[str, Tensor] = {}
-    index, distance = nearest(retrieved, stored, block_rows=block_rows)
+    blocks = {"block_rows": block_rows, "block_elements": block_elements}
+    index, distance = nearest(retrieved, stored, **blocks)
     out["nearest"] = index
     out["nearest_distance"] = distance
     if targets is not None:
@@ -189,7 +191,7 @@ def per_query(
         out["mse"] = errors / retrieved.shape[1]
         out["cosine"] = cosine(retrieved, targets)
         if target_indices is None:
-            target_indices, _ = nearest(targets.to(retrieved.device), stored, block_rows=block_rows)
+            target_indices, _ = nearest(targets.to(retrieved.device), stored, **blocks)
         out["target_index"] = target_indices.to(device=index.device, dtype=torch.int64)
         out["success"] = same_row(stored, index, out["target_index"]).to(errors.dtype)
         if pixels:

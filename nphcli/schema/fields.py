@@ -468,7 +468,8 @@ FIELDS: tuple[Field, ...] = (
         "memory_budget",
         "size",
         None,
-        "Working memory of the model in bytes, e.g. 64M or 2GiB (K/M/G = 1024-based) "
+        "Working memory of the model and of the metrics' nearest-pattern search, in bytes, "
+        "e.g. 64M or 2GiB (K/M/G = 1024-based) "
         f"[default: {size_text(DEFAULT_MEMORY_BUDGET)}]; changes speed, not results.",
         minimum=1,
     ),
