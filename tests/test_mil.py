@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from conftest import assert_one_error_line
 
 from nphcli.core.errors import NphError
 from nphcli.experiments import mil
@@ -121,3 +122,19 @@ def test_cli_mil_json(invoke, tmp_path, synthetic_pools, monkeypatch):
     assert list(summary) == ["sparse"] and list(summary["sparse"]) == ["4"]
     again = invoke("mil", "--models", "sparse", "--bag-sizes", "4", "--out", out)
     assert again.exit_code != 0 and "Error:" in again.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--models", "dense,bogus"], ["unknown MIL model 'bogus'"]),
+        (["--bag-sizes", "5,x"], ["--bag-sizes"]),
+        (["--epochs", "1,2"], ["--epochs takes a whole number, got '1,2'"]),
+    ],
+)
+def test_comma_lists_reach_the_experiment(invoke, tmp_path, args, words):
+    """The MIL options that take comma lists hand the whole list on (they once crashed with a
+    traceback when split like a setting's values); a bad entry is one error line."""
+    result = invoke("mil", *args, "--out", tmp_path / "mil.jsonl")
+    assert_one_error_line(result, *words)
+    assert not (tmp_path / "mil.jsonl").exists()

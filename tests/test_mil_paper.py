@@ -13,6 +13,7 @@ from conftest import assert_one_error_line
 from nphcli.core.errors import NphError
 from nphcli.experiments import mil_paper, mil_protocol
 from nphcli.experiments.datasets import MILData
+from nphcli.experiments.mil_config import PAPER_MIL_MODELS
 from nphcli.experiments.mil_protocol import Hyper
 
 HYPER = Hyper(batch_size=4, lr=1e-2, weight_decay=0.0, width=8, heads=2, beta=1.0, dropout=0.5)
@@ -43,7 +44,7 @@ def _csv(folder, data: MILData) -> None:
     (folder / "ucsb_breast_cancer.csv").write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize("model", mil_paper.MODELS)
+@pytest.mark.parametrize("model", PAPER_MIL_MODELS)
 def test_a_padded_batch_scores_each_bag_as_alone(model):
     """Padding must not change a bag's logit, for every rule (top-k takes k of each bag's own
     size; the feature rules mask padded keys)."""
@@ -161,7 +162,7 @@ def test_the_command_prints_and_writes_the_comparison(invoke, tmp_path, monkeypa
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--protocol", "slow"], ["unknown protocol 'slow'"]),
+        (["--protocol", "slow"], ["'slow' is not one of 'full', 'reduced', 'quick'"]),
         (["--datasets", "fox"], ["Fox is not in", "fox_100x100_matlab.mat"]),
         (["--models", "window"], ["unknown MIL model 'window'"]),
     ],
@@ -171,3 +172,8 @@ def test_the_command_refuses_bad_input_in_one_line(invoke, tmp_path, args, words
     result = invoke("paper", "mil", "--data", tmp_path, "--out", tmp_path / "res", *args)
     assert_one_error_line(result, *words)
     assert not (tmp_path / "res").exists()
+
+
+def test_the_command_needs_its_data_folder(invoke, tmp_path):
+    result = invoke("paper", "mil", "--out", tmp_path / "res")
+    assert_one_error_line(result, "nph paper mil needs --data")

@@ -5,6 +5,7 @@ subprocess that adds the field before anything imports the command line."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import nphcli
 
 SCRIPT = r"""
 import dataclasses, json, sys
@@ -107,3 +110,59 @@ def test_help_for_a_field_the_command_lacks_is_refused():
     wrapped = with_fields(["seed"], params=False, help={"sed": "typo"})(command)
     with pytest.raises(ValueError, match="sed"):
         _ = wrapped.__signature__
+
+
+def _typer_options(path: Path) -> list[ast.Call]:
+    """The `typer.Option(...)` calls of a module that are not hidden."""
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "Option"
+            and not any(k.arg == "hidden" for k in node.keywords)
+        ):
+            calls.append(node)
+    return calls
+
+
+def test_no_command_declares_an_option_by_hand():
+    """A command takes its options from fields (`with_fields`) or from the named groups of
+    `nphcli/cli/options.py`; the application's callback keeps its global flags. A hidden option
+    (a retired flag that says what replaced it) is not part of the surface."""
+    cli = Path(nphcli.__file__).parent / "cli"
+    allowed = {"options.py", "field_options.py", "app.py"}
+    by_hand = {
+        path.name: len(_typer_options(path))
+        for path in sorted(cli.glob("*.py"))
+        if path.name not in allowed and _typer_options(path)
+    }
+    assert not by_hand, f"options declared by hand (make them fields or a named group): {by_hand}"
+    assert _typer_options(cli / "options.py"), "the guard must see the named groups"
+
+
+def _command_options(group=None, prefix="nph"):
+    """(command path, click option) for every option of every command."""
+    from typer.main import get_command
+
+    from nphcli.cli import app
+
+    group = group or get_command(app)
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):  # a group (typer carries its own click classes)
+            yield from _command_options(command, f"{prefix} {name}")
+            continue
+        for param in command.params:
+            if param.param_type_name == "option":
+                yield f"{prefix} {name}", param
+
+
+def test_every_output_path_is_the_same_option():
+    """Where a command writes a file or folder, its option reads `-o, --out PATH` (or its own
+    long flag beside -o), from `nphcli.schema.fields.output_field`."""
+    outputs = {(c, o.name): o for c, o in _command_options() if o.name in ("out", "out_dir")}
+    assert len(outputs) >= 10, sorted(outputs)
+    for (command, name), option in outputs.items():
+        assert "-o" in option.opts, (command, option.opts)
+        assert option.metavar == "PATH", (command, option.metavar)
+        assert option.name == name

@@ -17,12 +17,22 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
+from nphcli.core.defaults import (
+    CAPACITY_BETA,
+    CAPACITY_DIM,
+    CAPACITY_EPSILON,
+    CAPACITY_K_RADIUS,
+    CAPACITY_MODELS,
+    CAPACITY_P,
+    CAPACITY_SIZES,
+    CAPACITY_TRIALS,
+)
 from nphcli.core.errors import NphError
 from nphcli.schema.fields import ANALYSIS_FIELDS, Field, get_field
 from nphcli.theory.analysis import RETRIEVAL_FIELDS
 
-# `nph analyze --capacity`'s own options, one field each (the experiment's defaults live in
-# `nphcli.theory.capacity.CapacityRequest`; the help says them).
+# `nph analyze --capacity`'s own options, one field each; the help reads the experiment's
+# defaults from `nphcli.core.defaults`, where `nphcli.theory.capacity.CapacityRequest` takes them.
 CAPACITY_FIELDS = (
     Field(
         "capacity",
@@ -30,40 +40,45 @@ CAPACITY_FIELDS = (
         False,
         "Run the capacity experiment instead (Proposition 4.1, Ramsauer et al. Theorem 3): "
         "success against M for seeded random patterns on a sphere, beside the stated capacity "
-        "M*; --model runs one model [default: dense, topk and sparse], --beta defaults to 1 "
-        "(Ramsauer et al.'s example). Takes no FILE.",
+        f"M*; --model runs one model [default: {', '.join(CAPACITY_MODELS)}], --beta defaults "
+        f"to {CAPACITY_BETA:g} (Ramsauer et al.'s example). Takes no FILE.",
         group="analysis",
     ),
     Field(
-        "dim", "int", None, "With --capacity: pattern dimension d [default: 20].", group="analysis"
+        "dim",
+        "int",
+        None,
+        f"With --capacity: pattern dimension d [default: {CAPACITY_DIM}].",
+        group="analysis",
     ),
     Field(
         "radius",
         "float",
         None,
         "With --capacity: norm m of every pattern [default: "
-        "3·√(d − 1), i.e. Ramsauer et al.'s K = 3].",
+        f"{CAPACITY_K_RADIUS:g}·√(d − 1), i.e. Ramsauer et al.'s K = {CAPACITY_K_RADIUS:g}].",
         group="analysis",
     ),
     Field(
         "sizes",
         "str",
         None,
-        "With --capacity: comma list of pattern counts M [default: 2,4,8,16,32,64,128,256].",
+        "With --capacity: comma list of pattern counts M "
+        f"[default: {','.join(map(str, CAPACITY_SIZES))}].",
         group="analysis",
     ),
     Field(
         "trials",
         "int",
         None,
-        "With --capacity: random pattern sets per M [default: 5].",
+        f"With --capacity: random pattern sets per M [default: {CAPACITY_TRIALS}].",
         group="analysis",
     ),
     Field(
         "failure_p",
         "float",
         None,
-        "With --capacity: the failure probability p of the bound [default: 0.001].",
+        f"With --capacity: the failure probability p of the bound [default: {CAPACITY_P:g}].",
         group="analysis",
     ),
     Field(
@@ -71,7 +86,7 @@ CAPACITY_FIELDS = (
         "float",
         None,
         "With --capacity: ε of 'retrieved': fixed-point residual "
-        "and agreement tolerance [default: 1e-9].",
+        f"and agreement tolerance [default: {CAPACITY_EPSILON:g}].",
         group="analysis",
     ),
 )

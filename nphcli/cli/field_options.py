@@ -76,7 +76,7 @@ def own_values(given: dict[str, Any], own: Iterable[Field]) -> dict[str, Any]:
         if raw is None or isinstance(raw, bool):
             value = field.default if raw is None else raw
         else:
-            (value,) = field.from_text(str(raw))
+            value = field.one_from_text(str(raw))
         out[field.name] = Path(value) if field.kind == "path" and value is not None else value
     return out
 

@@ -13,7 +13,7 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import print_json, print_table
-from nphcli.schema.fields import Field, get_field
+from nphcli.schema.fields import Field, get_field, output_field
 
 INDEX_BUILD_FIELDS = (
     Field(
@@ -24,9 +24,7 @@ INDEX_BUILD_FIELDS = (
         "ivfpq (lists of compressed codes).",
         group="index",
     ),
-    Field(
-        "out", "path", None, "Index file [default: MEMORY's name with .KIND.index].", group="output"
-    ),
+    output_field("Index file [default: MEMORY's name with .KIND.index]."),
     Field("lists", "int", None, "IVF lists (ivf, ivfpq) [default: about √M].", group="index"),
     dataclasses.replace(get_field("seed"), help="Seed of k-means and PQ training (ivf, ivfpq)."),
     get_field("force"),

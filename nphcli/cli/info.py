@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from nphcli.cli.app import app
-from nphcli.cli.options import JsonOutput, Seed
+from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
+from nphcli.schema.fields import ANALYSIS_FIELDS, get_field
 
 # Shown in their own rows, so not repeated among the metadata rows.
 _SHOWN = {"M", "d", "dtype", "item_shape", "value_range"}
@@ -18,36 +19,30 @@ _SHOWN = {"M", "d", "dtype", "item_shape", "value_range"}
 _ORDER = ["source", "origin", "fallback", "split", "kind", "selection", "seed", "normalize"]
 
 
+INFO_FIELDS = (get_field("sample", ANALYSIS_FIELDS), get_field("seed"), get_field("json"))
+
+
 @app.command("info")
+@with_fields((), params=False, own=INFO_FIELDS)
 def info_command(
     file: Annotated[Path, typer.Argument(help="Memory file to describe.")],
-    sample: Annotated[
-        int,
-        typer.Option(
-            "--sample",
-            help="Use a seeded sample of this many patterns for R and Δ when M is larger "
-            "(each compared with all M patterns); 0 uses every pattern.",
-        ),
-    ] = 2000,
-    seed: Seed = 0,
-    as_json: JsonOutput = False,
+    *,
+    given: dict[str, Any],
 ) -> None:
     """Show a memory file's shape, dtype, metadata, value range, norms and separation.
 
     Separation statistics of the stored patterns ξ_μ (Hu et al. 2025): m = max ‖ξ_μ‖;
     R = ½ min over μ≠ν of ‖ξ_μ − ξ_ν‖; Δ_μ = ⟨ξ_μ, ξ_μ⟩ − max over ν≠μ of ⟨ξ_μ, ξ_ν⟩.
     """
-    from nphcli.core.errors import NphError
     from nphcli.memory import open_memory
     from nphcli.theory.separation import describe
 
-    if sample < 0:
-        raise NphError(f"--sample must be 0 or more, got {sample}")
+    o = own_values(given, INFO_FIELDS)
     memory = open_memory(file, stream=True)  # read in blocks: a file larger than RAM works
-    report = describe(memory, max_rows=sample or None, seed=seed)
+    report = describe(memory, max_rows=o["sample"] or None, seed=o["seed"])
     report["bytes"] = file.stat().st_size
     report["meta"] = dict(sorted(report["meta"].items()))
-    if as_json:
+    if o["json"]:
         print_json(report)
         return
     print_table(f"{file}", ["field", "value"], _rows(report))

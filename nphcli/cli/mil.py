@@ -11,8 +11,8 @@ from nphcli.cli.app import app
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import print_json, print_table
-from nphcli.experiments.mil_config import PRESETS
-from nphcli.schema.fields import Field, get_field
+from nphcli.experiments.mil_config import PRESETS, VARIANTS
+from nphcli.schema.fields import Field, get_field, output_field
 
 MIL_FIELDS = (
     Field(
@@ -24,7 +24,7 @@ MIL_FIELDS = (
         group="run",
         choices=tuple(sorted(PRESETS)),
     ),
-    Field("out", "path", "mil.jsonl", "Per-epoch results as JSON Lines.", group="output"),
+    output_field("Per-epoch results as JSON Lines.", "mil.jsonl"),
     Field(
         "plot",
         "path",
@@ -36,8 +36,7 @@ MIL_FIELDS = (
         "models",
         "str",
         None,
-        "Comma-separated subset of: dense, sparse, topk-20%, topk-50%, "
-        "topk-80%, random-feature, random-masked, linear.",
+        "Comma-separated subset of: " + ", ".join(v.label for v in VARIANTS) + ".",
         group="model",
     ),
     Field("bag_sizes", "str", None, "Comma-separated bag sizes M.", group="run"),

@@ -1,20 +1,21 @@
 """`nph paper ...`: the paper's tables reproduced, nph's numbers printed beside the paper's.
 
 One subcommand per table of the paper, each in its own module registering itself on `paper_app`
-(`paper_mil.py`: Table "mil_benchmark"). They share the results folder option and the rendering
-below, so every table is shown, written and drawn the same way (`nphcli.experiments.paper_table`).
+(`paper_mil.py`: Table "mil_benchmark"). They share the options of `paper_fields` and the
+rendering below, so every table is shown, written and drawn the same way
+(`nphcli.experiments.paper_table`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from nphcli.cli.app import app, quiet
 from nphcli.cli.render import print_json, print_table, stderr_console
+from nphcli.schema.fields import Field, output_field
 
 if TYPE_CHECKING:  # torch-free, but kept out of `nph --help`'s imports all the same
     from nphcli.experiments.paper_table import Cell, PaperTable
@@ -26,24 +27,26 @@ paper_app = typer.Typer(
 )
 app.add_typer(paper_app, name="paper")
 
-ResultsDir = Annotated[
-    Path,
-    typer.Option(
-        "--out",
-        help="Results folder: every finished training (resumable: run again to continue) and "
-        "the comparison as TABLE.json, TABLE.csv and TABLE.png.",
-    ),
-]
 
-NoTrain = Annotated[
-    bool,
-    typer.Option(
-        "--no-train",
-        help="Train nothing: the table from the runs --out already holds (seeds with every "
-        "part finished).",
-    ),
-]
-NoPlot = Annotated[bool, typer.Option("--no-plot", help="Do not draw TABLE.png.")]
+def paper_fields(default_out: str) -> tuple[Field, ...]:
+    """The options every `nph paper` table takes: its results folder, whether to train, and
+    whether to draw (`default_out`: the table's own folder name)."""
+    return (
+        output_field(
+            "Results folder: every finished training (resumable: run again to continue) and "
+            "the comparison as TABLE.json, TABLE.csv and TABLE.png.",
+            default_out,
+        ),
+        Field(
+            "no_train",
+            "bool",
+            False,
+            "Train nothing: the table from the runs --out already holds (seeds with every "
+            "part finished).",
+            group="output",
+        ),
+        Field("no_plot", "bool", False, "Do not draw TABLE.png.", group="output"),
+    )
 
 
 @paper_app.callback()

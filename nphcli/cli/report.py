@@ -12,12 +12,12 @@ import typer
 
 from nphcli.cli.app import app, quiet
 from nphcli.cli.field_options import own_values, with_fields
-from nphcli.cli.options import FACET, Where
+from nphcli.cli.options import FACET, Grids, Where
 from nphcli.cli.render import stderr_console
-from nphcli.schema.fields import Field, get_field
+from nphcli.schema.fields import Field, get_field, output_field
 
 REPORT_FIELDS = (
-    Field("out", "path", "report.html", "HTML file to write.", group="output", short="-o"),
+    output_field("HTML file to write.", "report.html"),
     Field("title", "str", "nph report", "The page's title.", group="output"),
     FACET,
     get_field("force"),
@@ -34,10 +34,7 @@ def report_command(
             "retrieve --json or nph batch; each is its own section (split by memory).",
         ),
     ] = None,
-    grid: Annotated[
-        list[Path] | None,
-        typer.Option("--grid", help="A --save-grid picture to show; repeat for several."),
-    ] = None,
+    grid: Grids = None,
     where: Where = None,
     *,
     given: dict[str, Any],

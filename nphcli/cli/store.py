@@ -13,7 +13,7 @@ from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.core.dtypes import STORE_DTYPES
 from nphcli.core.normalize import ALIASES, METHODS
-from nphcli.schema.fields import Field, get_field
+from nphcli.schema.fields import Field, get_field, output_field
 from nphcli.sources import list_sources
 from nphcli.sources.synthetic import DEFAULT_DIM, DEFAULT_N, DISTRIBUTIONS
 
@@ -64,14 +64,7 @@ def _store_fields() -> tuple[Field, ...]:
     """`nph store`'s own options, one field each (--seed, --force and --json are the shared
     fields)."""
     return (
-        Field(
-            "out",
-            "path",
-            str(DEFAULT_OUT),
-            "Memory file to write (.safetensors).",
-            group="output",
-            short="-o",
-        ),
+        output_field("Memory file to write (.safetensors).", str(DEFAULT_OUT)),
         Field(
             "values",
             "path",

@@ -17,7 +17,7 @@ from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.schema.fields import Field, fields, get_field
+from nphcli.schema.fields import Field, fields, get_field, output_field
 from nphcli.sweeps.config import list_presets, own_field
 from nphcli.sweeps.session import DEFAULT_OUT
 
@@ -55,13 +55,7 @@ COMMAND_FIELDS = (
         group="output",
     ),
     Field("root", "path", None, "Dataset root folder, as in nph store.", group="input"),
-    Field(
-        "out",
-        "path",
-        str(DEFAULT_OUT),
-        "Results file, one row per run: .jsonl (JSON Lines) or .csv.",
-        group="output",
-    ),
+    output_field("Results file, one row per run: .jsonl (JSON Lines) or .csv.", str(DEFAULT_OUT)),
     Field("resume", "bool", False, "Continue --out: skip the runs already in it.", group="output"),
     Field(
         "force",

@@ -18,6 +18,19 @@ DEFAULT_EF = 128  # HNSW search breadth
 DEFAULT_CHECK_EXACT = 100  # seeded queries compared with exact retrieval
 
 
+# `nph analyze --capacity` (`nphcli.theory.capacity.CapacityRequest`): Ramsauer et al.'s example,
+# K = 3, d = 20, β = 1, p = 0.001, over doubling pattern counts.
+CAPACITY_DIM = 20
+CAPACITY_BETA = 1.0
+CAPACITY_K_RADIUS = 3.0  # norm m = K·√(d − 1)
+CAPACITY_P = 0.001
+CAPACITY_SIZES = (2, 4, 8, 16, 32, 64, 128, 256)
+CAPACITY_TRIALS = 5
+CAPACITY_STEPS = 100
+CAPACITY_EPSILON = 1e-9
+CAPACITY_MODELS = ("dense", "topk", "sparse")
+
+
 def size_text(size: int) -> str:
     """A byte count as a help text writes it: 536870912 → 512MiB (exact units only)."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

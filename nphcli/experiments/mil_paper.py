@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.experiments.datasets import MILData
-from nphcli.experiments.mil_config import VARIANTS, Variant
+from nphcli.experiments.mil_config import PAPER_MIL_MODELS, VARIANTS, Variant
 from nphcli.experiments.mil_protocol import (
     Hyper,
     Protocol,
@@ -45,15 +45,11 @@ from nphcli.layers import NPHPooling
 from nphcli.models import create_model
 from nphcli.version import __version__
 
-# The paper's rows: the MNIST experiment's variants less random-masked (the paper leaves it out
-# for its random inference) and window.
-MODELS = ("dense", "sparse", "topk-20%", "topk-50%", "topk-80%", "random-feature", "linear")
-
 
 def variant(label: str) -> Variant:
-    known = {v.label: v for v in VARIANTS if v.label in MODELS}
+    known = {v.label: v for v in VARIANTS if v.label in PAPER_MIL_MODELS}
     if label not in known:
-        raise NphError(f"unknown MIL model {label!r}; choose from {', '.join(MODELS)}")
+        raise NphError(f"unknown MIL model {label!r}; choose from {', '.join(PAPER_MIL_MODELS)}")
     return known[label]
 
 
@@ -249,7 +245,7 @@ def run(
     out: str | os.PathLike,
     *,
     datasets: Iterable[str] | None = None,
-    models: Iterable[str] = MODELS,
+    models: Iterable[str] = PAPER_MIL_MODELS,
     train: bool = True,
     progress: Callable[..., None] | None = None,
 ) -> tuple[dict[tuple[str, str], list[float]], dict[str, Any]]:

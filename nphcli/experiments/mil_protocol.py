@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from nphcli.core.errors import NphError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # Table "hyperparameters": the random-search space, value lists as printed.
 SEARCH_SPACE: dict[str, tuple[float, ...]] = {
@@ -52,6 +53,8 @@ class Hyper:
 
 def draw_hypers(count: int, seed: int) -> list[Hyper]:
     """`count` independent uniform draws from `SEARCH_SPACE` (random search), from `seed` alone."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     hypers = []
     for _ in range(count):
@@ -124,6 +127,8 @@ def stratified_folds(labels: Tensor, folds: int, seed: int) -> list[Tensor]:
     """Bag indices (sorted) of each of `folds` test folds: each class shuffled with `seed` and
     dealt round-robin, so every fold holds ⌊n_c / K⌋ or ⌈n_c / K⌉ bags of class c; the class of
     the larger remainder continues where the other left off, keeping fold sizes within one."""
+    import torch
+
     counts = [int((labels == c).sum()) for c in (0, 1)]
     if min(counts) < folds:
         raise NphError(
@@ -146,6 +151,8 @@ def stratified_holdout(
 ) -> tuple[Tensor, Tensor]:
     """Split bag indices `index` into (train, held out): of each class, max(1, round(share·n_c))
     bags drawn with `seed` are held out (so both classes are always in both parts)."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     held = []
     for c in (0, 1):
@@ -162,6 +169,8 @@ def stratified_holdout(
 def roc_auc(scores: Tensor, labels: Tensor) -> float:
     """ROC-AUC: P(score of a positive > score of a negative) + ½ P(tie), from the rank sums
     (Mann-Whitney U) with tied scores given their average rank. Needs both classes."""
+    import torch
+
     scores, labels = scores.double().flatten(), labels.flatten() > 0.5
     positives, negatives = int(labels.sum()), int((~labels).sum())
     if positives == 0 or negatives == 0:

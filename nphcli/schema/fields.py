@@ -22,6 +22,7 @@ from pathlib import PurePath
 from typing import Any
 
 from nphcli.core.defaults import (
+    CAPACITY_STEPS,
     DEFAULT_CANDIDATES,
     DEFAULT_CHECK_EXACT,
     DEFAULT_EF,
@@ -138,6 +139,13 @@ class Field:
             raise NphError(f"{self.flag} takes one value, got {text!r}")
         return values
 
+    def one_from_text(self, text: str) -> Any:
+        """One value of `--FLAG TEXT`, commas and all: a command's own option whose text is one
+        value, even a list it reads itself (`nph mil --models dense,sparse`)."""
+        if self.kind == "indices":
+            return self.check(_indices(text, self.flag))
+        return self.check(self._parse(text.strip(), text, listed=False))
+
     def from_json(self, value: Any, where: str) -> list[Any]:
         """The value(s) of a JSON or TOML value: a list means several values, for fields that
         take many (`where` names the key for the error)."""
@@ -194,8 +202,9 @@ class Field:
             return f"{noun}≥ {self.minimum:g}"
         return f"{noun}≤ {self.maximum:g}"
 
-    def _parse(self, part: str, text: str) -> Any:
-        """One piece of command-line text as this field's type."""
+    def _parse(self, part: str, text: str, *, listed: bool = True) -> Any:
+        """One piece of command-line text as this field's type (`listed`: the text may be a
+        comma list of such pieces)."""
         try:
             if self.kind == "int":
                 return int(part)
@@ -206,7 +215,7 @@ class Field:
             if self.kind == "bool":
                 return _boolean(part, self.flag)
         except ValueError:
-            several = " (or a comma list of them)" if self.many else ""
+            several = " (or a comma list of them)" if self.many and listed else ""
             raise NphError(
                 f"{self.flag} takes {_KIND_WORDS[self.kind]}{several}, got {text!r}"
             ) from None
@@ -289,6 +298,14 @@ THREADS_HELP = (
     "are small; else one per core]. Changes speed, not the setting (float32 sums may round "
     "differently in the last bits); on a busy machine, or beside other nph runs, use 1."
 )
+
+
+def output_field(help_text: str, default: Any = None, *, name: str = "out", **extra: Any) -> Field:
+    """The file or folder a command writes, the same option in every command: `-o, --out PATH`
+    (`name` for a flag of its own, e.g. shard's --out-dir), in the output panel. `help_text`
+    says what is written there; `extra` are further Field settings (e.g. `refused`)."""
+    return Field(name, "path", default, help_text, group="output", short="-o", **extra)
+
 
 FIELDS: tuple[Field, ...] = (
     # What is read.
@@ -597,13 +614,9 @@ FIELDS: tuple[Field, ...] = (
         group="output",
         refused={"batch": _JSON_ONLY, "sweep": _ROWS},
     ),
-    Field(
-        "out",
-        "path",
-        None,
+    output_field(
         "Save retrieved patterns, nearest stored index and queries: .safetensors or .npz, as the "
         "extension says.",
-        group="output",
         refused={"batch": _JSON_ONLY, "sweep": _ROWS},
     ),
     Field(
@@ -661,7 +674,8 @@ ANALYSIS_FIELDS: tuple[Field, ...] = (
         0,
         "With --model: also iterate N steps from each corrupted query, and dense retrieval "
         "beside it, and count fixed points, energy descent and final errors (Corollary 4.3); 0 "
-        "skips it. With --capacity: the iterations run to reach a fixed point (0 means 100).",
+        f"skips it. With --capacity: the iterations run to reach a fixed point (0 means "
+        f"{CAPACITY_STEPS}).",
         group="analysis",
         minimum=0,
         meaning="a number of steps",

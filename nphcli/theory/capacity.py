@@ -33,16 +33,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nphcli.core.defaults import (
+    CAPACITY_BETA,
+    CAPACITY_DIM,
+    CAPACITY_EPSILON,
+    CAPACITY_K_RADIUS,
+    CAPACITY_MODELS,
+    CAPACITY_P,
+    CAPACITY_SIZES,
+    CAPACITY_STEPS,
+    CAPACITY_TRIALS,
+)
 from nphcli.core.errors import NphError
-
-DEFAULT_DIM = 20
-DEFAULT_K_RADIUS = 3.0  # Ramsauer et al.'s example: K = 3, d = 20, β = 1, p = 0.001
-DEFAULT_P = 0.001
-DEFAULT_SIZES = (2, 4, 8, 16, 32, 64, 128, 256)
-DEFAULT_TRIALS = 5
-DEFAULT_STEPS = 100
-DEFAULT_EPSILON = 1e-9
-DEFAULT_MODELS = ("dense", "topk", "sparse")
 
 
 def lambert_w0(z: float) -> float:
@@ -143,21 +145,21 @@ def stored_and_retrieved(
 class CapacityRequest:
     """The experiment's settings; the fields mirror `nph analyze --capacity`'s options."""
 
-    dim: int = DEFAULT_DIM
-    radius: float | None = None  # None: K·√(d − 1) with K = DEFAULT_K_RADIUS
-    beta: float = 1.0
-    p: float = DEFAULT_P
-    sizes: tuple[int, ...] = DEFAULT_SIZES
-    trials: int = DEFAULT_TRIALS
-    steps: int = DEFAULT_STEPS
-    epsilon: float = DEFAULT_EPSILON
+    dim: int = CAPACITY_DIM
+    radius: float | None = None  # None: K·√(d − 1) with K = CAPACITY_K_RADIUS
+    beta: float = CAPACITY_BETA
+    p: float = CAPACITY_P
+    sizes: tuple[int, ...] = CAPACITY_SIZES
+    trials: int = CAPACITY_TRIALS
+    steps: int = CAPACITY_STEPS
+    epsilon: float = CAPACITY_EPSILON
     seed: int = 0
-    models: tuple[str, ...] = DEFAULT_MODELS
+    models: tuple[str, ...] = CAPACITY_MODELS
     params: dict[str, Any] = field(default_factory=dict)  # e.g. {"k": 0.2} for topk
 
     def resolved_radius(self) -> float:
         """m: the given radius, or Ramsauer et al.'s K = 3 scaled to this dimension."""
-        return DEFAULT_K_RADIUS * math.sqrt(self.dim - 1) if self.radius is None else self.radius
+        return CAPACITY_K_RADIUS * math.sqrt(self.dim - 1) if self.radius is None else self.radius
 
     def check(self) -> None:
         """Refuse settings the experiment cannot run with, before any work."""
