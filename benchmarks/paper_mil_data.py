@@ -21,6 +21,7 @@ from _common import emit, provenance
 
 from nphcli.core.errors import NphError
 from nphcli.experiments import mil_paper
+from nphcli.experiments.mil_config import PAPER_MIL_MODELS
 from nphcli.experiments.mil_data import SOURCES, check_statistics, load_mil, statistics
 from nphcli.experiments.mil_protocol import PROTOCOLS
 
@@ -50,7 +51,7 @@ def main() -> int:
             bags = mil_paper.Bags(data)
             split = mil_paper.splits(data.labels, protocol, 0)[0]
             times = {}
-            for i, model in enumerate(("dense", *mil_paper.MODELS)):  # the first: warm-up
+            for i, model in enumerate(("dense", *PAPER_MIL_MODELS)):  # the first: warm-up
                 started = time.perf_counter()
                 mil_paper.train_fold(bags, split, protocol.fixed, mil_paper.variant(model),
                                      seed=0, epochs=protocol.epochs)  # fmt: skip
