@@ -205,12 +205,12 @@ def test_every_block_read_from_disk_fits_the_memory_budget(tmp_path, model):
     from nphcli.evaluation.settings import settings_from
 
     path = tmp_path / "m.safetensors"
-    save_memory(path, torch.randn(20_000, 32, generator=torch.Generator().manual_seed(0)))
+    save_memory(path, torch.randn(20_000, 128, generator=torch.Generator().manual_seed(0)))
     budget = 1 << 20
     params = {"k": 4} if model == "topk" else {}
     settings = settings_from(model, params, {"memory_budget": budget, "queries": 20})
     _CountingBank.largest = 0
     report = evaluate(_CountingBank(path), settings)
     assert report.metrics["success"]["mean"] is not None
-    row_bytes = 32 * 4
+    row_bytes = 128 * 4
     assert 0 < _CountingBank.largest * row_bytes <= budget, _CountingBank.largest

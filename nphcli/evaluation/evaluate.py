@@ -97,7 +97,8 @@ def evaluate(
         if memory.path is not None:
             check_index_run(settings.index, memory.path, model, device)
         model = indexed_model(model, settings.index, memory)
-    scale = memory_scale(memory)
+    budget = settings.memory_budget or DEFAULT_MEMORY_BUDGET
+    scale = memory_scale(memory, _scan_rows(memory, budget))
     generator = torch.Generator().manual_seed(settings.seed)
     chosen = select(memory, settings.queries, generator, queries, targets, target_indices)
 
@@ -284,6 +285,14 @@ def _stored_range(scale: MemoryScale, dtype: torch.dtype) -> tuple[float, float]
     values are the cast min and max)."""
     extremes = torch.tensor([scale.value_min, scale.value_max], dtype=torch.float64).to(dtype)
     return float(extremes[0]), float(extremes[1])
+
+
+def _scan_rows(bank: MemoryBank, budget: int) -> int:
+    """Rows per block of the pass over the memories before retrieval (`memory_scale`) within
+    half the budget: two blocks of keys and values as read (the next is read while the last is
+    referenced) and a copy of the keys (float64 at most) with its square; at most 8,192 rows."""
+    row_bytes = 2 * (bank.dim + bank.value_dim) * bank.dtype.itemsize + 2 * 8 * bank.dim
+    return max(1, min(1 << 13, budget // 2 // row_bytes))
 
 
 def _metric_blocks(bank: MemoryBank, budget: int) -> dict[str, int | None]:
