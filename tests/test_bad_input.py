@@ -298,7 +298,7 @@ CASES = [
     ("mil unknown preset", ["mil", "--preset", "nope"], r"--preset must be one of paper, quick"),
     ("mil no epochs", ["mil", "--epochs", "0"], r"--epochs must be ≥ 1"),
     ("paper unknown table", ["paper", "nope"], r"No such command 'nope'"),
-    ("paper mil protocol", ["paper", "mil", "--data", ".", "--protocol", "x"], r"protocol.*'x' is not one"),
+    ("paper mil protocol", ["paper", "mil", "--protocol", "x"], r"protocol.*'x' is not one"),
     ("paper mil no data", ["paper", "mil", "--data", "absent"], r"absent not found"),
     ("models extra argument", ["models", "nope"], r"unexpected extra argument.*nope"),
     ("doctor unknown option", ["doctor", "--bogus"], r"No such option: --bogus"),
