@@ -175,7 +175,7 @@ def test_entmax_one_block_within_its_planned_budget(
     model = create_model("entmax", alpha=alpha, beta=beta)
     monkeypatch.setattr(entmax_block, "_single_chunk", lambda z: single)
     bank = as_bank(keys.to("meta") if single else keys)  # (only its device type is read)
-    per_query, fixed = entmax_block.one_block_bytes(bank, 4, threads=1)
+    per_query, fixed = entmax_block.one_block_bytes(bank, 4)
     budget = fixed + 200 * per_query
     previous = torch.get_num_threads()
     torch.set_num_threads(1)  # chunks solved on this thread, where the tracker sees them

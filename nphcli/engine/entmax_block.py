@@ -20,8 +20,6 @@ large as the budget allows (1000 queries took a third less time each than 200s: 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import torch
 from torch import Tensor
 
@@ -37,7 +35,7 @@ DENSE_SHARE = 0.15  # above this share of scores over the start: weights over th
 # every row to the widest, and gathering those rows costs more than the dense product (the
 # digits at α = 1.1, Q = 200: widest 21 %, mean 6 %; 58 ms narrow against 48 ms wide).
 WIDEST_SHARE = 0.25
-CHUNK_BYTES = 2**22  # scores solved together by all workers: each worker's chunk stays in cache
+CHUNK_BYTES = 2**22  # scores solved together, by every thread: the chunk stays in cache
 
 # Scratch, in rows of a chunk, that solving one chunk of the wide path takes at most: two for
 # the active-set iteration; the Newton iteration's scaled scores, weights and their u.
@@ -52,7 +50,7 @@ SLOT_ITEMS, SLOT_BYTES = 5, 32
 SAMPLE_COPIES, ROW_VECTORS = 10, 16
 
 
-def one_block_bytes(bank: MemoryBank, item: int, *, threads: int | None = None) -> tuple[int, int]:
+def one_block_bytes(bank: MemoryBank, item: int) -> tuple[int, int]:
     """The one-block path's working memory for scores of `item` bytes: bytes per query (its
     input, outputs, scores, sample and their scratch) and fixed bytes. On the CPU the scratch is
     fixed, whatever Q is: the larger of the wide path's chunks and the narrow path's. Elsewhere a
@@ -65,18 +63,17 @@ def one_block_bytes(bank: MemoryBank, item: int, *, threads: int | None = None) 
     if bank.resident()[0].device.type != "cpu":
         scratch = max(CHUNK_COPIES * item, 2 * item + 1 + _slot_bytes(item))
         return per_query + num_memories * scratch, 0
-    workers = max(1, threads or torch.get_num_threads())
-    wide = workers * CHUNK_COPIES * _chunk_rows(num_memories, item, workers) * num_memories * item
+    wide = CHUNK_COPIES * _chunk_rows(num_memories, item) * num_memories * item
     narrow = _chunk_rows(num_memories, item) * num_memories * (2 * item + 1) + _slot_limit(
         num_memories, item
     )
     return per_query, max(wide, narrow) + num_memories * widened_row_bytes(bank)
 
 
-def _chunk_rows(num_memories: int, item: int, workers: int = 1) -> int:
-    """Rows of scores in one worker's chunk on the CPU: `CHUNK_BYTES` shared among the workers,
-    ≥ 1. (A GPU has no such cache to keep them in: there a batch is one chunk, `_rows_for`.)"""
-    return max(1, CHUNK_BYTES // (workers * num_memories * item))
+def _chunk_rows(num_memories: int, item: int) -> int:
+    """Rows of scores in one chunk on the CPU: `CHUNK_BYTES`, ≥ 1. (A GPU has no such cache
+    to keep them in: there a batch is one chunk, `_rows_for`.)"""
+    return max(1, CHUNK_BYTES // (num_memories * item))
 
 
 def _single_chunk(z: Tensor) -> bool:
@@ -85,10 +82,10 @@ def _single_chunk(z: Tensor) -> bool:
     return z.device.type != "cpu"
 
 
-def _rows_for(z: Tensor, workers: int = 1) -> int:
+def _rows_for(z: Tensor) -> int:
     """Rows per chunk of the scores z (Q, M): `_chunk_rows`, or all Q as one chunk."""
     single = _single_chunk(z)
-    return max(1, z.shape[0]) if single else _chunk_rows(z.shape[1], z.element_size(), workers)
+    return max(1, z.shape[0]) if single else _chunk_rows(z.shape[1], z.element_size())
 
 
 def _slot_limit(num_memories: int, item: int) -> int:
@@ -196,26 +193,17 @@ def _weigh_in_place(z: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Ten
     """Overwrite the shifted scores z (Q, M) with their unnormalised weights, solving a few
     rows at a time so that each chunk's scores stay in cache through every evaluation of its
     threshold (the whole block would be read from memory again by each); the weights' sums and
-    counts (Q, 1) each. With several intra-op threads, chunks go to as many workers, each
-    single-threaded: the chunks' many small operations would otherwise each wait for every
-    thread, and for any core another process holds."""
-    threads = 1 if _single_chunk(z) else torch.get_num_threads()
-    rows = _rows_for(z, threads)
-    firsts = range(0, z.shape[0], rows)
-
-    def weigh(first: int, threads: int = 1) -> tuple[Tensor, Tensor]:
-        torch.set_num_threads(threads)  # per thread: the caller's own setting is untouched
+    counts (Q, 1) each. Each chunk uses every intra-op thread: a pool of single-threaded
+    workers, a chunk each, was no faster than one thread on the quiet 2-core machine (the
+    digits at α = 1.1, Q = 1000: 32 ms against 30.5 ms; both threads on each chunk, 17.8 ms)."""
+    rows = _rows_for(z)
+    sums, counts = [], []
+    for first in range(0, z.shape[0], rows):
         part = z[first : first + rows]  # (R, M), a view: written in place
         _, mass, count, _ = solve(part, alpha, start=start[first : first + rows], out=part)
-        return mass, count.to(mass.dtype)
-
-    workers = min(threads, len(firsts))
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(weigh, firsts))
-    else:
-        parts = [weigh(first, threads) for first in firsts]
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        sums.append(mass)
+        counts.append(count.to(mass.dtype))
+    return torch.cat(sums), torch.cat(counts)
 
 
 def _solve_candidates(
