@@ -347,9 +347,15 @@ def test_a_report_of_too_many_settings_is_one_line(invoke, tmp_path, monkeypatch
     path = tmp_path / "many.jsonl"
     rows = [{"model": "dense", "beta": b, "M": 4, "sse_mean": 0.1 * b} for b in range(1, 31)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    monkeypatch.setattr(reading.check_report_size, "__defaults__", (20,))
+    monkeypatch.setattr(reading, "MAX_REPORT_SETTINGS", 20)
+    seen = []
+    real_add = reading.SettingsCount.add
+    monkeypatch.setattr(
+        reading.SettingsCount, "add", lambda self, row: seen.append(row) or real_add(self, row)
+    )
     line = assert_one_error_line(invoke("report", path, "--out", tmp_path / "r.html"))
-    assert "30 distinct settings" in line and "at most 20" in line
+    assert "more than 20 distinct settings" in line
+    assert len(seen) == 21  # refused at the 21st setting: the other 9 rows were never parsed
 
 
 # Smaller ones (issue 40 item 8).
@@ -375,3 +381,25 @@ def test_an_error_line_is_one_write(monkeypatch, tmp_path):
     monkeypatch.setattr(cli_app, "_json_errors", True)
     cli_app._fail("two\nlines", 2)
     assert len(writes) == 1 and json.loads(writes[0]) == {"error": "two lines", "exit_code": 2}
+
+
+def test_a_report_stops_reading_retrieve_records_at_too_many_settings(
+    invoke, tmp_path, memory_file, monkeypatch
+):
+    """`nph retrieve --json` lines are counted as they are read: the refusal comes before a
+    damaged line further down is ever parsed."""
+    import nphcli.sweeps.reading as reading
+
+    lines = []
+    for beta in (0.1, 0.2, 0.3):
+        result = invoke("retrieve", "--memory", memory_file, "--beta", str(beta), "--json")
+        assert result.exit_code == 0, result.stderr
+        lines.append(result.stdout.strip())
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join([*lines, "{not json"]) + "\n")
+    monkeypatch.setattr(reading, "MAX_REPORT_SETTINGS", 2)
+    line = assert_one_error_line(invoke("report", path, "--out", tmp_path / "r.html"))
+    assert "more than 2 distinct settings" in line
+    monkeypatch.setattr(reading, "MAX_REPORT_SETTINGS", 3)
+    line = assert_one_error_line(invoke("report", path, "--out", tmp_path / "r.html"))
+    assert "line 4" in line  # with room for three, the damaged line is read and named

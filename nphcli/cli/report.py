@@ -45,7 +45,7 @@ def report_command(
     from nphcli.core.atomic import check_writable
     from nphcli.core.errors import NphError
     from nphcli.presentation.report_html import write_report
-    from nphcli.sweeps.reading import check_report_size, read_inputs
+    from nphcli.sweeps.reading import MAX_REPORT_SETTINGS, read_inputs
 
     o = own_values(given, REPORT_FIELDS)
     out, force = o["out"], o["force"]
@@ -55,8 +55,7 @@ def report_command(
     if any(out.resolve() == path.resolve() for path in [*results, *grids]):
         raise NphError("--out would replace an input; choose another name")
     check_writable(out, force=force)
-    rows, sources = read_inputs(results)
-    check_report_size(rows)
+    rows, sources = read_inputs(results, max_settings=MAX_REPORT_SETTINGS)
     write_report(out, rows, sources, grids=grids, title=o["title"], where=where,
                  facet=o["facet"], force=force)  # fmt: skip
     if not quiet():

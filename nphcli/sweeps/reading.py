@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +15,28 @@ from nphcli.presentation.plot_data import is_setting, short
 from nphcli.sweeps.results import read_results
 
 
-def read_inputs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(flat result rows, one record per input file saying what it held)."""
+def read_inputs(
+    paths: list[Path], *, max_settings: int | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(flat result rows, one record per input file saying what it held). With `max_settings`,
+    more distinct settings than that over all the files are refused as soon as a row brings the
+    count past it, before the rest is read (`SettingsCount`)."""
+    count = SettingsCount(max_settings)
     rows: list[dict[str, Any]] = []
     sources = []
     for path in paths:
         if not path.is_file():
             raise NphError(f"results file {path} not found")
-        records = _retrieve_records(path)
-        if records is not None:
-            found = [_flat(record) for record in records]
+        lines = _retrieve_lines(path)
+        if lines is not None:
+            records, found = [], []
+            for number, line in lines:  # counted as read: too many settings stop the reading
+                records.append(parse_json(line, what=f"{path} line {number}"))
+                found.append(count.add(_flat(records[-1])))
             kind = "nph retrieve / nph batch JSON Lines"
             config = _shared([record.get("config") for record in records])
         else:
-            found = read_results(path).rows
+            found = read_results(path, each_row=count.add).rows
             kind, config = "results rows (nph sweep, nph retrieve --csv)", None
         if not found:
             raise NphError(f"{path} holds no results")
@@ -41,31 +50,54 @@ def read_inputs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[dict[str,
 MAX_REPORT_SETTINGS = 2000
 
 
-def check_report_size(rows: list[dict[str, Any]], limit: int = MAX_REPORT_SETTINGS) -> None:
-    """Refuse, before any rendering, results of more than `limit` distinct settings (rows that
-    differ in more than their trial columns)."""
-    columns = [c for c in dict.fromkeys(c for row in rows for c in row) if is_setting(c)]
-    distinct = {tuple(short(row.get(c)) for c in columns) for row in rows}
-    if len(distinct) > limit:
-        raise NphError(
-            f"the results hold {len(distinct):,} distinct settings; a report shows at most "
-            f"{limit:,}: choose some with `nph plot --where` or report a part of the file"
-        )
+class SettingsCount:
+    """Distinct settings (rows that differ in more than their trial columns, values as a plot
+    names them) among the rows `add`ed; past `limit` (None: no limit) the row that brings the
+    count over it is refused in one line."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.seen: set[frozenset] = set()
+
+    def add(self, row: dict[str, Any]) -> dict[str, Any]:
+        if self.limit is None:
+            return row
+        key = frozenset((c, short(v)) for c, v in row.items() if is_setting(c) and v is not None)
+        self.seen.add(key)
+        if len(self.seen) > self.limit:
+            raise NphError(
+                f"the results hold more than {self.limit:,} distinct settings; a report shows "
+                "at most that many: choose some with `nph plot --where` or report a part of "
+                "the file"
+            )
+        return row
 
 
-def _retrieve_records(path: Path) -> list[dict[str, Any]] | None:
-    """The objects of a JSON Lines file of `nph retrieve --json` / `nph batch`, or None when the
-    file is something else (sweep rows)."""
+def _retrieve_lines(path: Path) -> Iterator[tuple[int, str]] | None:
+    """The numbered non-empty lines of a JSON Lines file of `nph retrieve --json` / `nph batch`
+    (one object with `config` and `metrics` each), read as they are asked for, or None when the
+    file is something else (sweep rows). Only the first line is read to tell."""
     if path.suffix.lower() not in (".jsonl", ".ndjson", ".json"):
         return None
     try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        first = parse_json(lines[0], what=f"{path} line 1") if lines else None
+        with open(path, encoding="utf-8") as handle:
+            line = next((line for line in handle if line.strip()), None)
+        first = None if line is None else parse_json(line, what=f"{path} line 1")
     except (OSError, UnicodeDecodeError, NphError):
         return None
     if not (isinstance(first, dict) and "config" in first and "metrics" in first):
         return None
-    return [parse_json(line, what=f"{path} line {n}") for n, line in enumerate(lines, start=1)]
+    return _numbered_lines(path)
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield number, line
+    except (OSError, UnicodeDecodeError) as error:
+        raise NphError(f"cannot read results file {path}: {error}") from None
 
 
 def _shared(configs: list[Any]) -> Any:

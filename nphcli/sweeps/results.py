@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,9 @@ class ResultsContents:
     duplicates: int = 0  # rows left out because the same run was already read
 
 
-def read_results(path: str | os.PathLike) -> ResultsContents:
+def read_results(
+    path: str | os.PathLike, each_row: Callable[[dict[str, Any]], None] | None = None
+) -> ResultsContents:
     """Rows of a JSON Lines or CSV results file, numbers parsed, empty cells as None.
 
     Lines end in \\n, \\r\\n or \\r. Files merged by concatenation (`cat a.csv b.csv`) or
@@ -69,6 +72,8 @@ def read_results(path: str | os.PathLike) -> ResultsContents:
     nph version) is an error naming its line. A last line cut short (no line ending, after at
     least one complete line) is left out and reported in `dropped`; any other line that is not
     a complete row (bytes that are not UTF-8, a stray \\r in a field, ...) is an error naming it.
+    `each_row` sees every row kept as it is read, and may stop the reading by raising (a report
+    refuses too many settings before it holds them all).
     """
     path = Path(path)
     fmt = results_format(path)
@@ -76,19 +81,20 @@ def read_results(path: str | os.PathLike) -> ResultsContents:
         data = path.read_bytes()
     except OSError as error:
         raise NphError(f"cannot read results file {path}: {error.strerror or error}") from None
-    lines, good = _split_lines(data)
+    good = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1  # where complete lines end
     tail = data[good:]
     dropped = bool(tail.strip())
-    if dropped and not _cut_short(tail, fmt, complete=len(lines)):
+    if dropped and not _cut_short(tail, fmt, after_lines=good > 0):
+        complete = sum(1 for _ in _lines(data, good))
         raise NphError(
-            f"{path}, line {len(lines) + 1}: not a complete results row and not one cut short "
+            f"{path}, line {complete + 1}: not a complete results row and not one cut short "
             "by an interruption; the file is not a results file nph wrote, or is damaged"
         )
     rows: list[dict[str, Any]] = []
     seen: set = set()
     duplicates = 0
     header = None
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(_lines(data, good), start=1):
         parsed = _parse_line(line, fmt, header)
         if parsed == "":
             continue  # an empty line
@@ -113,26 +119,27 @@ def read_results(path: str | os.PathLike) -> ResultsContents:
             duplicates += 1
             continue
         seen.add(key)
+        if each_row is not None:
+            each_row(parsed)
         rows.append(parsed)
     if duplicates:
         notice(f"{path}: {duplicates} rows repeat runs read earlier in the file; each kept once")
     return ResultsContents(rows, header, good, dropped, duplicates)
 
 
-def _split_lines(data: bytes) -> tuple[list[bytes], int]:
-    """The complete lines of `data` (without their endings: \\n, \\r\\n or \\r) and the length
-    of the part they make up; what follows is a last line without an ending."""
-    lines, start = [], 0
-    for match in _LINE_END.finditer(data):
-        lines.append(data[start : match.start()])
+def _lines(data: bytes, good: int) -> Iterator[bytes]:
+    """The complete lines of `data[:good]`, one at a time (without their endings: \\n, \\r\\n
+    or \\r), so a reader that stops early never holds a copy of every line."""
+    start = 0
+    for match in _LINE_END.finditer(data, 0, good):
+        yield data[start : match.start()]
         start = match.end()
-    return lines, start
 
 
-def _cut_short(tail: bytes, fmt: str, *, complete: int) -> bool:
+def _cut_short(tail: bytes, fmt: str, *, after_lines: bool) -> bool:
     """Whether a last line without an ending looks like a row that a kill cut short: text that
     starts a row of this format, after at least one complete line (never the whole file)."""
-    if not complete or b"\0" in tail:
+    if not after_lines or b"\0" in tail:
         return False
     try:  # a multi-byte character cut at the end is held back, not an error
         text = codecs.getincrementaldecoder("utf-8")().decode(tail, final=False).strip()
