@@ -403,3 +403,49 @@ def test_a_report_stops_reading_retrieve_records_at_too_many_settings(
     monkeypatch.setattr(reading, "MAX_REPORT_SETTINGS", 3)
     line = assert_one_error_line(invoke("report", path, "--out", tmp_path / "r.html"))
     assert "line 4" in line  # with room for three, the damaged line is read and named
+
+
+def _retrieve_lines(invoke, memory_file, betas):
+    out = []
+    for beta in betas:
+        result = invoke("retrieve", "--memory", memory_file, "--beta", str(beta), "--json")
+        assert result.exit_code == 0, result.stderr
+        out.append(result.stdout.strip().encode())
+    return out
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        (b'{"config": {"model": "dense"}, "metrics": [1]}', ["line 3", "not an `nph retrieve"]),
+        (b'{"metrics": {}}', ["line 3", "not an `nph retrieve"]),
+        (b"[1, 2]", ["line 3", "not an `nph retrieve"]),
+        (b'{"config": "\xff"}', ["line 3", "not UTF-8"]),
+    ],
+)
+def test_a_damaged_retrieve_record_further_down_is_named(invoke, tmp_path, memory_file, bad, words):
+    lines = _retrieve_lines(invoke, memory_file, [0.1, 0.2])
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b"\r\n".join([*lines, bad, lines[0]]) + b"\r\n")
+    assert_one_error_line(invoke("report", path, "--out", tmp_path / "r.html"), *words)
+
+
+def test_the_settings_limit_counts_what_where_keeps(invoke, tmp_path, monkeypatch):
+    import nphcli.sweeps.reading as reading
+
+    path = tmp_path / "many.jsonl"
+    rows = [
+        {"model": model, "beta": b, "M": 4, "sse_mean": 0.1 * b}
+        for model in ("dense", "topk")
+        for b in range(1, 16)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setattr(reading, "MAX_REPORT_SETTINGS", 20)
+    refused = invoke("report", path, "--out", tmp_path / "r.html")
+    assert "more than 20 distinct settings;" in assert_one_error_line(refused)
+    kept = invoke("report", path, "--where", "model=dense", "--out", tmp_path / "r.html")
+    if kept.exit_code != 0:  # the page needs matplotlib; the count is what is checked here
+        assert "distinct settings" not in kept.stderr, kept.stderr
+    many = invoke("report", path, "--where", "beta=1,2,3,4,5,6,7,8,9,10,11", "--out",
+                  tmp_path / "s.html")  # fmt: skip
+    assert "more than 20 distinct settings matching --where" in assert_one_error_line(many)

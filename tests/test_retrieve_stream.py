@@ -196,21 +196,50 @@ class _CountingBank(StreamedBank):
         return super().key_blocks(rows)
 
 
+@pytest.mark.parametrize("hetero", [False, True])
 @pytest.mark.parametrize("model", ["dense", "topk"])
-def test_every_block_read_from_disk_fits_the_memory_budget(tmp_path, model):
+def test_every_block_read_from_disk_fits_the_memory_budget(tmp_path, model, hetero):
     """Retrieval and the metrics after it (the nearest-pattern search) read a streamed memory in
-    blocks that fit --memory-budget: the metrics once read 2²⁴ entries per block whatever the
-    budget (issue 40's larger-than-memory run failed on it)."""
+    blocks that fit --memory-budget, keys and values together: the metrics once read 2²⁴
+    entries per block whatever the budget (issue 40's larger-than-memory run failed on it), and
+    counted only the values' width of a hetero-associative file."""
     from nphcli.evaluation.evaluate import evaluate
     from nphcli.evaluation.settings import settings_from
 
     path = tmp_path / "m.safetensors"
-    save_memory(path, torch.randn(20_000, 128, generator=torch.Generator().manual_seed(0)))
+    generator = torch.Generator().manual_seed(0)
+    keys = torch.randn(20_000, 128, generator=generator)
+    values = torch.randn(20_000, 4, generator=generator) if hetero else None
+    save_memory(path, keys, values=values)
     budget = 1 << 20
     params = {"k": 4} if model == "topk" else {}
     settings = settings_from(model, params, {"memory_budget": budget, "queries": 20})
     _CountingBank.largest = 0
     report = evaluate(_CountingBank(path), settings)
-    assert report.metrics["success"]["mean"] is not None
-    row_bytes = 128 * 4
+    assert report.metrics["sse"]["mean"] is not None
+    row_bytes = (128 + (4 if hetero else 0)) * 4
     assert 0 < _CountingBank.largest * row_bytes <= budget, _CountingBank.largest
+
+
+def test_the_nearest_search_over_a_resident_memory_fits_the_budget(monkeypatch):
+    """A memory in RAM is searched in blocks too: each block's copy and square of the values
+    fit the budget (they once took min(M, 2²⁴) rows at a time)."""
+    from nphcli.evaluation import evaluate as evaluation
+    from nphcli.evaluation.settings import settings_from
+
+    asked = []
+    real = metrics.nearest
+
+    def spy(points, stored, **blocks):
+        asked.append(blocks)
+        return real(points, stored, **blocks)
+
+    monkeypatch.setattr(metrics, "nearest", spy)
+    keys = torch.randn(20_000, 128, generator=torch.Generator().manual_seed(0))
+    budget = 1 << 20
+    settings = settings_from("dense", {}, {"memory_budget": budget, "queries": 20})
+    evaluation.evaluate(TensorBank(keys), settings)
+    assert asked
+    for blocks in asked:
+        assert 0 < blocks["block_rows"] * 128 * 4 * 2 <= budget, blocks
+        assert 0 < blocks["block_elements"] * 4 * 2 <= budget, blocks

@@ -103,8 +103,8 @@ class NphGroup(TyperGroup):
             if _debug():
                 traceback.print_exc(file=sys.stderr)
             code = _fail(str(error), error.exit_code)
-        except ClickException as error:
-            code = _fail(error.format_message(), error.exit_code)
+        except ClickException as error:  # (typer words a wrong choice "..., Value error, ...")
+            code = _fail(error.format_message().replace(": Value error, ", ": "), error.exit_code)
         except (typer.Abort, KeyboardInterrupt):
             code = _fail("interrupted", 130)
         except _BrokenPipe:

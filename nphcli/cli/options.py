@@ -23,8 +23,6 @@ def _help(name: str) -> str:
 
 
 JsonOutput = Annotated[bool, typer.Option("--json", help=_help("json"))]
-Seed = Annotated[int, typer.Option("--seed", help=_help("seed"))]
-Force = Annotated[bool, typer.Option("--force", help=_help("force"))]
 # Checked and applied by `nphcli.app.threads.use_threads`.
 Threads = Annotated[
     int | None, typer.Option("--threads", help=_help("threads"), show_default=False)

@@ -55,7 +55,7 @@ def report_command(
     if any(out.resolve() == path.resolve() for path in [*results, *grids]):
         raise NphError("--out would replace an input; choose another name")
     check_writable(out, force=force)
-    rows, sources = read_inputs(results, max_settings=MAX_REPORT_SETTINGS)
+    rows, sources = read_inputs(results, max_settings=MAX_REPORT_SETTINGS, where=where)
     write_report(out, rows, sources, grids=grids, title=o["title"], where=where,
                  facet=o["facet"], force=force)  # fmt: skip
     if not quiet():

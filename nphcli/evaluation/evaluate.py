@@ -295,17 +295,19 @@ def _scan_rows(bank: MemoryBank, budget: int) -> int:
     return max(1, min(1 << 13, budget // 2 // row_bytes))
 
 
-def _metric_blocks(bank: MemoryBank, budget: int) -> dict[str, int | None]:
+def _metric_blocks(bank: MemoryBank, budget: int) -> dict[str, int]:
     """Block sizes of the nearest-pattern search (`metrics.nearest`) within the run's memory
-    budget, as retrieval keeps to it: half for stored rows, half for scores. A stored row not
-    resident costs two rows as read (the next block is read while the last is referenced) plus
-    a metric-dtype copy and its square; a score costs two metric-dtype values and a tie mask
-    byte. A resident memory's blocks are views: only the scores count."""
+    budget, as retrieval keeps to it: half for stored rows, half for scores. Each stored row
+    of a block costs a metric-dtype copy of its values and their square; a memory not resident
+    also costs two rows as read (the next block is read while the last is referenced), keys
+    included where they differ from the values. A score costs two metric-dtype values and a tie
+    mask byte."""
     metric_size = metric_fns.metric_dtype(torch.empty(0, dtype=bank.dtype)).itemsize
     elements = max(1, min(metric_fns.BLOCK_ELEMENTS, budget // 2 // (2 * metric_size + 1)))
-    if bank.resident() is not None:
-        return {"block_rows": None, "block_elements": elements}
-    row_bytes = 2 * bank.value_dim * (bank.dtype.itemsize + metric_size)
+    row_bytes = 2 * bank.value_dim * metric_size
+    if bank.resident() is None:
+        read = (bank.dim if bank.hetero else 0) + bank.value_dim
+        row_bytes += 2 * read * bank.dtype.itemsize
     rows = max(1, min(metric_fns.BLOCK_ELEMENTS // bank.value_dim, budget // 2 // row_bytes))
     return {"block_rows": rows, "block_elements": elements}
 

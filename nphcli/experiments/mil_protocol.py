@@ -117,12 +117,6 @@ PROTOCOLS = {
 }  # fmt: skip
 
 
-def get_protocol(name: str) -> Protocol:
-    if name not in PROTOCOLS:
-        raise NphError(f"unknown protocol {name!r}; choose {', '.join(PROTOCOLS)}")
-    return PROTOCOLS[name]
-
-
 def stratified_folds(labels: Tensor, folds: int, seed: int) -> list[Tensor]:
     """Bag indices (sorted) of each of `folds` test folds: each class shuffled with `seed` and
     dealt round-robin, so every fold holds ⌊n_c / K⌋ or ⌈n_c / K⌉ bags of class c; the class of

@@ -11,27 +11,27 @@ from typing import Any
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.evaluation.report import provenance_columns
-from nphcli.presentation.plot_data import is_setting, short
+from nphcli.presentation.plot_data import is_setting, matching, short
 from nphcli.sweeps.results import read_results
 
 
 def read_inputs(
-    paths: list[Path], *, max_settings: int | None = None
+    paths: list[Path], *, max_settings: int | None = None, where: list[str] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(flat result rows, one record per input file saying what it held). With `max_settings`,
-    more distinct settings than that over all the files are refused as soon as a row brings the
-    count past it, before the rest is read (`SettingsCount`)."""
-    count = SettingsCount(max_settings)
+    more distinct settings than that among the rows matching `where` (all rows without it), over
+    all the files, are refused as soon as a row brings the count past it, before the rest is
+    read (`SettingsCount`)."""
+    count = SettingsCount(max_settings, where or [])
     rows: list[dict[str, Any]] = []
     sources = []
     for path in paths:
         if not path.is_file():
             raise NphError(f"results file {path} not found")
-        lines = _retrieve_lines(path)
-        if lines is not None:
+        if _holds_retrieve_records(path):
             records, found = [], []
-            for number, line in lines:  # counted as read: too many settings stop the reading
-                records.append(parse_json(line, what=f"{path} line {number}"))
+            for number, line in _numbered_lines(path):  # counted as read: too many stop it
+                records.append(_record(line, f"{path} line {number}"))
                 found.append(count.add(_flat(records[-1])))
             kind = "nph retrieve / nph batch JSON Lines"
             config = _shared([record.get("config") for record in records])
@@ -52,52 +52,81 @@ MAX_REPORT_SETTINGS = 2000
 
 class SettingsCount:
     """Distinct settings (rows that differ in more than their trial columns, values as a plot
-    names them) among the rows `add`ed; past `limit` (None: no limit) the row that brings the
-    count over it is refused in one line."""
+    names them) among the rows `add`ed that match `where`; past `limit` (None: no limit) the
+    row that brings the count over it is refused in one line."""
 
-    def __init__(self, limit: int | None):
-        self.limit = limit
+    def __init__(self, limit: int | None, where: list[str]):
+        self.limit, self.where = limit, where
         self.seen: set[frozenset] = set()
 
     def add(self, row: dict[str, Any]) -> dict[str, Any]:
-        if self.limit is None:
+        if self.limit is None or not matching([row], self.where):
             return row
         key = frozenset((c, short(v)) for c, v in row.items() if is_setting(c) and v is not None)
         self.seen.add(key)
         if len(self.seen) > self.limit:
+            chosen = " matching --where" if self.where else ""
             raise NphError(
-                f"the results hold more than {self.limit:,} distinct settings; a report shows "
-                "at most that many: choose some with `nph plot --where` or report a part of "
-                "the file"
+                f"the results hold more than {self.limit:,} distinct settings{chosen}; a report "
+                "shows at most that many: choose fewer with --where or report a part of the file"
             )
         return row
 
 
-def _retrieve_lines(path: Path) -> Iterator[tuple[int, str]] | None:
-    """The numbered non-empty lines of a JSON Lines file of `nph retrieve --json` / `nph batch`
-    (one object with `config` and `metrics` each), read as they are asked for, or None when the
-    file is something else (sweep rows). Only the first line is read to tell."""
+def _holds_retrieve_records(path: Path) -> bool:
+    """Whether `path` is JSON Lines of `nph retrieve --json` / `nph batch` (one object with
+    `config` and `metrics` per line) rather than sweep rows; only its first line is read."""
     if path.suffix.lower() not in (".jsonl", ".ndjson", ".json"):
-        return None
+        return False
     try:
-        with open(path, encoding="utf-8") as handle:
-            line = next((line for line in handle if line.strip()), None)
-        first = None if line is None else parse_json(line, what=f"{path} line 1")
-    except (OSError, UnicodeDecodeError, NphError):
-        return None
-    if not (isinstance(first, dict) and "config" in first and "metrics" in first):
-        return None
-    return _numbered_lines(path)
+        first = next(_numbered_lines(path), None)
+        record = None if first is None else parse_json(first[1], what=f"{path} line 1")
+    except NphError:
+        return False
+    return isinstance(record, dict) and "config" in record and "metrics" in record
 
 
 def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each non-empty line, read one at a time; lines end in \\n,
+    \\r\\n or \\r, and a line that is not UTF-8 is refused by its number."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    yield number, line
-    except (OSError, UnicodeDecodeError) as error:
-        raise NphError(f"cannot read results file {path}: {error}") from None
+        with open(path, "rb") as handle:
+            number = 0
+            for chunk in handle:  # ends at \\n; a \\r inside ends a line too
+                for raw in chunk.splitlines() or [b""]:
+                    number += 1
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise NphError(f"{path} line {number}: not UTF-8 text") from None
+                    if text.strip():
+                        yield number, text
+    except OSError as error:
+        raise NphError(f"cannot read results file {path}: {error.strerror or error}") from None
+
+
+def _record(line: str, where: str) -> dict[str, Any]:
+    """One `nph retrieve --json` object, refused in one line where it is not one."""
+    record = parse_json(line, what=where)
+    if not _is_retrieve_result(record):
+        raise NphError(
+            f"{where}: not an `nph retrieve --json` result (its config, model or metrics are "
+            "missing or not objects)"
+        )
+    return record
+
+
+def _is_retrieve_result(record: Any) -> bool:
+    """Whether `record` has the shape `_flat` reads: a config object naming its model, and an
+    object (or null) wherever `_flat` looks inside one."""
+    if not (isinstance(record, dict) and isinstance(record.get("config"), dict)):
+        return False
+    config, metrics = record["config"], record.get("metrics")
+    if not isinstance(config.get("model"), str) or not isinstance(metrics, (dict, type(None))):
+        return False
+    inner = [config.get(key) for key in ("params", "corruption", "memory")]
+    inner += [record.get("timing"), *(metrics or {}).values()]
+    return all(value is None or isinstance(value, dict) for value in inner)
 
 
 def _shared(configs: list[Any]) -> Any:
@@ -121,8 +150,8 @@ _DIFFER = object()
 def _flat(record: dict[str, Any]) -> dict[str, Any]:
     """A results row of one `nph retrieve --json` object: its settings and metric means."""
     config = record["config"]
-    row: dict[str, Any] = {"model": config["model"], **config.get("params", {})}
-    row.update({key: config["corruption"].get(key) for key in ("mask", "noise")})
+    row: dict[str, Any] = {"model": config["model"], **(config.get("params") or {})}
+    row.update({key: (config.get("corruption") or {}).get(key) for key in ("mask", "noise")})
     memory = config.get("memory") or {}
     row.update(
         {
