@@ -94,3 +94,20 @@ def test_batch_per_query_with_a_list_of_values(tmp_path, invoke):
 def test_bad_input_still_one_line(tmp_path, invoke):
     result = invoke("retrieve", "--memory", tmp_path / "missing.safetensors")
     assert_one_error_line(result, "missing.safetensors")
+
+
+def test_huge_finite_results_are_not_an_overflow():
+    """The result check sums each tensor first; finite values whose sum overflows float32 are
+    then checked one by one and pass, and a NaN or infinity is still caught."""
+    from nphcli.models.inputs import check_output
+
+    huge = torch.full((4, 3), 3e38)  # every value finite, their sum is not
+    check_output(huge, (("queries", huge.clone()),))
+    x = torch.full((6, 3), 3e38)
+    got = nphcli.retrieve(x[:2], x, model="dense", beta=1e-80)
+    assert torch.isfinite(got.patterns).all()
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        broken = huge.clone()
+        broken[1, 2] = bad
+        with pytest.raises(NphError):
+            check_output(broken, (("queries", huge),))
