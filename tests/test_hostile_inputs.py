@@ -449,3 +449,20 @@ def test_the_settings_limit_counts_what_where_keeps(invoke, tmp_path, monkeypatc
     many = invoke("report", path, "--where", "beta=1,2,3,4,5,6,7,8,9,10,11", "--out",
                   tmp_path / "s.html")  # fmt: skip
     assert "more than 20 distinct settings matching --where" in assert_one_error_line(many)
+
+
+def test_a_report_leaves_out_failed_batch_jobs(invoke, tmp_path, memory_file):
+    """`nph batch` writes {"job": N, "error": ...} for a job that failed; a report of its output
+    says so and shows the rest (a first failed job once made the file read as sweep rows)."""
+    lines = _retrieve_lines(invoke, memory_file, [0.1, 0.2])
+    failed = json.dumps({"job": 1, "error": "memory file x not found"}).encode()
+    path = tmp_path / "batch.jsonl"
+    path.write_bytes(b"\n".join([failed, *lines]) + b"\n")
+    import nphcli.sweeps.reading as reading
+
+    rows, sources = reading.read_inputs([path])
+    assert [row["model"] for row in rows] == ["dense", "dense"]
+    assert sources[0]["kind"].startswith("nph retrieve")
+    only = tmp_path / "failed.jsonl"
+    only.write_bytes(failed + b"\n")
+    assert_one_error_line(invoke("report", only, "--out", tmp_path / "r.html"), "holds no results")

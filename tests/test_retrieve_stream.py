@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -243,3 +244,17 @@ def test_the_nearest_search_over_a_resident_memory_fits_the_budget(monkeypatch):
     for blocks in asked:
         assert 0 < blocks["block_rows"] * 128 * 4 * 2 <= budget, blocks
         assert 0 < blocks["block_elements"] * 4 * 2 <= budget, blocks
+
+
+@pytest.mark.parametrize("rows", [None, 1, 2, 3, 7])
+def test_the_nearest_row_does_not_depend_on_where_blocks_are_cut(rows):
+    """Scores 0.6·tol and 1.2·tol below a first row's: each is a tie of its neighbour, not of
+    the last, and the answer is the lowest index within tol of the minimum (row 2) however the
+    blocks are cut (comparing blocks in turn gave row 1 or row 2 by block size)."""
+    point = torch.zeros(1, 1, dtype=torch.float64)  # scores: ‖s‖², the largest 81
+    tol = 16 * torch.finfo(torch.float64).eps * 81.0  # `nearest`'s rounding allowance, d = 1
+    near = [math.sqrt(1.0 - f * tol) for f in (0.0, 0.6, 1.2)]
+    stored = [9.0, near[0], near[1], 8.0, 8.5, near[2], 7.0]
+    bank = TensorBank(torch.tensor(stored, dtype=torch.float64)[:, None])
+    index, _ = metrics.nearest(point, bank, block_rows=rows)
+    assert index.tolist() == [2]

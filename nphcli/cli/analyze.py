@@ -86,7 +86,7 @@ CAPACITY_FIELDS = (
         "float",
         None,
         "With --capacity: ε of 'retrieved': fixed-point residual "
-        f"and agreement tolerance [default: {CAPACITY_EPSILON:.0e}].".replace("e-0", "e-"),
+        f"and agreement tolerance [default: {CAPACITY_EPSILON:g}].".replace("e-0", "e-"),
         group="analysis",
     ),
 )

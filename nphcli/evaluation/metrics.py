@@ -97,7 +97,10 @@ def nearest(
     at most `block_elements` entries, and at most `block_rows` memories (default: no limit
     beyond `block_elements`). Matrix products round differently in different blocks,
     so scores within rounding of the minimum (16·√d·ε·(‖p‖² + max‖s‖²), ε the dtype's machine
-    epsilon) count as ties: equal stored rows always resolve to the lowest index. The reported
+    epsilon) count as ties: the nearest is the lowest index within rounding of the minimum, so
+    equal stored rows always resolve to the lowest index, and where the blocks are cut does not
+    change the answer (a point whose block minima come within rounding of each other is
+    decided in a second pass, once the minimum over every block is known). The reported
     distance is then computed directly as ‖p − s_nearest‖: exact to rounding, and 0 for a
     point equal to a stored row.
     """
@@ -122,15 +125,20 @@ def nearest(
         tol = relative * (p.square().sum(dim=1) + largest)  # (B,)
         best_score = torch.full((p.shape[0],), math.inf, dtype=dtype, device=device)  # (B,)
         best_index = torch.zeros(p.shape[0], dtype=torch.int64, device=device)  # (B,)
+        unsure = torch.zeros(p.shape[0], dtype=torch.bool, device=device)  # (B,)
         for m0, _, values in bank.blocks(memory_block):
-            s = values.to(device=device, dtype=dtype)  # (b, d_v)
-            scores = s.square().sum(dim=1)[None, :] - 2.0 * (p @ s.T)  # (B, b)
+            scores = _squared_distances(p, values)  # (B, b), up to ‖p‖²
             block_score = scores.min(dim=1).values  # (B,)
-            near = scores <= (block_score + tol)[:, None]  # (B, b) ties within rounding
-            block_index = near.to(torch.uint8).argmax(dim=1)  # (B,) first, i.e. lowest index
-            better = block_score < best_score - tol  # an earlier block keeps a tie
+            block_index = _first_within(scores, block_score + tol)  # (B,) lowest index
+            better = block_score < best_score - tol  # every earlier row is out of reach now
+            tie = (block_score - best_score).abs() <= tol  # decided again below
+            unsure = (unsure & ~better) | tie
             best_index = torch.where(better, block_index + m0, best_index)
             best_score = torch.minimum(best_score, block_score)
+        if bool(unsure.any()):
+            rows = unsure.nonzero().squeeze(1)  # (U,)
+            found = _lowest_within(p[rows], bank, best_score[rows] + tol[rows], memory_block)
+            best_index[rows] = torch.where(found >= 0, found, best_index[rows])
         if bank.collective.world_size > 1:  # each rank's best, merged in row order
             best_index = _merge_ranks(bank.collective, best_score, best_index, tol)
         best[q0 : q0 + query_block] = best_index
@@ -139,6 +147,31 @@ def nearest(
         points.to(dtype) - nearest_rows.to(device=device, dtype=dtype), dim=1
     )  # (Q,)
     return best, distance
+
+
+def _squared_distances(points: Tensor, values: Tensor) -> Tensor:
+    """‖s‖² − 2⟨p, s⟩ (B, b) of points (B, d_v) to stored rows (b, d_v), in the points' dtype."""
+    s = values.to(device=points.device, dtype=points.dtype)  # (b, d_v)
+    return s.square().sum(dim=1)[None, :] - 2.0 * (points @ s.T)
+
+
+def _first_within(scores: Tensor, limit: Tensor) -> Tensor:
+    """Per row of scores (B, b), the first column at or below limit (B,); 0 where none is."""
+    return (scores <= limit[:, None]).to(torch.uint8).argmax(dim=1)
+
+
+def _lowest_within(points: Tensor, bank: MemoryBank, limit: Tensor, rows: int) -> Tensor:
+    """The lowest stored index whose score is at or below limit (U,) for each point (U, d_v),
+    over blocks of `rows` (the first pass's); -1 where none is. The second pass for points
+    whose block minima came within rounding of each other, where comparing blocks in turn
+    would depend on where the blocks are cut (rows 0.6 and 1.2 tol below a first one are each
+    a tie of their neighbour, not of each other)."""
+    found = torch.full((points.shape[0],), -1, dtype=torch.int64, device=points.device)  # (U,)
+    for m0, _, values in bank.blocks(rows):
+        scores = _squared_distances(points, values)  # (U, b)
+        hit = (scores <= limit[:, None]).any(dim=1) & (found < 0)  # (U,)
+        found = torch.where(hit, _first_within(scores, limit) + m0, found)
+    return found
 
 
 def _merge_ranks(

@@ -10,6 +10,7 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
+from nphcli.core.notices import notice
 from nphcli.evaluation.report import provenance_columns
 from nphcli.presentation.plot_data import is_setting, matching, short
 from nphcli.sweeps.results import read_results
@@ -29,12 +30,21 @@ def read_inputs(
         if not path.is_file():
             raise NphError(f"results file {path} not found")
         if _holds_retrieve_records(path):
-            records, found = [], []
+            records, found, failed = [], [], []
             for number, line in _numbered_lines(path):  # counted as read: too many stop it
-                records.append(_record(line, f"{path} line {number}"))
-                found.append(count.add(_flat(records[-1])))
+                record = _record(line, f"{path} line {number}")
+                if _is_failed_job(record):
+                    failed.append(number)
+                    continue
+                records.append(record)
+                found.append(count.add(_flat(record)))
+            if failed:
+                lines = f"line {', '.join(map(str, failed[:5]))}{', ...' if failed[5:] else ''}"
+                if not records:
+                    raise NphError(f"{path} holds no results: every nph batch job failed ({lines})")
+                notice(f"{path}: {len(failed)} failed nph batch jobs left out ({lines})")
             kind = "nph retrieve / nph batch JSON Lines"
-            config = _shared([record.get("config") for record in records])
+            config = _shared([record.get("config") for record in records]) if records else None
         else:
             found = read_results(path, each_row=count.add).rows
             kind, config = "results rows (nph sweep, nph retrieve --csv)", None
@@ -75,15 +85,20 @@ class SettingsCount:
 
 def _holds_retrieve_records(path: Path) -> bool:
     """Whether `path` is JSON Lines of `nph retrieve --json` / `nph batch` (one object with
-    `config` and `metrics` per line) rather than sweep rows; only its first line is read."""
+    `config` and `metrics` per line, or a failed job's error) rather than sweep rows; only its
+    first line that is not a failed job is read to tell."""
     if path.suffix.lower() not in (".jsonl", ".ndjson", ".json"):
         return False
+    failed = False
     try:
-        first = next(_numbered_lines(path), None)
-        record = None if first is None else parse_json(first[1], what=f"{path} line 1")
+        for number, line in _numbered_lines(path):
+            record = parse_json(line, what=f"{path} line {number}")
+            if not _is_failed_job(record):  # a failed batch job tells nothing: the next line
+                return isinstance(record, dict) and "config" in record and "metrics" in record
+            failed = True
     except NphError:
         return False
-    return isinstance(record, dict) and "config" in record and "metrics" in record
+    return failed  # only failed jobs: batch output holding no results
 
 
 def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -105,10 +120,16 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
         raise NphError(f"cannot read results file {path}: {error.strerror or error}") from None
 
 
+def _is_failed_job(record: Any) -> bool:
+    """Whether `record` is `nph batch`'s line for a job that failed: {"job": N, "error": ...}."""
+    return isinstance(record, dict) and "error" in record and "config" not in record
+
+
 def _record(line: str, where: str) -> dict[str, Any]:
-    """One `nph retrieve --json` object, refused in one line where it is not one."""
+    """One `nph retrieve --json` object or failed batch job, refused in one line where it is
+    neither."""
     record = parse_json(line, what=where)
-    if not _is_retrieve_result(record):
+    if not (_is_failed_job(record) or _is_retrieve_result(record)):
         raise NphError(
             f"{where}: not an `nph retrieve --json` result (its config, model or metrics are "
             "missing or not objects)"
