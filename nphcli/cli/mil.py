@@ -11,16 +11,23 @@ from nphcli.cli.app import app
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import print_json, print_table
-from nphcli.experiments.mil_config import PRESETS, VARIANTS
+from nphcli.experiments.mil_config import PRESETS, VARIANTS, MILConfig
 from nphcli.schema.fields import Field, get_field, output_field
+
+
+def _grid(config: MILConfig) -> str:
+    """A preset's grid as its help says it: bag sizes, epochs, runs."""
+    sizes = ",".join(map(str, config.bag_sizes))
+    return f"bag sizes {sizes}, epochs {config.epochs}, runs {config.runs}"
+
 
 MIL_FIELDS = (
     Field(
         "preset",
         "str",
         "quick",
-        "quick: bag sizes 5-30, 20 epochs, 1 run (about 10 minutes "
-        "on 2 CPU cores); paper: the paper's grid (days on a CPU).",
+        f"quick: {_grid(PRESETS['quick'])} (about 10 minutes on 2 CPU cores); paper: "
+        f"{_grid(PRESETS['paper'])} (days on a CPU).",
         group="run",
         choices=tuple(sorted(PRESETS)),
     ),

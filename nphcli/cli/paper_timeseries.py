@@ -15,8 +15,15 @@ from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.paper import paper_app, paper_fields, render_comparison, wrote
 from nphcli.cli.progress import ProgressBar
 from nphcli.core.errors import NphError
-from nphcli.experiments.timeseries_config import PRESETS, VARIANTS
+from nphcli.experiments.timeseries_config import PRESETS, SPLITS, VARIANTS, TSConfig
 from nphcli.schema.fields import Field, get_field
+
+
+def _grid(config: TSConfig) -> str:
+    """A preset's grid as its help says it: horizons, runs, epochs."""
+    horizons = ",".join(map(str, config.horizons))
+    return f"horizons {horizons}, runs {config.runs}, epochs {config.epochs}"
+
 
 # The grid's options take comma lists of their own, so they sit in a group whose values are
 # not split into settings ("analysis"; the run and model groups are).
@@ -25,8 +32,8 @@ TS_FIELDS = (
         "preset",
         "str",
         "quick",
-        "quick: horizon 96, 1 run, 6 epochs (about 10 minutes on 2 "
-        "CPU cores); paper: horizons 96-720, 5 runs, 10 epochs.",
+        f"quick: {_grid(PRESETS['quick'])} (about 10 minutes on 2 CPU cores); paper: "
+        f"{_grid(PRESETS['paper'])}.",
         group="analysis",
         choices=tuple(sorted(PRESETS)),
     ),
@@ -53,14 +60,16 @@ TS_FIELDS = (
     ),
     Field("epochs", "int", None, "Override the epochs.", group="analysis"),
     Field("runs", "int", None, "Override the runs per cell.", group="analysis"),
-    Field("target", "str", None, "The predicted column (default OT).", group="input"),
+    Field(
+        "target", "str", None, f"The predicted column (default {TSConfig.target}).", group="input"
+    ),
     Field(
         "split",
         "str",
         None,
-        "months (12/4/4 of 30 days, default) or ratio (70/10/20 %).",
+        f"months (12/4/4 of 30 days) or ratio (70/10/20 %) [default: {TSConfig.split}].",
         group="input",
-        choices=("months", "ratio"),
+        choices=SPLITS,
     ),
     *paper_fields("paper-results"),
     get_field("seed"),

@@ -302,7 +302,7 @@ def _metric_blocks(bank: MemoryBank, budget: int) -> dict[str, int]:
     also costs two rows as read (the next block is read while the last is referenced), keys
     included where they differ from the values. A score costs two metric-dtype values and a tie
     mask byte."""
-    metric_size = metric_fns.metric_dtype(torch.empty(0, dtype=bank.dtype)).itemsize
+    metric_size = metric_fns.metric_dtype(bank.dtype).itemsize
     elements = max(1, min(metric_fns.BLOCK_ELEMENTS, budget // 2 // (2 * metric_size + 1)))
     row_bytes = 2 * bank.value_dim * metric_size
     if bank.resident() is None:

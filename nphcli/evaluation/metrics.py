@@ -36,9 +36,11 @@ BLOCK_ELEMENTS = 1 << 24
 PIXEL_TOLERANCE = 0.1
 
 
-def metric_dtype(tensor: Tensor) -> torch.dtype:
-    """float64 for float64 inputs, float32 for everything else (including half precision)."""
-    return torch.float64 if tensor.dtype == torch.float64 else torch.float32
+def metric_dtype(tensor: Tensor | torch.dtype) -> torch.dtype:
+    """float64 for float64 inputs, float32 for everything else (including half precision);
+    `tensor` is a tensor or its dtype."""
+    dtype = tensor if isinstance(tensor, torch.dtype) else tensor.dtype
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def sse(retrieved: Tensor, targets: Tensor) -> Tensor:

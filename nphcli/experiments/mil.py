@@ -48,6 +48,7 @@ from nphcli.experiments.mil_results import (  # noqa: F401  (re-exported for `np
     summary_json,
     write_results,
 )
+from nphcli.experiments.presets import run_seed
 from nphcli.layers import NPHPooling
 from nphcli.models import create_model
 
@@ -127,10 +128,6 @@ def make_bags(
     return bags[order], positive[order].to(torch.float32)
 
 
-def _seed(base: int, run: int, bag_size: int) -> int:
-    return base * 1_000_003 + run * 1_009 + bag_size
-
-
 def train_one(
     config: MILConfig,
     variant: Variant,
@@ -144,13 +141,13 @@ def train_one(
     """Train one network; one record per epoch (train loss and accuracy as measured during the
     epoch, test loss and accuracy after it)."""
     train_x, train_y, test_x, test_y = pools
-    generator = torch.Generator().manual_seed(_seed(seed, run, bag_size))
+    generator = torch.Generator().manual_seed(run_seed(seed, run, bag_size))
     train_bags, train_labels = make_bags(
         train_y, config.train_bags, bag_size, config.signal, generator
     )
     test_bags, test_labels = make_bags(test_y, config.test_bags, bag_size, config.signal, generator)
     with torch.random.fork_rng(devices=[]):  # nn init draws from the global RNG: contain it
-        torch.manual_seed(_seed(seed, run, bag_size))
+        torch.manual_seed(run_seed(seed, run, bag_size))
         net = MILNet(config, variant, in_dim=train_x.shape[1])
     optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(config.train_bags / config.batch_size)

@@ -41,16 +41,16 @@ from nphcli.experiments.mil_protocol import (
     stratified_folds,
     stratified_holdout,
 )
+from nphcli.experiments.presets import chosen
 from nphcli.layers import NPHPooling
 from nphcli.models import create_model
 from nphcli.version import __version__
 
 
 def variant(label: str) -> Variant:
-    known = {v.label: v for v in VARIANTS if v.label in PAPER_MIL_MODELS}
-    if label not in known:
-        raise NphError(f"unknown MIL model {label!r}; choose from {', '.join(PAPER_MIL_MODELS)}")
-    return known[label]
+    """The paper's MIL model called `label` (one of PAPER_MIL_MODELS)."""
+    (found,) = chosen([v for v in VARIANTS if v.label in PAPER_MIL_MODELS], [label], "MIL model")
+    return found
 
 
 class PaperMILNet(nn.Module):

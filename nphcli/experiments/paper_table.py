@@ -25,6 +25,8 @@ from typing import Any
 
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
+from nphcli.experiments.mil_config import PAPER_MIL_MODELS
+from nphcli.experiments.timeseries_config import VARIANTS as TS_VARIANTS
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class Cell:
     better: bool | None  # nph's mean beats the paper's value (in the table's direction)
 
 
-# The paper's row labels → nph's model labels (the MIL experiment's variant labels).
+# nph's model labels (the experiments' variant labels) → the paper's row names.
 MODEL_NAMES = {
     "dense": "Dense",
     "sparse": "Sparse",
@@ -70,7 +72,7 @@ MODEL_NAMES = {
     "linear": "Linear",
 }
 
-_MIL_ROWS = ("dense", "sparse", "topk-20%", "topk-50%", "topk-80%", "random-feature", "linear")
+_MIL_ROWS = PAPER_MIL_MODELS
 _MIL_COLUMNS = ("Tiger", "Fox", "Elephant", "UCSB")
 _MIL_PRINTED = {  # paper lines 2431-2465, Tiger / Fox / Elephant / UCSB
     "dense": (0.813, 0.563, 0.877, 0.524),
@@ -82,8 +84,7 @@ _MIL_PRINTED = {  # paper lines 2431-2465, Tiger / Fox / Elephant / UCSB
     "linear": (0.797, 0.571, 0.869, 0.561),
 }
 
-_TS_ROWS = ("dense", "sparse", "topk-20%", "topk-50%", "topk-80%", "window", "random-feature",
-            "linear")  # fmt: skip
+_TS_ROWS = tuple(v.label for v in TS_VARIANTS)
 _TS_HORIZONS = (96, 192, 336, 720)
 # Paper lines 2493-2521 as printed: data set, horizon, then (MSE, MAE) of each row of _TS_ROWS
 # in order. The ETTm1/96 Top-80% MAE is printed "0.31o": written "-" (missing), not guessed.

@@ -29,6 +29,12 @@ def chosen(variants: Sequence[Any], labels: Sequence[str], what: str) -> list[An
     return [known[label] for label in labels]
 
 
+def run_seed(base: int, run: int, size: int) -> int:
+    """The seed of one training run: the user's seed, the run's number and the cell's size
+    (bag size, horizon), spread so that no two cells of a grid share one."""
+    return base * 1_000_003 + run * 1_009 + size
+
+
 def labels(text: str) -> tuple[str, ...]:
     """A comma list of labels, each stripped."""
     return tuple(part.strip() for part in text.split(","))

@@ -60,6 +60,10 @@ def window_size(horizon: int) -> int:
     return WINDOW_SIZES[known[-1]] if known else WINDOW_SIZES[96]
 
 
+# How the series is cut into training, validation and test parts (`timeseries.prepare`).
+SPLITS = ("months", "ratio")  # 12 / 4 / 4 months of 30 days; 70 / 10 / 20 %
+
+
 @dataclass(frozen=True)
 class TSConfig:
     """One experiment grid. `paper` is the paper's protocol; `quick` a scaled-down run."""
@@ -68,7 +72,7 @@ class TSConfig:
     epochs: int
     runs: int  # independent seeds per (model, horizon)
     target: str = "OT"  # the predicted column
-    split: str = "months"  # "months" (12 / 4 / 4) or "ratio" (70 / 10 / 20 %)
+    split: str = SPLITS[0]  # one of SPLITS
     batch_size: int = 128
     lr: float = 1e-3  # AdamW, cosine-decayed to 0 over the epochs
     weight_decay: float = 1e-2  # AdamW's default
@@ -117,8 +121,8 @@ def configure(
         config = replace(config, horizons=whole_numbers(horizons, "--horizons"))
     config = with_counts(config, epochs=epochs, runs=runs)
     if split is not None:
-        if split not in ("months", "ratio"):
-            raise NphError(f"--split must be months or ratio, got {split!r}")
+        if split not in SPLITS:
+            raise NphError(f"--split must be {' or '.join(SPLITS)}, got {split!r}")
         config = replace(config, split=split)
     if target is not None:
         config = replace(config, target=target)

@@ -30,6 +30,7 @@ from torch import Tensor
 from nphcli.core.atomic import check_writable
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
+from nphcli.experiments.presets import run_seed
 from nphcli.experiments.records import read_records, write_records
 from nphcli.experiments.timeseries import Prepared, Series, prepare, read_series
 from nphcli.experiments.timeseries_config import TSConfig, Variant, chosen_variants
@@ -37,10 +38,6 @@ from nphcli.experiments.timeseries_model import TSNet
 from nphcli.version import __version__
 
 Progress = Callable[..., None]
-
-
-def _seed(base: int, run: int, horizon: int) -> int:
-    return base * 1_000_003 + run * 1_009 + horizon
 
 
 def build_net(config: TSConfig, variant: Variant, horizon: int, seed: int) -> TSNet:
@@ -61,8 +58,8 @@ def train_one(
 ) -> dict[str, Any]:
     """Train one network for `config.epochs`; its record (see the module docstring)."""
     x_train, y_train = data.parts["train"]
-    generator = torch.Generator().manual_seed(_seed(seed, run, horizon))
-    net = build_net(config, variant, horizon, _seed(seed, run, horizon))
+    generator = torch.Generator().manual_seed(run_seed(seed, run, horizon))
+    net = build_net(config, variant, horizon, run_seed(seed, run, horizon))
     optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs)
     best, best_state, history = math.inf, None, []
@@ -310,9 +307,9 @@ def epoch_times(
         seconds: dict[str, list[float]] = {v.label: [] for v in variants}
         for repeat in range(repeats):
             for variant in variants:
-                net = build_net(config, variant, horizon, _seed(seed, repeat, horizon))
+                net = build_net(config, variant, horizon, run_seed(seed, repeat, horizon))
                 optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr)
-                generator = torch.Generator().manual_seed(_seed(seed, repeat, horizon))
+                generator = torch.Generator().manual_seed(run_seed(seed, repeat, horizon))
                 train_epoch(net, optimiser, x, y, config, generator, steps=1)  # warm-up
                 started = time.perf_counter()
                 train_epoch(net, optimiser, x, y, config, generator, steps=timed)

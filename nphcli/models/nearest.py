@@ -18,7 +18,6 @@ from torch import Tensor
 
 from nphcli.core.errors import NphError
 from nphcli.engine.baselines import METRICS, nearest_index
-from nphcli.engine.blocks import weighted_rows
 from nphcli.engine.planning import Plan, itemsize
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.engine.selection import running_topk_plan
@@ -53,8 +52,8 @@ class Nearest(HopfieldModel):
         block_rows: int,
     ) -> Update:
         index = nearest_index(queries, bank, self.metric, block_rows=block_rows)  # (Q,)
-        weights = queries.new_ones(queries.shape[0], 1, dtype=accumulation_dtype(queries.dtype))
-        patterns = weighted_rows(bank, index[:, None], weights, block_rows=block_rows)  # (Q, d_v)
+        _, rows = bank.gather(index)  # (Q, d_v): the nearest rows themselves
+        patterns = rows.to(device=queries.device, dtype=accumulation_dtype(queries.dtype))
         return Update(patterns, support=positions.new_ones(queries.shape[0]))
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:

@@ -226,8 +226,13 @@ def _table(table: Table) -> str:
     follows = "; ".join(f"{c} follows {lead}" for c, lead in table.follows.items())
     note = (
         '<p class="note">One line per setting, means over its rows; ★ marks the best value of each '
-        "column (highest success, cosine and pixel success; lowest error, support and time)."
+        f"column (highest {_names(True)}; lowest {_names(False)})."
         + (f" Not shown: {e(follows)} (one value per value)." if follows else "")
         + "</p>"
     )
     return f'{note}<div class="scroll"><table><tr>{head}</tr>{"".join(lines)}</table></div>'
+
+
+def _names(higher: bool) -> str:
+    """The report's metric columns where larger (`higher`) or smaller is better."""
+    return ", ".join(metric for metric, best in METRICS.items() if best == higher)

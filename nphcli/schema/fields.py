@@ -109,12 +109,6 @@ class Field:
         """The field's attribute in its holder."""
         return self.attribute or self.name
 
-    def default_text(self, value: Any = None) -> str:
-        """`[default: X]` for help texts, X the field's default (or `value` for an unset field
-        whose meaning lives elsewhere, e.g. a search constant)."""
-        shown = self.default if value is None else value
-        return f"[default: {shown}]"
-
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")

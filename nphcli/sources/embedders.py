@@ -89,9 +89,9 @@ def hashed_vectors(texts: Sequence[str], dim: int) -> Tensor:
 
     out = torch.zeros(len(texts), dim)
     for row, text in enumerate(texts):
-        lowered = text.lower()
-        padded = f" {' '.join(_WORD.findall(lowered))} "
-        tokens = [f"w:{w}" for w in _WORD.findall(lowered)]
+        words = _WORD.findall(text.lower())
+        padded = f" {' '.join(words)} "
+        tokens = [f"w:{w}" for w in words]
         tokens += [f"c:{padded[i : i + 3]}" for i in range(len(padded) - 2)]
         for token in tokens:
             code = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")

@@ -15,12 +15,12 @@ name, dimension and normalisation to its metadata, so that text queries use the 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.jsontext import parse_json
 from nphcli.memory.items import check_items
 from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, register_source
 from nphcli.sources.embedders import check_same_embedder, resolve_embedder
@@ -246,10 +246,7 @@ def _lines(path: str):
 
 
 def _object(path: str, number: int, line: str) -> dict[str, Any]:
-    try:
-        value = json.loads(line)
-    except (json.JSONDecodeError, RecursionError, ValueError):
-        raise NphError(f"{path}: line {number} is not JSON") from None
+    value = parse_json(line, what=f"{path}: line {number}")  # bounded, as every outside JSON
     if not isinstance(value, dict):
         raise NphError(f"{path}: line {number} is not a JSON object")
     return value

@@ -26,8 +26,7 @@ def count_unretrievable(patterns: Any) -> dict[str, int]:
     M, d = patterns.shape
     if M < 2:
         return {"count": 0, "checked": M, "of": M}
-    exact = M * M * d <= EXACT_WORK
-    sep = separation(patterns, max_rows=None if exact else SAMPLE_ROWS, seed=0)
+    sep = separation(patterns, max_rows=None if _exact(M, d) else SAMPLE_ROWS, seed=0)
     return {"count": int((sep.delta < 0).sum()), "checked": int(sep.rows.numel()), "of": M}
 
 
@@ -38,9 +37,14 @@ def recorded_or_counted(memory: Any) -> dict[str, int] | None:
     if isinstance(recorded, dict) and {"count", "checked", "of"} <= set(recorded):
         return recorded
     resident = memory.resident()
-    if resident is None or memory.num_memories * memory.num_memories * memory.dim > EXACT_WORK:
+    if resident is None or not _exact(memory.num_memories, memory.dim):
         return None
     return count_unretrievable(resident[0])
+
+
+def _exact(num_memories: int, dim: int) -> bool:
+    """Whether every pair of M patterns is cheap enough to compare (M·M·d ≤ EXACT_WORK)."""
+    return num_memories * num_memories * dim <= EXACT_WORK
 
 
 def unretrievable_notice(found: dict[str, int] | None) -> str | None:
