@@ -276,3 +276,22 @@ def test_cli_runs_the_baselines_beside_a_hopfield_model(invoke, tmp_path):
 def test_cli_refuses_real_memories_for_a_classical_network(invoke, mnist):
     result = invoke("retrieve", "--memory", mnist, "--model", "hebbian")
     assert_one_error_line(result, "±1 patterns only")
+
+
+def test_classical_couplings_are_built_once_per_memory(monkeypatch):
+    """Retrieval and each energy of a trace read one W per memory (the pseudo-inverse's costs
+    O(d³)); a changed memory gets a new one."""
+    import nphcli.models.classical as classical
+    from nphcli.engine import summary_cache
+
+    summary_cache.clear()
+    built = []
+    real = classical.gram
+    monkeypatch.setattr(classical, "gram", lambda *a, **k: built.append(1) or real(*a, **k))
+    memories = torch.sign(torch.randn(6, 16, generator=torch.Generator().manual_seed(0)))
+    model = create_model("pseudoinverse")
+    first = [model.energy(memories[:2], memories, torch.arange(2)) for _ in range(3)]
+    assert len(built) == 1 and all(torch.equal(first[0], e) for e in first)
+    memories[0, 0] *= -1  # in place: a new version of the tensor
+    model.energy(memories[:2], memories, torch.arange(2))
+    assert len(built) == 2

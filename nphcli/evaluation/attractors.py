@@ -95,7 +95,7 @@ def diagnose(
     out = classify(final, bank, float(getattr(model, "beta", 1.0)), near_cos)
     out.update(kind_shares(out["attractor"]))
     resident = bank.resident()
-    if resident is not None and bank.collective.world_size == 1 and hasattr(model, "energy"):
+    if resident is not None and hasattr(model, "energy"):  # (one process: see above)
         energy = model.energy(final, resident[0], positions)
         if energy is not None:
             out["energy"] = energy.to(final.device)

@@ -34,7 +34,8 @@ from nphcli.engine.baselines import (
 )
 from nphcli.engine.planning import Plan, itemsize
 from nphcli.engine.precision import accumulation_dtype
-from nphcli.memory.bank import MemoryBank
+from nphcli.engine.summary_cache import cached_summary
+from nphcli.memory.bank import MemoryBank, as_bank
 from nphcli.models.base import HopfieldModel, Update, check_whole, param
 from nphcli.models.registry import register_model
 
@@ -66,6 +67,16 @@ class ClassicalNetwork(HopfieldModel):
         """W (d, d) float64 from G = Ξᵀ Ξ (d, d) float64."""
         raise NotImplementedError
 
+    def couplings(self, bank: MemoryBank, block_rows: int) -> Tensor:
+        """`learn(G)` (d, d) float64 for this memory, built once and kept (`summary_cache`):
+        retrieval and every energy of a trace read the same W, and the pseudo-inverse's costs
+        O(d³). Over ranks it is built each time: G is summed over them, and a cache that hit on
+        one rank and missed on another would leave the sum waiting."""
+        build = lambda: self.learn(gram(bank, block_rows=block_rows))  # noqa: E731
+        if bank.collective.world_size > 1:
+            return build()
+        return cached_summary(bank, (self.name, "couplings", block_rows), build)
+
     def coupling_scale(self, dim: int) -> float:
         """W = scale · `learn(G)`: `learn` may leave out a positive factor that changes no sign."""
         return 1.0
@@ -73,8 +84,8 @@ class ClassicalNetwork(HopfieldModel):
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
         """E(s) = −½ sᵀ W s (Q,) float64 at the binarised state s = sgn(x) (Hopfield 1982);
         asynchronous updates never raise it."""
-        patterns = memories.to(torch.float64)  # (M, d)
-        weights = self.learn(patterns.T @ patterns) * self.coupling_scale(patterns.shape[1])
+        bank = as_bank(memories)
+        weights = self.couplings(bank, bank.num_memories) * self.coupling_scale(bank.dim)
         state = binary_state(queries.to(torch.float64))  # (Q, d)
         return -0.5 * ((state @ weights) * state).sum(dim=1)
 
@@ -110,8 +121,7 @@ class ClassicalNetwork(HopfieldModel):
 
     def prepare(self, bank: MemoryBank, block_rows: int) -> tuple[Tensor, Tensor | None]:
         """W in the accumulation dtype and, for `async`, the seeded neuron order."""
-        weights = self.learn(gram(bank, block_rows=block_rows))
-        weights = weights.to(accumulation_dtype(bank.dtype))  # (d, d)
+        weights = self.couplings(bank, block_rows).to(accumulation_dtype(bank.dtype))  # (d, d)
         order = None
         if self.order == "async":
             generator = torch.Generator().manual_seed(self.order_seed)
