@@ -6,6 +6,7 @@ index must equal them everywhere. Skipped without FAISS (the ann extra)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -163,11 +164,15 @@ def test_cli_index_and_retrieve(scene, invoke):
     out = folder / "cli.index"
     result = invoke("index", memory, "--kind", "ivf", "--out", out, "--force", "--json")
     assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["kind"] == "ivf"
+    built = json.loads(result.stdout)
+    assert built["kind"] == "ivf"
+    assert built["memory_file_sha256"] == hashlib.sha256(memory.read_bytes()).hexdigest()
     args = ["retrieve", "--memory", memory, "--model", "topk", "--k", "5", "--beta", "8"]
     result = invoke(*args, "--noise", "0.1", "--index", out, "--check-exact", "20", "--json")
     assert result.exit_code == 0, result.stderr
-    index = json.loads(result.stdout)["config"]["index"]
+    config = json.loads(result.stdout)["config"]
+    assert built["memory_sha256"] == config["memory"]["sha256"]  # the rows' name for the memory
+    index = config["index"]
     assert index["check_exact"]["queries"] == 20 and index["check_exact"]["k"] == 5
     assert 0 <= index["certified_fraction"] <= 1
 

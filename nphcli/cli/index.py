@@ -63,6 +63,7 @@ def index_command(
     from nphcli.core.resources import fits_in_memory
     from nphcli.memory import open_memory
     from nphcli.memory.format import is_manifest
+    from nphcli.memory.provenance import content_sha256
 
     o = own_values(given, INDEX_BUILD_FIELDS)
     if is_manifest(memory):
@@ -86,7 +87,8 @@ def index_command(
         "bytes": path.stat().st_size,
         "build_s": build_s,
         **{key: meta[key] for key in ("kind", "params", "seed", "M", "d", "faiss_version")},
-        "memory_sha256": meta["memory_sha256"],
+        "memory_sha256": content_sha256(loaded),  # as results rows name the memory
+        "memory_file_sha256": meta["memory_sha256"],  # the file's bytes the index is tied to
     }
     if o["json"]:
         print_json(report)
