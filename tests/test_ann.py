@@ -251,3 +251,30 @@ def test_without_faiss_clear_error(scene, invoke, monkeypatch):
 
     with pytest.raises(NphError, match="pip install faiss-cpu"):
         require_faiss()
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "expected"),
+    [
+        ("hnsw", ["--ef", "4", "--candidates", "50"], {"ef": 50, "nprobe": None}),
+        ("ivf", ["--nprobe", "100000"], {"nprobe": "lists", "ef": None}),
+    ],
+)
+def test_the_report_gives_the_search_depth_used(scene, invoke, kind, options, expected):
+    """efSearch is at least the candidates fetched and nprobe at most the index's lists: the
+    report says what the search used, not the option given."""
+    from nphcli.ann.index_file import require_faiss
+
+    folder, _, _ = scene
+    path = built(folder, kind)
+    memory = folder / "memory.safetensors"
+    args = ["--model", "topk", "--k", "5", "--index", path, *options, "--json"]
+    result = invoke("retrieve", "--memory", memory, *args)
+    assert result.exit_code == 0, result.stderr
+    index = json.loads(result.stdout)["config"]["index"]
+    if expected["nprobe"] == "lists":
+        from nphcli.ann.index_file import open_index
+
+        lists = require_faiss().extract_index_ivf(open_index(path, memory).faiss_index).nlist
+        expected = {**expected, "nprobe": lists}
+    assert {key: index[key] for key in expected} == expected

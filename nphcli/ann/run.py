@@ -11,9 +11,8 @@ import torch
 from torch import Tensor
 
 from nphcli.ann.index_file import AnnIndex, open_index
-from nphcli.ann.search import IndexedModel
+from nphcli.ann.search import IndexedModel, search_depth
 from nphcli.ann.settings import IndexSettings
-from nphcli.core.defaults import DEFAULT_EF, DEFAULT_NPROBE
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.format import is_manifest
@@ -112,8 +111,7 @@ def index_report(
         "file": str(model.manifest.path if sharded else index.path),
         "kind": index.kind,
         "params": index.meta.get("params", {}),
-        "nprobe": settings.nprobe or DEFAULT_NPROBE if index.kind in ("ivf", "ivfpq") else None,
-        "ef": settings.ef or DEFAULT_EF if index.kind == "hnsw" else None,
+        **search_depth(index, model.count(memory.num_memories), settings.nprobe, settings.ef),
         "candidates": model.count(memory.num_memories),
         "certified_fraction": None if certified is None else float(certified.float().mean()),
         "check_exact": None,

@@ -201,15 +201,29 @@ class IndexedModel:
         return out
 
 
+def search_depth(
+    index: AnnIndex, count: int, nprobe: int | None, ef: int | None
+) -> dict[str, int | None]:
+    """The nprobe and efSearch a search of `count` candidates uses (None where the kind has
+    none): the options, or their defaults when unset, within what the index has (nprobe ≤ its
+    lists) and what the search needs (efSearch ≥ count). The search and its report both read
+    it."""
+    if index.kind in ("ivf", "ivfpq"):
+        lists = require_faiss().extract_index_ivf(index.faiss_index).nlist
+        return {"nprobe": min(nprobe or DEFAULT_NPROBE, lists), "ef": None}
+    if index.kind == "hnsw":
+        return {"nprobe": None, "ef": max(ef or DEFAULT_EF, count)}
+    return {"nprobe": None, "ef": None}
+
+
 def faiss_search(faiss, index: AnnIndex, xq, count: int, nprobe: int | None, ef: int | None):
-    """FAISS search with the run's nprobe / efSearch: scores and ids, both (Q, c)."""
-    kind = index.kind
-    if kind in ("ivf", "ivfpq"):
-        lists = faiss.extract_index_ivf(index.faiss_index).nlist
-        params = faiss.SearchParametersIVF(nprobe=min(nprobe or DEFAULT_NPROBE, lists))
+    """FAISS search with the run's nprobe / efSearch (`search_depth`): scores and ids, (Q, c)."""
+    depth = search_depth(index, count, nprobe, ef)
+    if depth["nprobe"] is not None:
+        params = faiss.SearchParametersIVF(nprobe=depth["nprobe"])
         return index.faiss_index.search(xq, count, params=params)
-    if kind == "hnsw":
-        params = faiss.SearchParametersHNSW(efSearch=max(ef or DEFAULT_EF, count))
+    if depth["ef"] is not None:
+        params = faiss.SearchParametersHNSW(efSearch=depth["ef"])
         return index.faiss_index.search(xq, count, params=params)
     return index.faiss_index.search(xq, count)
 
