@@ -258,3 +258,19 @@ def test_the_nearest_row_does_not_depend_on_where_blocks_are_cut(rows):
     bank = TensorBank(torch.tensor(stored, dtype=torch.float64)[:, None])
     index, _ = metrics.nearest(point, bank, block_rows=rows)
     assert index.tolist() == [2]
+
+
+def test_the_attractor_diagnostics_read_blocks_within_the_budget(tmp_path):
+    """An iterated run's attractor diagnostics read the streamed keys in the budget's blocks
+    too (they read 2¹⁶ rows at a time, whatever the budget)."""
+    from nphcli.evaluation.evaluate import evaluate
+    from nphcli.evaluation.settings import settings_from
+
+    path = tmp_path / "m.safetensors"
+    save_memory(path, torch.randn(20_000, 128, generator=torch.Generator().manual_seed(0)))
+    budget = 1 << 20
+    settings = settings_from("dense", {"steps": 3}, {"memory_budget": budget, "queries": 8})
+    _CountingBank.largest = 0
+    report = evaluate(_CountingBank(path), settings)
+    assert report.metrics["at_pattern"]["mean"] is not None  # the diagnostics ran
+    assert 0 < _CountingBank.largest * 128 * 4 <= budget, _CountingBank.largest

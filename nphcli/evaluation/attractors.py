@@ -45,19 +45,26 @@ def mass_size(weights: Tensor, mass: float = MASS) -> Tensor:
 
 
 def classify(
-    final: Tensor, bank: MemoryBank, beta: float, nearest_cosine: Tensor
+    final: Tensor,
+    bank: MemoryBank,
+    beta: float,
+    nearest_cosine: Tensor,
+    *,
+    block_rows: int = 1 << 16,
+    block_elements: int = BLOCK_ELEMENTS,
 ) -> dict[str, Tensor]:
     """Per query (Q,): `attractor` (an index into ATTRACTOR_KINDS) and `attractor_size` s for
     final states (Q, d) over the bank's keys, given each state's cosine to its nearest stored
-    pattern (Q,). Scores are float64; the keys are read block by block (all ranks' rows)."""
+    pattern (Q,). Scores are float64; the keys are read in blocks of `block_rows` (all ranks'
+    rows), for as many queries at once as keep (queries × M) scores within `block_elements`."""
     dtype = torch.float64
     num_queries, num_memories = final.shape[0], bank.num_memories
     size = torch.empty(num_queries, dtype=torch.int64, device=final.device)
-    rows = max(1, BLOCK_ELEMENTS // max(1, num_memories))
+    rows = max(1, block_elements // max(1, num_memories))
     for q0 in range(0, num_queries, rows):
         y = final[q0 : q0 + rows].to(dtype)  # (B, d)
         parts = [
-            y @ keys.to(device=y.device, dtype=dtype).T for _, keys in bank.key_blocks(1 << 16)
+            y @ keys.to(device=y.device, dtype=dtype).T for _, keys in bank.key_blocks(block_rows)
         ]
         scores = torch.cat(parts, dim=1)  # (B, M_local)
         if bank.collective.world_size > 1:
@@ -77,13 +84,18 @@ def kind_shares(kind: Tensor) -> dict[str, Tensor]:
 
 
 def diagnose(
-    model, final: Tensor, bank: MemoryBank, nearest_index: Tensor, positions: Tensor
+    model,
+    final: Tensor,
+    bank: MemoryBank,
+    nearest_index: Tensor,
+    positions: Tensor,
+    **blocks: int,
 ) -> dict[str, Tensor]:
     """The attractor diagnostics of an iterated run (`steps` > 1, auto-associative), per query
     (Q,): `attractor`, `attractor_size`, the shares `at_pattern`, `at_metastable`, `at_global`,
     and `energy`, the model's E(y) at the final state where it has one and the memory is whole
     in this process. {} for one-step or hetero-associative runs, and for a memory split across
-    processes (not diagnosed there yet)."""
+    processes (not diagnosed there yet). `blocks`: `classify`'s block sizes."""
     if int(getattr(model, "steps", 1)) <= 1 or bank.hetero:
         return {}
     if bank.collective.world_size > 1:  # ranks would each weigh only their own rows
@@ -92,7 +104,7 @@ def diagnose(
 
     _, nearest_rows = bank.gather(nearest_index.to(bank.device))  # (Q, d)
     near_cos = cosine(final, nearest_rows.to(final.device))  # (Q,)
-    out = classify(final, bank, float(getattr(model, "beta", 1.0)), near_cos)
+    out = classify(final, bank, float(getattr(model, "beta", 1.0)), near_cos, **blocks)
     out.update(kind_shares(out["attractor"]))
     resident = bank.resident()
     if resident is not None and hasattr(model, "energy"):  # (one process: see above)

@@ -211,6 +211,8 @@ def _run_on_device(
 
     t0 = time.perf_counter()
     indices = chosen.target_indices
+    budget = settings.memory_budget or DEFAULT_MEMORY_BUDGET
+    blocks = _metric_blocks(bank, budget)
     per_query_d = metric_fns.per_query(
         result.patterns,
         bank,  # its values: the memories in the output space, as retrieval saw them
@@ -218,11 +220,14 @@ def _run_on_device(
         target_indices=None if indices is None else indices.to(device),
         steps=result.steps,
         support=result.support,
-        **_metric_blocks(bank, settings.memory_budget or DEFAULT_MEMORY_BUDGET),
+        **blocks,
         stored_range=stored_range,
         pixels=bool(bank.item_shape) and not bank.hetero,  # outputs are the stored images
     )
-    per_query_d.update(diagnose(model, result.patterns, bank, per_query_d["nearest"], positions))
+    # The attractors' weights: float64 scores, their softmax, its sort and sums (32 B a score).
+    weighed = {"block_rows": blocks["block_rows"], "block_elements": max(1, budget // 2 // 32)}
+    nearest = per_query_d["nearest"]
+    per_query_d.update(diagnose(model, result.patterns, bank, nearest, positions, **weighed))
     synchronize(device)
     metrics_s = time.perf_counter() - t0
 
