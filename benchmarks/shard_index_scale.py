@@ -112,10 +112,14 @@ def run_stage(command: list[str], log: Path) -> dict:
 
 def one_run(args) -> None:
     """In a fresh process: one index-backed distributed retrieval; prints its report's JSON."""
-    from nphcli.ann.settings import IndexSettings
     from nphcli.distributed.retrieve import distributed_retrieve
-    from nphcli.evaluation.corruption import Corruption
-    from nphcli.evaluation.settings import RetrieveSettings
+    from nphcli.schema.settings import (
+        Corruption,
+        IndexSettings,
+        InputSpec,
+        RetrieveSettings,
+        Spread,
+    )
 
     settings = RetrieveSettings(
         model="topk",
@@ -130,7 +134,8 @@ def one_run(args) -> None:
             check_exact=args.check_exact,
         ),
     )
-    report = distributed_retrieve(args.one_run, settings, workers=args.one_ranks, timeout=3600)
+    spread = Spread(workers=args.one_ranks, timeout=3600)
+    report = distributed_retrieve(InputSpec(memory=str(args.one_run)), settings, spread)
     config = report.config
     print(json.dumps({"timing": report.timing, "index": config["index"], **config["distributed"]}))
 

@@ -34,8 +34,8 @@ _PUBLIC = {
     "list_models": ("nphcli.models", "list_models"),
     "retrieve": ("nphcli.models", "retrieve"),
     "evaluate": ("nphcli.evaluation.evaluate", "evaluate"),
-    "RetrieveSettings": ("nphcli.evaluation.settings", "RetrieveSettings"),
-    "Corruption": ("nphcli.evaluation.corruption", "Corruption"),
+    "RetrieveSettings": ("nphcli.schema.settings", "RetrieveSettings"),
+    "Corruption": ("nphcli.schema.settings", "Corruption"),
 }
 __all__ = [
     "Corruption",
@@ -53,12 +53,11 @@ __all__ = [
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
     from nphcli.app.store import store_memory as store
-    from nphcli.evaluation.corruption import Corruption
     from nphcli.evaluation.evaluate import evaluate
-    from nphcli.evaluation.settings import RetrieveSettings
     from nphcli.memory.bank import Memory
     from nphcli.memory.open import open_memory
     from nphcli.models import create_model, list_models, retrieve
+    from nphcli.schema.settings import Corruption, RetrieveSettings
 
 
 def __getattr__(name: str) -> Any:

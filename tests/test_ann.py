@@ -181,8 +181,8 @@ def test_auto_device_on_a_cpu_only_machine_searches_the_index(scene, invoke, mon
     """Regression: `--device auto --index` on a machine without a GPU was refused with "use
     --device cpu", because the raw `--device` text reached the index checks."""
     from nphcli.ann.run import check_index_run
-    from nphcli.ann.settings import IndexSettings
     from nphcli.core.devices import resolve_device
+    from nphcli.schema.settings import IndexSettings
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr("nphcli.core.devices._mps_available", lambda: False)

@@ -154,13 +154,13 @@ def test_half_precision_patterns_are_corrupted_in_float32():
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"mask": 1.5}, "--mask"),
-        ({"mask": -0.1}, "--mask"),
-        ({"mask": math.nan}, "--mask"),
-        ({"noise": -1.0}, "--noise"),
-        ({"noise": math.inf}, "--noise"),
-        ({"fill": math.nan}, "--fill"),
-        ({"mask_mode": "middle"}, "--mask-mode"),
+        ({"mask": 1.5}, "mask="),
+        ({"mask": -0.1}, "mask="),
+        ({"mask": math.nan}, "mask="),
+        ({"noise": -1.0}, "noise="),
+        ({"noise": math.inf}, "noise="),
+        ({"fill": math.nan}, "fill="),
+        ({"mask_mode": "middle"}, "mask_mode="),
     ],
 )
 def test_bad_settings_are_errors(kwargs, words):

@@ -97,8 +97,8 @@ def test_index_runs_take_a_resolved_device_only(tmp_path):
     """Layers below the CLI see a torch.device: the raw `--device` text is a bug (`auto` on a
     CPU-only machine was refused as if it were a GPU). Needs no FAISS: these checks come first."""
     from nphcli.ann.run import check_index_run
-    from nphcli.ann.settings import IndexSettings
     from nphcli.models import create_model
+    from nphcli.schema.settings import IndexSettings
 
     settings, model = IndexSettings(path=str(tmp_path / "m.index")), create_model("topk", k=2)
     with pytest.raises(TypeError, match="resolved torch.device"):

@@ -27,6 +27,7 @@ from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.format import tensors_sha256
 from nphcli.memory.shards import read_manifest, write_shards
+from nphcli.schema.settings import InputSpec
 
 pytestmark = pytest.mark.slow  # several processes per test
 
@@ -60,7 +61,7 @@ def _cases() -> list[tuple[str, RetrieveSettings]]:
 def _every_case(collective, runs):
     """On each rank: every (memory, stream, settings) run; rank 0's reports come back."""
     return [
-        evaluate_on_rank(collective, manifest, settings, stream=stream)
+        evaluate_on_rank(collective, InputSpec(memory=str(manifest), stream=stream), settings)
         for manifest, stream, settings in runs
     ]
 

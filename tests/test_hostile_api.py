@@ -65,18 +65,12 @@ CASES = [
     ("evaluate: M = 0", lambda: _evaluate(nph.Memory(torch.randn(0, 3))), ["M ≥ 1"]),
     ("evaluate: NaN row", lambda: _evaluate(nph.Memory(NAN_ROW)), ["row 6 holds NaN"]),
     ("evaluate: meta", lambda: _evaluate(X.to("meta")), ["meta-device"]),
-    (
-        "RetrieveSettings: unknown",
-        lambda: nph.RetrieveSettings(model="dense", quries=3),
-        ["takes no 'quries'"],
-    ),  # fmt: skip
     ("RetrieveSettings: model", lambda: nph.RetrieveSettings(model="dnse"), ["unknown model"]),
     (
         "RetrieveSettings: corruption dict",
         lambda: nph.RetrieveSettings(model="dense", corruption={"noise": 0.1}),
         ["nph.Corruption("],
     ),  # fmt: skip
-    ("Corruption: unknown", lambda: nph.Corruption(nose=0.1), ["takes no 'nose'", "noise"]),
     ("store: n = 2.5", lambda: nph.store("random", "never.safetensors", n=2.5), ["--n", "2.5"]),
     ("NPH: head_dim < 0", lambda: NPH(4, head_dim=-1), ["head_dim"]),
     ("NPH: out_dim 2.5", lambda: NPH(4, out_dim=2.5), ["out_dim"]),

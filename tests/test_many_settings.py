@@ -20,11 +20,12 @@ from conftest import assert_one_error_line
 from nphcli.app.batch import MemoryCache, run_jobs
 from nphcli.app.product import evaluate_settings
 from nphcli.core.errors import NphError
-from nphcli.evaluation.inputs import load_inputs
+from nphcli.evaluation.inputs import read_inputs
 from nphcli.evaluation.report import TIMINGS
 from nphcli.evaluation.settings import RetrieveSettings, expand_settings
 from nphcli.memory.file import save_memory
 from nphcli.schema.fields import get_field
+from nphcli.schema.settings import InputSpec
 
 TIMING_COLUMNS = set(TIMINGS)  # differ between runs; everything else must not
 
@@ -96,7 +97,7 @@ def test_every_setting_sees_the_same_queries_and_matches_its_own_run(memory_file
     grid = expand_settings(
         {"model": ["dense", "sparse"], "noise": [0.3, 0.3, 0.6], "queries": [12], "seed": [7]}
     )
-    inputs = load_inputs(memory_file)
+    inputs = read_inputs(InputSpec(memory=str(memory_file)))
     reports = evaluate_settings(inputs, grid)
     assert len(reports) == 6
     rows = [r.per_query["query_row"] for r in reports]
@@ -106,7 +107,7 @@ def test_every_setting_sees_the_same_queries_and_matches_its_own_run(memory_file
     assert torch.equal(reports[0].queries, reports[3].queries)
     assert not torch.equal(reports[0].queries, reports[2].queries)  # σ differs
     for settings, report in zip(grid, reports, strict=True):
-        alone = evaluate_settings(load_inputs(memory_file), [settings])[0]
+        alone = evaluate_settings(read_inputs(InputSpec(memory=str(memory_file))), [settings])[0]
         assert torch.equal(alone.retrieved, report.retrieved)
         assert alone.metrics == report.metrics
         assert alone.config == report.config

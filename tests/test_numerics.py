@@ -265,7 +265,7 @@ class _Poisoned:
 
 
 def test_non_finite_model_output_is_an_error_not_a_null(memories, monkeypatch):
-    import nphcli.evaluation.evaluate as retrieval
+    import nphcli.app.request as retrieval
 
     real = retrieval.build_model
     monkeypatch.setattr(retrieval, "build_model", lambda settings: _Poisoned(real(settings)))

@@ -15,7 +15,7 @@ from nphcli.evaluation import metrics
 from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.streamed import StreamedBank
-from nphcli.schema.fields import parse_size
+from nphcli.schema.option import parse_size
 
 
 @pytest.fixture(scope="module")

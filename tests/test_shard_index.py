@@ -16,7 +16,6 @@ import pytest
 import torch
 from conftest import assert_one_error_line
 
-from nphcli.ann.settings import IndexSettings
 from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.engine.exact_search import faiss_available
 from nphcli.memory import open_memory
@@ -24,6 +23,7 @@ from nphcli.memory.bank import TensorBank
 from nphcli.memory.file import save_memory
 from nphcli.memory.shards import write_shards
 from nphcli.models import create_model
+from nphcli.schema.settings import IndexSettings
 
 pytestmark = pytest.mark.skipif(not faiss_available(), reason="FAISS (ann extra) not installed")
 

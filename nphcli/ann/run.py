@@ -12,11 +12,10 @@ from torch import Tensor
 
 from nphcli.ann.index_file import AnnIndex, open_index
 from nphcli.ann.search import IndexedModel, search_depth
-from nphcli.ann.settings import IndexSettings
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.format import is_manifest
-from nphcli.schema.holders import complete
+from nphcli.schema.settings import IndexSettings
 
 
 def check_index_run(
@@ -130,4 +129,4 @@ def index_report(
             seed=seed,
             targets=None if targets is None else targets.to(device="cpu", dtype=torch.float32),
         )
-    return complete(report, settings, aliases={"index": "file"})
+    return report

@@ -35,7 +35,7 @@ def attractor_study(
     """Run the study of the module docstring; `values` are retrieve's field values."""
     from nphcli.app.request import request_from
     from nphcli.evaluation.evaluate import evaluate_inputs
-    from nphcli.evaluation.inputs import load_inputs
+    from nphcli.evaluation.inputs import read_inputs
     from nphcli.evaluation.settings import build_model
     from nphcli.presentation.attractor_plots import plot_basins, plot_energy, plot_sizes
 
@@ -45,7 +45,7 @@ def attractor_study(
     if resolution < 2 or traced < 1:
         raise NphError("--resolution must be ≥ 2 and --traced ≥ 1")
     request = request_from(values)
-    inputs = load_inputs(request.inputs.memory)
+    inputs = read_inputs(request.inputs)
     memory = inputs.memory
     if memory.hetero:
         raise NphError("nph attractors needs an auto-associative memory (no separate values)")
@@ -59,7 +59,7 @@ def attractor_study(
         model = build_model(settings)
         if model.steps <= 1:
             raise NphError("nph attractors needs iterated retrieval: give --steps > 1")
-        report = evaluate_inputs(inputs, settings)
+        report = evaluate_inputs(inputs, settings, model)
         rows.append(_row(model, settings, report, memory, corners, resolution, traced))
     plot_sizes(rows, folder / "sizes.png")
     plot_energy(rows, folder / "energy.png")

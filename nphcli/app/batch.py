@@ -22,14 +22,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from nphcli.app.product import evaluate_settings
-from nphcli.app.request import InputSpec, check_request, request_from
+from nphcli.app.request import check_request, evaluate_request, request_from
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
-from nphcli.evaluation.inputs import Inputs, inputs_with
+from nphcli.evaluation.inputs import Inputs, read_inputs
+from nphcli.evaluation.settings import build_model
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
 from nphcli.schema.fields import check_keys, get_field
+from nphcli.schema.settings import InputSpec
 
 # Bytes of one job line: a job is a few hundred bytes; a longer line is refused, not parsed.
 MAX_JOB_BYTES = 1 << 20
@@ -83,8 +84,9 @@ def run_job(job: Any, cache: MemoryCache) -> list[dict[str, Any]]:
     }
     values["json"] = [True]  # a job's answer is JSON: several settings may report per query
     request = request_from(values)
-    check_request(request)
-    reports = evaluate_settings(_inputs(request.inputs, cache), request.settings)
+    models = [build_model(settings) for settings in request.settings]
+    check_request(request, models)
+    reports = evaluate_request(request, _inputs(request.inputs, cache), models)
     return [report.to_json(per_query=request.output.per_query) for report in reports]
 
 
@@ -104,17 +106,9 @@ def run_jobs(lines: Iterable[str], cache: MemoryCache | None = None) -> Iterator
 
 
 def _inputs(spec: InputSpec, cache: MemoryCache) -> Inputs:
-    """The job's memory (from the cache) and own queries and targets (read for each job); the
-    load time is the memory's (0 when cached) plus the own files'."""
+    """The job's inputs: its memory from the cache, its own queries and targets read for this
+    job; the load time is the memory's (0 when cached) plus the own inputs'."""
     memory, load_s = cache.get(spec.memory, stream=spec.stream)
-    inputs = inputs_with(
-        memory,
-        spec.memory,
-        spec.queries_file,
-        spec.targets_file,
-        spec.target_indices,
-        time.perf_counter(),
-    )
-    own = inputs.load_s if spec.queries_file is not None else 0.0
-    inputs.load_s = load_s + own
+    inputs = read_inputs(spec, memory)
+    inputs.load_s += load_s
     return inputs

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from nphcli.evaluation.evaluate import evaluate_inputs
 from nphcli.evaluation.inputs import Inputs
@@ -20,14 +21,18 @@ from nphcli.evaluation.report import RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 
 
-def evaluate_settings(inputs: Inputs, grid: Sequence[RetrieveSettings]) -> list[RetrievalReport]:
+def evaluate_settings(
+    inputs: Inputs, grid: Sequence[RetrieveSettings], models: Sequence[Any] | None = None
+) -> list[RetrievalReport]:
     """Evaluate every setting of `grid` on the same `inputs` (read once), in order.
 
-    Every model is built before the first retrieval, so a bad parameter fails before any work.
-    The inputs' load time is reported by the first setting only (the others reuse them), so the
-    reports' `total_s` add up to the wall time spent.
+    Every model is built (unless given, one per setting) before the first retrieval, so a bad
+    parameter fails before any work. The inputs' load time is reported by the first setting
+    only (the others reuse them), so the reports' `total_s` add up to the wall time spent.
     """
-    for settings in grid:
-        build_model(settings)
+    models = [build_model(settings) for settings in grid] if models is None else models
     reuse = dataclasses.replace(inputs, load_s=0.0)  # read once: later settings cost no load
-    return [evaluate_inputs(inputs if i == 0 else reuse, s) for i, s in enumerate(grid)]
+    return [
+        evaluate_inputs(inputs if i == 0 else reuse, settings, model)
+        for i, (settings, model) in enumerate(zip(grid, models, strict=True))
+    ]

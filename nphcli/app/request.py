@@ -8,56 +8,25 @@ gives JSON, and both become the same `RetrieveRequest`, so the two cannot drift 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
-from nphcli.evaluation.inputs import InputSpec
 from nphcli.evaluation.settings import RetrieveSettings, build_model, expand_settings
-from nphcli.schema.fields import fields, get_field, holder_fields
-from nphcli.schema.holders import holds, route
+from nphcli.schema.fields import fields, get_field
+from nphcli.schema.option import arguments, options_of
+from nphcli.schema.settings import InputSpec, OutputSpec, Spread
 
 
-@dataclass(frozen=True)
-@holds("output")
-class OutputSpec:
-    """What a request reports and writes: one attribute per output field, defaults from there."""
-
-    per_query: bool
-    trace: bool
-    json: bool
-    csv: bool
-    no_header: bool
-    out: Path | None
-    save_grid: Path | None
-    scale: int
-    force: bool
-
-    def __post_init__(self) -> None:
-        if self.json and self.csv:
-            raise NphError("choose one of --json and --csv")
-        if self.no_header and not self.csv:
-            raise NphError("--no-header goes with --csv")
-        if self.out is not None and self.save_grid is not None:
-            if self.out.resolve() == self.save_grid.resolve():
-                raise NphError("--out and --save-grid name the same file")
-
-    def files(self) -> list[Path]:
-        return [path for path in (self.out, self.save_grid) if path is not None]
-
-
-@dataclass(frozen=True)
-@holds("request")
+@dataclass(frozen=True, kw_only=True)
 class RetrieveRequest:
     """One `nph retrieve` (or one batch job): every setting is evaluated on inputs read once."""
 
     settings: list[RetrieveSettings]
-    inputs: InputSpec
-    output: OutputSpec
-    workers: int  # local processes (`--workers`)
-    timeout: float  # seconds an exchange between ranks waits
-    threads: int | None  # torch's CPU threads; None: $NPH_THREADS or torch's
+    inputs: InputSpec = field(default_factory=InputSpec)
+    output: OutputSpec = field(default_factory=OutputSpec)
+    spread: Spread = field(default_factory=Spread)
 
     def __post_init__(self) -> None:
         many = len(self.settings) > 1
@@ -77,13 +46,13 @@ class RetrieveRequest:
     def distributed(self) -> bool:
         from nphcli.distributed.group import launched_by_torchrun
 
-        return self.workers != 1 or launched_by_torchrun()
+        return self.spread.workers != 1 or launched_by_torchrun()
 
 
 def request_from(values: Mapping[str, Sequence[Any]]) -> RetrieveRequest:
-    """The request of checked field values (name → list of values; see `Field.from_text` and
-    `Field.from_json`): setting fields and model parameters may hold several values, the others
-    one. Fields not given take their defaults."""
+    """The request of checked option values (name → list of values; see `Field.from_text` and
+    `Field.from_json`): setting options and model parameters may hold several values, the
+    others one. Options not given take their defaults."""
     others = {f.name for f in fields(setting=False)}
     single = {}
     for name in others & set(values):
@@ -91,16 +60,15 @@ def request_from(values: Mapping[str, Sequence[Any]]) -> RetrieveRequest:
         if len(given) != 1:
             raise NphError(f"{get_field(name).flag} takes one value, got {len(given)}")
         single[name] = given[0]
-    setting_values = {name: v for name, v in values.items() if name not in others}
-    pick = {f.name: single.get(f.name, f.default) for f in fields(setting=False)}
-    output = route("output", pick)
-    paths = [f.key for f in holder_fields("output") if f.kind == "path"]
+    output = arguments(OutputSpec, single)
+    paths = [f.name for f in options_of(OutputSpec) if f.kind == "path"]
     output.update({key: Path(output[key]) for key in paths if output.get(key) is not None})
+    inputs = {key: _plain(value) for key, value in arguments(InputSpec, single).items()}
     return RetrieveRequest(
-        settings=expand_settings(setting_values),
-        inputs=InputSpec(**{key: _plain(value) for key, value in route("input", pick).items()}),
+        settings=expand_settings({k: v for k, v in values.items() if k not in others}),
+        inputs=InputSpec(**inputs),
         output=OutputSpec(**output),
-        **route("request", pick),
+        spread=Spread(**arguments(Spread, single)),
     )
 
 
@@ -113,9 +81,9 @@ class Outcome:
     trace: list | None = None  # the --trace steps of a single setting
 
 
-def check_request(request: RetrieveRequest) -> None:
+def check_request(request: RetrieveRequest, models: Sequence[Any] | None = None) -> None:
     """Refuse, before any work, outputs that cannot be written and settings an --index cannot
-    serve."""
+    serve (`models`: those of the settings, when already built)."""
     from nphcli.core.atomic import check_output
 
     output = request.output
@@ -129,14 +97,15 @@ def check_request(request: RetrieveRequest) -> None:
         from nphcli.presentation.comparison_image import check_image_output
 
         check_image_output(output.save_grid, scale=output.scale)
-    for settings in request.settings:
+    for i, settings in enumerate(request.settings):
         if settings.index is not None:
             from nphcli.ann.run import check_index_run
             from nphcli.core.devices import resolve_device
 
-            device = resolve_device(settings.device)
-            model = build_model(settings)
-            check_index_run(settings.index, request.inputs.memory, model, device)
+            model = build_model(settings) if models is None else models[i]
+            check_index_run(
+                settings.index, request.inputs.memory, model, resolve_device(settings.device)
+            )
 
 
 def run_request(request: RetrieveRequest) -> Outcome:
@@ -144,36 +113,25 @@ def run_request(request: RetrieveRequest) -> Outcome:
     over --workers processes / torchrun ranks (one setting)."""
     from nphcli.app.threads import use_threads
 
-    use_threads(request.threads)
-    check_request(request)
+    use_threads(request.spread.threads)
+    models = [build_model(settings) for settings in request.settings]  # each checked once
+    check_request(request, models)
     if request.distributed:
-        return _run_distributed(request)
-    return _run_here(request)
+        return _run_distributed(request, models)
+    return _run_here(request, models)
 
 
-def _run_here(request: RetrieveRequest) -> Outcome:
-    from nphcli.app.product import evaluate_settings
-    from nphcli.evaluation.inputs import load_inputs
-    from nphcli.memory.items import open_items
+def _run_here(request: RetrieveRequest, models: list[Any]) -> Outcome:
+    from nphcli.evaluation.inputs import read_inputs
 
-    spec = request.inputs
-    inputs = load_inputs(
-        spec.memory,
-        queries_file=spec.queries_file,
-        targets_file=spec.targets_file,
-        target_indices=spec.target_indices,
-        stream=spec.stream,
-        query_text=spec.query_text,
-    )
+    inputs = read_inputs(request.inputs)
     if request.output.save_grid is not None:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(inputs.memory)
-    items = open_items(spec.memory, inputs.memory.meta)  # checked before any retrieval
-    reports = evaluate_settings(inputs, request.settings)
-    _add_recall(items, inputs.memory, request.settings, reports)
-    if spec.queries_file is None and spec.query_text is None:  # stored patterns are queries
-        _say_unretrievable(inputs.memory)
+    reports = evaluate_request(request, inputs, models)
+    if request.inputs.queries_file is None and request.inputs.query_text is None:
+        _say_unretrievable(inputs.memory)  # stored patterns are the queries
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report
@@ -182,7 +140,19 @@ def _run_here(request: RetrieveRequest) -> Outcome:
     return Outcome(reports, inputs.memory, trace)
 
 
-def _add_recall(items, memory, settings: list, reports: list) -> None:
+def evaluate_request(request: RetrieveRequest, inputs: Any, models: Sequence[Any]) -> list:
+    """The report of every setting on `inputs` (read once), with what each query recalled
+    where the memory's rows are items (ids and texts)."""
+    from nphcli.app.product import evaluate_settings
+    from nphcli.memory.items import open_items
+
+    items = open_items(request.inputs.memory, inputs.memory.meta)  # checked before retrieval
+    reports = evaluate_settings(inputs, request.settings, models)
+    _add_recall(items, inputs.memory, models, reports)
+    return reports
+
+
+def _add_recall(items, memory, models: Sequence[Any], reports: list) -> None:
     """With a memory whose rows have ids and texts (`items`), what each query recalled (where
     `recall.applies`): the items carrying its weight, and the item nearest its output."""
     from nphcli.core.notices import notice
@@ -193,8 +163,7 @@ def _add_recall(items, memory, settings: list, reports: list) -> None:
     if not recall.applies(reports[0].queries.shape[0], memory.num_memories):
         notice("not listing what each query recalled: too many queries for this memory's size")
         return
-    for setting, report in zip(settings, reports, strict=True):
-        model = build_model(setting)
+    for model, report in zip(models, reports, strict=True):
         report.recall = recall.recall(model, memory, report.queries, report.retrieved, items=items)
 
 
@@ -207,7 +176,7 @@ def _say_unretrievable(memory) -> None:
         notice(warning)
 
 
-def _run_distributed(request: RetrieveRequest) -> Outcome:
+def _run_distributed(request: RetrieveRequest, models: list[Any]) -> Outcome:
     from nphcli.distributed.retrieve import distributed_retrieve
     from nphcli.memory import open_memory
     from nphcli.memory.items import open_items
@@ -221,20 +190,10 @@ def _run_distributed(request: RetrieveRequest) -> Outcome:
         from nphcli.presentation.comparison_image import check_drawable
 
         check_drawable(shown)
-    report = distributed_retrieve(
-        spec.memory,
-        request.settings[0],
-        workers=request.workers,
-        timeout=request.timeout,
-        queries_file=spec.queries_file,
-        targets_file=spec.targets_file,
-        target_indices=spec.target_indices,
-        stream=spec.stream,
-        query_text=spec.query_text,
-    )
+    report = distributed_retrieve(spec, request.settings[0], request.spread)
     if report is None:
         return Outcome([], shown)
-    _add_recall(items, shown, request.settings, [report])
+    _add_recall(items, shown, models, [report])
     return Outcome([report], shown)
 
 

@@ -4,7 +4,7 @@ and with --model the Theorem 4.1 / Corollary 4.1 checks on corrupted queries).
 `nph analyze --capacity` (no FILE): the capacity experiment (Proposition 4.1 / Ramsauer et al.
 Theorem 3) on seeded random patterns; `nphcli.cli.analyze_capacity` parses and renders it.
 
-Parsing and rendering only; `nphcli.theory.analysis` does the work.
+Parsing and rendering only; `nphcli.app.analyze` does the work.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from nphcli.app.analyze import RETRIEVAL_FIELDS
 from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
@@ -28,8 +29,8 @@ from nphcli.core.defaults import (
     CAPACITY_TRIALS,
 )
 from nphcli.core.errors import NphError
-from nphcli.schema.fields import ANALYSIS_FIELDS, Field, get_field
-from nphcli.theory.analysis import RETRIEVAL_FIELDS
+from nphcli.schema.fields import ANALYSIS_FIELDS, get_field
+from nphcli.schema.option import Field
 
 # `nph analyze --capacity`'s own options, one field each; the help reads the experiment's
 # defaults from `nphcli.core.defaults`, where `nphcli.theory.capacity.CapacityRequest` takes them.
@@ -140,10 +141,16 @@ def analyze_command(
     stray = [get_field(name, CAPACITY_FIELDS).flag for name, v in own.items() if v is not None]
     if stray:
         raise NphError(f"{', '.join(stray)} go with --capacity")
+    from nphcli.app.analyze import AnalysisRequest, analyze
     from nphcli.memory import open_memory
-    from nphcli.theory.analysis import AnalysisRequest, analyze
+    from nphcli.schema.settings import AnalysisOptions
 
-    request = AnalysisRequest.from_values(values, **analysis)
+    request = AnalysisRequest(
+        options=AnalysisOptions(**analysis),
+        model=values.pop("model", None),
+        params={k: v for k, v in values.items() if k not in RETRIEVAL_FIELDS},
+        retrieval={k: v for k, v in values.items() if k in RETRIEVAL_FIELDS},
+    )
     request.check()
     result = analyze(open_memory(file), request, source=str(file))
     if as_json:

@@ -10,7 +10,8 @@ from typing import Any
 from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.render import print_json, print_table
-from nphcli.schema.fields import Field, get_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field
 
 STUDY_FIELDS = (
     *("memory", "model", "seed", "queries", "mask", "mask_mode", "fill", "noise", "noise_clip"),

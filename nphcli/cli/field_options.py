@@ -18,7 +18,8 @@ from typing import Annotated, Any
 
 import typer
 
-from nphcli.schema.fields import FIELDS, Field, get_field, param_fields
+from nphcli.schema.fields import FIELDS, get_field, param_fields
+from nphcli.schema.option import Field
 
 PANELS = {
     "input": "Input",
@@ -163,7 +164,7 @@ def _option(field: Field, help_text: str | None = None) -> Any:
     shown = "" if field.default is None else f"  [default: {field.default}]"
     # One value from a fixed list: click checks it (a usage error, exit 2) and --help lists it.
     kind: Any = str
-    if field.choices is not None and not field.many:
+    if field.choices is not None and not field.setting:
         kind = enum.Enum(field.name, {choice: choice for choice in field.choices}, type=str)
     return Annotated[
         kind | None,

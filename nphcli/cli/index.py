@@ -13,7 +13,8 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import print_json, print_table
-from nphcli.schema.fields import Field, get_field, output_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field, output_field
 
 INDEX_BUILD_FIELDS = (
     Field(

@@ -12,7 +12,8 @@ from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import print_json, print_table
 from nphcli.experiments.mil_config import PRESETS, VARIANTS, MILConfig
-from nphcli.schema.fields import Field, get_field, output_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field, output_field
 
 
 def _grid(config: MILConfig) -> str:

@@ -15,7 +15,8 @@ from typing import Annotated
 
 import typer
 
-from nphcli.schema.fields import Field, get_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field
 
 
 def _help(name: str) -> str:

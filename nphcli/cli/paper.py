@@ -15,7 +15,7 @@ import typer
 
 from nphcli.cli.app import app, quiet
 from nphcli.cli.render import print_json, print_table, stderr_console
-from nphcli.schema.fields import Field, output_field
+from nphcli.schema.option import Field, output_field
 
 if TYPE_CHECKING:  # torch-free, but kept out of `nph --help`'s imports all the same
     from nphcli.experiments.paper_table import Cell, PaperTable

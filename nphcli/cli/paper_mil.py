@@ -14,7 +14,8 @@ from nphcli.experiments.mil_config import PAPER_MIL_MODELS
 from nphcli.experiments.mil_data import SOURCES
 from nphcli.experiments.mil_protocol import PROTOCOLS
 from nphcli.experiments.presets import labels
-from nphcli.schema.fields import Field, get_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field
 
 _QUICK, _REDUCED, _FULL = (PROTOCOLS[name] for name in ("quick", "reduced", "full"))
 PAPER_MIL_FIELDS = (

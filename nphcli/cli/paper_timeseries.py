@@ -16,7 +16,8 @@ from nphcli.cli.paper import paper_app, paper_fields, render_comparison, wrote
 from nphcli.cli.progress import ProgressBar
 from nphcli.core.errors import NphError
 from nphcli.experiments.timeseries_config import PRESETS, SPLITS, VARIANTS, TSConfig
-from nphcli.schema.fields import Field, get_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field
 
 
 def _grid(config: TSConfig) -> str:

@@ -16,7 +16,8 @@ from nphcli.cli.app import app, quiet
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.options import FACET, Where
 from nphcli.cli.render import stderr_console
-from nphcli.schema.fields import Field, get_field, output_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field, output_field
 
 PLOT_FIELDS = (
     output_field("Plot file to write: .png, .svg or .pdf.", "sweep.png"),

@@ -14,7 +14,8 @@ from nphcli.cli.app import app, quiet
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.options import FACET, Grids, Where
 from nphcli.cli.render import stderr_console
-from nphcli.schema.fields import Field, get_field, output_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field, output_field
 
 REPORT_FIELDS = (
     output_field("HTML file to write.", "report.html"),

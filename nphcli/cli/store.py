@@ -13,7 +13,8 @@ from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.core.dtypes import STORE_DTYPES
 from nphcli.core.normalize import ALIASES, METHODS
-from nphcli.schema.fields import Field, get_field, output_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import Field, output_field
 from nphcli.sources import list_sources
 from nphcli.sources.synthetic import DEFAULT_DIM, DEFAULT_N, DISTRIBUTIONS
 

@@ -17,7 +17,8 @@ from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.schema.fields import Field, fields, get_field, output_field
+from nphcli.schema.fields import fields, get_field
+from nphcli.schema.option import Field, output_field
 from nphcli.sweeps.config import list_presets, own_field
 from nphcli.sweeps.session import DEFAULT_OUT
 
@@ -127,7 +128,7 @@ def sweep_command(
     for f in GRID_OPTIONS:  # one value each, but sizes a list
         if f.name in given:
             parsed = f.from_text(str(given[f.name]))
-            values[f.name] = parsed if f.many else parsed[0]
+            values[f.name] = parsed if f.setting else parsed[0]
     request = SweepRequest(o["preset"], o["config"], values, o["root"], o["out"], o["resume"],
                            o["force"], o["plot"], o["theory"], o["threads"])  # fmt: skip
     with ProgressBar("sweep") as progress:

@@ -8,7 +8,6 @@ on every rank. Only rank 0's report is used for output: the caller prints and wr
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 
@@ -23,32 +22,24 @@ from nphcli.distributed.group import (
     read_shard_set,
 )
 from nphcli.evaluation.evaluate import evaluate_inputs
-from nphcli.evaluation.inputs import inputs_with
+from nphcli.evaluation.inputs import read_inputs
 from nphcli.evaluation.report import RetrievalReport
 from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.collective import GroupCollective
+from nphcli.schema.settings import InputSpec, Spread
 
 
 def evaluate_on_rank(
-    collective: GroupCollective,
-    memory_path: str | os.PathLike,
-    settings: RetrieveSettings,
-    *,
-    stream: bool = False,
-    queries_file: str | os.PathLike | None = None,
-    targets_file: str | os.PathLike | None = None,
-    target_indices: list[int] | None = None,
-    query_text: str | None = None,
+    collective: GroupCollective, spec: InputSpec, settings: RetrieveSettings
 ) -> RetrievalReport:
     """`evaluate` on this rank's shards; the report (equal on every rank) records the number of
     ranks, the backend and the bytes this rank sent in collectives."""
     t0 = time.perf_counter()
-    bank = open_rank_memory(memory_path, stream=stream, collective=collective)
-    inputs = inputs_with(
-        bank, memory_path, queries_file, targets_file, target_indices, t0, query_text
-    )
+    bank = open_rank_memory(spec.memory, stream=spec.stream, collective=collective)
+    inputs = read_inputs(spec, bank)
+    inputs.load_s = time.perf_counter() - t0  # opening the shards counts as loading
     report = evaluate_inputs(inputs, settings)
-    report.config["memory"]["stream"] = stream
+    report.config["memory"]["stream"] = spec.stream
     sent = collective.bytes_sent
     peak = torch.tensor([[_peak_rss_bytes()]], dtype=torch.int64)
     report.config["distributed"] = {
@@ -72,19 +63,16 @@ def _peak_rss_bytes() -> int:
 
 
 def distributed_retrieve(
-    memory_path: str | os.PathLike,
-    settings: RetrieveSettings,
-    *,
-    workers: int,
-    timeout: float,
-    **load,
+    spec: InputSpec, settings: RetrieveSettings, spread: Spread
 ) -> RetrievalReport | None:
-    """A retrieval over a shard manifest on several ranks: `workers` local processes started
-    here, or, under torchrun (workers = 1), the group torchrun set up. Returns the report on the
-    process that outputs it (this one with local workers, rank 0 under torchrun), else None."""
+    """A retrieval over a shard manifest on several ranks: `spread.workers` local processes
+    started here, or, under torchrun (workers = 1), the group torchrun set up. Returns the report
+    on the process that outputs it (this one with local workers, rank 0 under torchrun), else
+    None."""
     from nphcli.distributed.group import launched_by_torchrun
     from nphcli.distributed.launch import run_workers
 
+    workers, timeout = spread.workers, spread.timeout
     if not (timeout > 0):
         raise NphError(f"--timeout must be a number of seconds > 0, got {timeout}")
     if workers != 1 and launched_by_torchrun():
@@ -92,13 +80,13 @@ def distributed_retrieve(
     if workers == 1 and launched_by_torchrun():
         collective = join_group(timeout=timeout, device=settings.device)
         try:
-            report = evaluate_on_rank(collective, memory_path, settings, **load)
+            report = evaluate_on_rank(collective, spec, settings)
         except BaseException:
             leave_group(wait_for_peers=False)
             raise
         leave_group()  # every rank done: torn down before any rank exits
         return report if collective.rank == 0 else None
-    manifest = read_shard_set(memory_path)  # a bad shard set fails here, before any start
+    manifest = read_shard_set(spec.memory)  # a bad shard set fails here, before any start
     owned_parts(len(manifest.parts), 0, workers)  # so does a shard set with too few shards
-    work = functools.partial(evaluate_on_rank, memory_path=memory_path, settings=settings, **load)
+    work = functools.partial(evaluate_on_rank, spec=spec, settings=settings)
     return run_workers(workers, work, timeout=timeout, device=settings.device)

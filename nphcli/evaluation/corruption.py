@@ -50,27 +50,10 @@ from torch import Tensor
 
 from nphcli.core.errors import NphError
 from nphcli.schema.fields import get_field
-from nphcli.schema.holders import holds
+from nphcli.schema.settings import Corruption
 
 MASK_MODES: tuple[str, ...] = get_field("mask_mode").choices  # the field's, declared once
 IMAGE_MODES = tuple(mode for mode in MASK_MODES if mode != "random")
-
-
-@dataclass(frozen=True)
-@holds("corruption")
-class Corruption:
-    """How to corrupt a query. The defaults leave it unchanged. One attribute per corruption
-    field (`nphcli.schema.fields`), defaults and ranges from there; those below are the ones
-    `corrupt` applies."""
-
-    mask: float  # fraction of each query to hide, in [0, 1]
-    mask_mode: str | None  # one of MASK_MODES; None: bottom for images, random otherwise
-    fill: float  # value written into hidden entries
-    noise: float  # standard deviation σ of the added Gaussian noise, ≥ 0
-    noise_clip: bool  # clamp noisy queries to [0, 1] (the released code's noise)
-    occlude: float  # side of an occluding square, as a fraction of the image's shorter side
-    salt_pepper: float  # fraction of entries set to the query's largest or smallest value
-    flip: float  # fraction of entries flipped (±1 or 0/1 patterns)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ computes the metrics; `total` is the wall time of everything, repeats included.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -23,7 +24,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.core.defaults import DEFAULT_MEMORY_BUDGET
 from nphcli.core.devices import (
     resolve_device,
     resolve_dtype,
@@ -51,7 +51,6 @@ from nphcli.memory.given import as_patterns
 from nphcli.memory.open import as_memory
 from nphcli.memory.provenance import provenance
 from nphcli.models import Retrieval, get_model_info
-from nphcli.schema.holders import complete, record
 from nphcli.version import __version__
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
@@ -77,19 +76,21 @@ def evaluate(
     targets: Tensor | None = None,
     target_indices: Tensor | None = None,
     sources: dict[str, str | None] | None = None,
+    model: Any = None,
 ) -> RetrievalReport:
     """Corrupt, retrieve, measure and time one run on `memory` (see the module docstring).
 
-    Without `queries`, self-evaluation on the stored patterns. With `queries` (Q, d), optional
-    `targets` (Q, d_v) or `target_indices` (Q,) give error metrics. `sources` names the files
-    the memory and queries came from, for the report's config. A streamed memory is read block
-    by block during retrieval and metrics; only the query and target rows are read whole.
+        Without `queries`, self-evaluation on the stored patterns. With `queries` (Q, d), optional
+        `targets` (Q, d_v) or `target_indices` (Q,) give error metrics. `sources` names the files
+        the memory and queries came from, for the report's config; `model` is the setting's, when
+    the caller built it already. A streamed memory is read block
+        by block during retrieval and metrics; only the query and target rows are read whole.
     """
     start = time.perf_counter()
     memory, queries, targets = _check_given(memory, settings, queries, targets)
     device = resolve_device(settings.device)
     dtype = resolve_dtype(settings.dtype, device)
-    model = build_model(settings)
+    model = build_model(settings) if model is None else model
     model.check_memory(memory)
     if settings.index is not None:
         from nphcli.ann.run import check_index_run, indexed_model
@@ -97,7 +98,7 @@ def evaluate(
         if memory.path is not None:
             check_index_run(settings.index, memory.path, model, device)
         model = indexed_model(model, settings.index, memory)
-    budget = settings.memory_budget or DEFAULT_MEMORY_BUDGET
+    budget = settings.budget
     scale = memory_scale(memory, _scan_rows(memory, budget))
     generator = torch.Generator().manual_seed(settings.seed)
     chosen = select(memory, settings.queries, generator, queries, targets, target_indices)
@@ -167,8 +168,10 @@ def _check_given(memory: Any, settings: Any, queries: Any, targets: Any):
     return bank, queries, targets
 
 
-def evaluate_inputs(inputs: Inputs, settings: RetrieveSettings) -> RetrievalReport:
-    """`evaluate` on inputs read by `load_inputs`; their load time joins the report's timing."""
+def evaluate_inputs(
+    inputs: Inputs, settings: RetrieveSettings, model: Any = None
+) -> RetrievalReport:
+    """`evaluate` on inputs read by `read_inputs`; their load time joins the report's timing."""
     report = evaluate(
         inputs.memory,
         settings,
@@ -176,6 +179,7 @@ def evaluate_inputs(inputs: Inputs, settings: RetrieveSettings) -> RetrievalRepo
         targets=inputs.targets,
         target_indices=inputs.target_indices,
         sources=inputs.sources,
+        model=model,
     )
     report.timing["load_s"] = inputs.load_s
     report.timing["total_s"] += inputs.load_s
@@ -211,7 +215,7 @@ def _run_on_device(
 
     t0 = time.perf_counter()
     indices = chosen.target_indices
-    budget = settings.memory_budget or DEFAULT_MEMORY_BUDGET
+    budget = settings.budget
     blocks = _metric_blocks(bank, budget)
     per_query_d = metric_fns.per_query(
         result.patterns,
@@ -377,17 +381,17 @@ def _config(
         "corruption": _corruption_config(settings.corruption, corrupted.mask_mode),
         "batch_size": None,
         "repeat": settings.repeat,
-        "memory_budget": settings.memory_budget or DEFAULT_MEMORY_BUDGET,
+        "memory_budget": settings.budget,
         "nph_version": __version__,
     }
-    return complete(config, settings)
+    return config
 
 
 def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
     """The report's corruption record, every corruption field's value; `noise_clip`, `occlude`,
     `salt_pepper` and `flip` appear only when set, so runs without them report exactly what they
     did before the options existed."""
-    out = {**record(corruption), "mask_mode": mask_mode}
+    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
     for optional in ("noise_clip", "occlude", "salt_pepper", "flip"):
         if not out[optional]:
             del out[optional]

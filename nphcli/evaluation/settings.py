@@ -1,68 +1,33 @@
-"""What decides one retrieval run (`RetrieveSettings`), checked when it is made; the settings
-that many values of the fields give (`expand_settings`); and the model a setting builds.
+"""The settings that many values of the options give (`expand_settings`), and the model a
+setting builds (`build_model`).
 
-Defaults and checks come from the fields (`nphcli.schema.fields`), so the Python API, the
-command line, batch jobs and sweeps agree by construction.
+`RetrieveSettings` itself, with its defaults and ranges, is declared in
+`nphcli.schema.settings`; the command line, batch jobs, sweeps and the Python API all build it
+through `settings_from`, so they agree by construction.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from nphcli.ann.settings import IndexSettings
 from nphcli.core.errors import NphError
-from nphcli.core.suggest import did_you_mean
-from nphcli.evaluation.corruption import Corruption
-from nphcli.schema.catalog import get_card, model_cards
-from nphcli.schema.fields import default, fields, get_field, holder_fields
-from nphcli.schema.holders import holds, route
+from nphcli.schema.catalog import model_card, model_cards
+from nphcli.schema.fields import default, fields, get_field
+from nphcli.schema.option import arguments, options_of
+from nphcli.schema.settings import Corruption, IndexSettings, RetrieveSettings
 
-
-@dataclass
-@holds("run")
-class RetrieveSettings:
-    """Everything that decides a retrieval run, apart from the memory and own queries: one
-    attribute per run field (`nphcli.schema.fields`: help, type, default, range), the model's
-    parameters, and the corruption and index fields in their own holders."""
-
-    model: str  # a registered model name (`nph models`)
-    params: dict[str, Any] = field(default_factory=dict)  # model parameters; None = its default
-    corruption: Corruption = field(default_factory=Corruption)  # applied to every query
-    queries: int | None  # queries drawn with the seed; None: all of them
-    seed: int  # query choice, corruption, and the model's `seed` if it takes one
-    device: str  # cpu, cuda, cuda:N, mps or auto
-    dtype: str  # dtype of memories and queries during retrieval
-    batch_size: int | None  # queries per model call; None: all
-    repeat: int  # times the timed retrieval runs (min and median reported)
-    memory_budget: int | None  # bytes of working memory; None: default
-    index: IndexSettings | None = None  # retrieve over an approximate index (`nph index`)
-    tf32: bool  # float32 products on TF32 tensor cores (CUDA); changes results
-
-    def __post_init__(self) -> None:  # after each field's own check (`holds`)
-        if not isinstance(self.model, str):
-            raise NphError(f"model must be a model's name (`nph models`), got {self.model!r}")
-        _model_card(self.model)
-        if not isinstance(self.params, Mapping) or not all(isinstance(k, str) for k in self.params):
-            raise NphError(
-                f"params must be a dict of parameter names, e.g. {{'k': 10}}, got {self.params!r}"
-            )
-        if not isinstance(self.corruption, Corruption):
-            raise NphError(
-                f"corruption must be a Corruption, e.g. nph.Corruption(noise=0.5), got "
-                f"{self.corruption!r}"
-            )
+__all__ = ["RetrieveSettings", "build_model", "expand_settings", "given_params", "settings_from"]
 
 
 def expand_settings(values: Mapping[str, Sequence[Any]]) -> list[RetrieveSettings]:
-    """Every combination of the values of the setting fields and model parameters in `values`
-    (name → list of checked values; fields not given take their defaults).
+    """Every combination of the values of the setting options and model parameters in `values`
+    (name → list of checked values; options not given take their defaults).
 
     A model gets only the parameters it takes; a parameter that no listed model takes is an
     error. Order: models as listed, then model parameters in the order given, then the other
-    fields in their declared order (mask before noise); the last varies fastest. With one seed,
+    options in their declared order (mask before noise); the last varies fastest. With one seed,
     every setting draws the same queries and (for equal mask and noise) the same corruption.
     """
     values = {name: list(v) for name, v in values.items()}
@@ -70,7 +35,7 @@ def expand_settings(values: Mapping[str, Sequence[Any]]) -> list[RetrieveSetting
         if not given:
             raise NphError(f"{get_field(name).flag} needs at least one value")
     models = [str(name).strip() for name in values.pop("model", [default("model")])]
-    cards = [_model_card(name) for name in models]
+    cards = [model_card(name) for name in models]
     declared = {f.name for f in fields(setting=True)}
     params = {name: v for name, v in values.items() if name not in declared}
     for name in params:
@@ -95,21 +60,21 @@ def expand_settings(values: Mapping[str, Sequence[Any]]) -> list[RetrieveSetting
 def settings_from(
     model: str, params: dict[str, Any], chosen: Mapping[str, Any]
 ) -> RetrieveSettings:
-    """One `RetrieveSettings` from single values of the setting fields (the rest: defaults)."""
+    """One `RetrieveSettings` from single values of the setting options, by option name (the
+    rest: defaults)."""
     given = {name: value for name, value in chosen.items() if value is not None}
     index = None
     if "index" in given:
-        index = IndexSettings(**route("index", {**given, "index": str(given["index"])}))
-    elif route("index", given):
-        flags = [f.flag for f in holder_fields("index") if f.name != "index"]
+        index = IndexSettings(**arguments(IndexSettings, {**given, "index": str(given["index"])}))
+    elif arguments(IndexSettings, given):
+        flags = [f.flag for f in options_of(IndexSettings) if f.name != "index"]
         raise NphError(f"{', '.join(flags[:-1])} and {flags[-1]} go with --index")
-    run = {key: value for key, value in route("run", chosen).items() if key != "model"}
     return RetrieveSettings(
         model=model,
         params=params,
-        corruption=Corruption(**route("corruption", chosen)),
+        corruption=Corruption(**arguments(Corruption, chosen)),
         index=index,
-        **run,
+        **arguments(RetrieveSettings, {k: v for k, v in chosen.items() if k != "model"}),
     )
 
 
@@ -131,14 +96,3 @@ def build_model(settings: RetrieveSettings):
     if "seed" in takes and params.get("seed") is None:
         params["seed"] = settings.seed
     return create_model(settings.model, **params)
-
-
-def _model_card(name: str):
-    card = get_card(name)
-    if card is None:
-        names = [card.name for card in model_cards()]
-        raise NphError(
-            f"unknown model {name!r}{did_you_mean(name, names)}; choose one of: "
-            f"{', '.join(names)} (see `nph models`)"
-        )
-    return card

@@ -70,6 +70,23 @@ def get_card(name: str) -> ModelCard | None:
     return next((card for card in model_cards() if card.name == name), None)
 
 
+def model_card(name: str) -> ModelCard:
+    """The card of the model `name`; NphError naming the models else."""
+    from nphcli.core.errors import NphError
+    from nphcli.core.suggest import did_you_mean
+
+    card = get_card(name) if isinstance(name, str) else None
+    if card is None:
+        names = [card.name for card in model_cards()]
+        if not isinstance(name, str):
+            raise NphError(f"model must be a model's name (`nph models`), got {name!r}")
+        raise NphError(
+            f"unknown model {name!r}{did_you_mean(name, names)}; choose one of: "
+            f"{', '.join(names)} (see `nph models`)"
+        )
+    return card
+
+
 def param_cards() -> list[tuple[ParamCard, list[str]]]:
     """Each distinct parameter name once (first card wins), with the models that take it."""
     found: dict[str, tuple[ParamCard, list[str]]] = {}

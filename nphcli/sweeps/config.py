@@ -43,7 +43,8 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.core.suggest import did_you_mean
-from nphcli.schema.fields import Field, check_keys, default, fields, get_field
+from nphcli.schema.fields import check_keys, default, fields, get_field
+from nphcli.schema.option import Field
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,4 +1,4 @@
-"""`nph analyze` as a library call: the §4 theory on one memory, optionally with a model's
+"""`nph analyze`: the §4 theory (`nphcli.theory`) on one memory, optionally with a model's
 retrieval of corrupted stored patterns checked query by query."""
 
 from __future__ import annotations
@@ -8,52 +8,42 @@ from typing import TYPE_CHECKING, Any
 
 from nphcli.core.defaults import DEFAULT_BETA
 from nphcli.core.errors import NphError
-from nphcli.schema.holders import holds
+from nphcli.schema.fields import default
+from nphcli.schema.settings import AnalysisOptions
 
 if TYPE_CHECKING:  # reading the options (`nph analyze --help`) imports no torch
     from nphcli.memory.bank import Memory
 
-# The retrieval fields `nph analyze` shares with `nph retrieve` (the model's parameters too).
+# The retrieval options `nph analyze` shares with `nph retrieve` (the model's parameters too).
 RETRIEVAL_FIELDS = ("model", "mask", "noise", "queries", "seed")
 
 
-@dataclass
-@holds("analysis", also=("mask", "noise", "queries", "seed"))
+@dataclass(frozen=True, kw_only=True)
 class AnalysisRequest:
-    """What to analyse: analyze's own fields (`ANALYSIS_FIELDS`) and the retrieval fields it
-    shares, defaults and ranges from there."""
+    """What to analyse: analyze's own options, and optionally a model whose retrieval of
+    corrupted stored patterns is checked query by query."""
 
+    options: AnalysisOptions = field(default_factory=AnalysisOptions)
     model: str | None = None  # also retrieve with this model and check it per query
     params: dict[str, Any] = field(default_factory=dict)  # model parameters given (β: also the
     # conditions'; DEFAULT_BETA when not given)
-    theorem_k: float | None  # support size of the conditions; None: M, or the model's
-    mask: float
-    noise: float
-    queries: int | None
-    seed: int
-    sample: int  # patterns sampled for R and Δ when M is larger; 0: all
-    fixed_point: int  # iterate this many steps (Corollary 4.3); 0: skip
-    per_pattern: bool
-    per_query: bool
-
-    @classmethod
-    def from_values(cls, values: dict[str, Any], **own: Any) -> AnalysisRequest:
-        """The request of single field values (`RETRIEVAL_FIELDS` and model parameters by
-        name) and analyze's own options."""
-        shared = {name: values[name] for name in RETRIEVAL_FIELDS if name in values}
-        params = {name: v for name, v in values.items() if name not in RETRIEVAL_FIELDS}
-        return cls(**shared, params=params, **own)
+    retrieval: dict[str, Any] = field(default_factory=dict)  # mask, noise, queries, seed given
 
     @property
     def beta(self) -> float:
         """β of the conditions and the model."""
         return self.params.get("beta", DEFAULT_BETA)
 
+    @property
+    def seed(self) -> int:
+        return self.retrieval.get("seed", default("seed"))
+
     def check(self) -> None:
         """Refuse option combinations that cannot mean anything, before any work."""
         if not self.beta > 0:
             raise NphError(f"--beta must be > 0, got {self.beta}")
-        used = (self.mask, self.noise, self.queries, self.per_query, self.fixed_point)
+        used = [v for name, v in self.retrieval.items() if name != "seed"]
+        used += [self.options.per_query, self.options.fixed_point]
         params = [name for name in self.params if name != "beta"]
         if self.model is None and (params or any(v not in (None, 0, False) for v in used)):
             flags = "".join(f"--{name}, " for name in params)
@@ -70,20 +60,21 @@ def analyze(memory: Memory, request: AnalysisRequest, *, source: str | None = No
     from nphcli.theory.well_separated import well_separation
 
     request.check()
-    beta, k = request.beta, request.theorem_k
+    options = request.options
+    beta, k = request.beta, options.theorem_k
     checked = None
     if request.model is not None:
         checked = _check_model(memory, request, source)
         if k is None:  # the conditions with the model's own support size
             k = int(checked["check"].k.max())
-    rows = request.sample or None
+    rows = options.sample or None
     separated = well_separation(memory.patterns, beta, k, max_rows=rows, seed=request.seed)
     support = support_reading(memory.patterns, beta, k, max_rows=rows, seed=request.seed)
     result: dict[str, Any] = {
         "file": source,
         "M": memory.num_memories,
         "d": memory.dim,
-        "well_separation": separated.to_json(per_pattern=request.per_pattern),
+        "well_separation": separated.to_json(per_pattern=options.per_pattern),
         "well_separation_support": support.to_json(),
     }
     if checked is not None:
@@ -97,9 +88,8 @@ def _check_model(memory: Memory, request: AnalysisRequest, source: str | None):
     from nphcli.evaluation.settings import settings_from
     from nphcli.theory.checks import check_report, is_structured
 
-    chosen = {name: getattr(request, name) for name in RETRIEVAL_FIELDS if name != "model"}
     params = {**request.params, "beta": request.beta}
-    settings = settings_from(request.model, params, {**chosen, "dtype": "float64"})
+    settings = settings_from(request.model, params, {**request.retrieval, "dtype": "float64"})
     report = evaluate(memory, settings, sources={"memory": source})
     if not is_structured(request.model, report.config["params"]):
         raise NphError(
@@ -120,10 +110,10 @@ def _query_results(memory: Memory, request: AnalysisRequest, report, check) -> d
         "R": check.R,
         "summary": check.summary(),
     }
-    if request.per_query:
+    if request.options.per_query:
         queries["per_query"] = check.per_query()
     out: dict[str, Any] = {"queries": queries}
-    if request.fixed_point:
+    if request.options.fixed_point:
         from nphcli.theory.convergence import fixed_point_check
 
         out["fixed_point"] = fixed_point_check(
@@ -133,6 +123,6 @@ def _query_results(memory: Memory, request: AnalysisRequest, report, check) -> d
             report.queries,
             report.per_query["target_index"],
             report.per_query["query_row"],
-            steps=request.fixed_point,
+            steps=request.options.fixed_point,
         )
     return out
