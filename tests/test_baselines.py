@@ -118,7 +118,7 @@ def test_nearest_is_the_reference_on_every_bank(tmp_path, device, metric):
             assert torch.equal(model.retrieve(queries, bank, plan=plan).patterns, values[want])
 
 
-def test_nearest_is_top1_in_the_beta_limit_and_iterates_to_a_fixed_point():
+def test_nearest_is_top1_in_the_beta_limit_in_one_step():
     g = torch.Generator().manual_seed(4)
     keys = torch.randn(30, 8, generator=g, dtype=torch.float64)
     keys = keys / keys.norm(dim=1, keepdim=True)  # equal norms: Euclidean = inner product order
@@ -126,8 +126,28 @@ def test_nearest_is_top1_in_the_beta_limit_and_iterates_to_a_fixed_point():
     near = create_model("nearest").retrieve(queries, keys).patterns
     top1 = create_model("topk", k=1, beta=1.0).retrieve(queries, keys).patterns
     assert torch.equal(near, top1)
-    iterated = create_model("nearest", steps=5).retrieve(queries, keys)
-    assert torch.equal(iterated.patterns, near) and iterated.steps.tolist() == [2] * 6
+    assert create_model("nearest").retrieve(queries, keys).steps.tolist() == [1] * 6
+
+
+def test_baselines_take_no_parameter_they_would_ignore(invoke, mnist):
+    """nearest is applied once and scales no scores; the classical networks iterate (steps, tol)
+    but have no β. A parameter a model would ignore is refused, by name, in one line."""
+    taken = {name: {p.name for p in get_model_info(name).params} for name in ("nearest", "hebbian")}
+    assert not taken["nearest"] & {"beta", "steps", "tol"}
+    assert {"steps", "tol"} <= taken["hebbian"] and "beta" not in taken["hebbian"]
+    for name, given in (
+        ("nearest", {"beta": 3.0}),
+        ("nearest", {"steps": 2}),
+        ("hebbian", {"beta": 1.0}),
+    ):
+        with pytest.raises(NphError, match=f"does not take --{next(iter(given))}"):
+            create_model(name, **given)
+    result = invoke("retrieve", "--memory", mnist, "--model", "nearest", "--beta", "3")
+    assert_one_error_line(result, "no listed model (nearest) takes --beta")
+    result = invoke("retrieve", "--memory", mnist, "--model", "nearest", "--queries", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "β" not in result.stderr and "beta" not in result.stderr  # no notice about a β it lacks
+    assert json.loads(result.stdout)["config"]["params"] == {"metric": "euclidean"}
 
 
 def test_nearest_half_precision_agrees_on_separated_memories():

@@ -82,7 +82,7 @@ def test_every_model_table_json_csv(retrieve, mnist, model):
     assert config["memory"]["file"] == str(mnist)
     assert config["queries"]["Q"] == 10 and config["seed"] == 0
     assert config["corruption"] == {"mask": 0.5, "mask_mode": "bottom", "fill": 0.0, "noise": 0.0}
-    assert config["params"]["beta"] == DEFAULT_BETA
+    assert config["params"].get("beta", DEFAULT_BETA) == DEFAULT_BETA  # nearest takes no β
     assert 0 <= metrics["success"]["mean"] <= 1 and metrics["success"]["median"] in (0, 0.5, 1)
     assert metrics["sse"]["mean"] >= 0 and metrics["sse"]["std"] >= 0
     assert metrics["mse"]["mean"] == pytest.approx(metrics["sse"]["mean"] / 784)

@@ -151,3 +151,59 @@ def test_the_settings_classes_import_no_torch():
     code = "import nphcli.schema.fields, sys; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def _other_value(option):
+    """A valid value of `option` other than its default."""
+    if option.choices:
+        return next(c for c in option.choices if c != option.default)
+    if option.name == "device":
+        return "cuda"
+    return {"bool": True, "int": 2, "float": 0.25, "size": 1 << 20}[option.kind]
+
+
+def _fake_report(settings):
+    from types import SimpleNamespace
+
+    corruption = dataclasses.asdict(settings.corruption)
+    config = {"memory": {"file": "m", "M": 9}, "queries": {"Q": 3}, "seed": settings.seed}
+    metrics = dict.fromkeys(("sse", "success", "cosine", "support"), {"mean": 0.5})
+    return SimpleNamespace(
+        config={**config, "corruption": corruption},
+        metrics=metrics,
+        timing={"retrieve_median_s": 0.001},
+    )
+
+
+@pytest.mark.parametrize(
+    "option",
+    [o for o in FIELDS if o.setting and o.group != "index" and o.name not in ("model", "seed")],
+    ids=lambda o: o.name,
+)
+def test_every_setting_option_that_varies_is_a_column_of_the_comparison(option, capsys):
+    """Derived, not listed: a corruption or run option added to its class shows here."""
+    from nphcli.cli.retrieve_output import _print_comparison
+    from nphcli.evaluation.settings import settings_from
+
+    grid = [
+        settings_from("dense", {}, {}),
+        settings_from("dense", {}, {option.name: _other_value(option)}),
+    ]
+    _print_comparison(grid, [_fake_report(s) for s in grid])
+    header = capsys.readouterr().out.splitlines()[2:5]
+    assert any(option.name in line for line in header), header
+
+
+@pytest.mark.parametrize(
+    "option",
+    [o for o in options_of(S.Corruption) if o.kind == "float" and o.name != "fill"],
+    ids=lambda o: o.name,
+)
+def test_the_run_table_names_every_corruption_that_is_set(option):
+    from nphcli.cli.retrieve_output import _corruption_text
+
+    corruption = dataclasses.asdict(S.Corruption(**{option.name: 0.25, "noise_clip": True}))
+    text = _corruption_text({**corruption, "mask_mode": "random"})
+    assert "0.25" in text and (option.name.split("_")[0] in text or "noise" in text), text
+    if option.name == "noise":
+        assert "clipped to [0, 1]" in text

@@ -14,6 +14,7 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.evaluation.settings import RetrieveSettings, build_model, expand_settings
+from nphcli.schema.catalog import model_card
 from nphcli.schema.fields import fields, get_field
 from nphcli.schema.option import arguments, options_of
 from nphcli.schema.settings import InputSpec, OutputSpec, Spread
@@ -130,8 +131,9 @@ def _run_here(request: RetrieveRequest, models: list[Any]) -> Outcome:
 
         check_drawable(inputs.memory)
     reports = evaluate_request(request, inputs, models)
-    if request.inputs.queries_file is None and request.inputs.query_text is None:
-        _say_unretrievable(inputs.memory)  # stored patterns are the queries
+    stored = request.inputs.queries_file is None and request.inputs.query_text is None
+    if stored and any(model_card(s.model).takes("beta") for s in request.settings):
+        _say_unretrievable(inputs.memory)  # the queries are stored patterns, scored with β
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report

@@ -28,7 +28,6 @@ def print_report(report, output, steps_trace) -> None:
 
 def print_many(settings, reports, output) -> None:
     """Several settings: a JSON Lines stream, one CSV (header once), or a comparison table."""
-    from nphcli.evaluation.settings import given_params
 
     as_json, as_csv, per_query = output.json, output.csv, output.per_query
     header = not output.no_header
@@ -46,56 +45,50 @@ def print_many(settings, reports, output) -> None:
                 rows.append(report.to_row())
         print_csv(rows, header=header)
         return
-    columns = ["model", "parameters", "mask", "noise", "sse", "success", "cosine", "support"]
+    _print_comparison(settings, reports)
+
+
+def _print_comparison(settings, reports) -> None:
+    """One row per setting: its model and parameters, then a column for every other setting
+    option whose value differs between settings (`setting_values`), the metric means and the
+    median retrieval time. Options every setting shares go to the title: mask and noise
+    always, the others where not at their default. So a new setting option shows wherever it
+    varies, with no edit here."""
+    from nphcli.evaluation.settings import given_params, setting_values
+    from nphcli.schema.fields import get_field
+
+    values = [setting_values(setting) for setting in settings]
+    names = [name for name in values[0] if name != "model"]
+    varying = [name for name in names if len({repr(v[name]) for v in values}) > 1]
+    shown = ("mask", "noise")
+    same = [
+        (name, values[0][name])
+        for name in names
+        if name not in varying and (name in shown or values[0][name] != get_field(name).default)
+    ]
+    metrics = ("sse", "success", "cosine", "support")
     rows = []
-    for setting, report in zip(settings, reports, strict=True):
-        corruption, metrics = report.config["corruption"], report.metrics
-        means = [
-            None if metrics[name] is None else metrics[name]["mean"]
-            for name in ("sse", "success", "cosine", "support")
-        ]
+    for setting, flat, report in zip(settings, values, reports, strict=True):
+        means = [None if report.metrics[m] is None else report.metrics[m]["mean"] for m in metrics]
         timing = report.timing["retrieve_median_s"]
-        rows.append(
-            [setting.model, given_params(setting), corruption["mask"], corruption["noise"]]
-            + means
-            + [timing]
-        )
+        rows.append([setting.model, given_params(setting), *(flat[n] for n in varying), *means])
+        rows[-1].append(timing)
     first = reports[0].config
     title = (
         f"{len(reports)} settings: {first['memory']['file']} (M={first['memory']['M']}), "
         f"{first['queries']['Q']} queries, seed {first['seed']}"
     )
-    columns, rows, same = _shared_corruption([*columns, "retrieve s"], rows)
-    title += "".join(f", {name} {format_value(value)}" for name, value in same)
+    stated = ("seed", "queries")  # in the title already
+    title += "".join(f", {name} {format_value(v)}" for name, v in same if name not in stated)
+    columns = ["model", "parameters", *varying, *metrics, "retrieve s"]
     print_table(title + "; metric means per query", columns, rows, width=120)
-
-
-def _shared_corruption(columns: list[str], rows: list[list]) -> tuple[list, list, list]:
-    """The mask and noise columns whose value every setting shares move to the title (as
-    (name, value) pairs), so that the comparison fits a narrow terminal as a table."""
-    shared = [
-        i
-        for i, name in enumerate(columns)
-        if name in ("mask", "noise") and len({row[i] for row in rows}) == 1
-    ]
-    same = [(columns[i], rows[0][i]) for i in shared]
-    keep = [i for i in range(len(columns)) if i not in shared]
-    return [columns[i] for i in keep], [[row[i] for i in keep] for row in rows], same
 
 
 def _print_tables(report, *, per_query: bool) -> None:
     config = report.config
     memory, queries, corruption = config["memory"], config["queries"], config["corruption"]
     params = ", ".join(f"{key}={format_value(value)}" for key, value in config["params"].items())
-    parts = []
-    if corruption["mask"] > 0:
-        parts.append(
-            f"mask {format_value(corruption['mask'])} ({corruption['mask_mode']}, fill "
-            f"{format_value(corruption['fill'])})"
-        )
-    if corruption["noise"] > 0:
-        parts.append(f"Gaussian noise σ = {format_value(corruption['noise'])}")
-    corrupted = ", then ".join(parts) or "none"
+    corrupted = _corruption_text(corruption)
     shape = f"M={memory['M']}, d={memory['d']}" + (
         f", d_v={memory['d_v']}" if memory["hetero"] else ""
     )
@@ -134,6 +127,24 @@ def _print_tables(report, *, per_query: bool) -> None:
         rows = report.per_query_rows()
         # piped: as wide as the columns need, never squeezed into rich's default 80
         print_table("Per query", list(rows[0]), [list(row.values()) for row in rows], width=1000)
+
+
+def _corruption_text(corruption: dict) -> str:
+    """The report's corruption record in words, in the order `corrupt` applies it; every
+    corruption in the record that is set is named."""
+    parts = []
+    for name, value in corruption.items():
+        if name in ("mask_mode", "fill", "noise_clip") or not value:
+            continue
+        if name == "mask":
+            mode, fill = corruption["mask_mode"], format_value(corruption["fill"])
+            parts.append(f"mask {format_value(value)} ({mode}, fill {fill})")
+        elif name == "noise":
+            clipped = ", clipped to [0, 1]" if corruption.get("noise_clip") else ""
+            parts.append(f"Gaussian noise σ = {format_value(value)}{clipped}")
+        else:
+            parts.append(f"{name.replace('_', '-')} {format_value(value)}")
+    return ", then ".join(parts) or "none"
 
 
 def _print_index(index: dict) -> None:

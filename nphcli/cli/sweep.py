@@ -143,13 +143,13 @@ def sweep_command(
 def _print_summary(summary, *, theory: bool, title: str) -> None:
     """One row per setting. Grid axes with a single value go into the title, not a column."""
     axes = [("M", "size"), ("mask", "mask"), ("noise σ", "noise"), ("β", "beta")]
-    varying = [
-        (name, attr) for name, attr in axes if len({getattr(i.setting, attr) for i in summary}) > 1
-    ]
+    # A model without the axis (β of a baseline) has None there: it varies nothing.
+    seen = {attr: {getattr(i.setting, attr) for i in summary} - {None} for _, attr in axes}
+    varying = [(name, attr) for name, attr in axes if len(seen[attr]) > 1]
     fixed = [
-        f"{name} {format_value(getattr(summary[0].setting, attr))}"
+        f"{name} {format_value(next(iter(seen[attr])))}"
         for name, attr in axes
-        if (name, attr) not in varying and summary
+        if (name, attr) not in varying and seen[attr]
     ]
     columns = ["model setting", *(name for name, _ in varying), "trials", "SSE", "success"]
     columns.append("µs/query")

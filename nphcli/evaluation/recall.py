@@ -20,7 +20,7 @@ from torch import Tensor
 
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.items import Items
-from nphcli.models.base import HopfieldModel, forms_weights
+from nphcli.models.base import Retriever, forms_weights
 
 TOP = 5  # recalled rows listed per query, by weight
 SCORE_CELLS = 1 << 24  # scores held at once: (queries in a pass) × M, float64 (128 MiB)
@@ -39,7 +39,7 @@ def _chunk(memories: int) -> int:
 
 
 def recall(
-    model: HopfieldModel,
+    model: Retriever,
     memory: MemoryBank,
     queries: Tensor,  # (Q, d) the queries retrieved (after corruption)
     retrieved: Tensor,  # (Q, d_v) what the retrieval returned
@@ -77,7 +77,7 @@ def recall(
     return found
 
 
-def _last_states(model: HopfieldModel, memory: MemoryBank, queries: Tensor) -> Tensor:
+def _last_states(model: Retriever, memory: MemoryBank, queries: Tensor) -> Tensor:
     """The states the last update was applied to: x after s − 1 updates (the queries if s = 1)."""
     if model.steps <= 1:
         return queries
@@ -85,7 +85,7 @@ def _last_states(model: HopfieldModel, memory: MemoryBank, queries: Tensor) -> T
     return earlier.retrieve(queries, memory.to(dtype=torch.float64)).patterns.double()
 
 
-def _weights(model: HopfieldModel, memory: MemoryBank, states: Tensor, first: int) -> Tensor:
+def _weights(model: Retriever, memory: MemoryBank, states: Tensor, first: int) -> Tensor:
     """The rule's weights (q, M) over every stored row, for the queries at positions first…"""
     scores = torch.cat(
         [model.beta * states @ keys.double().T for _, keys in memory.key_blocks(65536)], dim=1

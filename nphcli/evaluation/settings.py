@@ -15,7 +15,7 @@ from typing import Any
 from nphcli.core.errors import NphError
 from nphcli.schema.catalog import model_card, model_cards
 from nphcli.schema.fields import default, fields, get_field
-from nphcli.schema.option import arguments, options_of
+from nphcli.schema.option import arguments, options_of, values_of
 from nphcli.schema.settings import Corruption, IndexSettings, RetrieveSettings
 
 __all__ = ["RetrieveSettings", "build_model", "expand_settings", "given_params", "settings_from"]
@@ -76,6 +76,14 @@ def settings_from(
         index=index,
         **arguments(RetrieveSettings, {k: v for k, v in chosen.items() if k != "model"}),
     )
+
+
+def setting_values(settings: RetrieveSettings) -> dict[str, Any]:
+    """Every setting option's value in `settings`, by option name, in declared order (those of
+    its `Corruption`, and of its `IndexSettings` when it has one, in their place)."""
+    index = {} if settings.index is None else values_of(settings.index)
+    own = {**values_of(settings), **values_of(settings.corruption), **index}
+    return {option.name: own[option.name] for option in fields(setting=True) if option.name in own}
 
 
 def given_params(settings: RetrieveSettings) -> str:

@@ -1,8 +1,8 @@
 """Batched, masked, differentiable retrieval for the layers: T(β·Q Kᵀ) V with any model.
 
-The layers need what `HopfieldModel.retrieve` computes, but for a batch of sets of different sizes
+The layers need what `Retriever.retrieve` computes, but for a batch of sets of different sizes
 (B, H heads, N queries, M keys) with padded keys, and with gradients. Each model says how in its
-own module (`HopfieldModel.weights`, or `associate` for rules that form no weights); this module
+own module (`Retriever.weights`, or `associate` for rules that form no weights); this module
 only turns a layer's key padding mask, positions and dropout into those arguments, and adds
 what every rule shares: update steps in the key space and an association mask of excluded
 (query, key) pairs, so a newly registered model works as a layer with no edit here.
@@ -24,11 +24,11 @@ import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.models.base import HopfieldModel, forms_weights
+from nphcli.models.base import Retriever, forms_weights
 
 
 def associate(
-    model: HopfieldModel,
+    model: Retriever,
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -85,7 +85,7 @@ def associate(
 
 
 def weights_from_scores(
-    model: HopfieldModel,
+    model: Retriever,
     scores: Tensor,
     *,
     key_padding_mask: Tensor | None = None,
@@ -106,7 +106,7 @@ def weights_from_scores(
 
 
 def _weights(
-    model: HopfieldModel, scores: Tensor, valid: Tensor, excluded: Tensor | None, positions: Tensor
+    model: Retriever, scores: Tensor, valid: Tensor, excluded: Tensor | None, positions: Tensor
 ) -> Tensor:
     """The rule's weights with excluded pairs scored −∞ (so the rule chooses among the allowed
     keys) and set to exactly 0 after it."""

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from nphcli.core.errors import NphError
-from nphcli.models import HopfieldModel, create_model
+from nphcli.models import HopfieldModel, Retriever, create_model
 
 NORM_KINDS = ("affine", "plain")  # layer norm with a learnable scale and shift, or without
 LEARNED_SPACES = ("projected", "input")
@@ -76,6 +76,11 @@ class LayerConfig:
         rule = self.rule
         if rule is None:
             rule = create_model("dense", beta=1 / math.sqrt(head_dim))
+        if isinstance(rule, Retriever) and rule.baseline:
+            raise NphError(
+                f"model {rule.name!r} is a retrieval baseline with no layer form; use one of "
+                "the Hopfield models in a layer"
+            )
         if not isinstance(rule, HopfieldModel):
             raise NphError(
                 f"rule must be a model, e.g. rule=create_model('topk', k=0.2), got {rule!r}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -34,8 +34,32 @@ from nphcli.memory.shards import read_manifest, set_meta
 from nphcli.memory.streamed import StreamedBank
 
 
+@overload
 def open_memory(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
+    *,
+    stream: Literal[False] = False,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    verify: bool = True,
+) -> Memory: ...
+
+
+@overload
+def open_memory(
+    path: str | os.PathLike[str],
+    *,
+    stream: bool = False,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    owned: range | None = None,
+    collective: Collective = LOCAL,
+    verify: bool = True,
+) -> MemoryBank: ...
+
+
+def open_memory(
+    path: str | os.PathLike[str],
     *,
     stream: bool = False,
     device: torch.device | str | None = None,
@@ -45,7 +69,10 @@ def open_memory(
     verify: bool = True,
 ) -> MemoryBank:
     """Open the memory file or shard manifest (`nph shard`) at `path`, checked before any row
-    is used (see the module docstring for what comes back).
+    is used (see the module docstring for what comes back): a `Memory` in RAM unless streamed
+    or shared between processes.
+
+    Example: `memory = nph.open_memory("memory.safetensors"); memory.patterns  # (M, d)`
 
     `stream`: read rows from disk when they are needed instead of loading them. `device`,
     `dtype`: where and in what the rows are handed out (None: CPU, the file's dtype).

@@ -21,7 +21,7 @@ from nphcli.models import (
     topk,  # noqa: F401  (registers the model)
     window,  # noqa: F401  (registers the model)
 )
-from nphcli.models.base import HopfieldModel, Retrieval, Update
+from nphcli.models.base import HopfieldModel, Retrieval, Retriever, Update
 from nphcli.models.registry import (
     ModelInfo,
     ParamInfo,
@@ -69,6 +69,7 @@ def retrieve(
 
 __all__ = [
     "HopfieldModel",
+    "Retriever",
     "ModelInfo",
     "ParamInfo",
     "Retrieval",

@@ -1,4 +1,5 @@
-"""What every Hopfield model shares: parameters β, steps, tol; validation; iterated retrieval.
+"""What every retrieval rule shares (`Retriever`: validation, planning, iterated retrieval) and
+what the Hopfield family adds (`HopfieldModel`: parameters β, steps, tol).
 
 A model only implements `update`, one application of its retrieval rule T to a block of queries.
 `retrieve` handles what is common: shape and dtype checks, float32 accumulation for half inputs,
@@ -33,7 +34,16 @@ from nphcli.models.inputs import (
     is_real,
 )
 
-__all__ = ["HopfieldModel", "Retrieval", "Update", "check_whole", "padded_support", "param"]
+__all__ = [
+    "HopfieldModel",
+    "Retrieval",
+    "Retriever",
+    "Update",
+    "check_iteration",
+    "check_whole",
+    "padded_support",
+    "param",
+]
 
 
 def param(default: Any, help: str) -> Any:
@@ -58,9 +68,15 @@ class Update:
     support: Tensor | None = None  # (Q,) for models whose weights have exact zeros
 
 
+STEPS_HELP = "maximum number of updates x ← T(x) (1 = the paper's one-step retrieval)"
+TOL_HELP = "stop iterating a query once ‖T(x) − x‖₂ ≤ tol (0: run all steps unless fixed)"
+
+
 @dataclass(kw_only=True)
-class HopfieldModel:
-    """Base class: parameters shared by every model. Subclasses add their own fields."""
+class Retriever:
+    """Base class of every retrieval rule: validation, planning and retrieval x ← T(x). It takes
+    no parameter; a rule applied once (`nearest`) needs nothing more, an iterated one declares
+    `steps` and `tol` (`HopfieldModel`, the classical networks)."""
 
     name: ClassVar[str] = "base"
     # A baseline (nearest neighbour, the classical networks) is compared with the Hopfield models
@@ -69,18 +85,18 @@ class HopfieldModel:
     # The memories must be ±1 patterns (the classical networks); `check_memory` refuses others.
     binary: ClassVar[bool] = False
 
-    beta: float = param(DEFAULT_BETA, "inverse temperature β; scores are S = β·X·Kᵀ")
-    steps: int = param(1, "maximum number of updates x ← T(x) (1 = the paper's one-step retrieval)")
-    tol: float = param(
-        0.0, "stop iterating a query once ‖T(x) − x‖₂ ≤ tol (0: run all steps unless fixed)"
-    )
-
     def __post_init__(self) -> None:
-        if not (is_real(self.beta) and self.beta > 0):
-            raise NphError(f"--beta must be a finite number > 0, got {self.beta!r}")
-        check_whole(self.steps, "--steps", 1)
-        if not (is_real(self.tol) and self.tol >= 0):
-            raise NphError(f"--tol must be a finite number ≥ 0, got {self.tol!r}")
+        """Check the parameters (subclasses add theirs)."""
+
+    @property
+    def steps(self) -> int:
+        """Updates x ← T(x) at most: one, unless the rule declares `steps`."""
+        return 1
+
+    @property
+    def tol(self) -> float:
+        """Change below which a query stops iterating: 0, unless the rule declares `tol`."""
+        return 0.0
 
     # -- to implement -------------------------------------------------------------------------
     def update(
@@ -168,7 +184,7 @@ class HopfieldModel:
         if not self._has_support():
             raise NphError(
                 f"model {self.name!r} has no layer form: it needs `weights` or `associate` "
-                "(see HopfieldModel) or a `support_mask`"
+                "(see Retriever) or a `support_mask`"
             )
         return masked_softmax(scores, padded_support(self, scores, valid, positions))
 
@@ -196,7 +212,7 @@ class HopfieldModel:
         return (dropout(weights) if dropout else weights) @ v  # (B, H, N, d_v)
 
     def _has_support(self) -> bool:
-        return type(self).support_mask is not HopfieldModel.support_mask
+        return type(self).support_mask is not Retriever.support_mask
 
     # -- shared -------------------------------------------------------------------------------
     def retrieve(
@@ -308,9 +324,28 @@ class HopfieldModel:
         return patterns, support
 
 
-def padded_support(
-    model: HopfieldModel, scores: Tensor, valid: Tensor, positions: Tensor
-) -> Tensor:
+@dataclass(kw_only=True)
+class HopfieldModel(Retriever):
+    """A rule of the Hopfield family: scores β⟨x, ξ⟩, iterated up to `steps` times."""
+
+    beta: float = param(DEFAULT_BETA, "inverse temperature β; scores are S = β·X·Kᵀ")
+    steps: int = param(1, STEPS_HELP)  # type: ignore[assignment]  (the base's fixed 1)
+    tol: float = param(0.0, TOL_HELP)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if not (is_real(self.beta) and self.beta > 0):
+            raise NphError(f"--beta must be a finite number > 0, got {self.beta!r}")
+        check_iteration(self.steps, self.tol)
+
+
+def check_iteration(steps: Any, tol: Any) -> None:
+    """Refuse steps that are not a whole number ≥ 1 and a tol that is not a number ≥ 0."""
+    check_whole(steps, "--steps", 1)
+    if not (is_real(tol) and tol >= 0):
+        raise NphError(f"--tol must be a finite number ≥ 0, got {tol!r}")
+
+
+def padded_support(model: Retriever, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
     """`model.support_mask` of every set of a padded batch (see `HopfieldModel.weights`), as
     (B, H, N, M) bool, False at padding. Each set's valid keys are moved to the front in index
     order, and the sets of each size n are asked together about their first n keys."""
@@ -332,8 +367,8 @@ def padded_support(
     return torch.zeros_like(keep).scatter_(-1, order, keep)  # back to index order
 
 
-def forms_weights(model: HopfieldModel) -> bool:
+def forms_weights(model: Retriever) -> bool:
     """True when the model's rule is weights (N, M) over the memories times the values (the
     default `associate`): a layer's dropout then acts on them, pooling may fold W_K, and a
     retrieval can say which stored items it recalled with what weight."""
-    return type(model).associate is HopfieldModel.associate
+    return type(model).associate is Retriever.associate

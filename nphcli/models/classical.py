@@ -9,7 +9,7 @@ not depend on batching). A zero field keeps a neuron's state. One step is one sw
 neurons; `--steps` bounds the sweeps and a query stops once its state no longer changes.
 
 The memories must be ±1 (the model refuses others and says how to binarise), auto-associative
-(values = keys). W is built once per retrieval, within `--memory-budget`. β is not used.
+(values = keys). W is built once per retrieval, within `--memory-budget`. It takes no β.
 Capacity of the Hebbian rule: about 0.138·d random patterns (Amit, Gutfreund & Sompolinsky
 1985); the projection rule stores up to d linearly independent patterns as fixed points.
 """
@@ -36,7 +36,15 @@ from nphcli.engine.planning import Plan, itemsize
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.engine.summary_cache import cached_summary
 from nphcli.memory.bank import MemoryBank, as_bank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
+from nphcli.models.base import (
+    STEPS_HELP,
+    TOL_HELP,
+    Retriever,
+    Update,
+    check_iteration,
+    check_whole,
+    param,
+)
 from nphcli.models.registry import register_model
 
 ORDERS = ("sync", "async")
@@ -49,16 +57,18 @@ BINARISE = (
 
 
 @dataclass(kw_only=True)
-class ClassicalNetwork(HopfieldModel):
+class ClassicalNetwork(Retriever):
     """What the two learning rules share; a subclass says how W comes from the Gram matrix."""
 
     baseline = True
     binary = True
+    steps: int = param(1, STEPS_HELP)  # type: ignore[assignment]  (the base's fixed 1)
+    tol: float = param(0.0, TOL_HELP)  # type: ignore[assignment]
     order: str = param("sync", ORDER_HELP)
     order_seed: int = param(0, ORDER_SEED_HELP)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        check_iteration(self.steps, self.tol)
         if self.order not in ORDERS:
             raise NphError(f"--order must be one of {', '.join(ORDERS)}, got {self.order!r}")
         check_whole(self.order_seed, "--order-seed", 0, 2**63)
@@ -148,7 +158,7 @@ class ClassicalNetwork(HopfieldModel):
 
 @register_model(
     "hebbian",
-    summary="baseline: classical Hopfield network, Hebbian weights, ±1 patterns; β unused",
+    summary="baseline: classical Hopfield network, Hebbian weights, ±1 patterns",
     formula="s ← sgn(W s), W = (Ξᵀ Ξ − diag) / d, s₀ = sgn(x)",
     cost="time O(M·d²) once for W, then O(Q·d²) per step; extra memory O(d²) for W",
 )

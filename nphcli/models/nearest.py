@@ -5,8 +5,9 @@ T(x) = v_μ* with μ* = argmin_μ ‖x − ξ_μ‖₂ (`--metric euclidean`) or
 k = 1 under the Euclidean score ⟨x, ξ⟩ − ½‖ξ‖², and what a Hopfield model has to beat.
 
 The search is exact and blockwise (`engine.baselines.nearest_index`, the running top-k with
-k = 1), so it runs on every device, on streamed and sharded memories and over ranks. β is not
-used. It has no layer form (a hard argmax carries no gradient to queries or keys).
+k = 1), so it runs on every device, on streamed and sharded memories and over ranks. It takes
+no β, steps or tol (one application, no scores scaled). It has no layer form (a hard argmax
+carries no gradient to queries or keys).
 """
 
 from __future__ import annotations
@@ -22,23 +23,22 @@ from nphcli.engine.planning import Plan, itemsize
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.engine.selection import running_topk_plan
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.base import Retriever, Update, param
 from nphcli.models.registry import register_model
 
 
 @register_model(
     "nearest",
-    summary="baseline: the stored pattern nearest to the query (Euclidean or cosine); β unused",
+    summary="baseline: the stored pattern nearest to the query (Euclidean or cosine)",
     formula="T(x) = v_μ*, μ* = argmin_μ ‖x − ξ_μ‖ (or argmax_μ cos(x, ξ_μ))",
     cost="time O(Q·M·d); extra memory O(Q) plus blocks of O(Q·B) scores",
 )
 @dataclass(kw_only=True)
-class Nearest(HopfieldModel):
+class Nearest(Retriever):
     baseline = True
     metric: str = param("euclidean", "distance for the nearest stored pattern: euclidean or cosine")
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if self.metric not in METRICS:
             raise NphError(f"--metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
 

@@ -22,7 +22,8 @@ CATALOG_FILE = Path(__file__).with_name("model_catalog.json")
 DOC_FILES = tuple(Path(__file__).parents[2] / name for name in ("README.md", "docs/models.md"))
 README_START = "<!-- models:start -->"
 README_END = "<!-- models:end -->"
-# Parameters every model takes (the fields of `HopfieldModel`), listed once in the README.
+# Parameters of the Hopfield family (the fields of `HopfieldModel`), listed once in the README;
+# the baselines take steps and tol (the classical networks) or none of them (nearest).
 SHARED_PARAMS = ("beta", "steps", "tol")
 
 
@@ -124,10 +125,11 @@ def models_markdown(cards: list[ModelCard]) -> str:
         "| --- | --- | --- |",
     ]
     lines += [f"| `{c.name}` | {_cell(c.formula)} | {_cell(c.cost)} |" for c in cards]
-    lines += ["", "Parameters every model takes:", ""]
+    lines += ["", "Parameters every Hopfield model takes (the baselines say which they take):", ""]
     lines += [_param_line(p) for p in cards[0].params if p.name in SHARED_PARAMS]
     for card in cards:
-        own = [p for p in card.params if p.name not in SHARED_PARAMS]
+        family = all(card.takes(name) for name in SHARED_PARAMS)
+        own = [p for p in card.params if not family or p.name not in SHARED_PARAMS]
         lines += ["", f"**`{card.name}`**: {card.summary}."]
         if own:
             lines += [""] + [_param_line(p) for p in own]

@@ -24,7 +24,10 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 from nphcli.core.errors import NphError
 
@@ -248,9 +251,24 @@ def output_field(help_text: str, default: Any = None, *, name: str = "out", **ex
     return Field(name, "path", default, help_text, group="output", short="-o", **extra)
 
 
-def output_field_setting(help_text: str, default: Any = None, **extra: Any) -> Any:
+def output_field_setting(help_text: str, default: Any = None, **extra: Unpack[Limits]) -> Any:
     """`output_field` as a setting of a settings class (`OutputSpec.out`)."""
-    return setting(default, help_text, kind="path", group="output", short="-o", **extra)
+    limits: Limits = {"short": "-o", **extra}
+    return setting(default, help_text, kind="path", group="output", **limits)
+
+
+class Limits(TypedDict, total=False):
+    """`Field`'s checks and wording, as `setting` takes them (see `Field`)."""
+
+    minimum: float
+    maximum: float
+    above: float
+    choices: tuple[str, ...]
+    meaning: str
+    hint: str
+    metavar: str
+    short: str
+    refused: dict[str, str]
 
 
 def setting(
@@ -260,7 +278,7 @@ def setting(
     kind: str | None = None,
     group: str | None = None,
     name: str | None = None,
-    **limits: Any,
+    **limits: Unpack[Limits],
 ) -> Any:
     """Declare a setting: a dataclass field with its default and the option it gives.
 
@@ -317,6 +335,16 @@ def arguments(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
         declared = f.metadata.get(_OPTION)
         if declared is not None and (declared["name"] or f.name) in values:
             out[f.name] = values[declared["name"] or f.name]
+    return out
+
+
+def values_of(obj: Any) -> dict[str, Any]:
+    """The values of the settings `obj` declares itself, by option name (`arguments`' inverse)."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        declared = f.metadata.get(_OPTION)
+        if declared is not None:
+            out[declared["name"] or f.name] = getattr(obj, f.name)
     return out
 
 

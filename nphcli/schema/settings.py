@@ -33,7 +33,13 @@ from nphcli.core.defaults import (
 from nphcli.core.dtypes import COMPUTE_DTYPES
 from nphcli.core.errors import NphError
 from nphcli.schema.catalog import model_card
-from nphcli.schema.option import check_settings, nested, output_field_setting, setting
+from nphcli.schema.option import (
+    Limits,
+    check_settings,
+    nested,
+    output_field_setting,
+    setting,
+)
 
 # Why a surface refuses an option (`Field.refused`).
 _SWEEP_DRAWS = "a sweep draws its memories and queries from its dataset"
@@ -48,8 +54,8 @@ THREADS_HELP = (
     "are small; else one per core]. Changes speed, not the setting (float32 sums may round "
     "differently in the last bits); on a busy machine, or beside other nph runs, use 1."
 )
-_FRACTION = {"minimum": 0.0, "maximum": 1.0, "meaning": "a fraction", "metavar": "NUMBER"}
-_DRAWN = {"refused": {"sweep": _SWEEP_DRAWS}}
+_FRACTION: Limits = {"minimum": 0.0, "maximum": 1.0, "meaning": "a fraction", "metavar": "NUMBER"}
+_DRAWN: Limits = {"refused": {"sweep": _SWEEP_DRAWS}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,7 +313,7 @@ class Spread:
         check_settings(self)
 
 
-_NOT_IN_BATCH = {"refused": {"batch": _JSON_ONLY, "sweep": _ROWS}}
+_NOT_IN_BATCH: Limits = {"refused": {"batch": _JSON_ONLY, "sweep": _ROWS}}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -116,6 +116,7 @@ def run_settings(setting: Setting) -> dict[str, Any]:
     params = {k: v for k, v in raw.pop("params").items() if k != "seed"}
     out = {"model": raw.pop("model"), "M": setting.size, **params, **raw.pop("corruption")}
     out.update(raw)
+    out["tf32"] = out.pop("tf32")  # last: the cell reads as in files written before
     return json.loads(json.dumps(out, default=str))  # as a row read back holds it
 
 

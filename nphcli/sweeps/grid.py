@@ -76,9 +76,10 @@ class Setting:
     def key(self) -> str:
         """The setting's identity in a results file (with the trial, a row's key)."""
         mode = self.mask_mode or "default"
+        beta = "" if self.beta is None else f" | beta={_text(self.beta)}"  # None: takes no β
         return (
             f"{self.label} | M={self.size} | mask={_text(self.mask)} {mode} | "
-            f"noise={_text(self.noise)} | beta={_text(self.beta)}"
+            f"noise={_text(self.noise)}{beta}"
         )
 
 
