@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -53,76 +52,23 @@ def index_command(
     manifest, each shard gets its own index beside it (--lists counts per shard). See
     docs/ann.md and docs/ann-shards.md.
     """
-    from nphcli.ann.index_file import (
-        build_index,
-        check_kind,
-        default_index_path,
-        require_faiss,
-        write_index,
-    )
-    from nphcli.core.atomic import check_output
-    from nphcli.core.resources import fits_in_memory
-    from nphcli.memory import open_memory
-    from nphcli.memory.format import is_manifest
-    from nphcli.memory.provenance import content_sha256
+    from nphcli.app.index import build_memory_index
 
     o = own_values(given, INDEX_BUILD_FIELDS)
-    if is_manifest(memory):
-        return _index_shards(memory, o)
-    kind, seed, force = o["kind"], o["seed"], o["force"]
-    streamed = open_memory(memory, stream=True)  # the header first: a missing file says so
-    require_faiss()
-    check_kind(kind)
-    path = o["out"] if o["out"] is not None else default_index_path(memory, kind)
-    check_output(path, force=force, protect=[memory])
-    start = time.perf_counter()
-    # A memory larger than RAM is read from disk block by block (docs/ann.md).
-    loaded = open_memory(memory) if fits_in_memory(memory.stat().st_size) else streamed
-    faiss_index, meta, extra = build_index(
-        loaded, memory, kind=kind, seed=seed, lists=o["lists"], progress=_progress
-    )
-    build_s = time.perf_counter() - start
-    write_index(path, faiss_index, meta, extra, force=force)
-    report = {
-        "file": str(path),
-        "bytes": path.stat().st_size,
-        "build_s": build_s,
-        **{key: meta[key] for key in ("kind", "params", "seed", "M", "d", "faiss_version")},
-        "memory_sha256": content_sha256(loaded),  # as results rows name the memory
-        "memory_file_sha256": meta["memory_sha256"],  # the file's bytes the index is tied to
-    }
+    options = {name: o[name] for name in ("kind", "out", "lists", "seed", "force")}
+    report = build_memory_index(memory, **options, progress=_progress)
     if o["json"]:
         print_json(report)
+    elif "parts" in report:  # a shard set: one index per shard
+        rows = [
+            (e["file"], str(e["rows"]), str(e["params"]), str(e["bytes"]), f"{e['build_s']:.1f}")
+            for e in report["parts"]
+        ]
+        title = f"{memory} ({o['kind']})"
+        print_table(title, ["index", "rows", "params", "bytes", "build s"], rows)
     else:
-        print_table(f"{path}", ["field", "value"], [(k, str(v)) for k, v in report.items()])
-
-
-def _index_shards(manifest: Path, o: dict[str, Any]) -> None:
-    """`nph index MANIFEST`: an index per shard, recorded in the manifest."""
-    from nphcli.ann.index_file import check_kind
-    from nphcli.ann.shard_index import build_shard_indexes
-    from nphcli.core.errors import NphError
-
-    if o["out"] is not None:
-        raise NphError("--out names one file; a shard set's indexes go beside its shards")
-    check_kind(o["kind"])
-    report = build_shard_indexes(
-        manifest,
-        kind=o["kind"],
-        seed=o["seed"],
-        lists=o["lists"],
-        force=o["force"],
-        progress=_progress,
-    )
-    if o["json"]:
-        print_json(report)
-        return
-    rows = [
-        (e["file"], str(e["rows"]), str(e["params"]), str(e["bytes"]), f"{e['build_s']:.1f}")
-        for e in report["parts"]
-    ]
-    title = f"{manifest} ({o['kind']})"
-    print_table(title, ["index", "rows", "params", "bytes", "build s"], rows)
+        rows = [(key, str(value)) for key, value in report.items()]
+        print_table(report["file"], ["field", "value"], rows)
 
 
 def _progress(phase: str, done: int, total: int) -> None:

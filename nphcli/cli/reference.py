@@ -21,7 +21,6 @@ from nphcli.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "cli.md"
-MODEL_PAGES = (ROOT / "README.md", ROOT / "docs" / "models.md")  # hold the models block
 _HEADER = """\
 # Command reference
 

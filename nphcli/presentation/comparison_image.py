@@ -84,22 +84,6 @@ def value_shape(memory: MemoryBank) -> tuple[int, int, int] | None:
     return None
 
 
-def save_comparison_image(
-    path: str | os.PathLike,
-    report: RetrievalReport,
-    memory: MemoryBank,
-    *,
-    count: int = 8,
-    force: bool = False,
-    pad: int = 2,
-    scale: int = 2,
-) -> Path:
-    """Write the comparison image of one setting's report (see `save_comparison_grid`)."""
-    return save_comparison_grid(
-        path, [report], memory, count=count, force=force, pad=pad, scale=scale
-    )
-
-
 def save_comparison_grid(
     path: str | os.PathLike,
     reports: list[RetrievalReport],

@@ -48,7 +48,6 @@ TRIAL_COLUMNS = ("trial", "memory_seed", "run_seed", "drawn_sha256")
 DERIVED_COLUMNS = ("setting", "label", "run_settings")
 # Where the memory lives says nothing about what it is (`memory_sha256` does): not a setting.
 DESCRIPTIVE_COLUMNS = ("memory_path",)
-HASH_COLUMNS = ("memory_sha256", "drawn_sha256")  # shown and matched by their first 12 digits
 AUTO_X = ("M", "noise", "mask", "beta")  # tried first for --x auto, then any numeric setting
 
 Point = tuple[float, float, float, int]  # (x, mean, std over rows, rows)

@@ -273,7 +273,6 @@ def resolve(
         origin=origin,
         noise_variance=variance,
     )
-    _check_models(config)
     return config
 
 
@@ -335,15 +334,6 @@ def _check_params(values: dict[str, list], models: list[ModelSpec], where: str) 
             f"{where}: no model of the grid ({listed}) takes {name!r}; "
             + (f"it is taken by {', '.join(takers)}" if takers else "no model takes it")
         )
-
-
-def _check_models(config: SweepConfig) -> None:
-    """Build each distinct model of the grid once: its own checks (e.g. k > 0) before work."""
-    from nphcli.evaluation.settings import build_model
-    from nphcli.sweeps.grid import distinct_models
-
-    for settings in distinct_models(config):
-        build_model(settings)
 
 
 def _card(name: str):

@@ -66,9 +66,11 @@ def run_sweep(
     """Resolve the grid, check the outputs, run, summarise and plot (`progress` as in
     `nphcli.sweeps.runner.execute`)."""
     from nphcli.sweeps.config import load, resolve
+    from nphcli.sweeps.grid import check_models
 
     data, origin = load(request.preset, request.config)
     grid = resolve(data, origin, request.given, root=request.root)
+    check_models(grid)
     _check_outputs(request, grid.dataset)
     from nphcli.app.threads import use_threads
 
