@@ -78,13 +78,28 @@ def evaluate(
     sources: dict[str, str | None] | None = None,
     model: Any = None,
 ) -> RetrievalReport:
-    """Corrupt, retrieve, measure and time one run on `memory` (see the module docstring).
+    """Corrupt, retrieve, measure and time one run on `memory` (see the module docstring):
+    what `nph retrieve` does for one setting.
 
-        Without `queries`, self-evaluation on the stored patterns. With `queries` (Q, d), optional
-        `targets` (Q, d_v) or `target_indices` (Q,) give error metrics. `sources` names the files
-        the memory and queries came from, for the report's config; `model` is the setting's, when
-    the caller built it already. A streamed memory is read block
-        by block during retrieval and metrics; only the query and target rows are read whole.
+    Args:
+        memory: a `Memory` (`open_memory`, or built in Python), a `MemoryBank`, or keys (M, d).
+        settings: the `RetrieveSettings` of the run (model, parameters, corruption, ...).
+
+    Returns:
+        `RetrievalReport`: `config` (everything to repeat the run), `metrics` (mean, std and
+        median per query of each metric; None where it does not apply), `timing`, and the
+        retrieved patterns, queries and per-query metrics as tensors.
+
+    Example:
+        >>> settings = nph.RetrieveSettings(model="topk", params={"k": 10},
+        ...                                 corruption=nph.Corruption(noise=0.5))
+        >>> nph.evaluate(nph.open_memory("memory.safetensors"), settings).metrics["success"]
+
+    Without `queries`, self-evaluation on the stored patterns. With `queries` (Q, d), optional
+    `targets` (Q, d_v) or `target_indices` (Q,) give error metrics. `sources` names the files
+    the memory and queries came from, for the report's config; `model` is the setting's, when
+    the caller built it already. A streamed memory is read block by block during retrieval and
+    metrics; only the query and target rows are read whole.
     """
     start = time.perf_counter()
     memory, queries, targets = _check_given(memory, settings, queries, targets)

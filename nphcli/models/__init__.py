@@ -60,9 +60,25 @@ def retrieve(
     memory_budget: int | None = None,
     **params: Any,
 ) -> Retrieval:
-    """The bare retrieval rule: `create_model(model, **params).retrieve(queries, memory,
-    values)` for queries (Q, d) and memories (M, d) (or a `MemoryBank`), no corruption, no
-    metrics. Use `create_model` to keep a rule and apply it many times."""
+    """The bare retrieval rule T applied to `queries`: no corruption, no metrics.
+
+    Args:
+        queries: (Q, d) tensor.
+        memory: keys (M, d), or a `MemoryBank` such as `open_memory`'s `Memory`.
+        values: (M, d_v) values for hetero-association (default: the keys).
+        model: a registered model's name (`nph models`).
+        memory_budget: bytes of working memory (default 512 MiB); changes speed, not results.
+        **params: the model's parameters, e.g. k=10, beta=0.5.
+
+    Returns:
+        `Retrieval`: patterns (Q, d_v), steps (Q,), support (Q,) or None.
+
+    Example:
+        >>> out = nph.retrieve(memory.patterns[:5], memory, model="topk", k=10)
+        >>> out.patterns.shape  # (5, d)
+
+    Use `create_model` to keep a rule and apply it many times.
+    """
     rule = create_model(model, **params)
     return rule.retrieve(queries, memory, values, memory_budget=memory_budget)
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nphcli.core.errors import NphError
 from nphcli.core.suggest import did_you_mean
 from nphcli.schema.fields import FIELDS
+
+if TYPE_CHECKING:  # base.py imports this module's decorator users, not this module
+    from nphcli.models.base import Retriever
 
 
 @dataclass(frozen=True)
@@ -108,10 +111,21 @@ def get_model_info(name: str) -> ModelInfo:
         ) from None
 
 
-def create_model(name: str, **params: Any):
-    """Build model `name` with keyword parameters; a parameter it does not take is an error.
+def create_model(name: str, **params: Any) -> Retriever:
+    """Build the retrieval rule `name` with its keyword parameters.
 
-    Parameters whose value is None are treated as not given, so the CLI can pass every flag.
+    Args:
+        name: a registered model (`list_models()`, `nph models`), e.g. "topk".
+        **params: its parameters by name (`nph models` lists each model's), e.g. k=10,
+            beta=0.5; None counts as not given, so the CLI can pass every flag. A parameter
+            the model does not take is an `NphError`.
+
+    Returns:
+        The rule, to apply as often as needed: `model.retrieve(queries, memory)`.
+
+    Example:
+        >>> import nphcli as nph
+        >>> rule = nph.create_model("topk", k=10, beta=0.5)
     """
     info = get_model_info(name)
     accepted = {p.name for p in info.params}

@@ -116,7 +116,9 @@ class InputSpec:
 @dataclass(frozen=True, kw_only=True)
 class Corruption:
     """How to corrupt a query (`nphcli.evaluation.corruption.corrupt`: mask, occlusion, noise,
-    salt-and-pepper, flips, in that order). The defaults leave it unchanged."""
+    salt-and-pepper, flips, in that order). The defaults leave it unchanged; each argument is
+    the option of the same name (`nph retrieve --help`), e.g. `Corruption(mask=0.5, noise=0.1)`.
+    """
 
     mask: float = setting(0.0, "Fraction of each query to hide, in [0, 1].", **_FRACTION)
     mask_mode: str | None = setting(
@@ -211,7 +213,10 @@ class IndexSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class RetrieveSettings:
-    """Everything that decides a retrieval run, apart from the memory and own queries."""
+    """Everything that decides a retrieval run, apart from the memory and own queries. Each
+    argument is the option of the same name (`nph retrieve --help`); `params` holds the model's
+    parameters by name, e.g. `RetrieveSettings(model="topk", params={"k": 10},
+    corruption=Corruption(noise=0.5), queries=100)`."""
 
     model: str = setting(
         "dense",
