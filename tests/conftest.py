@@ -161,3 +161,17 @@ def real_valued_models() -> list[str]:
     from nphcli.models import get_model_info, model_names
 
     return [name for name in model_names() if not get_model_info(name).cls.binary]
+
+
+def family_params(name: str, **params):
+    """`params` less those of the Hopfield family (β, steps, tol) that model `name` does not
+    take: the baselines take none of them (nearest) or no β (the classical networks)."""
+    from nphcli.models import get_model_info
+
+    takes = {p.name for p in get_model_info(name).params}
+    return {k: v for k, v in params.items() if k in takes or k not in ("beta", "steps", "tol")}
+
+
+def beta_flag(name: str, beta) -> list[str]:
+    """`--beta BETA` for a model that takes β, nothing for one that does not."""
+    return ["--beta", str(beta)] if family_params(name, beta=beta) else []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import real_valued_models
+from conftest import family_params, real_valued_models
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -65,7 +65,7 @@ def _data(kind: str, device, *, seed: int = 0):
 
 def _retrieve(name, params, data, plan=None, **options):
     queries, keys, values, positions = data
-    model = create_model(name, **params, **options)
+    model = create_model(name, **params, **family_params(name, **options))
     return model.retrieve(queries, keys, values, positions=positions, plan=plan)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import real_valued_models
+from conftest import beta_flag, family_params, real_valued_models
 
 from nphcli.core.errors import NphError
 from nphcli.engine.planning import Plan
@@ -37,7 +37,7 @@ def _data(device, dtype):
 @pytest.mark.parametrize("beta", [1.0, 10.0])
 def test_half_within_tolerance_of_float64(device, name, dtype, beta):
     queries, keys = _data(device, dtype)
-    model = create_model(name, beta=beta, **PARAMS.get(name, {}))
+    model = create_model(name, **family_params(name, beta=beta), **PARAMS.get(name, {}))
     out = model.retrieve(queries, keys).patterns
     reference = model.retrieve(queries.double(), keys.double()).patterns
     assert out.dtype == dtype and bool(torch.isfinite(out).all())
@@ -48,7 +48,7 @@ def test_half_within_tolerance_of_float64(device, name, dtype, beta):
 @pytest.mark.parametrize("name", ["dense", "topk", "sparse"])
 def test_half_iterated_and_blockwise(device, name):
     queries, keys = _data(device, torch.bfloat16)
-    model = create_model(name, beta=4.0, steps=3, **PARAMS.get(name, {}))
+    model = create_model(name, **family_params(name, beta=4.0, steps=3), **PARAMS.get(name, {}))
     out = model.retrieve(queries, keys, memory_budget=2**18).patterns  # many small blocks
     reference = model.retrieve(queries.double(), keys.double()).patterns
     assert out.dtype == torch.bfloat16 and bool(torch.isfinite(out).all())
@@ -103,7 +103,7 @@ def test_large_beta_does_not_overflow_half(device, name, dtype, plan):
     is what dense does on a GPU and on streamed memories (no fused kernel)."""
     queries, keys = _gaussian(device, dtype)
     params = PARAMS.get(name, {})
-    model = create_model(name, beta=3000.0, **params)
+    model = create_model(name, **family_params(name, beta=3000.0), **params)
     out = model.retrieve(queries, keys, plan=plan).patterns
     reference = model.retrieve(queries.double(), keys.double(), plan=plan).patterns
     assert out.dtype == dtype and bool(torch.isfinite(out).all())
@@ -131,7 +131,7 @@ def test_float16_products_beyond_its_range_are_redone_in_float32(device, name):
     """Entries near 300 fit float16, but their inner products (~3·10⁶) do not: the products are
     taken again in float32, so every model stays finite and close to float64, as dense does."""
     queries, keys = _gaussian(device, torch.float16, scale=300.0)
-    model = create_model(name, beta=1e-5, **PARAMS.get(name, {}))
+    model = create_model(name, **family_params(name, beta=1e-5), **PARAMS.get(name, {}))
     out = model.retrieve(queries, keys, plan=BLOCKWISE).patterns
     reference = model.retrieve(queries.double(), keys.double(), plan=BLOCKWISE).patterns
     assert bool(torch.isfinite(out).all())
@@ -145,7 +145,7 @@ def test_half_score_overflow_names_float32(device, name, dtype):
     """Half inputs keep their scores in float32, so scores beyond float32 are reported as a
     float32 overflow, whatever path the model takes (or the model stays finite)."""
     queries, keys = _gaussian(device, dtype)
-    model = create_model(name, beta=1e37, **PARAMS.get(name, {}))
+    model = create_model(name, **family_params(name, beta=1e37), **PARAMS.get(name, {}))
     try:
         result = model.retrieve(queries, keys, plan=BLOCKWISE)
     except NphError as error:
@@ -194,7 +194,7 @@ def gaussian_memory(tmp_path_factory):
 def test_cli_retrieves_at_large_beta_in_half(invoke, gaussian_memory, name, dtype):
     """Issue 26's case: sparse and entmax stopped with 'overflow float32', random and window
     with 'overflow float16', where dense retrieved every pattern."""
-    args = ["retrieve", "--memory", gaussian_memory, "--model", name, "--beta", "3000"]
+    args = ["retrieve", "--memory", gaussian_memory, "--model", name, *beta_flag(name, 3000)]
     result = invoke(*args, "--dtype", dtype, "--json")
     assert result.exit_code == 0, result.stderr
 
@@ -291,7 +291,7 @@ def test_nearly_tied_patterns_at_large_beta_in_half(device, name, dtype, plan):
     keeps float32, so each model is within the half tolerance of its formula in float64."""
     params = TIE_PARAMS.get(name, {})
     x, keys, values = (t.to(device) for t in _tied(dtype))
-    model = create_model(name, beta=3000.0, **params)
+    model = create_model(name, **family_params(name, beta=3000.0), **params)
     out = model.retrieve(x, keys, values, plan=plan).patterns
     reference = _formula(name, params, 3000.0, x.cpu(), keys.cpu(), values.cpu())
     if reference is None:

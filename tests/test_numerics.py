@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import real_valued_models
+from conftest import beta_flag, family_params, real_valued_models
 from typer.testing import CliRunner
 
 from nphcli.cli import app
@@ -119,7 +119,7 @@ def _check_retrieve_json(stdout: str, model: str) -> dict:
 @pytest.mark.parametrize("memory", list(MEMORIES))
 @pytest.mark.parametrize("model", real_valued_models())
 def test_every_model_at_the_extremes(memories, model, memory, beta):
-    args = ["retrieve", "--memory", memories[memory], "--model", model, "--beta", beta]
+    args = ["retrieve", "--memory", memories[memory], "--model", model, *beta_flag(model, beta)]
     code, out, err = _run(*args, "--noise", "0.1", "--per-query", "--json")
     assert code == 0, err
     report = _check_retrieve_json(out, model)
@@ -154,7 +154,9 @@ def test_scores_that_overflow_are_an_error(tmp_path):
     memory = tmp_path / "vast.safetensors"
     assert _run("store", tmp_path / "vast.npy", "--out", memory)[0] == 0
     for model in real_valued_models():
-        code, out, err = _run("retrieve", "--memory", memory, "--model", model, "--beta", "1")
+        code, out, err = _run(
+            "retrieve", "--memory", memory, "--model", model, *beta_flag(model, 1)
+        )
         assert code in (1, 2) and out == "", (model, err)
         lines = err.strip().splitlines()
         assert lines[-1].startswith("Error:") and "Traceback" not in err, (model, err)
@@ -210,7 +212,8 @@ def test_sweep_over_every_model(memories, tmp_path, pool):
     )
     assert code == 0, err
     summary = _strict_json(stdout)
-    assert summary["runs"]["ran"] == len(real_valued_models()) * 2 * 2
+    betas = sum(2 if beta_flag(model, 1) else 1 for model in real_valued_models())
+    assert summary["runs"]["ran"] == betas * 2  # two β for each model that takes β, two sizes
     for row in summary["summary"]:
         _assert_finite_numbers(row["metrics"], row["setting"], nulls=NULL_METRICS)
     for line in out.read_text().splitlines():
@@ -295,7 +298,8 @@ def test_models_given_scores_beyond_float32_fail_clearly(model):
     keys = torch.randn(8, D, generator=generator) * 1e19  # finite in float32
     queries = keys[:2] + torch.randn(2, D, generator=generator) * 1e18
     try:
-        result = create_model(model, beta=1.0).retrieve(queries, keys, positions=torch.arange(2))
+        rule = create_model(model, **family_params(model, beta=1.0))
+        result = rule.retrieve(queries, keys, positions=torch.arange(2))
     except NphError as error:
         assert "overflow float32" in str(error)
         return

@@ -15,7 +15,6 @@ computes the metrics; `total` is the wall time of everything, repeats included.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -30,11 +29,10 @@ from nphcli.core.devices import (
     synchronize,
     tf32_matmuls,
 )
-from nphcli.core.dtypes import dtype_name
 from nphcli.core.errors import NphError
 from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.attractors import diagnose
-from nphcli.evaluation.corruption import Corrupted, Corruption, corrupt, image_shape
+from nphcli.evaluation.corruption import corrupt, image_shape
 from nphcli.evaluation.guards import (
     MemoryScale,
     check_default_beta,
@@ -44,14 +42,12 @@ from nphcli.evaluation.guards import (
 )
 from nphcli.evaluation.inputs import Inputs
 from nphcli.evaluation.queries import Selection, select
-from nphcli.evaluation.report import METRICS, RetrievalReport
+from nphcli.evaluation.report import METRICS, RetrievalReport, run_config
 from nphcli.evaluation.settings import RetrieveSettings, build_model
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.given import as_patterns
 from nphcli.memory.open import as_memory
-from nphcli.memory.provenance import provenance
 from nphcli.models import Retrieval, get_model_info
-from nphcli.version import __version__
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
 # and allocator growth, without doubling the run time of large evaluations.
@@ -132,7 +128,7 @@ def evaluate(
     )
     check_finite(settings.model, dtype, measured.retrieved, measured.per_query)
     timing = _timing(measured.timing, corrupt_s, start, chosen.rows.shape[0])
-    config = _config(model, settings, memory, chosen, corrupted, sources or {}, device, dtype)
+    config = run_config(model, settings, memory, chosen, corrupted, sources or {}, device, dtype)
     config["batch_size"] = measured.batch
     if settings.index is not None:
         from nphcli.ann.run import index_report
@@ -352,62 +348,3 @@ def _timing(device_timing: dict[str, Any], corrupt_s: float, start: float, num_q
         "queries_per_s": num_queries / median if median > 0 else math.inf,
         "us_per_query": median / num_queries * 1e6,
     }
-
-
-def _config(
-    model,
-    settings: RetrieveSettings,
-    memory: MemoryBank,
-    chosen: Selection,
-    corrupted: Corrupted,
-    sources: dict[str, str | None],
-    device: torch.device,
-    dtype: torch.dtype,
-) -> dict[str, Any]:
-    """The report's `config`: everything needed to repeat the run."""
-    item_shape = memory.item_shape
-    origin = provenance(memory)
-    config = {
-        "model": settings.model,
-        "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
-        "seed": settings.seed,
-        "device": str(device),
-        "dtype": dtype_name(dtype),
-        "tf32": settings.tf32,
-        "memory": {
-            "file": sources.get("memory"),
-            "M": memory.num_memories,
-            "d": memory.dim,
-            "d_v": memory.value_dim,
-            "hetero": memory.hetero,
-            "item_shape": list(item_shape) if item_shape else None,
-            "stream": memory.resident() is None,
-            "sha256": origin["sha256"],
-            "path": origin["path"],
-            "normalize": origin["normalize"],
-        },
-        "queries": {
-            "source": chosen.query_source,
-            "file": sources.get("queries"),
-            "Q": chosen.rows.shape[0],
-            "targets": chosen.target_source,
-            "targets_file": sources.get("targets"),
-        },
-        "corruption": _corruption_config(settings.corruption, corrupted.mask_mode),
-        "batch_size": None,
-        "repeat": settings.repeat,
-        "memory_budget": settings.budget,
-        "nph_version": __version__,
-    }
-    return config
-
-
-def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
-    """The report's corruption record, every corruption field's value; `noise_clip`, `occlude`,
-    `salt_pepper` and `flip` appear only when set, so runs without them report exactly what they
-    did before the options existed."""
-    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
-    for optional in ("noise_clip", "occlude", "salt_pepper", "flip"):
-        if not out[optional]:
-            del out[optional]
-    return out

@@ -6,17 +6,28 @@ The names here are the public schema: scripts read these keys, so they change on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import Tensor
 
 from nphcli.core.atomic import atomic_write
+from nphcli.core.dtypes import dtype_name
 from nphcli.core.errors import NphError
+from nphcli.memory.bank import MemoryBank
+from nphcli.memory.provenance import provenance
+from nphcli.schema.settings import Corruption, RetrieveSettings
+from nphcli.version import __version__
+
+if TYPE_CHECKING:
+    from nphcli.evaluation.corruption import Corrupted
+    from nphcli.evaluation.queries import Selection
 
 METRICS = (
     "success",
@@ -237,3 +248,64 @@ def save_results(path: str | os.PathLike, report: RetrievalReport, *, force: boo
     with atomic_write(path, force=force) as tmp:
         save_file(tensors, str(tmp), metadata=meta)
     return Path(path)
+
+
+def run_config(
+    model,
+    settings: RetrieveSettings,
+    memory: MemoryBank,
+    chosen: Selection,
+    corrupted: Corrupted,
+    sources: dict[str, str | None],
+    device: torch.device,
+    dtype: torch.dtype,
+) -> dict[str, Any]:
+    """The report's `config`: everything needed to repeat the run (`evaluate`'s)."""
+    item_shape = memory.item_shape
+    from nphcli.models import get_model_info
+
+    origin = provenance(memory)
+    config = {
+        "model": settings.model,
+        "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
+        "seed": settings.seed,
+        "device": str(device),
+        "dtype": dtype_name(dtype),
+        "tf32": settings.tf32,
+        "memory": {
+            "file": sources.get("memory"),
+            "M": memory.num_memories,
+            "d": memory.dim,
+            "d_v": memory.value_dim,
+            "hetero": memory.hetero,
+            "item_shape": list(item_shape) if item_shape else None,
+            "stream": memory.resident() is None,
+            "sha256": origin["sha256"],
+            "path": origin["path"],
+            "normalize": origin["normalize"],
+        },
+        "queries": {
+            "source": chosen.query_source,
+            "file": sources.get("queries"),
+            "Q": chosen.rows.shape[0],
+            "targets": chosen.target_source,
+            "targets_file": sources.get("targets"),
+        },
+        "corruption": _corruption_config(settings.corruption, corrupted.mask_mode),
+        "batch_size": None,
+        "repeat": settings.repeat,
+        "memory_budget": settings.budget,
+        "nph_version": __version__,
+    }
+    return config
+
+
+def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:
+    """The report's corruption record, every corruption field's value; `noise_clip`, `occlude`,
+    `salt_pepper` and `flip` appear only when set, so runs without them report exactly what they
+    did before the options existed."""
+    out = {**dataclasses.asdict(corruption), "mask_mode": mask_mode}
+    for optional in ("noise_clip", "occlude", "salt_pepper", "flip"):
+        if not out[optional]:
+            del out[optional]
+    return out

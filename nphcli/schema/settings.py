@@ -1,17 +1,11 @@
 """The settings of a retrieval, each declared once on the plain dataclass that receives it.
 
-A retrieval request is a handful of typed objects, built alike by the command line, an
-`nph batch` job, a sweep and the Python API, and passed down whole:
-
-- `InputSpec`: what is read (the memory, own queries and targets);
-- `RetrieveSettings`: what decides one setting (model and parameters, its `Corruption`, seed,
-  device, dtype, budget, and an optional approximate `IndexSettings`);
-- `Spread`: how the work is spread over processes and threads;
-- `OutputSpec`: what is reported and written;
-- `AnalysisOptions`: `nph analyze`'s own options.
-
-Each setting's default, range and help sit beside its attribute (`setting(...)`); the options
-of every surface are derived from these classes (`nphcli.schema.fields`). Torch-free.
+A request is a few typed objects, built alike by the command line, an `nph batch` job, a sweep
+and the Python API, and passed down whole: `InputSpec` (what is read), `RetrieveSettings` (what
+decides one setting, with its `Corruption` and optional `IndexSettings`), `Spread` (processes
+and threads), `OutputSpec` (what is written); `AnalysisOptions` are `nph analyze`'s own. Each
+setting's default, range and help sit beside its attribute (`setting(...)`); every surface's
+options are derived from these classes (`nphcli.schema.fields`). Torch-free.
 """
 
 from __future__ import annotations
