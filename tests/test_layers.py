@@ -402,3 +402,14 @@ def test_docs_example_runs(tmp_path, monkeypatch):
     torch.manual_seed(0)
     exec(compile(code, "docs/layers.md", "exec"), {})
     assert (tmp_path / "pool.safetensors").is_file()
+
+
+def test_the_typed_layer_keywords_are_the_config_fields():
+    """`LayerOptions` (what a type checker sees of the layers' keywords) lists `LayerConfig`."""
+    import dataclasses
+    import typing
+
+    from nphcli.layers.config import LayerConfig, LayerOptions
+
+    fields = {f.name for f in dataclasses.fields(LayerConfig)} - {"d_model"}
+    assert set(typing.get_type_hints(LayerOptions)) == fields

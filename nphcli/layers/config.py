@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -19,6 +19,25 @@ from nphcli.models import HopfieldModel, Retriever, create_model
 
 NORM_KINDS = ("affine", "plain")  # layer norm with a learnable scale and shift, or without
 LEARNED_SPACES = ("projected", "input")
+
+
+class LayerOptions(TypedDict, total=False):
+    """The keyword arguments of `NPH`, `NPHPooling` and `NPHLayer`: `LayerConfig`'s fields but
+    `d_model` (meanings and defaults there), so a type checker sees each keyword.
+    `tests/test_layers.py` checks the two lists agree."""
+
+    rule: Retriever | None  # a Hopfield model (a baseline is refused)
+    heads: int
+    head_dim: int | None
+    value_dim: int | None
+    out_dim: int | None
+    head_beta: tuple[float, ...] | None
+    learn_beta: bool
+    dropout: float
+    bias: bool
+    separate_values: bool
+    learned: str
+    norms: Norms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +63,7 @@ class LayerConfig:
     """What NPH, NPHPooling and NPHLayer are built from; defaults are resolved on creation."""
 
     d_model: int  # d: width of the inputs R, Y and V
-    rule: HopfieldModel | None = None  # T with its parameters, β, steps, tol (default: dense)
+    rule: Retriever | None = None  # T with its parameters, β, steps, tol (default: dense)
     heads: int = 1  # H: T runs on each head's slice; outputs concatenated
     head_dim: int | None = None  # d_h, width of a head's queries and keys (default d_model / H)
     value_dim: int | None = None  # width of a head's values (default head_dim)

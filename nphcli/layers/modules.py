@@ -22,15 +22,18 @@ steps, one β per head and an association mask.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from nphcli.core.errors import NphError
 from nphcli.layers.association import associate, weights_from_scores
-from nphcli.layers.config import LayerConfig, Norms
+from nphcli.layers.config import LayerConfig, LayerOptions, Norms
 from nphcli.models.base import forms_weights
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class _Retriever(nn.Module):
@@ -177,8 +180,8 @@ class NPH(_Retriever):
     `LayerConfig`'s. β starts at the rule's; `learn_beta=True` makes it a parameter.
     """
 
-    def __init__(self, d_model: int, **options: Any) -> None:
-        super().__init__(LayerConfig.build(d_model, options))
+    def __init__(self, d_model: int, **options: Unpack[LayerOptions]) -> None:
+        super().__init__(LayerConfig.build(d_model, dict(options)))
         width = self.heads * self.head_dim
         self.query = nn.Linear(d_model, width, bias=self.config.bias)  # W_Q
         self.key = nn.Linear(d_model, width, bias=self.config.bias)  # W_K
@@ -217,10 +220,12 @@ class NPHPooling(_Retriever):
     `learned="input"` the prototypes P (S, d) are state patterns: Q = LN(P) W_Q, as in
     hopfield-layers' HopfieldPooling. Other keywords: `LayerConfig`'s."""
 
-    def __init__(self, d_model: int, *, prototypes: int = 1, **options: Any) -> None:
+    def __init__(
+        self, d_model: int, *, prototypes: int = 1, **options: Unpack[LayerOptions]
+    ) -> None:
         if isinstance(prototypes, bool) or not isinstance(prototypes, int) or prototypes < 1:
             raise NphError(f"prototypes must be a whole number ≥ 1, got {prototypes!r}")
-        super().__init__(LayerConfig.build(d_model, options))
+        super().__init__(LayerConfig.build(d_model, dict(options)))
         self._refuse_projected("NPHPooling", {"norms.state": self.norm_state is not None})
         width = self.heads * self.head_dim
         learned_input = self.config.learned_input
@@ -334,10 +339,10 @@ class NPHLayer(_Retriever):
     (M, d) are stored patterns: keys LN(P) W_K and values from P, as in hopfield-layers'
     HopfieldLayer. Other keywords: `LayerConfig`'s."""
 
-    def __init__(self, d_model: int, *, memories: int, **options: Any) -> None:
+    def __init__(self, d_model: int, *, memories: int, **options: Unpack[LayerOptions]) -> None:
         if isinstance(memories, bool) or not isinstance(memories, int) or memories < 1:
             raise NphError(f"memories must be a whole number ≥ 1, got {memories!r}")
-        super().__init__(LayerConfig.build(d_model, options))
+        super().__init__(LayerConfig.build(d_model, dict(options)))
         config = self.config
         self._refuse_projected(
             "NPHLayer",
