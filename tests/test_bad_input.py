@@ -1,4 +1,4 @@
-"""Every bad input of issue 7 through the real CLI: one `Error:` line on stderr naming the
+"""Every bad input through the real CLI: one `Error:` line on stderr naming the
 problem, exit code 2, no traceback, nothing written, and every file already there unchanged."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The capacity experiment (issue 15, Proposition 4.1 / Ramsauer et al. Theorem 3)."""
+"""The capacity experiment (Proposition 4.1 / Ramsauer et al. Theorem 3)."""
 
 from __future__ import annotations
 

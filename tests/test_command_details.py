@@ -118,7 +118,7 @@ def test_docs_sweeps_write_distinct_results_files(page):
 
 
 def test_every_help_fits_80_columns(invoke):
-    """Issue 34: `nph store --help` had lines of 97-145 characters (its list of sources is
+    """`nph store --help` had lines of 97-145 characters (its list of sources is
     written as is, so it is wrapped beforehand)."""
     import typer
 

@@ -1,4 +1,4 @@
-"""The counterexamples of issue 15 to §4 as stated, and the bounds that do hold.
+"""The counterexamples to §4 as stated, and the bounds that do hold.
 
 Every quantity is recomputed here from the formulas with plain float64 loops, independently of
 `nphcli.theory.checks`, and compared with what nph reports."""

@@ -115,7 +115,7 @@ def test_site_builds_strictly(tmp_path):
 
 
 def test_readme_installs_the_test_extra_before_running_the_tests():
-    """Issue 34: the quick start ran pytest before saying that `.[test]` is needed."""
+    """The quick start ran pytest before saying that `.[test]` is needed."""
     readme = README.read_text()
     first_test = readme.index("python -m pytest")
     assert 0 <= readme.find('pip install -e ".[test]"') < first_test

@@ -57,7 +57,7 @@ def test_a_broken_torchvision_is_one_error_line_pointing_to_doctor(
 
 
 def test_a_cuda_torch_without_a_gpu_is_flagged_with_the_cpu_build(invoke, monkeypatch):
-    """Issue 34: the 5.5 GB CUDA build of torch on a machine with no GPU went unnoticed. It
+    """The 5.5 GB CUDA build of torch on a machine with no GPU went unnoticed. It
     still runs nph (exit 0), so it is a NOTE with the CPU wheel's install command."""
     import torch
 

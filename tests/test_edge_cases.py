@@ -1,4 +1,4 @@
-"""Numerical edge cases an independent reference found (issue 34): entmax near α = 1 at every
+"""Numerical edge cases an independent reference found: entmax near α = 1 at every
 memory budget, NaN and infinity named as such, zero queries, batch per_query with lists."""
 
 from __future__ import annotations

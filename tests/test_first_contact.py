@@ -1,4 +1,4 @@
-"""Issue 11, section 4: what users of similar tools expect. Hetero-association from the CLI
+"""What users of similar tools expect. Hetero-association from the CLI
 (`store --values/--labels`), labelled and scaled grids, per-query tables that are not cut when
 piped, shell completion, --quiet, JSON errors under --json, the small public API and the LICENSE.
 """

@@ -1,4 +1,4 @@
-"""The GPU fast paths of issue 22, checked on the CPU: plans for memories resident on a device
+"""The GPU fast paths, checked on the CPU: plans for memories resident on a device
 (blocks are views, so one query takes all M memories in one block), the online softmax step in
 place against the formula (its Triton kernel: tests/test_triton_kernels.py), and the half
 path's real peak memory within the budget. Speed is measured by `benchmarks/gpu_probe.py`,

@@ -57,7 +57,7 @@ def test_half_iterated_and_blockwise(device, name):
 
 def test_half_products_are_float32_sums_of_the_half_operands():
     """On the CPU (no float32-output kernel) the half operands are widened exactly and the
-    product is float32's: never rounded to the half dtype (issue 34)."""
+    product is float32's: never rounded to the half dtype."""
     a = torch.randn(5, 8, dtype=torch.bfloat16)
     b = torch.randn(8, 3, dtype=torch.bfloat16)
     assert matmul(a, b).dtype == torch.float32
@@ -87,7 +87,7 @@ BLOCKWISE = Plan(query_rows=40, memory_rows=128)
 
 
 def _gaussian(device, dtype, *, scale=1.0):
-    """600 Gaussian patterns of 32 dimensions (issue 26's case) and 40 noisy queries."""
+    """600 Gaussian patterns of 32 dimensions and 40 noisy queries."""
     generator = torch.Generator().manual_seed(1)
     keys = scale * torch.randn(600, 32, generator=generator, dtype=torch.float64)
     queries = keys[:40] + 0.1 * scale * torch.randn(40, 32, generator=generator)
@@ -192,7 +192,7 @@ def gaussian_memory(tmp_path_factory):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", real_valued_models())
 def test_cli_retrieves_at_large_beta_in_half(invoke, gaussian_memory, name, dtype):
-    """Issue 26's case: sparse and entmax stopped with 'overflow float32', random and window
+    """Sparse and entmax stopped with 'overflow float32', random and window
     with 'overflow float16', where dense retrieved every pattern."""
     args = ["retrieve", "--memory", gaussian_memory, "--model", name, *beta_flag(name, 3000)]
     result = invoke(*args, "--dtype", dtype, "--json")
@@ -285,7 +285,7 @@ def _formula(name, params, beta, x, keys, values):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("plan", [None, BLOCKWISE], ids=["planned", "blockwise"])
 def test_nearly_tied_patterns_at_large_beta_in_half(device, name, dtype, plan):
-    """Issue 34: at β = 3000 sparse, entmax and topk returned the other of two nearly tied
+    """At β = 3000 sparse, entmax and topk returned the other of two nearly tied
     patterns in half precision (0.5 to 0.9 relative) and multihead with values was off by 0.13,
     since their score products were rounded to the half dtype on the CPU. Every product now
     keeps float32, so each model is within the half tolerance of its formula in float64."""

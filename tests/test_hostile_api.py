@@ -1,4 +1,4 @@
-"""Hostile inputs to the Python API (issue 40 item 8): one row per case, each an `NphError`
+"""Hostile inputs to the Python API: one row per case, each an `NphError`
 with one line saying what to do, never a raw TypeError, RuntimeError or AttributeError from
 torch. docs/errors.md ("Hostile and unlucky inputs") and docs/python-api.md say what a user
 sees; the inputs that are accepted (numpy arrays, lists, a path) are checked below the table."""

@@ -1,4 +1,4 @@
-"""Hostile and unlucky inputs at the edges (issue 40): one row per case, each ending in one
+"""Hostile and unlucky inputs at the edges: one row per case, each ending in one
 `Error:` line (or the documented result), never a traceback. docs/errors.md says what a user
 sees. A file larger than memory is tested in tests/test_larger_than_memory.py (slow)."""
 
@@ -168,7 +168,7 @@ def test_a_signal_while_workers_start_is_one_error(monkeypatch):
     assert not started[0].is_alive()
 
 
-# Results files (issue 40 item 4). One tiny sweep per format, then each case spoils a copy.
+# Results files. One tiny sweep per format, then each case spoils a copy.
 SWEEP = ("--model", "dense", "--sizes", "6", "--trials", "2", "--queries", "4")
 
 
@@ -311,7 +311,7 @@ def test_a_full_disk_while_writing_safetensors(
     assert list(out.iterdir()) == []  # no partial file, no temporary, no shard of a half set
 
 
-# Sizes without a bound (issue 40 item 7).
+# Sizes without a bound.
 def test_features_beyond_the_budget_are_one_line(invoke, memory_file):
     import nphcli
 
@@ -358,7 +358,7 @@ def test_a_report_of_too_many_settings_is_one_line(invoke, tmp_path, monkeypatch
     assert len(seen) == 21  # refused at the 21st setting: the other 9 rows were never parsed
 
 
-# Smaller ones (issue 40 item 8).
+# Smaller ones.
 @pytest.mark.parametrize("value", ["1e-9", "0", "1e20", "inf"])
 def test_timeout_out_of_range_is_one_line(invoke, memory_file, value):
     result = invoke("retrieve", "--memory", memory_file, "--workers", "2", "--timeout", value)

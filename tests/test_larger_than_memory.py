@@ -1,5 +1,5 @@
 """A memory file larger than the address space a process may use still opens: `--stream`,
-`nph info`, `nph shard` and `nph index` read it in blocks (issue 40, item 1).
+`nph info`, `nph shard` and `nph index` read it in blocks.
 
 Each command runs in a child process whose address space (RLIMIT_AS) is capped at what it uses
 once torch, FAISS and the CLI are imported plus HEADROOM, less than the file's size: mapping the

@@ -140,7 +140,7 @@ def test_json_lines_and_csv_rows_equal_single_calls(invoke, memory_file):
     assert result.exit_code == 0, result.stderr
     assert result.stdout.count("model,") == 1  # one header
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert [row["k"] for row in rows] == ["1", "2", "5"]  # counts as ints (issue 34)
+    assert [row["k"] for row in rows] == ["1", "2", "5"]  # counts as ints
     alone = invoke(*common, "--model", "topk", "--k", "2", "--csv").stdout
     (reference,) = csv.DictReader(io.StringIO(alone))
     assert {k: v for k, v in rows[1].items() if k not in TIMING_COLUMNS} == {
@@ -293,7 +293,7 @@ def test_static_commands_do_not_import_torch():
 
 
 def test_batch_takes_every_retrieve_option_or_says_why_not(invoke, memory_file):
-    """Issue 20's bug: `nph batch` refused noise_clip, tf32 and every --index option as unknown
+    """A past bug: `nph batch` refused noise_clip, tf32 and every --index option as unknown
     keys. Now each is a key (checked as retrieve checks it) or refused with its reason."""
     memory = str(memory_file)
     jobs = [

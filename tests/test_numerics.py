@@ -69,7 +69,7 @@ def memories(tmp_path_factory) -> dict[str, str]:
 
 
 NULL_METRICS = ("support", "at_pattern", "at_metastable", "at_global", "attractor_size", "energy")
-NULL_METRICS += ("pixel_success",)  # plain vectors have no pixels (issue 34)
+NULL_METRICS += ("pixel_success",)  # plain vectors have no pixels
 
 
 def _strict_json(text: str):

@@ -1,4 +1,4 @@
-"""One query (issue 22): what `retrieve` asks of the host. At Q = 1 a GPU's time goes to the
+"""One query: what `retrieve` asks of the host. At Q = 1 a GPU's time goes to the
 host's per-call work, so the common path must not sync with the device before its work is
 queued, and Floyd's draws for a few queries run on the host. Counted with a dispatch mode on
 the CPU, with the block selection CUDA takes (`selection.GROUP_DEVICES`); speed is measured by

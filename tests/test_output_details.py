@@ -55,7 +55,7 @@ def test_identical_values_have_a_std_of_exactly_zero():
     assert mean_std([1.0, 3.0])["std"] == 1.0
 
 
-# -- tables at 80 columns, piped widths, closed pipes, narrow encodings (issue 34) -------------
+# -- tables at 80 columns, piped widths, closed pipes, narrow encodings -------------
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def small_memory(tmp_path_factory):
 
 
 def test_the_comparison_table_fits_80_columns_without_hiding_a_value(invoke, small_memory):
-    """Issue 34: at 80 columns it showed `beta=0…`, `alpha=…`, `succe…` and cropped its border.
+    """At 80 columns it showed `beta=0…`, `alpha=…`, `succe…` and cropped its border.
     Piped with COLUMNS=80 (which it ignored before), every line fits and every value shows."""
     args = ["--model", "entmax,topk", "--beta", "0.1,10", "--alpha", "1.5", "--k", "10"]
     result = invoke("retrieve", "--memory", small_memory, *args, env={"COLUMNS": "80"})
@@ -119,7 +119,7 @@ def test_a_table_cut_short_by_head_exits_141(small_memory, tmp_path):
 
 
 def test_ascii_output_writes_symbols_out():
-    """Issue 34: the ASCII fallback printed `V?` and `? K x`."""
+    """The ASCII fallback printed `V?` and `? K x`."""
     assert render.ascii_text("T(x) = Vᵀ softmax(β K x)") == "T(x) = V^T softmax(beta K x)"
     assert render.ascii_text("O(Q·M·d), ‖x‖² ≤ 2, 5 µs, σ → ∞") == (
         "O(Q*M*d), ||x||^2 <= 2, 5 us, sigma -> inf"
@@ -138,7 +138,7 @@ def test_an_ascii_stdout_gets_ascii_tables_with_symbols_written_out(monkeypatch)
     assert "V^T softmax(beta K x)" in text and "?" not in text and "+--" in text
 
 
-# -- what a report holds (issue 34) -----------------------------------------------------------
+# -- what a report holds -----------------------------------------------------------
 
 
 def test_pixel_success_only_for_image_memories(invoke, small_memory, digits):
@@ -156,7 +156,7 @@ def test_pixel_success_only_for_image_memories(invoke, small_memory, digits):
 
 @pytest.mark.parametrize(("given", "written"), [("10", 10), ("10.0", 10), ("0.5", 0.5)])
 def test_a_whole_k_is_written_as_an_integer(invoke, small_memory, given, written):
-    """Issue 34: `--k 10` was reported as 10.0; a count is an int, a fraction a float."""
+    """`--k 10` was reported as 10.0; a count is an int, a fraction a float."""
     for model in ("topk", "random"):
         args = ["retrieve", "--memory", small_memory, "--model", model, "--k", given]
         result = invoke(*args, "--json")

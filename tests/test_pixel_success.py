@@ -1,4 +1,4 @@
-"""The per-pixel success metric and the clipped-noise mode (issue 15)."""
+"""The per-pixel success metric and the clipped-noise mode."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_retrieve_reports_noise_clip_only_when_set(invoke, tmp_path):
     clipped = json.loads(invoke(*common, "--noise-clip").stdout)
     assert "noise_clip" not in plain["config"]["corruption"]
     assert clipped["config"]["corruption"]["noise_clip"] is True
-    assert plain["metrics"]["pixel_success"] is None  # plain vectors: no pixels (issue 34)
+    assert plain["metrics"]["pixel_success"] is None  # plain vectors: no pixels
     csv = invoke("retrieve", "--memory", path, "--csv").stdout.splitlines()
     assert "noise_clip" in csv[0].split(",") and "pixel_success_mean" in csv[0].split(",")
 

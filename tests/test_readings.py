@@ -1,4 +1,4 @@
-"""Both readings of well separation, and the fixed-point check (issue 15)."""
+"""Both readings of well separation, and the fixed-point check."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def test_the_tour_prints_and_writes_what_it_says(tmp_path, monkeypatch):
     assert report["metrics"]["success"]["mean"] >= 0.5
     table = list(csv.DictReader(runs.splitlines()))
     assert [(row["k"], row["support_mean"]) for row in table] == [
-        ("1", "1.0"),  # a count is written as an int (issue 34), the support mean a float
+        ("1", "1.0"),  # a count is written as an int, the support mean a float
         ("5", "5.0"),
         ("10", "10.0"),
     ]

@@ -202,7 +202,7 @@ class _CountingBank(StreamedBank):
 def test_every_block_read_from_disk_fits_the_memory_budget(tmp_path, model, hetero):
     """Retrieval and the metrics after it (the nearest-pattern search) read a streamed memory in
     blocks that fit --memory-budget, keys and values together: the metrics once read 2²⁴
-    entries per block whatever the budget (issue 40's larger-than-memory run failed on it), and
+    entries per block whatever the budget (a larger-than-memory run failed on it), and
     counted only the values' width of a hetero-associative file."""
     from nphcli.evaluation.evaluate import evaluate
     from nphcli.evaluation.settings import settings_from

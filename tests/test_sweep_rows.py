@@ -44,10 +44,10 @@ JSONL_GRID = (
 )
 
 
-# Columns added since those files were written, on purpose: where each row came from (issue 34),
+# Columns added since those files were written, on purpose: where each row came from,
 # and the baselines' parameters, the corruptions beside mask and noise and the attractor
-# diagnostics (empty for one-step runs; issue 37). Every other column stays, in its order, with
-# its value, but pixel_success, empty now for these plain vectors (issue 34).
+# diagnostics (empty for one-step runs). Every other column stays, in its order, with
+# its value, but pixel_success, empty now for these plain vectors.
 PROVENANCE = (
     *("memory_normalize", "memory_shape", "memory_sha256", "memory_path", "stream", "tf32"),
     *("memory_budget", "nph_version", "drawn_sha256", "run_settings"),
@@ -83,7 +83,7 @@ def same_rows(before: list[dict], after: list[dict]) -> None:
         for key, value in old.items():
             if key in TIMINGS:
                 continue
-            if key.startswith("pixel_success_"):  # random vectors have no pixels (issue 34)
+            if key.startswith("pixel_success_"):  # random vectors have no pixels
                 assert new[key] in (None, ""), key
                 continue
             if isinstance(value, float) and not math.isnan(value):

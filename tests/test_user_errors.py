@@ -1,4 +1,4 @@
-"""Issue 11, section 2: failures a user can provoke end as one `Error:` line with the right exit
+"""Failures a user can provoke end as one `Error:` line with the right exit
 code and leave no file behind: a full disk, sizes that cannot be allocated, out of memory, output
 names whose extension nph would not honour, a missing matplotlib, a closed pipe, and bare `nph`.
 """
@@ -288,7 +288,7 @@ def test_output_cut_short_by_head_exits_quietly(tmp_path):
     assert "Traceback" not in stderr and "Error" not in stderr and "Broken" not in stderr
 
 
-# -- names a user mistypes, and files given where a memory file goes (issue 34) ----------------
+# -- names a user mistypes, and files given where a memory file goes ----------------
 
 
 def test_closest_names_a_near_miss_and_nothing_else():
@@ -352,7 +352,7 @@ def test_a_mistyped_sweep_key_and_parameter_get_a_did_you_mean(invoke, digits, t
 
 @pytest.mark.parametrize("name", ["x.npy", "x.png", "x.csv"])
 def test_a_file_to_store_given_as_memory_says_store_it_first(invoke, tmp_path, name):
-    """Issue 34: a `.npy` or `.png` given as --memory got the safetensors parser's message."""
+    """A `.npy` or `.png` given as --memory got the safetensors parser's message."""
     path = tmp_path / name
     if name.endswith(".npy"):
         np.save(path, np.ones((5, 4), dtype=np.float32))
