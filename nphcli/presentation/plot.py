@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,23 @@ def plot_results(
     """Draw `metric` against `x` for result rows (filtered by `where`, one panel per value of
     `facet`) and save it as the extension of `out` says (PNG, SVG or PDF) at `size` pixels."""
     file_format = check_plot_output(out)
+    figure = results_figure(
+        rows, metric=metric, x=x, where=where, facet=facet, size=size, title=title
+    )
+    return _save(figure, out, file_format, force)
+
+
+def results_figure(
+    rows: list[dict[str, Any]],
+    *,
+    metric: str = "sse",
+    x: str = "auto",
+    where: list[str] | None = None,
+    facet: str | None = None,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    title: str | None = None,
+) -> Any:
+    """The matplotlib figure `plot_results` saves."""
     data = curves(rows, metric=metric, x=x, where=where, facet=facet)
     names = list(dict.fromkeys(name for panel in data.panels.values() for name in panel))
     if len(names) > MAX_LINES:
@@ -133,12 +151,8 @@ def plot_results(
         frameon=False,
         ncols=math.ceil(len(names) / per_column),
     )
-    # the legend takes the right of the figure: the title wraps before it
-    longest = max(len(name) for name in names)
-    room = width - math.ceil(len(names) / per_column) * (35 + 4.6 * longest)  # pixels
-    heading = title or _title(data, metric_name, max(int(room), width // 3))
-    figure.suptitle(heading, fontsize=9, x=0.01, ha="left")
-    return _save(figure, out, file_format, force)
+    _heading(figure, title or partial(_title, data, metric_name))
+    return figure
 
 
 def plot_phase(
@@ -157,9 +171,27 @@ def plot_phase(
     """Draw `metric` as a heatmap over `x` and `y` for result rows (one panel per model, or per
     other varying setting and `facet` value), outline the success = 0.5 boundary, and save it
     as the extension of `out` says at `size` pixels."""
+    file_format = check_plot_output(out)
+    figure = phase_figure(
+        rows, metric=metric, x=x, y=y, where=where, facet=facet, size=size, title=title
+    )
+    return _save(figure, out, file_format, force)
+
+
+def phase_figure(
+    rows: list[dict[str, Any]],
+    *,
+    metric: str = "success",
+    x: str = "auto",
+    y: str,
+    where: list[str] | None = None,
+    facet: str | None = None,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    title: str | None = None,
+) -> Any:
+    """The matplotlib figure `plot_phase` saves."""
     import numpy as np
 
-    file_format = check_plot_output(out)
     data = surfaces(rows, metric=metric, x=x, y=y, where=where, facet=facet)
     if len(data.panels) > MAX_PANELS:
         raise NphError(
@@ -200,9 +232,11 @@ def plot_phase(
             wins = np.full(mean.shape, np.nan)
             for (at_x, at_y), value in won.items():
                 wins[data.ys.index(at_y), data.xs.index(at_x)] = value
-            present = wins[~np.isnan(wins)]
-            if present.size and present.min() < 0.5 < present.max() and min(wins.shape) > 1:
-                axes.contour(wins, levels=[0.5], colors="white", linewidths=1.5)
+            edges = boundary_edges(wins)
+            if edges:
+                from matplotlib.collections import LineCollection
+
+                axes.add_collection(LineCollection(edges, colors="white", linewidths=2))
                 boundary = True
         axes.set_xticks(range(len(data.xs)), [_tick(v) for v in data.xs], fontsize=7)
         axes.set_yticks(range(len(data.ys)), [_tick(v) for v in data.ys], fontsize=7)
@@ -215,21 +249,86 @@ def plot_phase(
     bar = figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9)
     bar.set_label(METRIC_LABELS.get(metric_name, metric_name), fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    heading = title or _phase_title(data, metric_name, width, boundary)
-    figure.suptitle(heading, fontsize=9, x=0.01, ha="left")
-    return _save(figure, out, file_format, force)
+    _heading(figure, title or partial(_phase_title, data, metric_name, boundary=boundary))
+    return figure
+
+
+def boundary_edges(wins: Any) -> list[list[tuple[float, float]]]:
+    """The cell edges between a cell whose success is at least 0.5 and a neighbour where it is
+    below (an empty cell, NaN, borders nothing): the retrieval boundary drawn along the grid,
+    in the coordinates of `imshow`'s cells (cell (i, j) spans j ± ½, i ± ½)."""
+    rows, columns = wins.shape  # (y, x)
+    edges = []
+    for i in range(rows):
+        for j in range(columns):
+            if j + 1 < columns and _crosses(wins[i, j], wins[i, j + 1]):
+                edges.append([(j + 0.5, i - 0.5), (j + 0.5, i + 0.5)])
+            if i + 1 < rows and _crosses(wins[i, j], wins[i + 1, j]):
+                edges.append([(j - 0.5, i + 0.5), (j + 0.5, i + 0.5)])
+    return edges
+
+
+def _crosses(a: float, b: float) -> bool:
+    return not (math.isnan(a) or math.isnan(b)) and (a >= 0.5) != (b >= 0.5)
+
+
+def overlapping_texts(figure: Any) -> list[tuple[str, str]]:
+    """Pairs of the figure's texts whose drawn boxes overlap: its title, axis labels, panel
+    titles and legends, measured by the renderer (after a layout), named by their text."""
+    _plain(figure)
+    figure.draw_without_rendering()
+    renderer = figure.canvas.get_renderer()
+    boxes = []
+    texts = [getattr(figure, name, None) for name in ("_suptitle", "_supxlabel", "_supylabel")]
+    texts += [axes.title for axes in figure.axes if axes.get_visible()]
+    for text in texts:
+        if text is not None and text.get_visible() and text.get_text().strip():
+            boxes.append((text.get_text(), text.get_window_extent(renderer)))
+    for legend in figure.legends + [a.get_legend() for a in figure.axes if a.get_legend()]:
+        boxes.append(("legend", legend.get_window_extent(renderer)))
+    return [
+        (name, other)
+        for n, (name, box) in enumerate(boxes)
+        for other, second in boxes[n + 1 :]
+        if box.overlaps(second)
+    ]
+
+
+def _heading(figure: Any, title: str | Any) -> None:
+    """Set the figure's title at the top left: a given text as it is, or `title(chars)` wrapped
+    to fewer characters a line until its box stays inside the figure and clear of the legend.
+    The y axis label, centred on the figure, is then centred below the title if it reached it."""
+    chars = int(figure.get_figwidth() * DPI) // 6
+    for _ in range(12):
+        text = title if isinstance(title, str) else title(chars)
+        heading = figure.suptitle(text, fontsize=9, x=0.01, ha="left")
+        clashes = [pair for pair in overlapping_texts(figure) if text in pair]
+        inside = heading.get_window_extent().x1 <= figure.bbox.x1
+        if isinstance(title, str) or chars <= 20:
+            break
+        if inside and not any("legend" in pair for pair in clashes):
+            break
+        chars = max(20, int(chars * 0.85))
+    label = figure._supylabel
+    if label is not None and heading.get_window_extent().overlaps(label.get_window_extent()):
+        label.set_y(heading.get_window_extent().y0 / 2 / figure.bbox.height)
 
 
 def _save(figure: Any, out: str | os.PathLike, file_format: str, force: bool) -> Path:
     """Write `figure` atomically. Every text is data (a label, a file name), so a `$` in it is a
     dollar sign, never the start of TeX that matplotlib would fail to parse."""
+    _plain(figure)
+    with atomic_write(out, force=force) as tmp:
+        figure.savefig(tmp, format=file_format, dpi=DPI)
+    return Path(out)
+
+
+def _plain(figure: Any) -> None:
+    """Every text of `figure` drawn as it is written (see `_save`)."""
     from matplotlib.text import Text
 
     for text in figure.findobj(Text):
         text.set_parse_math(False)
-    with atomic_write(out, force=force) as tmp:
-        figure.savefig(tmp, format=file_format, dpi=DPI)
-    return Path(out)
 
 
 def _panel_title(axes: Any, name: str, width: int, columns: int) -> None:
@@ -250,7 +349,7 @@ def _tick(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _phase_title(data: Surfaces, metric: str, width: int, boundary: bool) -> str:
+def _phase_title(data: Surfaces, metric: str, width: int, *, boundary: bool) -> str:
     fixed = title_settings(data.fixed)
     trials = data.trials()
     if trials == [1]:
@@ -262,7 +361,7 @@ def _phase_title(data: Surfaces, metric: str, width: int, boundary: bool) -> str
     detail = "; ".join(part for part in (", ".join(fixed), spread) if part) + line
     name = metric.upper() if metric in ("sse", "mse") else metric
     return f"{name} over {data.x_label} and {data.y_label}\n" + "\n".join(
-        textwrap.wrap(detail, width // 7)
+        textwrap.wrap(detail, width)
     )
 
 
@@ -286,7 +385,8 @@ def _look(i: int, count: int) -> tuple[Any, str, str]:
 
 
 def _title(data: Curves, metric: str, width: int) -> str:
-    """What is plotted, then the settings every line shares and what a point averages."""
+    """What is plotted, then the settings every line shares and what a point averages, wrapped
+    at `width` characters."""
     fixed = title_settings(data.fixed)
     trials = data.trials()
     if trials == [1]:
@@ -296,7 +396,7 @@ def _title(data: Curves, metric: str, width: int) -> str:
         spread = f"mean ± 1 std over {counts} trials"
     name = metric.upper() if metric in ("sse", "mse") else metric
     detail = "; ".join(part for part in (", ".join(fixed), spread) if part)
-    return f"{name} vs {data.x_label}\n" + "\n".join(textwrap.wrap(detail, width // 7))
+    return f"{name} vs {data.x_label}\n" + "\n".join(textwrap.wrap(detail, width))
 
 
 def _matplotlib():

@@ -157,15 +157,17 @@ def curves(
         if value is None or at is None:
             continue
         panel = "" if facet is None else f"{facet}={short(row.get(facet))}"
-        # one line per combination of the varying settings: nothing else is averaged
-        key = (str(row.get("label")), *(short(row.get(c)) for c in by))
+        # one line per combination of the varying settings: nothing else is averaged; the
+        # model and the parameters that follow it are part of a line's identity even where the
+        # facet splits on them, so a line is never named after another panel's row
+        key = (str(row.get("label")), str(row.get("model")), *(short(row.get(c)) for c in named))
         names.setdefault(key, _line_name(row, named))
         line = panels.setdefault(panel, {}).setdefault(key, {})
         line.setdefault(at * at if x == "variance" else at, []).append(value)
     if not panels:
         raise NphError(f"no rows have both {column} and {x_column} values")
     if len(set(names.values())) < len(names):  # names that leave out empty values collide
-        names = {key: " ".join(key) for key in names}
+        names = {key: " ".join(k for k in key if k != "None") for key in names}
     return Curves(
         x=x if x == "variance" else x_column,
         x_label=x_label,
@@ -372,8 +374,14 @@ def natural(name: str) -> tuple:
 
 
 def _line_name(row: dict[str, Any], by: list[str]) -> str:
-    """The row's model setting (`label`, else `model`) and the other settings it differs in."""
-    name = str(row.get("label") or row.get("model") or "")
+    """The row's model setting (`label`, else `model`) and the other settings it differs in;
+    a value the label writes is shown as the row's column holds it (`k=10`, never `k=10.0`)."""
+    name = " ".join(
+        f"{part.partition('=')[0]}={short(row[part.partition('=')[0]])}"
+        if "=" in part and part.partition("=")[0] in row
+        else part
+        for part in str(row.get("label") or row.get("model") or "").split()
+    )
     parts = [
         f"{c}={short(row.get(c))}"
         for c in by
