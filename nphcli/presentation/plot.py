@@ -303,7 +303,7 @@ def _heading(figure: Any, title: str | Any) -> None:
         text = title if isinstance(title, str) else title(chars)
         heading = figure.suptitle(text, fontsize=9, x=0.01, ha="left")
         clashes = [pair for pair in overlapping_texts(figure) if text in pair]
-        inside = heading.get_window_extent().x1 <= figure.bbox.x1
+        inside = heading.get_window_extent().x1 <= 0.99 * figure.bbox.x1  # as far as x=0.01
         if isinstance(title, str) or chars <= 20:
             break
         if inside and not any("legend" in pair for pair in clashes):
