@@ -15,6 +15,7 @@ from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.paper import paper_app, paper_fields, render_comparison, wrote
 from nphcli.cli.progress import ProgressBar
 from nphcli.core.errors import NphError
+from nphcli.experiments.measured import estimate
 from nphcli.experiments.timeseries_config import PRESETS, SPLITS, VARIANTS, TSConfig
 from nphcli.schema.fields import Field, get_field
 
@@ -32,7 +33,7 @@ TS_FIELDS = (
         "preset",
         "str",
         "quick",
-        f"quick: {_grid(PRESETS['quick'])} (about 10 minutes on 2 CPU cores); paper: "
+        f"quick: {_grid(PRESETS['quick'])} ({estimate('timeseries-quick')}); paper: "
         f"{_grid(PRESETS['paper'])}.",
         group="analysis",
         choices=tuple(sorted(PRESETS)),
