@@ -124,9 +124,11 @@ def test_json_and_csv_round_trip(tmp_path):
 
 def test_draw_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
+    from nphcli.experiments.paper_figure import draw
+
     table = pt.get_table("mil_benchmark")
     cells = pt.compare(table, {("dense", c): [0.7, 0.8] for c in table.columns})
-    pt.draw(tmp_path / "t.png", table, cells)
+    draw(tmp_path / "t.png", table, cells)
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -148,6 +150,7 @@ def test_one_seed_has_no_spread_anywhere(capsys, monkeypatch):
     from matplotlib.text import Text
 
     from nphcli.cli.paper import render_comparison
+    from nphcli.experiments.paper_figure import comparison_figure
 
     table = pt.get_table("mts-result")
     columns = ["ETTh1/96/MSE", "ETTh1/96/MAE"]
@@ -163,20 +166,22 @@ def test_one_seed_has_no_spread_anywhere(capsys, monkeypatch):
     shown = capsys.readouterr().out
     assert "n/a (1 seed)" in shown and "0.000" not in shown and "NO" not in shown
     assert "over 1 seed" in shown
-    caption = pt.comparison_figure(table, cells)._suptitle.get_text()
+    caption = comparison_figure(table, cells)._suptitle.get_text()
     assert "1 seed" in caption and "spread over seeds" not in caption
-    texts = [t.get_text() for t in pt.comparison_figure(table, cells).findobj(Text)]
+    texts = [t.get_text() for t in comparison_figure(table, cells).findobj(Text)]
     assert not any("± spread" in t for t in texts)
 
 
 def test_the_caption_counts_the_seeds_each_cell_has():
+    from nphcli.experiments.paper_figure import comparison_figure
+
     table = pt.get_table("mil_benchmark")
     cells = pt.compare(
         table, {("dense", "Tiger"): [0.8, 0.82], ("dense", "Fox"): [0.5]}, rows=["dense"],
         columns=["Tiger", "Fox"],
     )  # fmt: skip
     assert pt.seeds_text(cells) == "1–2 seeds"
-    assert "mean of 1–2 seeds" in pt.comparison_figure(table, cells)._suptitle.get_text()
+    assert "mean of 1–2 seeds" in comparison_figure(table, cells)._suptitle.get_text()
 
 
 def test_help_quotes_the_measured_times_the_docs_report():

@@ -27,6 +27,7 @@ from typing import Any
 
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
+from nphcli.presentation.figure_text import heading, plain
 from nphcli.presentation.plot_data import METRIC_LABELS, X_AXES, Curves, Surfaces, curves, surfaces
 from nphcli.schema.catalog import param_cards
 
@@ -151,7 +152,7 @@ def results_figure(
         frameon=False,
         ncols=math.ceil(len(names) / per_column),
     )
-    _heading(figure, title or partial(_title, data, metric_name))
+    heading(figure, title or partial(_title, data, metric_name))
     return figure
 
 
@@ -249,7 +250,7 @@ def phase_figure(
     bar = figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9)
     bar.set_label(METRIC_LABELS.get(metric_name, metric_name), fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    _heading(figure, title or partial(_phase_title, data, metric_name, boundary=boundary))
+    heading(figure, title or partial(_phase_title, data, metric_name, boundary=boundary))
     return figure
 
 
@@ -272,63 +273,13 @@ def _crosses(a: float, b: float) -> bool:
     return not (math.isnan(a) or math.isnan(b)) and (a >= 0.5) != (b >= 0.5)
 
 
-def overlapping_texts(figure: Any) -> list[tuple[str, str]]:
-    """Pairs of the figure's texts whose drawn boxes overlap: its title, axis labels, panel
-    titles and legends, measured by the renderer (after a layout), named by their text."""
-    _plain(figure)
-    figure.draw_without_rendering()
-    renderer = figure.canvas.get_renderer()
-    boxes = []
-    texts = [getattr(figure, name, None) for name in ("_suptitle", "_supxlabel", "_supylabel")]
-    texts += [axes.title for axes in figure.axes if axes.get_visible()]
-    for text in texts:
-        if text is not None and text.get_visible() and text.get_text().strip():
-            boxes.append((text.get_text(), text.get_window_extent(renderer)))
-    for legend in figure.legends + [a.get_legend() for a in figure.axes if a.get_legend()]:
-        boxes.append(("legend", legend.get_window_extent(renderer)))
-    return [
-        (name, other)
-        for n, (name, box) in enumerate(boxes)
-        for other, second in boxes[n + 1 :]
-        if box.overlaps(second)
-    ]
-
-
-def _heading(figure: Any, title: str | Any) -> None:
-    """Set the figure's title at the top left: a given text as it is, or `title(chars)` wrapped
-    to fewer characters a line until its box stays inside the figure and clear of the legend.
-    The y axis label, centred on the figure, is then centred below the title if it reached it."""
-    chars = int(figure.get_figwidth() * DPI) // 6
-    for _ in range(12):
-        text = title if isinstance(title, str) else title(chars)
-        heading = figure.suptitle(text, fontsize=9, x=0.01, ha="left")
-        clashes = [pair for pair in overlapping_texts(figure) if text in pair]
-        inside = heading.get_window_extent().x1 <= 0.99 * figure.bbox.x1  # as far as x=0.01
-        if isinstance(title, str) or chars <= 20:
-            break
-        if inside and not any("legend" in pair for pair in clashes):
-            break
-        chars = max(20, int(chars * 0.85))
-    label = figure._supylabel
-    if label is not None and heading.get_window_extent().overlaps(label.get_window_extent()):
-        label.set_y(heading.get_window_extent().y0 / 2 / figure.bbox.height)
-
-
 def _save(figure: Any, out: str | os.PathLike, file_format: str, force: bool) -> Path:
     """Write `figure` atomically. Every text is data (a label, a file name), so a `$` in it is a
     dollar sign, never the start of TeX that matplotlib would fail to parse."""
-    _plain(figure)
+    plain(figure)
     with atomic_write(out, force=force) as tmp:
         figure.savefig(tmp, format=file_format, dpi=DPI)
     return Path(out)
-
-
-def _plain(figure: Any) -> None:
-    """Every text of `figure` drawn as it is written (see `_save`)."""
-    from matplotlib.text import Text
-
-    for text in figure.findobj(Text):
-        text.set_parse_math(False)
 
 
 def _panel_title(axes: Any, name: str, width: int, columns: int) -> None:

@@ -157,9 +157,8 @@ def curves(
         if value is None or at is None:
             continue
         panel = "" if facet is None else f"{facet}={short(row.get(facet))}"
-        # one line per combination of the varying settings: nothing else is averaged; the
-        # model and the parameters that follow it are part of a line's identity even where the
-        # facet splits on them, so a line is never named after another panel's row
+        # one line per combination of the varying settings (nothing else is averaged), the model
+        # and its parameters included even where a facet splits on them: never another's name
         key = (str(row.get("label")), str(row.get("model")), *(short(row.get(c)) for c in named))
         names.setdefault(key, _line_name(row, named))
         line = panels.setdefault(panel, {}).setdefault(key, {})
@@ -234,14 +233,9 @@ def surfaces(
     by = independent([c for c in varying if c not in given], rows, given)
     say_split(by)
     named = by + _parameters_that_follow(varying, by, rows, given)
-    success_column = next(
-        (
-            c
-            for c in ("success_mean", "success")
-            if any(_number(r.get(c)) is not None for r in rows)
-        ),
-        None,
-    )
+    numbers = ("success_mean", "success")
+    found = [c for c in numbers if any(_number(r.get(c)) is not None for r in rows)]
+    success_column = found[0] if found else None
     cells: dict[str, dict[tuple[float, float], list[float]]] = {}
     wins: dict[str, dict[tuple[float, float], list[float]]] = {}
     for row in rows:
@@ -392,12 +386,8 @@ def _line_name(row: dict[str, Any], by: list[str]) -> str:
 
 def _point(at: float, values: list[float]) -> Point:
     mean = math.fsum(values) / len(values)
-    std = (
-        0.0
-        if len(set(values)) == 1
-        else math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
-    )
-    return at, mean, std, len(values)
+    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+    return at, mean, 0.0 if len(set(values)) == 1 else spread, len(values)
 
 
 def _number(value: Any) -> float | None:
