@@ -124,7 +124,7 @@ def test_json_and_csv_round_trip(tmp_path):
 
 def test_draw_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from nphcli.experiments.paper_figure import draw
+    from nphcli.experiments.paper_files import draw
 
     table = pt.get_table("mil_benchmark")
     cells = pt.compare(table, {("dense", c): [0.7, 0.8] for c in table.columns})
@@ -150,7 +150,7 @@ def test_one_seed_has_no_spread_anywhere(capsys, monkeypatch):
     from matplotlib.text import Text
 
     from nphcli.cli.paper import render_comparison
-    from nphcli.experiments.paper_figure import comparison_figure
+    from nphcli.experiments.paper_files import comparison_figure
 
     table = pt.get_table("mts-result")
     columns = ["ETTh1/96/MSE", "ETTh1/96/MAE"]
@@ -173,7 +173,7 @@ def test_one_seed_has_no_spread_anywhere(capsys, monkeypatch):
 
 
 def test_the_caption_counts_the_seeds_each_cell_has():
-    from nphcli.experiments.paper_figure import comparison_figure
+    from nphcli.experiments.paper_files import comparison_figure
 
     table = pt.get_table("mil_benchmark")
     cells = pt.compare(

@@ -67,7 +67,7 @@ def paper_mil_command(*, given: dict[str, Any]) -> None:
     """Train the paper's MIL network on real bags; print nph's ROC-AUC beside the paper's."""
     from nphcli.app.threads import use_threads
     from nphcli.core.errors import NphError
-    from nphcli.experiments import mil_paper, paper_table
+    from nphcli.experiments import mil_paper, paper_files, paper_table
 
     o = own_values(given, PAPER_MIL_FIELDS)
     if o["data"] is None:
@@ -87,6 +87,6 @@ def paper_mil_command(*, given: dict[str, Any]) -> None:
         f"{paper_table.seeds_text(cells)} of {chosen.seeds} finished"
     )
     picture = not o["no_plot"]
-    paths = paper_table.write_comparison(out, table, cells, meta, picture=picture, title=title)
+    paths = paper_files.write_comparison(out, table, cells, meta, picture=picture, title=title)
     render_comparison(table, cells, meta, as_json=o["json"], title=title)
     wrote(paths)

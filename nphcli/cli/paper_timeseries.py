@@ -89,7 +89,7 @@ def timeseries_command(
 ) -> None:
     """Train the paper's time-series network per model; print MSE / MAE beside the paper's."""
     from nphcli.app.threads import use_threads
-    from nphcli.experiments import paper_table, timeseries_run
+    from nphcli.experiments import paper_files, paper_table, timeseries_run
     from nphcli.experiments.timeseries_config import configure
 
     o = own_values(given, TS_FIELDS)
@@ -115,5 +115,5 @@ def timeseries_command(
     options = {k: o[k] for k in ("preset", *GRID, "seed")}
     meta = timeseries_run.comparison_meta(records, results, options, time.perf_counter() - started)
     table = paper_table.get_table("mts-result")
-    wrote(paper_table.write_comparison(out, table, cells, meta, picture=not no_plot))
+    wrote(paper_files.write_comparison(out, table, cells, meta, picture=not no_plot))
     render_comparison(table, cells, meta, as_json=o["json"])

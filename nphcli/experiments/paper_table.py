@@ -5,8 +5,8 @@ experimental numbers: ROC-AUC on four MIL benchmarks (Table "mil_benchmark") and
 univariate time-series prediction (Table "mts-result"). `PAPER_TABLES` holds them as printed; a
 reproduction hands `compare` its per-seed results and gets one `Cell` per (model, column): the
 paper's value, nph's mean and spread over seeds, the difference, and whether the paper's value
-lies within nph's mean ± spread. `write_json`, `write_csv` and `paper_figure.draw` put the
-cells on disk (atomically); the CLI renders them.
+lies within nph's mean ± spread. `write_json` and `write_csv` put the cells on disk
+(atomically; `paper_files` writes them with the picture); the CLI renders them.
 
 The spread is the sample standard deviation over seeds (ddof = 1). "Within" means
 |nph mean − paper| ≤ spread, the plain reading of "the paper's value ± the seed spread". One
@@ -331,25 +331,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-
-
-def write_comparison(
-    folder: str | os.PathLike,
-    table: PaperTable,
-    cells: Sequence[Cell],
-    meta: Mapping[str, Any],
-    *,
-    picture: bool = True,
-    title: str | None = None,
-) -> list[str]:
-    """`{table}.json`, `{table}.csv` and (with `picture`) `{table}.png` in `folder`; their paths."""
-    stem = os.path.join(os.fspath(folder), table.name)
-    write_json(stem + ".json", table, cells, meta)
-    write_csv(stem + ".csv", cells)
-    paths = [stem + ".json", stem + ".csv"]
-    if picture:
-        from nphcli.experiments.paper_figure import draw  # matplotlib: only when drawing
-
-        draw(stem + ".png", table, cells, title=title)
-        paths.append(stem + ".png")
-    return paths

@@ -1,14 +1,23 @@
-"""The picture of a paper-table comparison (`paper_table.Cell`s): nph's means and spreads
-beside the paper's values, one panel per column, with a caption that counts the seeds."""
+"""The files of a paper-table comparison (`paper_table.Cell`s): its JSON and CSV, and its
+picture, nph's means and spreads beside the paper's values, one panel per column, with a
+caption that counts the seeds."""
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from nphcli.core.atomic import atomic_write
-from nphcli.experiments.paper_table import MODEL_NAMES, Cell, PaperTable, seeds_text
+from nphcli.experiments.paper_table import (
+    MODEL_NAMES,
+    Cell,
+    PaperTable,
+    seeds_text,
+    write_csv,
+    write_json,
+)
 
 
 def draw(
@@ -68,3 +77,23 @@ def comparison_figure(table: PaperTable, cells: Sequence[Cell], *, title: str | 
         f"{title or table.title}\npaper (◆) vs nph (● mean of {used}, {spread})", fontsize=10
     )
     return figure
+
+
+def write_comparison(
+    folder: str | os.PathLike,
+    table: PaperTable,
+    cells: Sequence[Cell],
+    meta: Mapping[str, Any],
+    *,
+    picture: bool = True,
+    title: str | None = None,
+) -> list[str]:
+    """`{table}.json`, `{table}.csv` and (with `picture`) `{table}.png` in `folder`; their paths."""
+    stem = os.path.join(os.fspath(folder), table.name)
+    write_json(stem + ".json", table, cells, meta)
+    write_csv(stem + ".csv", cells)
+    paths = [stem + ".json", stem + ".csv"]
+    if picture:
+        draw(stem + ".png", table, cells, title=title)
+        paths.append(stem + ".png")
+    return paths
