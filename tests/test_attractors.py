@@ -203,3 +203,34 @@ def test_attractors_command_refusals(invoke, mnist, tmp_path):
         str(tmp_path),
     )
     assert_one_error_line(bad, "three different stored rows")
+
+
+def test_every_attractor_label_names_its_model(invoke, mnist, tmp_path, monkeypatch):
+    """`--model dense,sparse`: the setting column, the JSON and each picture's title name the
+    model of what they show (they read `beta=0.1` twice, and sizes.png `dense:` over sparse);
+    the texts of each picture do not overlap."""
+    from matplotlib.text import Text
+
+    from nphcli.presentation import attractor_plots
+    from nphcli.presentation.figure_text import overlapping_texts
+
+    drawn = {}
+    save = attractor_plots._save
+
+    def keep(figure, out):
+        drawn[out.name] = figure
+        save(figure, out)
+
+    monkeypatch.setattr(attractor_plots, "_save", keep)
+    args = ["--memory", mnist, "--model", "dense,sparse", "--beta", "0.1,10", "--steps", "3"]
+    args += ["--queries", "4", "--resolution", "5", "--traced", "2", "--pictures", tmp_path]
+    table = invoke("attractors", *args, terminal_width=200)
+    assert table.exit_code == 0, table.stderr
+    settings = [line.split("│")[1].strip() for line in table.stdout.splitlines() if "beta=" in line]
+    assert settings == ["dense beta=0.1", "dense beta=10", "sparse beta=0.1", "sparse beta=10"]
+    for name in ("sizes.png", "energy.png", "basins.png"):
+        texts = [t.get_text() for t in drawn[name].findobj(Text)]
+        assert any(t.startswith("dense, sparse:") for t in texts), name
+        assert overlapping_texts(drawn[name]) == [], name
+    energy = [t.get_text() for t in drawn["energy.png"].findobj(Text)]
+    assert {"dense beta=0.1", "sparse beta=10"} <= set(energy)

@@ -162,3 +162,20 @@ def test_help_does_not_import_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "--normalize" in result.stdout and "fashion-mnist" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["mnsit", "--n", "10"], ["unknown source 'mnsit'", "did you mean 'mnist'?"]),
+        (["mnist", "--n", "0"], ["--n must be at least 1, got 0"]),
+    ],
+)
+def test_store_says_what_is_wrong_before_already_exists(invoke, tmp_path, args, words):
+    """A mistyped source or --n was answered "already exists": --force would only have met
+    the real error; the file is left as it was."""
+    out = tmp_path / "memory.safetensors"
+    out.write_bytes(b"old")
+    result = invoke("store", *args, "--out", out)
+    assert "already exists" not in assert_one_error_line(result, *words)
+    assert out.read_bytes() == b"old"

@@ -119,3 +119,12 @@ def test_readme_installs_the_test_extra_before_running_the_tests():
     readme = README.read_text()
     first_test = readme.index("python -m pytest")
     assert 0 <= readme.find('pip install -e ".[test]"') < first_test
+
+
+def test_the_readme_cpu_install_links_the_install_page():
+    """The CPU-only line sends a reader whose CPU wheel index is unreachable, or whose torch
+    and torchvision builds differ, to docs/install.md, which covers both."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    cpu = text[text.index("**CPU-only machines:**") :]
+    cpu = cpu[: cpu.index("## ")]
+    assert "(docs/install.md)" in cpu

@@ -37,17 +37,22 @@ import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 stage, ready = os.environ["NPH_TEST_STAGE"], os.environ["NPH_TEST_READY"]
 
+def hold():
+    for _ in range(12000):  # 10 min in short sleeps (a signal is acted on within 50 ms): the
+        time.sleep(0.05)   # test signals it long before, however busy the machine
+
 def pause():
     open(ready, "w").close()
-    for _ in range(1200):  # short sleeps: a signal is acted on within 50 ms
-        time.sleep(0.05)
+    hold()
 
 if stage == "evaluate":
     import nphcli.evaluation.evaluate as retrieval
     real_evaluate = retrieval.evaluate
     def evaluate(*args, **kwargs):
-        time.sleep(0.05)
-        open(ready, "a").write("run\n")
+        with open(ready, "a") as log:
+            log.write("run\n")
+        if open(ready).read().count("run") > 5:
+            hold()  # the sixth run waits to be killed: no race with the sweep's speed
         return real_evaluate(*args, **kwargs)
     retrieval.evaluate = evaluate
 else:
@@ -91,7 +96,9 @@ def start(folder: Path, args: list[str], stage: str | None = None) -> subprocess
     )
 
 
-def wait_for(condition, process: subprocess.Popen, timeout: float = 60.0) -> None:
+def wait_for(condition, process: subprocess.Popen, timeout: float = 600.0) -> None:
+    """Wait for `condition` (an event: a file, a line, processes started); `timeout` only
+    stops a test that would otherwise hang, far beyond what a busy machine takes."""
     deadline = time.monotonic() + timeout
     while not condition():
         if process.poll() is not None:
@@ -188,7 +195,7 @@ def _kill_real_writes(places: list[tuple[Path, bytes]], delays: list[float]) -> 
     big = ["store", "random", "--n", "10000", "--dim", "784", "--out", "mem.safetensors"]
     processes = [start(folder, [*big, "--force"]) for folder, _ in places]
     seen: dict[int, float] = {}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # only against a hang: the writes end long before
     while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
         for i, ((folder, _), process) in enumerate(zip(places, processes, strict=True)):
             if process.poll() is not None:
@@ -313,13 +320,13 @@ def test_workers_stop_with_their_parent_however_it_ends(tmp_path):
         )
     for sig, (_, process) in runs.items():
         # parent, fork server, resource tracker and three workers
-        wait_for(lambda process=process: len(_alive_in_session(process.pid)) >= 6, process, 120)
+        wait_for(lambda process=process: len(_alive_in_session(process.pid)) >= 6, process)
         time.sleep(1.0)
         assert process.poll() is None  # still computing when signalled
         process.send_signal(sig)
     for sig, (out, process) in runs.items():
         _, stderr = process.communicate(timeout=30)  # every holder of stderr has ended
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # gone within a second on a quiet machine
         while _alive_in_session(process.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _alive_in_session(process.pid) == [], sig.name

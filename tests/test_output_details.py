@@ -47,6 +47,27 @@ def test_a_narrow_text_table_still_fits_80_columns(monkeypatch):
     assert max(len(line) for line in buffer.getvalue().splitlines()) <= 80
 
 
+def test_a_name_value_table_too_wide_for_80_columns_keeps_a_line_per_name(monkeypatch):
+    """`nph info` at 80 columns: a 64-digit hash made the two columns too wide, and the stacked
+    form printed 60 lines of alternating `field` / `value`; now a line per name and value."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=80, force_terminal=True, color_system=None)
+    monkeypatch.setattr(render, "stdout_console", lambda: console)
+    rows = [["patterns", "100 × 784 float32"], ["content_sha256", "ab" * 32], ["seed", 0]]
+    rows.append(["classes", ", ".join(f"{i} - digit {i}" for i in range(10))])
+    render.print_table("memory.safetensors", ["field", "value"], rows)
+    lines = buffer.getvalue().splitlines()
+    assert lines[:5] == [
+        "memory.safetensors",
+        "field           value",
+        "patterns        100 × 784 float32",
+        "content_sha256  " + "ab" * 32,
+        "seed            0",
+    ]
+    assert lines[5].startswith("classes         0 - digit 0") and len(lines) == 7
+    assert lines[6].startswith(" " * 16) and max(len(line) for line in lines[5:]) <= 80
+
+
 def test_identical_values_have_a_std_of_exactly_zero():
     values = torch.full((7,), 0.1, dtype=torch.float64) * 3  # torch's std gives ~5e-17 here
     assert summarize(values)["std"] == 0.0

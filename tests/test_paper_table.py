@@ -78,18 +78,20 @@ def test_within_and_better_follow_the_tables_direction():
     cell = pt.compare(
         ts, {("dense", "ETTh1/96/MSE"): [0.2]}, rows=["dense"], columns=["ETTh1/96/MSE"]
     )[0]
-    assert cell.std == 0.0 and cell.within is False and cell.better is False  # MSE above 0.137
-    exact = pt.compare(
-        ts, {("dense", "ETTh1/96/MSE"): [0.137]}, rows=["dense"], columns=["ETTh1/96/MSE"]
+    assert cell.std is None and cell.within is None and cell.better is False  # MSE above 0.137
+    two = pt.compare(
+        ts, {("dense", "ETTh1/96/MSE"): [0.137, 0.137]}, rows=["dense"], columns=["ETTh1/96/MSE"]
     )[0]
-    assert exact.within is True
+    assert two.std == 0.0 and two.within is True
 
 
 def test_summary_names_the_cells_outside():
     table = pt.get_table("mil_benchmark")
     results = {("dense", "Tiger"): [0.813, 0.813], ("dense", "Fox"): [0.9, 0.91]}
     cells = pt.compare(table, results, rows=["dense"])
-    assert pt.summary(cells) == {"compared": 2, "within": 1, "outside": ["dense Fox"]}
+    assert pt.summary(cells) == {
+        "compared": 2, "within": 1, "outside": ["dense Fox"], "one_seed": 0,
+    }  # fmt: skip
 
 
 def test_unknown_names_are_user_errors():
@@ -122,9 +124,11 @@ def test_json_and_csv_round_trip(tmp_path):
 
 def test_draw_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
+    from nphcli.experiments.paper_files import draw
+
     table = pt.get_table("mil_benchmark")
     cells = pt.compare(table, {("dense", c): [0.7, 0.8] for c in table.columns})
-    pt.draw(tmp_path / "t.png", table, cells)
+    draw(tmp_path / "t.png", table, cells)
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -137,3 +141,67 @@ def test_markdown_marks_the_cells_outside_the_spread():
         "| --- | --- | --- |",
         "| Dense | 0.810 ± 0.014 (0.813) | **0.905 ± 0.007 (0.563)** |",
     ]
+
+
+def test_one_seed_has_no_spread_anywhere(capsys, monkeypatch):
+    """One seed printed `0.200 ± 0.000 ... NO` and its picture said "± spread over seeds":
+    now "n/a (1 seed)" in the table, the Markdown and the JSON (null), and the picture's
+    caption says 1 seed."""
+    from matplotlib.text import Text
+
+    from nphcli.cli.paper import render_comparison
+    from nphcli.experiments.paper_files import comparison_figure
+
+    table = pt.get_table("mts-result")
+    columns = ["ETTh1/96/MSE", "ETTh1/96/MAE"]
+    cells = pt.compare(
+        table, {("dense", c): [0.2] for c in columns}, rows=["dense"], columns=columns
+    )
+    assert pt.spread_text(cells[0]) == "0.200 ± n/a (1 seed)"
+    assert pt.summary(cells) == {"compared": 0, "within": 0, "outside": [], "one_seed": 2}
+    assert "± 0.000" not in pt.markdown(cells) and "n/a (1 seed)" in pt.markdown(cells)
+    assert pt.cells_json(table, cells, {})["cells"][0]["std"] is None
+    monkeypatch.setenv("COLUMNS", "200")
+    render_comparison(table, cells, {}, as_json=False)
+    shown = capsys.readouterr().out
+    assert "n/a (1 seed)" in shown and "0.000" not in shown and "NO" not in shown
+    assert "over 1 seed" in shown
+    caption = comparison_figure(table, cells)._suptitle.get_text()
+    assert "1 seed" in caption and "spread over seeds" not in caption
+    texts = [t.get_text() for t in comparison_figure(table, cells).findobj(Text)]
+    assert not any("± spread" in t for t in texts)
+
+
+def test_the_caption_counts_the_seeds_each_cell_has():
+    from nphcli.experiments.paper_files import comparison_figure
+
+    table = pt.get_table("mil_benchmark")
+    cells = pt.compare(
+        table, {("dense", "Tiger"): [0.8, 0.82], ("dense", "Fox"): [0.5]}, rows=["dense"],
+        columns=["Tiger", "Fox"],
+    )  # fmt: skip
+    assert pt.seeds_text(cells) == "1–2 seeds"
+    assert "mean of 1–2 seeds" in comparison_figure(table, cells)._suptitle.get_text()
+
+
+def test_help_quotes_the_measured_times_the_docs_report():
+    """`--help` of the quick presets said "about 10 minutes" where the docs measured 4 min 24 s:
+    both now come from `measured.MEASURED`, and each docs page still reports its numbers."""
+    from pathlib import Path
+
+    from nphcli.cli.mil import MIL_FIELDS
+    from nphcli.cli.paper_mil import PAPER_MIL_FIELDS
+    from nphcli.cli.paper_timeseries import TS_FIELDS
+    from nphcli.experiments.measured import MEASURED, duration, estimate
+
+    root = Path(__file__).resolve().parent.parent
+    for measured in MEASURED.values():
+        page = " ".join((root / measured.page).read_text().split())
+        for part in measured.seconds:
+            assert duration(part) in page, (measured.page, duration(part))
+    assert "4 min 24 s on 2 quiet CPU cores" in estimate("timeseries-quick")
+    help_text = " ".join(f.help for fields in (MIL_FIELDS, PAPER_MIL_FIELDS, TS_FIELDS)
+                         for f in fields if f.name in ("preset", "protocol"))  # fmt: skip
+    for name in MEASURED:
+        assert estimate(name) in help_text, name
+    assert "about 10 minutes" not in help_text

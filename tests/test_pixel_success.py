@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -81,7 +83,9 @@ def test_retrieve_reports_noise_clip_only_when_set(invoke, tmp_path):
     import json
 
     path = tmp_path / "m.safetensors"
-    stored = invoke("store", "random", "--n", "20", "--dim", "8", "--out", path)
+    stored = invoke(  # in [0, 1]: where --noise-clip applies
+        "store", "random", "--n", "20", "--dim", "8", "--normalize", "minmax", "--out", path
+    )
     assert stored.exit_code == 0, stored.stderr
     common = ("retrieve", "--memory", path, "--noise", "0.5", "--json")
     plain = json.loads(invoke(*common).stdout)
@@ -96,10 +100,31 @@ def test_retrieve_reports_noise_clip_only_when_set(invoke, tmp_path):
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
 def test_sweep_resume_refuses_another_noise_clip(invoke, tmp_path, suffix):
     out = tmp_path / f"runs{suffix}"
-    grid = ("sweep", "--dataset", "random", "--sizes", "5", "--noise", "0.3", "--out", out)
+    grid = ("sweep", "--dataset", "random", "--normalize", "minmax", "--sizes", "5")
+    grid += ("--noise", "0.3", "--out", out)
     first = invoke(*grid, "--noise-clip")
     assert first.exit_code == 0, first.stderr
     again = invoke(*grid, "--resume")
     assert again.exit_code != 0 and "noise_clip" in again.stderr
     same = invoke(*grid, "--noise-clip", "--resume")
     assert same.exit_code == 0, same.stderr
+
+
+def test_noise_clip_is_refused_where_the_memory_leaves_zero_to_one(invoke, tmp_path, mnist):
+    """`--noise-clip` clamps to [0, 1]: on centered pixels in [−0.5, 0.5] it silently moved
+    every query off its pattern (dense, σ = 0.5: success 0.99 → 0.77); now one line. Pixels
+    in [0, 1] and noise-free runs are unchanged."""
+    import numpy as np
+    from conftest import assert_one_error_line
+
+    pool = tmp_path / "centered.npy"
+    np.save(pool, np.random.default_rng(0).uniform(-0.5, 0.5, size=(20, 16)).astype(np.float32))
+    memory = tmp_path / "centered.safetensors"
+    assert invoke("store", pool, "--normalize", "none", "--out", memory).exit_code == 0
+    args = ["retrieve", "--model", "dense", "--queries", "4", "--noise-clip"]
+    refused = invoke(*args, "--memory", memory, "--noise", "0.5")
+    assert_one_error_line(refused, "--noise-clip", "values lie in [-0.5", "--normalize minmax")
+    assert invoke(*args, "--memory", memory, "--noise", "0").exit_code == 0
+    clipped = invoke(*args, "--memory", mnist, "--noise", "0.5", "--json")
+    assert clipped.exit_code == 0, clipped.stderr
+    assert json.loads(clipped.stdout)["config"]["corruption"]["noise_clip"] is True

@@ -232,13 +232,13 @@ def test_phase_diagram_draws_panels_boundary_and_spread(tmp_path):
 
     svg = plot_phase(phase_rows(), tmp_path / "p.svg", x="beta", y="noise").read_text()
     assert svg.count("<image") == 2 + 1  # one heatmap per model, and the colour bar
-    assert "stroke: #ffffff; stroke-width: 1.5" in svg  # the success = 0.5 contour
+    assert "stroke: #ffffff; stroke-width: 2" in svg  # the success = 0.5 boundary
     assert "±0.05" in svg  # the spread over two trials, written in the cells
     single = phase_rows(trials=(0,))
     for row in single:
         row["success_mean"] = 0.9  # every cell succeeds: no boundary to draw
     svg = plot_phase(single, tmp_path / "q.svg", x="beta", y="noise").read_text()
-    assert "stroke: #ffffff; stroke-width: 1.5" not in svg and "±" not in svg
+    assert "stroke: #ffffff; stroke-width: 2" not in svg and "±" not in svg
 
 
 def test_plot_cli_phase_diagram(invoke, tmp_path):
@@ -298,3 +298,72 @@ def test_phase_cells_show_their_values_and_the_boundary_only_when_drawn(tmp_path
         row["success_mean"] = 0.9
     svg = plot_phase(single, tmp_path / "q.svg", x="beta", y="noise").read_text()
     assert "white line" not in svg and "<!-- 0.9 -->" in svg
+
+
+def retrieve_json_rows():
+    """`nph retrieve --model dense,sparse,topk --k 5 --beta 0.1,1 --mask 0.25,0.5 --json` rows,
+    as read: no label, k empty for dense and sparse."""
+    return [
+        {"model": model, "k": 5 if model == "topk" else None, "beta": beta, "mask": mask,
+         "M": 100, "sse_mean": beta + mask + len(model)}
+        for model in ("dense", "sparse", "topk") for beta in (0.1, 1.0) for mask in (0.25, 0.5)
+    ]  # fmt: skip
+
+
+def test_facet_model_lines_name_their_own_model_and_k():
+    """Each panel's lines are named from its own rows: topk's say topk and k=5 (they read
+    `dense beta=0.1`, the first panel's names, before)."""
+    data = curves(retrieve_json_rows(), x="mask", facet="model")
+    assert {panel: sorted(lines) for panel, lines in data.panels.items()} == {
+        "model=dense": ["dense beta=0.1", "dense beta=1"],
+        "model=sparse": ["sparse beta=0.1", "sparse beta=1"],
+        "model=topk": ["topk beta=0.1 k=5", "topk beta=1 k=5"],
+    }
+
+
+def test_a_whole_number_in_a_label_is_shown_as_an_integer():
+    """A sweep's label keeps `k=10.0` (its key, for --resume); a line shows k=10."""
+    rows = [
+        {"label": "topk k=10.0", "model": "topk", "k": 10.0, "M": size, "sse_mean": 1.0}
+        for size in (10, 20)
+    ]
+    rows += [dict(r, label="topk k=0.5", k=0.5) for r in rows]
+    assert sorted(curves(rows, x="size").lines) == ["topk k=0.5", "topk k=10"]
+
+
+@pytest.mark.parametrize("size", [(800, 500), (640, 400), (1000, 600)])
+def test_the_title_never_overlaps_the_legend_or_another_text(size):
+    """Measured by matplotlib's renderer: the long title of many fixed settings wraps left of
+    the legend and inside the figure, at the default size and others."""
+    pytest.importorskip("matplotlib")
+    from nphcli.presentation.figure_text import overlapping_texts
+    from nphcli.presentation.plot import phase_figure, results_figure
+
+    fixed = {"memory": "a-long-memory-file-name.safetensors", "dataset": "mnist", "d": 784}
+    fixed["memory_sha256"] = "8bb315c105f3f6ff6816c31c072e4b769b237bad31e22bde54a8f878fc8e1ad6"
+    rows = [dict(row, **fixed) for row in retrieve_json_rows()]
+    phase = [dict(r, success_mean=r["mask"]) for r in rows]
+    for figure in (
+        results_figure(rows, x="mask", size=size),
+        results_figure(rows, x="mask", facet="model", size=size),
+        phase_figure(phase, x="beta", y="mask", size=size),
+    ):
+        assert overlapping_texts(figure) == []
+        heading = figure._suptitle.get_window_extent()
+        assert heading.x1 <= 0.99 * figure.bbox.x1 and heading.y1 <= figure.bbox.y1
+
+
+def test_the_boundary_runs_along_cell_edges():
+    """Between a cell that succeeds (≥ 0.5) and its neighbour that does not, never a stub
+    interpolated inside a cell; empty cells border nothing."""
+    import numpy as np
+
+    from nphcli.presentation.plot import boundary_edges
+
+    wins = np.array([[0.2, 0.9], [0.1, 0.8]])  # (y, x): the right column succeeds
+    assert boundary_edges(wins) == [
+        [(0.5, -0.5), (0.5, 0.5)],
+        [(0.5, 0.5), (0.5, 1.5)],
+    ]
+    assert boundary_edges(np.array([[0.2, np.nan, 0.9]])) == []
+    assert boundary_edges(np.array([[0.9], [0.1]])) == [[(-0.5, 0.5), (0.5, 0.5)]]

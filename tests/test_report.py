@@ -82,6 +82,30 @@ def test_report_bad_inputs_are_one_error_line(invoke, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "looks"),
+    [
+        ("nums.csv", "1.0,2.0,3.0\n-0.132,0.1257,4\n", "a table of numbers without a header row"),
+        ("people.csv", "name,age\nbob,3\n", "a CSV file with the columns name, age"),
+        ("other.jsonl", '{"a": 1, "b": 2}\n', "JSON Lines of objects with the keys a, b"),
+        ("bare.csv", "dense,0.1,1\ndense,1,1\n", "has no header row"),
+    ],
+)
+@pytest.mark.parametrize("command", ["report", "plot"])
+def test_a_file_nph_did_not_write_is_refused_by_what_it_looks_like(
+    invoke, tmp_path, command, name, text, looks
+):
+    """`nph report` took any numeric CSV as results (exit 0, a page of nonsense) and `nph plot`
+    blamed a missing header row: both refuse a file whose first row is not one nph writes."""
+    from conftest import assert_one_error_line
+
+    path = tmp_path / name
+    path.write_text(text)
+    out = tmp_path / ("r.html" if command == "report" else "r.png")
+    assert_one_error_line(invoke(command, path, "--out", out), name, looks)
+    assert not out.exists()
+
+
 PROBE = """<script>
 window.addEventListener("load", () => {
   const images = [...document.images];
@@ -294,8 +318,9 @@ def _grid_rows(**levels):
     for combo in itertools.product(*levels.values()):
         for beta, noise, size in itertools.product((0.1, 1.0), (0.0, 1.0), (10, 20)):
             success = min(1.0, max(0.0, 0.9 - noise * 0.5 + 0.05 * beta))
-            rows.append({**dict(zip(names, combo, strict=True)), "beta": beta, "noise": noise,
-                         "M": size, "success_mean": success, "sse_mean": 1 - success})  # fmt: skip
+            rows.append({"model": "dense", **dict(zip(names, combo, strict=True)), "beta": beta,
+                         "noise": noise, "M": size, "success_mean": success,
+                         "sse_mean": 1 - success})  # fmt: skip
     return rows
 
 

@@ -227,7 +227,7 @@ def test_ranks_merge_to_the_one_file_answer(scene, workers):
 
     manifest, keys, values, queries = scene
     work = functools.partial(_index_on_rank, manifest=manifest, queries=queries, names=MODELS)
-    merged = run_workers(workers, work, timeout=60)
+    merged = run_workers(workers, work, timeout=600)  # against a hang only
     local = open_memory(manifest)
     for name in MODELS:
         rows, patterns, sent = merged[name]
@@ -250,7 +250,7 @@ def test_a_dead_rank_fails_the_indexed_query_naming_it(scene):
         _index_on_rank, manifest=manifest, queries=queries, names=["sparse"], die=True
     )
     with pytest.raises(NphRuntimeError, match="worker rank 1 died"):
-        run_workers(2, work, timeout=30)
+        run_workers(2, work, timeout=600)  # the death is seen by its exit code
 
 
 @pytest.mark.slow

@@ -52,7 +52,9 @@ def test_store_memory_refuses_before_reading(tmp_path):
     out = tmp_path / "m.safetensors"
     out.write_bytes(b"old")
     with pytest.raises(NphError, match="--force"):
-        store_memory("no-such-source", out)  # the output is refused first, the source unread
+        store_memory("random", out, n=3, dim=2)  # the output is refused, the source unread
+    with pytest.raises(NphError, match="unknown source"):
+        store_memory("no-such-source", out)  # a wrong name is said first: --force won't help
     with pytest.raises(NphError, match="unknown source option"):
         store_memory("random", tmp_path / "new.safetensors", colour="red")
     with pytest.raises(NphError, match="name it .safetensors"):

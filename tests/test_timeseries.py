@@ -281,7 +281,8 @@ def test_cli_trains_compares_writes_and_resumes(tmp_path, invoke):
     result = invoke(*args)
     assert result.exit_code == 0, result.stderr
     shown = json.loads(result.stdout)
-    assert shown["table"] == "mts-result" and shown["summary"]["compared"] == 4
+    assert shown["table"] == "mts-result" and shown["summary"]["compared"] == 0  # one run each
+    assert shown["summary"]["one_seed"] == 4
     cells = {(c["row"], c["column"]): c for c in shown["cells"]}
     assert cells["window", "ETTh1/96/MSE"]["paper"] == 1.043
     assert cells["dense", "ETTh1/96/MAE"]["seeds"] == 1

@@ -307,6 +307,17 @@ def test_closest_names_a_near_miss_and_nothing_else():
     assert did_you_mean("tpok", models) == " (did you mean 'topk'?)"
 
 
+def test_a_rule_named_by_its_softmax_points_to_its_model(invoke):
+    """`--model softmax` suggested entmax (nearest spelling); the softmax rule is dense."""
+    from nphcli.core.suggest import closest
+
+    assert closest("softmax", ["dense", "entmax", "sparse"]) == "dense"
+    assert closest("Sparsemax", ["dense", "entmax", "sparse"]) == "sparse"
+    assert closest("softmax", ["entmax", "sparse"]) == "entmax"  # no dense: spelling decides
+    result = invoke("retrieve", "--model", "softmax")
+    assert_one_error_line(result, "'softmax'", "did you mean 'dense'?", "the softmax rule")
+
+
 @pytest.mark.parametrize(
     ("typed", "meant"), [("tpok", "topk"), ("sparce", "sparse"), ("Dense", "dense")]
 )

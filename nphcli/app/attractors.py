@@ -74,8 +74,11 @@ def _row(model, settings, report, memory, corners, resolution, traced) -> dict[s
     from nphcli.theory.energy import trace
 
     per_query = report.per_query
+    from nphcli.presentation.plot_data import short
+
     given = {k: v for k, v in settings.params.items() if k != "steps" and v is not None}
-    short = " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in given.items())
+    # the model first: a row of `--model dense,sparse` is never just `beta=0.1`
+    name = " ".join([settings.model, *(f"{k}={short(v)}" for k, v in given.items())])
     shown = trace(
         model,
         report.queries[:traced],
@@ -87,7 +90,7 @@ def _row(model, settings, report, memory, corners, resolution, traced) -> dict[s
     return {
         "model": settings.model,
         "params": given,
-        "short": short or settings.model,
+        "short": name,
         "success": metrics["success"]["mean"] if metrics.get("success") else None,
         "at_pattern": metrics["at_pattern"]["mean"],
         "at_metastable": metrics["at_metastable"]["mean"],

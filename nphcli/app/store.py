@@ -62,14 +62,19 @@ def store_memory(
     if unknown:
         known = ", ".join(_SOURCE_OPTIONS)
         raise NphError(f"unknown source option(s) {', '.join(unknown)}; choose from {known}")
-    inputs = [p for p in (source, values, labels) if p is not None and Path(p).exists()]
-    check_output(out, force=force, protect=inputs)  # before any loading: fail fast
+    # what is wrong with the request is said before "already exists", which --force would
+    # only replace with the same error
+    options = sources.SourceOptions(**source_options)
+    sources.resolve_source(str(source))  # an unknown name, with its "did you mean"
+    if options.n is not None and options.n < 1:
+        raise NphError(f"--n must be at least 1, got {options.n}")
     if out.suffix.lower() != ".safetensors":
         raise NphError(
             f"a memory file is a safetensors file: name it .safetensors, not {out.name} "
             "(nph reads .npy, .npz, .csv and .pt as SOURCE)"
         )
-    options = sources.SourceOptions(**source_options)
+    inputs = [p for p in (source, values, labels) if p is not None and Path(p).exists()]
+    check_output(out, force=force, protect=inputs)  # before any loading: fail fast
     prepared = sources.prepare_memory(str(source), options, normalize=normalize, dtype=dtype)
     meta, stored_labels, stored_values = prepared.meta, prepared.labels, None
     items = prepared.items

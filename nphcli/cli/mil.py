@@ -11,6 +11,7 @@ from nphcli.cli.app import app
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import print_json, print_table
+from nphcli.experiments.measured import estimate
 from nphcli.experiments.mil_config import PRESETS, VARIANTS, MILConfig
 from nphcli.schema.fields import get_field
 from nphcli.schema.option import Field, output_field
@@ -27,7 +28,7 @@ MIL_FIELDS = (
         "preset",
         "str",
         "quick",
-        f"quick: {_grid(PRESETS['quick'])} (about 10 minutes on 2 CPU cores); paper: "
+        f"quick: {_grid(PRESETS['quick'])} ({estimate('mil-quick')}); paper: "
         f"{_grid(PRESETS['paper'])} (days on a CPU).",
         group="run",
         choices=tuple(sorted(PRESETS)),

@@ -54,6 +54,9 @@ def paper_group() -> None:
     """Reproduce the paper's tables: nph's numbers beside the paper's."""
 
 
+_WITHIN = {True: "yes", False: "NO", None: ""}
+
+
 def _number(value: float | None, spec: str = ".3f") -> str:
     return "" if value is None else format(value, spec)
 
@@ -67,7 +70,14 @@ def render_comparison(
     title: str | None = None,
 ) -> None:
     """The comparison on stdout: one JSON object, or a table of paper | nph ± spread | diff."""
-    from nphcli.experiments.paper_table import MODEL_NAMES, cells_json, summary
+    from nphcli.experiments.paper_table import (
+        MODEL_NAMES,
+        NO_SPREAD,
+        cells_json,
+        seeds_text,
+        spread_text,
+        summary,
+    )
 
     if as_json:
         print_json(cells_json(table, cells, meta))
@@ -77,17 +87,18 @@ def render_comparison(
             MODEL_NAMES.get(c.row, c.row),
             c.column,
             _number(c.paper),
-            "" if c.mean is None else f"{c.mean:.3f} ± {c.std:.3f}",
+            spread_text(c),
             _number(c.difference, "+.3f"),
-            {True: "yes", False: "NO", None: ""}[c.within],
+            NO_SPREAD if c.seeds == 1 and c.paper is not None else _WITHIN[c.within],
             str(c.seeds),
         )
         for c in cells
     ]
     counts = summary(cells)
+    alone = f"; {counts['one_seed']} of one seed, with no spread" if counts["one_seed"] else ""
     print_table(
-        f"{title or table.title}: paper vs nph ({counts['within']} of {counts['compared']} "
-        "cells within nph's spread)",
+        f"{title or table.title}: paper vs nph over {seeds_text(cells)} ({counts['within']} of "
+        f"{counts['compared']} cells within nph's spread{alone})",
         ["model", "column", "paper", "nph ± spread", "nph − paper", "within", "seeds"],
         rows,
     )

@@ -10,6 +10,7 @@ from typing import Any
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.paper import paper_app, paper_fields, render_comparison, wrote
 from nphcli.cli.progress import ProgressBar
+from nphcli.experiments.measured import estimate
 from nphcli.experiments.mil_config import PAPER_MIL_MODELS
 from nphcli.experiments.mil_data import SOURCES
 from nphcli.experiments.mil_protocol import PROTOCOLS
@@ -33,9 +34,10 @@ PAPER_MIL_FIELDS = (
         "str",
         "quick",
         f"quick: {_QUICK.folds} folds x {_QUICK.seeds} seeds at one fixed point of the paper's "
-        "search space (Elephant and UCSB: about 5 minutes on one quiet core); reduced: the "
-        f"paper's {_REDUCED.folds} folds x {_REDUCED.seeds} seeds at that point (about 22 "
-        f"minutes); full: the paper's, {_FULL.trials} random-search trials per fold.",
+        f"search space (Elephant and UCSB: {estimate('paper-mil-quick')}); reduced: the "
+        f"paper's {_REDUCED.folds} folds x {_REDUCED.seeds} seeds at that point "
+        f"({estimate('paper-mil-reduced')}); full: the paper's, {_FULL.trials} random-search "
+        "trials per fold.",
         group="analysis",
         choices=tuple(PROTOCOLS),
     ),
@@ -66,7 +68,7 @@ def paper_mil_command(*, given: dict[str, Any]) -> None:
     """Train the paper's MIL network on real bags; print nph's ROC-AUC beside the paper's."""
     from nphcli.app.threads import use_threads
     from nphcli.core.errors import NphError
-    from nphcli.experiments import mil_paper, paper_table
+    from nphcli.experiments import mil_paper, paper_files, paper_table
 
     o = own_values(given, PAPER_MIL_FIELDS)
     if o["data"] is None:
@@ -82,9 +84,10 @@ def paper_mil_command(*, given: dict[str, Any]) -> None:
         )  # fmt: skip
     table, cells = mil_paper.paper_cells(per_seed, models)
     title = (
-        f"{table.title}; nph: {chosen.name} protocol, {chosen.folds} folds x {chosen.seeds} seeds"
+        f"{table.title}; nph: {chosen.name} protocol, {chosen.folds} folds per seed, "
+        f"{paper_table.seeds_text(cells)} of {chosen.seeds} finished"
     )
     picture = not o["no_plot"]
-    paths = paper_table.write_comparison(out, table, cells, meta, picture=picture, title=title)
+    paths = paper_files.write_comparison(out, table, cells, meta, picture=picture, title=title)
     render_comparison(table, cells, meta, as_json=o["json"], title=title)
     wrote(paths)

@@ -15,6 +15,7 @@ from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.paper import paper_app, paper_fields, render_comparison, wrote
 from nphcli.cli.progress import ProgressBar
 from nphcli.core.errors import NphError
+from nphcli.experiments.measured import estimate
 from nphcli.experiments.timeseries_config import PRESETS, SPLITS, VARIANTS, TSConfig
 from nphcli.schema.fields import get_field
 from nphcli.schema.option import Field
@@ -33,7 +34,7 @@ TS_FIELDS = (
         "preset",
         "str",
         "quick",
-        f"quick: {_grid(PRESETS['quick'])} (about 10 minutes on 2 CPU cores); paper: "
+        f"quick: {_grid(PRESETS['quick'])} ({estimate('timeseries-quick')}); paper: "
         f"{_grid(PRESETS['paper'])}.",
         group="analysis",
         choices=tuple(sorted(PRESETS)),
@@ -89,7 +90,7 @@ def timeseries_command(
 ) -> None:
     """Train the paper's time-series network per model; print MSE / MAE beside the paper's."""
     from nphcli.app.threads import use_threads
-    from nphcli.experiments import paper_table, timeseries_run
+    from nphcli.experiments import paper_files, paper_table, timeseries_run
     from nphcli.experiments.timeseries_config import configure
 
     o = own_values(given, TS_FIELDS)
@@ -115,5 +116,5 @@ def timeseries_command(
     options = {k: o[k] for k in ("preset", *GRID, "seed")}
     meta = timeseries_run.comparison_meta(records, results, options, time.perf_counter() - started)
     table = paper_table.get_table("mts-result")
-    wrote(paper_table.write_comparison(out, table, cells, meta, picture=not no_plot))
+    wrote(paper_files.write_comparison(out, table, cells, meta, picture=not no_plot))
     render_comparison(table, cells, meta, as_json=o["json"])

@@ -163,10 +163,24 @@ def print_table(
 
 def _print_stacked(console: Console, title: str | None, columns: list[str], rows) -> None:
     """Each row as a block of `column  value` lines, blocks apart by a blank line: a table too
-    wide for the line. Values wrap at spaces under their own column, never cut."""
+    wide for the line. Values wrap at spaces under their own column, never cut. A table of two
+    columns (a name and its value, as `nph info` prints) keeps a line per row instead: the
+    header, then each name and its value, the value wrapping under the values."""
+    lines = textwrap.wrap(title, console.width, break_long_words=False) if title else []
+    if len(columns) == 2:
+        label = min(max(len(row[0]) for row in [columns, *rows]), console.width // 3) + 2
+        room = max(console.width - label, 20)
+        for name, value in [columns, *rows]:
+            parts = textwrap.wrap(value, room, break_long_words=False) or [""]
+            names = textwrap.wrap(name, label - 2, break_long_words=False) or [""]
+            for i in range(max(len(parts), len(names))):
+                left = names[i] if i < len(names) else ""
+                right = parts[i] if i < len(parts) else ""
+                lines.append(f"{left:<{label}}{right}".rstrip())
+        console.file.write("\n".join(lines) + "\n")
+        return
     label = max(map(len, columns), default=0) + 2
     room = max(console.width - label, 20)
-    lines = textwrap.wrap(title, console.width, break_long_words=False) if title else []
     for i, row in enumerate(rows):
         if i or lines:
             lines.append("")

@@ -37,6 +37,7 @@ from nphcli.evaluation.guards import (
     MemoryScale,
     check_default_beta,
     check_finite,
+    check_noise_clip,
     check_range,
     memory_scale,
 )
@@ -114,6 +115,7 @@ def evaluate(
     generator = torch.Generator().manual_seed(settings.seed)
     chosen = select(memory, settings.queries, generator, queries, targets, target_indices)
 
+    check_noise_clip(settings.corruption, scale, memory.hetero)
     t0 = time.perf_counter()
     shape = image_shape(memory.item_shape, memory.dim)
     corrupted = corrupt(chosen.clean, settings.corruption, generator=generator, item_shape=shape)

@@ -5,12 +5,13 @@ experimental numbers: ROC-AUC on four MIL benchmarks (Table "mil_benchmark") and
 univariate time-series prediction (Table "mts-result"). `PAPER_TABLES` holds them as printed; a
 reproduction hands `compare` its per-seed results and gets one `Cell` per (model, column): the
 paper's value, nph's mean and spread over seeds, the difference, and whether the paper's value
-lies within nph's mean ± spread. `write_json`, `write_csv` and `draw` put the cells on disk
-(atomically); the CLI renders them.
+lies within nph's mean ± spread. `write_json` and `write_csv` put the cells on disk
+(atomically; `paper_files` writes them with the picture); the CLI renders them.
 
-The spread is the sample standard deviation over seeds (ddof = 1; 0 with one seed). "Within"
-means |nph mean − paper| ≤ spread, the plain reading of "the paper's value ± the seed spread";
-with a single seed nothing but an exact match is within, which is the honest answer.
+The spread is the sample standard deviation over seeds (ddof = 1). "Within" means
+|nph mean − paper| ≤ spread, the plain reading of "the paper's value ± the seed spread". One
+seed has no spread: its cell's spread and "within" are None, shown as "n/a (1 seed)", never as
+a spread of 0 that only an exact match would be within.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ class Cell:
     column: str
     paper: float | None  # the printed value; None where the paper prints none
     mean: float | None  # nph's mean over seeds; None where nph has no result
-    std: float | None  # sample standard deviation over seeds (0 with one seed)
+    std: float | None  # sample standard deviation over seeds; None with fewer than two
     seeds: int  # how many seeds nph's mean is over
     difference: float | None  # mean − paper
-    within: bool | None  # |difference| ≤ std; None when either side is missing
+    within: bool | None  # |difference| ≤ std; None when either side or the spread is missing
     better: bool | None  # nph's mean beats the paper's value (in the table's direction)
 
 
@@ -176,13 +177,13 @@ def get_table(name: str) -> PaperTable:
     return PAPER_TABLES[name]
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof = 1; 0 for one value)."""
+def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (ddof = 1; None for one value, which has none)."""
     if not values:
         raise ValueError("mean_std needs at least one value")
     mean = math.fsum(values) / len(values)
     if len(values) == 1:
-        return mean, 0.0
+        return mean, None
     return mean, math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
@@ -209,7 +210,7 @@ def compare(
                 mean, std = mean_std(seeds)
                 if paper is not None:
                     difference = mean - paper
-                    within = abs(difference) <= std
+                    within = None if std is None else abs(difference) <= std
                     better = mean > paper if table.higher_is_better else mean < paper
             cells.append(
                 Cell(
@@ -229,14 +230,37 @@ def compare(
 
 
 def summary(cells: Iterable[Cell]) -> dict[str, Any]:
-    """How many compared cells lie within the spread, and which do not."""
+    """How many compared cells lie within the spread, and which do not; cells of one seed
+    (no spread to be within) are counted apart."""
+    cells = list(cells)
     compared = [c for c in cells if c.within is not None]
     outside = [f"{c.row} {c.column}" for c in compared if not c.within]
     return {
         "compared": len(compared),
         "within": len(compared) - len(outside),
         "outside": outside,
+        "one_seed": sum(1 for c in cells if c.seeds == 1 and c.paper is not None),
     }
+
+
+NO_SPREAD = "n/a (1 seed)"
+
+
+def spread_text(cell: Cell, digits: int = 3) -> str:
+    """`mean ± spread` of a cell, `mean ± n/a (1 seed)` for one seed, "" without a result."""
+    if cell.mean is None:
+        return ""
+    spread = NO_SPREAD if cell.std is None else f"{cell.std:.{digits}f}"
+    return f"{cell.mean:.{digits}f} ± {spread}"
+
+
+def seeds_text(cells: Iterable[Cell]) -> str:
+    """How many seeds the results of `cells` average: `1 seed`, `2 seeds`, `1–2 seeds`."""
+    counts = sorted({c.seeds for c in cells if c.seeds})
+    if not counts:
+        return "no seeds"
+    low, high = counts[0], counts[-1]
+    return f"{low} seed" if high == 1 else f"{low}–{high} seeds" if low < high else f"{low} seeds"
 
 
 def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
@@ -254,7 +278,7 @@ def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
         texts = []
         for column in columns:
             cell = by_key[row, column]
-            text = "" if cell.mean is None else f"{cell.mean:.{digits}f} ± {cell.std:.{digits}f}"
+            text = spread_text(cell, digits)
             if cell.paper is not None:
                 text += f" ({cell.paper:.{digits}f})"
             texts.append(f"**{text}**" if cell.within is False else text)
@@ -307,73 +331,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-
-
-def draw(
-    path: str | os.PathLike,
-    table: PaperTable,
-    cells: Sequence[Cell],
-    *,
-    title: str | None = None,
-) -> None:
-    """A PNG of the comparison: one panel per column; per model nph's mean as a dot with its
-    spread over seeds as an error bar (green where the paper's value is within it, orange where
-    not), and the paper's value as a black diamond beside it. Written atomically."""
-    from nphcli.presentation.plot import _matplotlib  # optional: imported where needed
-
-    columns = list(dict.fromkeys(c.column for c in cells))
-    rows = list(dict.fromkeys(c.row for c in cells))
-    by_key = {(c.row, c.column): c for c in cells}
-    figure_cls, canvas_cls = _matplotlib()
-    per_line = min(len(columns), 4)
-    lines = math.ceil(len(columns) / per_line)
-    width = max(6.5, 0.45 * len(rows) * per_line + 1.5)
-    figure = figure_cls(figsize=(width, 3.4 * lines + 0.9), layout="constrained")
-    canvas_cls(figure)
-    grid = figure.subplots(lines, per_line, squeeze=False)
-    for index, column in enumerate(columns):
-        axes = grid[index // per_line][index % per_line]
-        for x, row in enumerate(rows):
-            cell = by_key[row, column]
-            if cell.mean is not None:
-                colour = {True: "tab:green", False: "tab:orange", None: "tab:grey"}[cell.within]
-                axes.errorbar(x - 0.12, cell.mean, yerr=cell.std, fmt="o", color=colour,
-                              capsize=3, label="nph ± spread" if x == 0 else None)  # fmt: skip
-            if cell.paper is not None:
-                axes.plot(x + 0.12, cell.paper, "D", color="black", markersize=5,
-                          label="paper" if x == 0 else None)  # fmt: skip
-        axes.set_xticks(range(len(rows)), [MODEL_NAMES.get(r, r) for r in rows], rotation=45,
-                        ha="right", fontsize=8)  # fmt: skip
-        axes.set_xlim(-0.6, len(rows) - 0.4)
-        axes.set_title(column, fontsize=10)
-        axes.set_ylabel(table.metric if table.metric != "MSE / MAE" else column.rsplit("/", 1)[-1])
-        axes.grid(axis="y", alpha=0.3)
-    for index in range(len(columns), lines * per_line):
-        grid[index // per_line][index % per_line].set_visible(False)
-    grid[0][0].legend(fontsize=7)
-    figure.suptitle(
-        f"{title or table.title}\npaper (◆) vs nph (● ± spread over seeds; green: paper within)",
-        fontsize=10,
-    )
-    with atomic_write(path, force=True) as tmp:
-        figure.savefig(tmp, format="png", dpi=100)
-
-
-def write_comparison(
-    folder: str | os.PathLike,
-    table: PaperTable,
-    cells: Sequence[Cell],
-    meta: Mapping[str, Any],
-    *,
-    picture: bool = True,
-    title: str | None = None,
-) -> list[str]:
-    """`{table}.json`, `{table}.csv` and (with `picture`) `{table}.png` in `folder`; their paths."""
-    stem = os.path.join(os.fspath(folder), table.name)
-    write_json(stem + ".json", table, cells, meta)
-    write_csv(stem + ".csv", cells)
-    paths = [stem + ".json", stem + ".csv"]
-    if picture:
-        draw(stem + ".png", table, cells, title=title)
-        paths.append(stem + ".png")
-    return paths

@@ -91,8 +91,7 @@ class TSConfig:
 
 PRESETS = {
     "paper": TSConfig(horizons=(96, 192, 336, 720), epochs=10, runs=5),
-    # Horizon 96, one run, every model, 6 epochs: about 10 minutes on 2 busy CPU cores
-    # (docs/reproduction-timeseries.md).
+    # Horizon 96, one run, every model, 6 epochs (time: measured.MEASURED["timeseries-quick"]).
     "quick": TSConfig(horizons=(96,), epochs=6, runs=1),
 }
 

@@ -16,11 +16,26 @@ from nphcli.presentation.plot import DPI, _matplotlib
 KIND_COLOURS = {"metastable": "#808080", "global": "#000000"}
 
 
-def _figure(width: float, height: float, columns: int = 1):
+COLUMNS = 4  # panels a row of energy.png and basins.png
+
+
+def _figure(width: float, height: float, panels: int = 1):
+    """A figure of one panel per setting, at most COLUMNS a row, `width` × `height` inches
+    each row; the axes in reading order, those past `panels` hidden."""
     figure_cls, canvas_cls = _matplotlib()
-    figure = figure_cls(figsize=(width, height), dpi=DPI, layout="constrained")
+    columns = min(panels, COLUMNS)
+    lines = -(-panels // columns)
+    figure = figure_cls(figsize=(width, height * lines), dpi=DPI, layout="constrained")
     canvas_cls(figure)
-    return figure, figure.subplots(1, columns, squeeze=False)[0]
+    grid = figure.subplots(lines, columns, squeeze=False).ravel()
+    for axes in grid[panels:]:
+        axes.set_visible(False)
+    return figure, grid[:panels]
+
+
+def _models(rows: list[dict[str, Any]]) -> str:
+    """The models the rows ran, each once, in order: what every picture's title names."""
+    return ", ".join(dict.fromkeys(row["model"] for row in rows))
 
 
 def _save(figure: Any, out: str | os.PathLike) -> None:
@@ -56,17 +71,19 @@ def plot_sizes(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
     axes.set_xticks(range(len(rows)), [row["short"] for row in rows], rotation=30, fontsize=7)
     axes.set_ylabel("state size s (memories holding 90 % of the weight)")
     axes.set_title(
-        f"{rows[0]['model']}: sizes of the states reached (dot area: share of queries; "
+        f"{_models(rows)}: sizes of the states reached (dot area: share of queries; "
         "top: share at one pattern)",
         fontsize=8,
+        wrap=True,
     )
     _save(figure, out)
 
 
 def plot_energy(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
     """E(x_t) against the step t, one panel per setting: every traced query thin, the mean bold."""
-    figure, panels = _figure(3.0 * min(len(rows), 4), 3.2, columns=min(len(rows), 4))
-    for axes, row in zip(panels, rows[: len(panels)], strict=False):
+    figure, panels = _figure(3.0 * min(len(rows), COLUMNS), 3.2, len(rows))
+    figure.suptitle(f"{_models(rows)}: energy along the iterations (bold: mean)", fontsize=9)
+    for axes, row in zip(panels, rows, strict=True):
         traces = row["energy_trace"]  # (T + 1) lists of per-query energies
         if traces is None:
             axes.text(0.5, 0.5, "no energy", ha="center", transform=axes.transAxes)
@@ -77,7 +94,8 @@ def plot_energy(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
         axes.plot(steps, [sum(t) / len(t) for t in traces], color="#08519c", linewidth=2)
         axes.set_xlabel("step t")
         axes.set_title(row["short"], fontsize=8)
-    panels[0].set_ylabel("energy E(x_t)")
+    for axes in panels[::COLUMNS]:
+        axes.set_ylabel("energy E(x_t)")
     _save(figure, out)
 
 
@@ -87,8 +105,11 @@ def plot_basins(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
     state, black for the global average; a, b, c marked."""
     from matplotlib.colors import ListedColormap
 
-    figure, panels = _figure(3.0 * min(len(rows), 4), 3.3, columns=min(len(rows), 4))
-    for axes, row in zip(panels, rows[: len(panels)], strict=False):
+    figure, panels = _figure(3.0 * min(len(rows), COLUMNS), 3.3, len(rows))
+    figure.suptitle(
+        f"{_models(rows)}: the stored pattern each query of the plane reached", fontsize=9
+    )
+    for axes, row in zip(panels, rows, strict=True):
         basin = row["basin"]
         labels = basin["labels"]  # (n, n) rows: v, columns: u; ≥ 0 a pattern, −1, −2
         patterns = sorted({cell for line in labels for cell in line if cell >= 0})
@@ -128,6 +149,10 @@ def plot_basins(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
             framealpha=0.7,
         )
         axes.set_title(row["short"], fontsize=8)
-        axes.set_xlabel("u (towards ξ_b)")
-    panels[0].set_ylabel("v (towards ξ_c)")
+        corner = basin["corners"]
+        axes.set_xlabel(f"u (from ξ{corner[0]} towards ξ{corner[1]})")
+    for axes, row in zip(panels[::COLUMNS], rows[::COLUMNS], strict=True):
+        axes.set_ylabel(
+            f"v (from ξ{row['basin']['corners'][0]} towards ξ{row['basin']['corners'][2]})"
+        )
     _save(figure, out)

@@ -21,11 +21,13 @@ from __future__ import annotations
 import math
 import os
 import textwrap
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
+from nphcli.presentation.figure_text import heading, plain
 from nphcli.presentation.plot_data import METRIC_LABELS, X_AXES, Curves, Surfaces, curves, surfaces
 from nphcli.schema.catalog import param_cards
 
@@ -89,6 +91,23 @@ def plot_results(
     """Draw `metric` against `x` for result rows (filtered by `where`, one panel per value of
     `facet`) and save it as the extension of `out` says (PNG, SVG or PDF) at `size` pixels."""
     file_format = check_plot_output(out)
+    figure = results_figure(
+        rows, metric=metric, x=x, where=where, facet=facet, size=size, title=title
+    )
+    return _save(figure, out, file_format, force)
+
+
+def results_figure(
+    rows: list[dict[str, Any]],
+    *,
+    metric: str = "sse",
+    x: str = "auto",
+    where: list[str] | None = None,
+    facet: str | None = None,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    title: str | None = None,
+) -> Any:
+    """The matplotlib figure `plot_results` saves."""
     data = curves(rows, metric=metric, x=x, where=where, facet=facet)
     names = list(dict.fromkeys(name for panel in data.panels.values() for name in panel))
     if len(names) > MAX_LINES:
@@ -133,12 +152,8 @@ def plot_results(
         frameon=False,
         ncols=math.ceil(len(names) / per_column),
     )
-    # the legend takes the right of the figure: the title wraps before it
-    longest = max(len(name) for name in names)
-    room = width - math.ceil(len(names) / per_column) * (35 + 4.6 * longest)  # pixels
-    heading = title or _title(data, metric_name, max(int(room), width // 3))
-    figure.suptitle(heading, fontsize=9, x=0.01, ha="left")
-    return _save(figure, out, file_format, force)
+    heading(figure, title or partial(_title, data, metric_name))
+    return figure
 
 
 def plot_phase(
@@ -157,9 +172,27 @@ def plot_phase(
     """Draw `metric` as a heatmap over `x` and `y` for result rows (one panel per model, or per
     other varying setting and `facet` value), outline the success = 0.5 boundary, and save it
     as the extension of `out` says at `size` pixels."""
+    file_format = check_plot_output(out)
+    figure = phase_figure(
+        rows, metric=metric, x=x, y=y, where=where, facet=facet, size=size, title=title
+    )
+    return _save(figure, out, file_format, force)
+
+
+def phase_figure(
+    rows: list[dict[str, Any]],
+    *,
+    metric: str = "success",
+    x: str = "auto",
+    y: str,
+    where: list[str] | None = None,
+    facet: str | None = None,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    title: str | None = None,
+) -> Any:
+    """The matplotlib figure `plot_phase` saves."""
     import numpy as np
 
-    file_format = check_plot_output(out)
     data = surfaces(rows, metric=metric, x=x, y=y, where=where, facet=facet)
     if len(data.panels) > MAX_PANELS:
         raise NphError(
@@ -200,9 +233,11 @@ def plot_phase(
             wins = np.full(mean.shape, np.nan)
             for (at_x, at_y), value in won.items():
                 wins[data.ys.index(at_y), data.xs.index(at_x)] = value
-            present = wins[~np.isnan(wins)]
-            if present.size and present.min() < 0.5 < present.max() and min(wins.shape) > 1:
-                axes.contour(wins, levels=[0.5], colors="white", linewidths=1.5)
+            edges = boundary_edges(wins)
+            if edges:
+                from matplotlib.collections import LineCollection
+
+                axes.add_collection(LineCollection(edges, colors="white", linewidths=2))
                 boundary = True
         axes.set_xticks(range(len(data.xs)), [_tick(v) for v in data.xs], fontsize=7)
         axes.set_yticks(range(len(data.ys)), [_tick(v) for v in data.ys], fontsize=7)
@@ -215,18 +250,33 @@ def plot_phase(
     bar = figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9)
     bar.set_label(METRIC_LABELS.get(metric_name, metric_name), fontsize=8)
     bar.ax.tick_params(labelsize=7)
-    heading = title or _phase_title(data, metric_name, width, boundary)
-    figure.suptitle(heading, fontsize=9, x=0.01, ha="left")
-    return _save(figure, out, file_format, force)
+    heading(figure, title or partial(_phase_title, data, metric_name, boundary=boundary))
+    return figure
+
+
+def boundary_edges(wins: Any) -> list[list[tuple[float, float]]]:
+    """The cell edges between a cell whose success is at least 0.5 and a neighbour where it is
+    below (an empty cell, NaN, borders nothing): the retrieval boundary drawn along the grid,
+    in the coordinates of `imshow`'s cells (cell (i, j) spans j ± ½, i ± ½)."""
+    rows, columns = wins.shape  # (y, x)
+    edges = []
+    for i in range(rows):
+        for j in range(columns):
+            if j + 1 < columns and _crosses(wins[i, j], wins[i, j + 1]):
+                edges.append([(j + 0.5, i - 0.5), (j + 0.5, i + 0.5)])
+            if i + 1 < rows and _crosses(wins[i, j], wins[i + 1, j]):
+                edges.append([(j - 0.5, i + 0.5), (j + 0.5, i + 0.5)])
+    return edges
+
+
+def _crosses(a: float, b: float) -> bool:
+    return not (math.isnan(a) or math.isnan(b)) and (a >= 0.5) != (b >= 0.5)
 
 
 def _save(figure: Any, out: str | os.PathLike, file_format: str, force: bool) -> Path:
     """Write `figure` atomically. Every text is data (a label, a file name), so a `$` in it is a
     dollar sign, never the start of TeX that matplotlib would fail to parse."""
-    from matplotlib.text import Text
-
-    for text in figure.findobj(Text):
-        text.set_parse_math(False)
+    plain(figure)
     with atomic_write(out, force=force) as tmp:
         figure.savefig(tmp, format=file_format, dpi=DPI)
     return Path(out)
@@ -250,7 +300,7 @@ def _tick(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _phase_title(data: Surfaces, metric: str, width: int, boundary: bool) -> str:
+def _phase_title(data: Surfaces, metric: str, width: int, *, boundary: bool) -> str:
     fixed = title_settings(data.fixed)
     trials = data.trials()
     if trials == [1]:
@@ -262,7 +312,7 @@ def _phase_title(data: Surfaces, metric: str, width: int, boundary: bool) -> str
     detail = "; ".join(part for part in (", ".join(fixed), spread) if part) + line
     name = metric.upper() if metric in ("sse", "mse") else metric
     return f"{name} over {data.x_label} and {data.y_label}\n" + "\n".join(
-        textwrap.wrap(detail, width // 7)
+        textwrap.wrap(detail, width)
     )
 
 
@@ -286,7 +336,8 @@ def _look(i: int, count: int) -> tuple[Any, str, str]:
 
 
 def _title(data: Curves, metric: str, width: int) -> str:
-    """What is plotted, then the settings every line shares and what a point averages."""
+    """What is plotted, then the settings every line shares and what a point averages, wrapped
+    at `width` characters."""
     fixed = title_settings(data.fixed)
     trials = data.trials()
     if trials == [1]:
@@ -296,7 +347,7 @@ def _title(data: Curves, metric: str, width: int) -> str:
         spread = f"mean ± 1 std over {counts} trials"
     name = metric.upper() if metric in ("sse", "mse") else metric
     detail = "; ".join(part for part in (", ".join(fixed), spread) if part)
-    return f"{name} vs {data.x_label}\n" + "\n".join(textwrap.wrap(detail, width // 7))
+    return f"{name} vs {data.x_label}\n" + "\n".join(textwrap.wrap(detail, width))
 
 
 def _matplotlib():

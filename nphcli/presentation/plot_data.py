@@ -156,15 +156,16 @@ def curves(
         if value is None or at is None:
             continue
         panel = "" if facet is None else f"{facet}={short(row.get(facet))}"
-        # one line per combination of the varying settings: nothing else is averaged
-        key = (str(row.get("label")), *(short(row.get(c)) for c in by))
+        # one line per combination of the varying settings (nothing else is averaged), the model
+        # and its parameters included even where a facet splits on them: never another's name
+        key = (str(row.get("label")), str(row.get("model")), *(short(row.get(c)) for c in named))
         names.setdefault(key, _line_name(row, named))
         line = panels.setdefault(panel, {}).setdefault(key, {})
         line.setdefault(at * at if x == "variance" else at, []).append(value)
     if not panels:
         raise NphError(f"no rows have both {column} and {x_column} values")
     if len(set(names.values())) < len(names):  # names that leave out empty values collide
-        names = {key: " ".join(key) for key in names}
+        names = {key: " ".join(k for k in key if k != "None") for key in names}
     return Curves(
         x=x if x == "variance" else x_column,
         x_label=x_label,
@@ -231,14 +232,9 @@ def surfaces(
     by = independent([c for c in varying if c not in given], rows, given)
     say_split(by)
     named = by + _parameters_that_follow(varying, by, rows, given)
-    success_column = next(
-        (
-            c
-            for c in ("success_mean", "success")
-            if any(_number(r.get(c)) is not None for r in rows)
-        ),
-        None,
-    )
+    numbers = ("success_mean", "success")
+    found = [c for c in numbers if any(_number(r.get(c)) is not None for r in rows)]
+    success_column = found[0] if found else None
     cells: dict[str, dict[tuple[float, float], list[float]]] = {}
     wins: dict[str, dict[tuple[float, float], list[float]]] = {}
     for row in rows:
@@ -371,8 +367,14 @@ def natural(name: str) -> tuple:
 
 
 def _line_name(row: dict[str, Any], by: list[str]) -> str:
-    """The row's model setting (`label`, else `model`) and the other settings it differs in."""
-    name = str(row.get("label") or row.get("model") or "")
+    """The row's model setting (`label`, else `model`) and the other settings it differs in;
+    a value the label writes is shown as the row's column holds it (`k=10`, never `k=10.0`)."""
+    name = " ".join(
+        f"{part.partition('=')[0]}={short(row[part.partition('=')[0]])}"
+        if "=" in part and part.partition("=")[0] in row
+        else part
+        for part in str(row.get("label") or row.get("model") or "").split()
+    )
     parts = [
         f"{c}={short(row.get(c))}"
         for c in by
@@ -383,12 +385,8 @@ def _line_name(row: dict[str, Any], by: list[str]) -> str:
 
 def _point(at: float, values: list[float]) -> Point:
     mean = math.fsum(values) / len(values)
-    std = (
-        0.0
-        if len(set(values)) == 1
-        else math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
-    )
-    return at, mean, std, len(values)
+    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+    return at, mean, 0.0 if len(set(values)) == 1 else spread, len(values)
 
 
 def _number(value: Any) -> float | None:

@@ -46,7 +46,15 @@ def read_inputs(
             kind = "nph retrieve / nph batch JSON Lines"
             config = _shared([record.get("config") for record in records]) if records else None
         else:
-            found = read_results(path, each_row=count.add).rows
+            first: list[bool] = []  # the first row is looked at before any row is taken
+
+            def take(row: dict[str, Any], path: Path = path, first: list = first) -> dict:
+                if not first:
+                    refuse_foreign(path, row)
+                    first.append(True)
+                return count.add(row)
+
+            found = read_results(path, each_row=take).rows
             kind, config = "results rows (nph sweep, nph retrieve --csv)", None
         if not found:
             raise NphError(f"{path} holds no results")
@@ -81,6 +89,44 @@ class SettingsCount:
                 "shows at most that many: choose fewer with --where or report a part of the file"
             )
         return row
+
+
+def refuse_foreign(path: Path, row: dict[str, Any]) -> None:
+    """Refuse, in one line saying what the file looks like instead, a results file whose first
+    row is not one nph writes: a row of `nph sweep` or `nph retrieve --csv` names its model
+    (`model`, or a sweep's `label`) and holds at least one metric (`success_mean`, ...)."""
+    from nphcli.models.registry import model_names
+    from nphcli.presentation.plot_data import METRIC_LABELS
+
+    columns = [str(c) for c in row]
+    metrics = {*METRIC_LABELS, *(f"{m}_mean" for m in METRIC_LABELS)}
+    if ("model" in columns or "label" in columns) and metrics & set(columns):
+        return
+    if columns and columns[0] in model_names():
+        raise NphError(
+            f"{path} has no header row: its first line is data (e.g. written only with `nph "
+            "retrieve --csv --no-header`); put the header first: write the first run with "
+            "`nph retrieve --csv > FILE` and append the others with --no-header"
+        )
+    if columns and all(_is_number(c) for c in columns):
+        looks = f"a table of numbers without a header row (its first line: {','.join(columns)})"
+    elif path.suffix.lower() == ".csv":
+        looks = f"a CSV file with the columns {', '.join(columns[:8])}"
+        looks += ", ..." if columns[8:] else ""
+    else:
+        looks = f"JSON Lines of objects with the keys {', '.join(columns[:8])}"
+        looks += ", ..." if columns[8:] else ""
+    raise NphError(
+        f"{path} is not a results file of nph (sweep, retrieve or batch): it looks like {looks}"
+    )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _holds_retrieve_records(path: Path) -> bool:
