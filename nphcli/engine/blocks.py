@@ -1,8 +1,8 @@
 """Merging per-block results exactly: a model reads a `MemoryBank` block by block, and these
 accumulators turn the partial results into what a one-shot computation gives (up to float
 rounding): `SoftmaxAccumulator` (online softmax: running max, normaliser and weighted sum),
-`TopKAccumulator` (running k best scores with deterministic tie-breaking) and `weighted_rows`
-(sums of a few kept rows per query).
+`TopKAccumulator` (running k best scores with deterministic tie-breaking; `running_topk` feeds it
+cache-sized tiles of scores on the CPU) and `weighted_rows` (sums of a few kept rows per query).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from nphcli.core.notices import notice
-from nphcli.engine.precision import HALF_DTYPES, matmul
+from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype, matmul
 from nphcli.engine.selection import block_topk, fused_selection_applies
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
@@ -238,6 +238,52 @@ class TopKAccumulator:
         index = collective.all_cat(index, dim=1)  # (Q, W·k)
         order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, : self.k]
         self.scores, self.index = scores.gather(1, order), index.gather(1, order)
+
+
+def running_topk(
+    queries: Tensor, bank: MemoryBank, k: int, *, block_rows: int, scale: float = 1.0
+) -> TopKAccumulator:
+    """The k best scores `scale`·xᵀξ_μ per query (Q, d) over every memory, merged over ranks:
+    a `TopKAccumulator` fed the bank's blocks, each cut into `score_tiles`."""
+    dtype = accumulation_dtype(queries.dtype)  # float32 scores for half inputs
+    top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=dtype)
+    for start, keys in bank.key_blocks(block_rows):
+        for offset, scores in score_tiles(queries, keys, k):
+            top.add(scores, start + offset, scale)  # (Q, b)
+    top.merge(bank.collective)  # rows spread over ranks: the global k best
+    return top
+
+
+# On the CPU a block's scores are made and cut a tile of at most this many at a time (4 MiB of
+# float32, in cache for the selection that reads them back), in one buffer reused for every tile:
+# one (Q, M) product then a selection over it wrote and re-read the scores from memory and paid
+# the page faults of a fresh buffer each call (Q = 200, M = 60,000, one thread: 0.34 s for the
+# product and 0.04 for `torch.topk`; `benchmarks/cpu_pace.py` times both routes).
+TILE_SCORES = 1 << 20
+TILE_DEVICES = ("cpu",)
+MIN_TILE_ROWS = 1024  # fewer memories per tile and each tile's merge costs more than it saves
+
+
+def score_tiles(queries: Tensor, keys: Tensor, k: int):
+    """(offset, scores) for the scores xᵀξ (Q, b) of keys (B, d) in tiles of b rows from
+    `offset`, in index order: the whole block where tiles do not apply (`TILE_DEVICES`, or a
+    block no wider than a tile), else tiles of `TILE_SCORES`, written into one buffer that the
+    next tile overwrites (the caller keeps nothing of a tile but what it copies out)."""
+    num_queries, block = queries.shape[0], keys.shape[0]
+    rows = max(MIN_TILE_ROWS, k + 1, TILE_SCORES // max(1, num_queries))
+    reuse = queries.dtype == keys.dtype and queries.dtype in (torch.float32, torch.float64)
+    if keys.device.type not in TILE_DEVICES or rows >= block or not reuse:
+        yield 0, matmul(queries, keys.T)  # (Q, B)
+        return
+    if queries.requires_grad or keys.requires_grad:
+        for offset in range(0, block, rows):
+            yield offset, queries @ keys[offset : offset + rows].T  # (Q, b)
+        return
+    buffer = queries.new_empty(num_queries * rows)  # (Q·b,) one tile's scores, reused
+    for offset in range(0, block, rows):
+        part = keys[offset : offset + rows]  # (b, d), a view
+        out = buffer[: num_queries * part.shape[0]].view(num_queries, part.shape[0])  # (Q, b)
+        yield offset, torch.mm(queries, part.T, out=out)
 
 
 _SELECT: dict[str, str | None] = {"failed": None}  # why the fused selection is off, if it is
