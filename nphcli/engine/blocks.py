@@ -254,14 +254,15 @@ def running_topk(
     return top
 
 
-# On the CPU a block's scores are made and cut a tile of at most this many at a time (4 MiB of
-# float32, in cache for the selection that reads them back), in one buffer reused for every tile:
-# one (Q, M) product then a selection over it wrote and re-read the scores from memory and paid
-# the page faults of a fresh buffer each call (Q = 200, M = 60,000, one thread: 0.34 s for the
-# product and 0.04 for `torch.topk`; `benchmarks/cpu_pace.py` times both routes).
-TILE_SCORES = 1 << 20
+# On the CPU a block's scores are made and cut a tile of at most this many at a time (16 MiB of
+# float32, in the last-level cache for the selection that reads them back), in one buffer reused
+# for every tile, where one (Q, M) product and a selection over it write and re-read the scores
+# from memory and fault in a fresh buffer each call. At Q = 200, M = 60,000 (one thread) that
+# is 48 MB against a product of 0.34 s and a `torch.topk` of 0.04 s: a few per cent at most,
+# within the busy CI machine's noise (`benchmarks/cpu_pace.py` times both, docs/performance.md).
+TILE_SCORES = 1 << 22
 TILE_DEVICES = ("cpu",)
-MIN_TILE_ROWS = 1024  # fewer memories per tile and each tile's merge costs more than it saves
+MIN_TILE_ROWS = 4096  # narrower, the products run slower and the merges add up
 
 
 def score_tiles(queries: Tensor, keys: Tensor, k: int):
