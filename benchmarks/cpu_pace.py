@@ -8,8 +8,10 @@ Prints one JSON object (and writes it to --out). One thread for torch and for FA
 queries = stored patterns plus noise, β = 1, float32. Each section times its calls in
 alternation, one call each per round after a warm-up call each, so that a change in the
 machine's load reaches every call alike; per call the median and min over rounds, and per ratio
-the median of the rounds' ratios with its spread (min and max over rounds). The load average
-before and after is recorded: on a shared machine that is what makes timings noisy.
+the median of the rounds' ratios with its spread (min and max over rounds), of wall time and of
+this process's CPU time (one thread: the steadier measure when other processes share the core).
+The load average before and after is recorded: on a shared machine that is what makes timings
+noisy.
 
 - topk: `topk` (k = 10) at Q = 200 by each exact-search kernel (`NPH_EXACT_SEARCH`: torch's
   blocked route, the same with blocks scored whole, FAISS, and auto) against FAISS
@@ -48,29 +50,46 @@ CROSSOVER_QUERIES = (1, 2, 8, 32, 100, 128, 160, 200, 256)
 
 def alternate(calls: dict, rounds: int) -> dict:
     """Each call once per round, in turn, after a warm-up call each: per call its seconds,
-    median and min."""
+    median and min, and this process's CPU seconds (with one thread, the wall time less the
+    time other processes held the core)."""
     for call in calls.values():
         call()
     seconds: dict = {name: [] for name in calls}
+    cpu: dict = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             call()
             seconds[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
     return {
-        name: {"median_s": statistics.median(s), "min_s": min(s), "seconds": s}
+        name: {
+            "median_s": statistics.median(s),
+            "min_s": min(s),
+            "cpu_median_s": statistics.median(cpu[name]),
+            "seconds": s,
+            "cpu_seconds": cpu[name],
+        }
         for name, s in seconds.items()
     }
 
 
 def ratio(row: dict, name: str, base: str) -> dict:
-    """name over base: the median of the rounds' ratios, its spread, and the ratio of minima."""
-    pairs = [a / b for a, b in zip(row[name]["seconds"], row[base]["seconds"], strict=True)]
+    """name over base: the median of the rounds' ratios of wall time, its spread (min, max),
+    the ratio of minima, and the median and spread of the rounds' ratios of CPU time."""
+
+    def pairs(field):
+        return [a / b for a, b in zip(row[name][field], row[base][field], strict=True)]
+
+    wall, cpu = pairs("seconds"), pairs("cpu_seconds")
     return {
-        "median": statistics.median(pairs),
-        "min": min(pairs),
-        "max": max(pairs),
+        "median": statistics.median(wall),
+        "min": min(wall),
+        "max": max(wall),
         "of_min": row[name]["min_s"] / row[base]["min_s"],
+        "cpu_median": statistics.median(cpu),
+        "cpu_min": min(cpu),
+        "cpu_max": max(cpu),
     }
 
 
@@ -216,7 +235,8 @@ def crossover_section(keys, rounds: int) -> dict:
         row = alternate(calls, rounds)
         row["ratios"] = {"faiss / torch": ratio(row, "faiss", "torch")}
         out[f"Q={num_queries}"] = row
-        print(f"  crossover Q={num_queries}: {row['ratios']['faiss / torch']}", file=sys.stderr)
+        faster = row["ratios"]["faiss / torch"]
+        print(f"  crossover Q={num_queries}: faiss / torch {faster['median']:.2f}", file=sys.stderr)
     return out
 
 
