@@ -14,7 +14,7 @@ The load average before and after is recorded: on a shared machine that is what 
 noisy.
 
 - topk: `topk` (k = 10) at Q = 200 by each exact-search kernel (`NPH_EXACT_SEARCH`: torch's
-  blocked route, the same with blocks scored whole, FAISS, and auto) against FAISS
+  running top-k over memory blocks, FAISS, and auto) against FAISS
   `IndexFlatIP.search` and `faiss.knn` plus the softmax and the weighted sum of the k rows, and
   against one (Q, M) product + `torch.topk` + sum.
 - one-query: dense and topk at Q = 1 against one GEMV `K x` (one read of the keys), torch's
@@ -38,7 +38,7 @@ import torch
 from _common import emit, provenance
 from run import queries_for, synthetic
 
-from nphcli.engine import blocks, exact_search
+from nphcli.engine import exact_search
 from nphcli.memory.bank import TensorBank
 from nphcli.models import create_model
 
@@ -110,20 +110,6 @@ def with_search(choice: str, call):
     return run
 
 
-def untiled(call):
-    """`call` with the torch kernel's blocks scored whole (no cache-sized tiles): the A/B."""
-
-    def run():
-        tile = blocks.TILE_SCORES
-        blocks.TILE_SCORES = 1 << 62
-        try:
-            return call()
-        finally:
-            blocks.TILE_SCORES = tile
-
-    return run
-
-
 def faiss_calls(queries, keys) -> dict:
     """FAISS's flat search (an `IndexFlatIP` built once, untimed, and `faiss.knn` on the arrays)
     plus the softmax and weighted sum of the k rows: what `topk` computes. Empty without FAISS."""
@@ -160,7 +146,6 @@ def topk_section(keys, num_queries: int, rounds: int) -> dict:
         f"nph topk ({choice})": with_search(choice, lambda: model.retrieve(queries, keys))
         for choice in ("torch", "auto")
     }
-    calls["nph topk (torch, untiled)"] = untiled(calls["nph topk (torch)"])
     if exact_search.faiss_available():
         calls["nph topk (faiss)"] = with_search("faiss", lambda: model.retrieve(queries, keys))
     calls.update(faiss_calls(queries, keys))

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from nphcli.core.errors import NphError
-from nphcli.engine import blocks, exact_search
+from nphcli.engine import exact_search
 from nphcli.engine.exact_search import exact_topk, faiss_topk, torch_topk
+from nphcli.engine.planning import Plan
 from nphcli.memory.bank import TensorBank
 from nphcli.models import create_model
 
@@ -98,64 +99,39 @@ def test_without_faiss_auto_uses_torch(monkeypatch):
         exact_topk(x, TensorBank(keys), 4, block_rows=50)
 
 
-def small_tiles(monkeypatch, device, scores=64, rows=7):
-    """Tiles of `rows` memories (at most `scores` scores) on every device, so that small inputs
-    cross many tile edges; returns the list the tiles' widths are recorded in."""
-    monkeypatch.setattr(blocks, "TILE_SCORES", scores)
-    monkeypatch.setattr(blocks, "MIN_TILE_ROWS", rows)
-    monkeypatch.setattr(blocks, "TILE_DEVICES", (device.type,))
-    widths: list[int] = []
-    real = blocks.score_tiles
-
-    def recording(queries, keys, k):
-        for offset, scores_ in real(queries, keys, k):
-            widths.append(scores_.shape[1])
-            yield offset, scores_
-
-    monkeypatch.setattr(blocks, "score_tiles", recording)
-    return widths
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(("queries", "k"), [(40, 1), (40, 9), (1, 5), (1, 300), (7, 300), (3, 299)])
-def test_blocked_route_matches_reference_with_ties(monkeypatch, device, dtype, queries, k):
-    """Tiles of 7 memories (ties across every tile edge), k up to M, one query, float64."""
-    widths = small_tiles(monkeypatch, device)
+def test_running_topk_matches_reference_with_ties(device, dtype, queries, k):
+    """Blocks of 7 memories (ties across every block edge), k up to M, one query, float64."""
     x, keys = tied_inputs(seed=4, queries=queries)
     x, keys = x.to(device, dtype), keys.to(device, dtype)
-    scores, index = torch_topk(x, TensorBank(keys), k, block_rows=100)
+    scores, index = torch_topk(x, TensorBank(keys), k, block_rows=7)
     ref_scores, ref_index = reference_topk(x.cpu(), keys.cpu(), k)
     assert torch.equal(index.cpu(), ref_index)
     assert torch.equal(scores.cpu().double(), ref_scores)
-    rows = max(7, k + 1, 64 // queries)  # the tiles' width, where narrower than a block
-    assert max(widths) == min(rows, 100) and (rows >= 100 or len(widths) > 3)
 
 
-def test_blocked_route_equals_one_block_on_continuous_scores(monkeypatch, device):
+def test_running_topk_blocks_equal_one_block_on_continuous_scores(device):
     g = torch.Generator().manual_seed(5)
     keys = torch.nn.functional.normalize(torch.randn(3000, 24, generator=g, dtype=torch.float64))
     x = torch.nn.functional.normalize(torch.randn(12, 24, generator=g, dtype=torch.float64))
     keys, x = keys.to(device), x.to(device)
     whole = torch_topk(x, TensorBank(keys), 10, block_rows=3000)
-    small_tiles(monkeypatch, device, scores=12 * 50, rows=50)
-    tiled = torch_topk(x, TensorBank(keys), 10, block_rows=3000)
-    assert torch.equal(whole[1], tiled[1])
-    torch.testing.assert_close(whole[0], tiled[0], rtol=0, atol=1e-14)  # products' rounding
+    blocked = torch_topk(x, TensorBank(keys), 10, block_rows=50)
+    assert torch.equal(whole[1], blocked[1])
+    torch.testing.assert_close(whole[0], blocked[0], rtol=0, atol=1e-14)  # products' rounding
 
 
-def test_sparse_and_topk_models_unchanged_by_tiles(monkeypatch, device):
-    """The models' results do not depend on the tiles (beyond float rounding)."""
+def test_sparse_and_topk_models_unchanged_by_blocks(monkeypatch, device):
+    """The models' results do not depend on the memory blocks (beyond float rounding)."""
     x, keys = tied_inputs(seed=6, queries=9)
     x, keys = x.to(device), keys.to(device)
     monkeypatch.setenv("NPH_EXACT_SEARCH", "torch")
-    models = [create_model("topk", k=7, beta=2.0), create_model("sparse", beta=0.5)]
-    before = [model.retrieve(x, keys) for model in models]
-    widths = small_tiles(monkeypatch, device)
-    after = [model.retrieve(x, keys) for model in models]
-    assert widths
-    for one, other in zip(before, after, strict=True):
-        torch.testing.assert_close(one.patterns, other.patterns, rtol=0, atol=1e-6)
-        assert torch.equal(one.support, other.support)
+    for model in (create_model("topk", k=7, beta=2.0), create_model("sparse", beta=0.5)):
+        whole = model.retrieve(x, keys)
+        blocked = model.retrieve(x, keys, plan=Plan(query_rows=4, memory_rows=7))
+        torch.testing.assert_close(whole.patterns, blocked.patterns, rtol=0, atol=1e-6)
+        assert torch.equal(whole.support, blocked.support)
 
 
 @needs_faiss

@@ -2,7 +2,7 @@
 accumulators turn the partial results into what a one-shot computation gives (up to float
 rounding): `SoftmaxAccumulator` (online softmax: running max, normaliser and weighted sum),
 `TopKAccumulator` (running k best scores with deterministic tie-breaking; `running_topk` feeds it
-cache-sized tiles of scores on the CPU) and `weighted_rows` (sums of a few kept rows per query).
+a bank's blocks) and `weighted_rows` (sums of a few kept rows per query).
 """
 
 from __future__ import annotations
@@ -243,48 +243,19 @@ class TopKAccumulator:
 def running_topk(
     queries: Tensor, bank: MemoryBank, k: int, *, block_rows: int, scale: float = 1.0
 ) -> TopKAccumulator:
-    """The k best scores `scale`·xᵀξ_μ per query (Q, d) over every memory, merged over ranks:
-    a `TopKAccumulator` fed the bank's blocks, each cut into `score_tiles`."""
+    """The k best scores `scale`·xᵀξ_μ per query (Q, d) over every memory, merged over ranks: a
+    `TopKAccumulator` fed the bank's blocks of `block_rows`.
+
+    Blocks are the planner's, not cut to the cache: tiles of 2^22 scores (in one reused
+    buffer, each tile's top-k merged at once) took 1.20× the CPU time of one block on the
+    2-core CI machine (Q = 200, M = 60,000, one thread; 2^18 to 2^23 were all slower), since the
+    (Q, M) scores' writing and re-reading is a few per cent of the product's time."""
     dtype = accumulation_dtype(queries.dtype)  # float32 scores for half inputs
     top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=dtype)
     for start, keys in bank.key_blocks(block_rows):
-        for offset, scores in score_tiles(queries, keys, k):
-            top.add(scores, start + offset, scale)  # (Q, b)
+        top.add(matmul(queries, keys.T), start, scale)  # (Q, B)
     top.merge(bank.collective)  # rows spread over ranks: the global k best
     return top
-
-
-# On the CPU a block's scores are made and cut a tile of at most this many at a time (16 MiB of
-# float32, in the last-level cache for the selection that reads them back), in one buffer reused
-# for every tile, where one (Q, M) product and a selection over it write and re-read the scores
-# from memory and fault in a fresh buffer each call. At Q = 200, M = 60,000 (one thread) that
-# is 48 MB against a product of 0.34 s and a `torch.topk` of 0.04 s: a few per cent at most,
-# within the busy CI machine's noise (`benchmarks/cpu_pace.py` times both, docs/performance.md).
-TILE_SCORES = 1 << 22
-TILE_DEVICES = ("cpu",)
-MIN_TILE_ROWS = 4096  # narrower, the products run slower and the merges add up
-
-
-def score_tiles(queries: Tensor, keys: Tensor, k: int):
-    """(offset, scores) for the scores xᵀξ (Q, b) of keys (B, d) in tiles of b rows from
-    `offset`, in index order: the whole block where tiles do not apply (`TILE_DEVICES`, or a
-    block no wider than a tile), else tiles of `TILE_SCORES`, written into one buffer that the
-    next tile overwrites (the caller keeps nothing of a tile but what it copies out)."""
-    num_queries, block = queries.shape[0], keys.shape[0]
-    rows = max(MIN_TILE_ROWS, k + 1, TILE_SCORES // max(1, num_queries))
-    reuse = queries.dtype == keys.dtype and queries.dtype in (torch.float32, torch.float64)
-    if keys.device.type not in TILE_DEVICES or rows >= block or not reuse:
-        yield 0, matmul(queries, keys.T)  # (Q, B)
-        return
-    if queries.requires_grad or keys.requires_grad:
-        for offset in range(0, block, rows):
-            yield offset, queries @ keys[offset : offset + rows].T  # (Q, b)
-        return
-    buffer = queries.new_empty(num_queries * rows)  # (Q·b,) one tile's scores, reused
-    for offset in range(0, block, rows):
-        part = keys[offset : offset + rows]  # (b, d), a view
-        out = buffer[: num_queries * part.shape[0]].view(num_queries, part.shape[0])  # (Q, b)
-        yield offset, torch.mm(queries, part.T, out=out)
 
 
 _SELECT: dict[str, str | None] = {"failed": None}  # why the fused selection is off, if it is

@@ -1,10 +1,10 @@
 """Exact top-k inner-product search: each query's k highest scores ⟨x, ξ_μ⟩ and their indices.
 
 Two kernels give the same answer. The torch one (`blocks.running_topk`: a `TopKAccumulator` over
-memory blocks, on the CPU in cache-sized tiles of scores) works on every device, dtype and memory
-kind. FAISS's flat inner-product search (`faiss.knn`, the optional
-`ann` extra) multiplies in cache-sized tiles and keeps a heap per query, which on CPUs beats a
-torch matrix product followed by a selection; it is used for float32 memories resident in CPU RAM.
+memory blocks) works on every device, dtype and memory kind. FAISS's flat inner-product search
+(`faiss.knn`, the optional `ann` extra) multiplies in cache-sized tiles and keeps a heap per
+query, which on this CPU beats a torch matrix product followed by a selection (its BLAS product
+alone is faster than torch's); it is used for float32 memories resident in CPU RAM.
 
 Both follow nph's tie rule: among equal scores the lower memory index wins. FAISS's heap order
 among equal scores is its own, so FAISS is asked for k + 1 neighbours: where the k-th and
