@@ -122,9 +122,10 @@ def test_weighted_scores_count_as_repeats(alpha):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("exponent", [1 / 3, 0.5, 10 / 3 - 3, 2.5, 2.0, 3.0])
 def test_raise_matches_pow(dtype, exponent):
-    """`_raise` (2^(e·log2 d) for a fractional e, products for a whole one) against float64
-    pow: zeros stay exactly 0; from 10⁻⁶ to 10³ within (4 + |e·log2 d|) ulps (the rounding of
-    the product e·log2 d, carried by exp2); below the smallest normal number, at most its power."""
+    """`_raise` on the CPU (2^(e·log2 d) for a fractional e, products for a whole one) against
+    float64 pow: zeros stay exactly 0; from 10⁻⁶ to 10³ within (4 + |e·log2 d|) ulps (the
+    rounding of the product e·log2 d, carried by exp2); below the smallest normal number, at
+    most its power."""
     tiny = torch.finfo(dtype).tiny
     generator = torch.Generator().manual_seed(1)
     normal = torch.cat(

@@ -56,10 +56,10 @@ def search_choice() -> str:
 # FAISS scans the keys once per query (no matrix product) below `distance_compute_blas_threshold`
 # (FAISS 1.15: 128,000, compared with Q·d, so below Q = 163 at d = 784) and multiplies in tiles
 # above it. Measured one-threaded on the 2-core CI machine (M = 60,000, d = 784, k = 10,
-# `benchmarks/cpu_pace.py --only crossover`): the scan took 0.84× torch's blocked kernel at
-# Q = 1 and 0.74× at Q = 2, but about 11 ms per query, 2× torch's time at Q = 8 and 4–6× at
-# Q = 32–160; the tiles took 0.6–0.7× torch's time from Q = 8 up. So FAISS scans for up to this
-# many queries and multiplies in tiles above, and `auto` takes it at every Q.
+# `benchmarks/cpu_pace.py`, CPU time): the scan took 0.91× torch's kernel at Q = 1 and 0.80× at
+# Q = 2, but 11–20 ms per query, 2× torch's time at Q = 8 and 4–6× at Q = 32–160; the product
+# took 0.67–0.81× torch's time from Q = 8 to 256. So FAISS scans for up to this many queries and
+# multiplies in tiles above, and `auto` takes it at every Q.
 FAISS_SCAN_MAX_QUERIES = 2
 
 

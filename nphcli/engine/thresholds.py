@@ -201,7 +201,8 @@ def _power_newton(
     t = lo if start is None else torch.where(start < 0, torch.maximum(start.to(z.dtype), lo), lo)
     terms = min(3, math.ceil(power) - 1)  # J
     shifted, weights = torch.empty_like(z), torch.empty_like(z)  # (Q, n) scratch
-    spare = weights if (power - terms).is_integer() else torch.empty_like(z)  # (Q, n) `_raise`'s
+    logs = z.device.type in LOG_POWER_DEVICES and not (power - terms).is_integer()
+    spare = torch.empty_like(z) if logs else weights  # (Q, n) `_raise`'s scratch, if it needs one
     result = out  # (Q, n), made when rows finish apart and no `out` is given
     totals, trials = torch.empty_like(lo), torch.empty_like(lo)  # (Q, 1) each
     live, part, part_weight = None, z, weight  # rows still solving (None: all), their z and w
@@ -254,14 +255,23 @@ def _keep(result, totals, trials, live, done, weights, total, t) -> Tensor:
     return result
 
 
+# Devices where `_raise` takes a fractional power through log2 and exp2 (CPUs, where pow is slow);
+# elsewhere torch.pow, one pass where the log form takes six (a GPU's are memory-bound).
+LOG_POWER_DEVICES = ("cpu",)
+
+
 def _raise(d: Tensor, exponent: float, out: Tensor, spare: Tensor) -> Tensor:
     """d^exponent (Q, n), d ≥ 0, into `out` (`spare`: scratch of its shape): by squaring and
-    products for a whole exponent (each a tenth of a pow's time on the CPU), else as
-    2^(exponent·log2 d), each 0 raised as the smallest normal number and then multiplied by
-    sign(d) = 0. On the CPU (AVX2, one thread, float32) torch.pow took 5.7–7 ns a score, log2
-    and exp2 1.2 and 0.5 where no input is 0 (a 0's −inf takes a slow path: log2 6.6 ns), the
-    five passes here about 2.4 in all; the result is within a few ulps of pow's."""
+    products for a whole exponent (each a tenth of a pow's time on the CPU); a fractional one on
+    `LOG_POWER_DEVICES` as 2^(exponent·log2 d), each 0 raised as the smallest normal number and
+    then multiplied by sign(d) = 0, else torch.pow. On the CPU (AVX2, one thread, float32)
+    torch.pow took 5.7–7 ns a score, log2 and exp2 1.2 and 0.5 where no input is 0 (a 0's −inf
+    takes a slow path: log2 6.6 ns), the six passes here about 2.4 ns in all; the result is
+    within (4 + |exponent·log2 d|) ulps of d^exponent (the rounding of the product, which exp2
+    carries), where pow's is within one."""
     if not exponent.is_integer():
+        if d.device.type not in LOG_POWER_DEVICES:
+            return torch.pow(d, exponent, out=out)
         torch.clamp(d, min=torch.finfo(d.dtype).tiny, out=out).log2_().mul_(exponent).exp2_()
         return out.mul_(torch.sign(d, out=spare))
     out.copy_(d)
