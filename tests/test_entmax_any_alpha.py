@@ -117,3 +117,24 @@ def test_weighted_scores_count_as_repeats(alpha):
         repeated = z[row].repeat_interleave(weight[row].long())[None]  # (1, Σw)
         alone = thresholds.solve(repeated, alpha, mass=2.0)[3]
         torch.testing.assert_close(level[row : row + 1], alone, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("exponent", [1 / 3, 0.5, 10 / 3 - 3, 2.5, 2.0, 3.0])
+def test_raise_matches_pow(dtype, exponent):
+    """`_raise` on the CPU (2^(e·log2 d) for a fractional e, products for a whole one) against
+    float64 pow: zeros stay exactly 0; from 10⁻⁶ to 10³ within (4 + |e·log2 d|) ulps (the
+    rounding of the product e·log2 d, carried by exp2); below the smallest normal number, at
+    most its power."""
+    tiny = torch.finfo(dtype).tiny
+    generator = torch.Generator().manual_seed(1)
+    normal = torch.cat(
+        [torch.tensor([1e-6, 0.3, 1.0, 2.5, 1e3]), torch.rand(500, generator=generator)]
+    )
+    d = torch.cat([torch.tensor([0.0, tiny / 4, tiny]), normal.clamp(min=1e-6)]).to(dtype)[None]
+    got = thresholds._raise(d, exponent, torch.empty_like(d), torch.empty_like(d)).double()[0]
+    expected = d.double().pow(exponent)[0]
+    assert got[0] == 0
+    assert (got[1:3] <= tiny**exponent * (1 + 1e-6)).all()
+    ulps = (4 + (exponent * d.double()[0, 3:].log2()).abs()) * torch.finfo(dtype).eps
+    assert ((got[3:] - expected[3:]).abs() <= ulps * expected[3:]).all()

@@ -9,6 +9,7 @@ import torch
 from nphcli.core.errors import NphError
 from nphcli.engine import exact_search
 from nphcli.engine.exact_search import exact_topk, faiss_topk, torch_topk
+from nphcli.engine.planning import Plan
 from nphcli.memory.bank import TensorBank
 from nphcli.models import create_model
 
@@ -96,3 +97,63 @@ def test_without_faiss_auto_uses_torch(monkeypatch):
     monkeypatch.setenv("NPH_EXACT_SEARCH", "faiss")
     with pytest.raises(NphError, match="pip install"):
         exact_topk(x, TensorBank(keys), 4, block_rows=50)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("queries", "k"), [(40, 1), (40, 9), (1, 5), (1, 300), (7, 300), (3, 299)])
+def test_running_topk_matches_reference_with_ties(device, dtype, queries, k):
+    """Blocks of 7 memories (ties across every block edge), k up to M, one query, float64."""
+    x, keys = tied_inputs(seed=4, queries=queries)
+    x, keys = x.to(device, dtype), keys.to(device, dtype)
+    scores, index = torch_topk(x, TensorBank(keys), k, block_rows=7)
+    ref_scores, ref_index = reference_topk(x.cpu(), keys.cpu(), k)
+    assert torch.equal(index.cpu(), ref_index)
+    assert torch.equal(scores.cpu().double(), ref_scores)
+
+
+def test_running_topk_blocks_equal_one_block_on_continuous_scores(device):
+    g = torch.Generator().manual_seed(5)
+    keys = torch.nn.functional.normalize(torch.randn(3000, 24, generator=g, dtype=torch.float64))
+    x = torch.nn.functional.normalize(torch.randn(12, 24, generator=g, dtype=torch.float64))
+    keys, x = keys.to(device), x.to(device)
+    whole = torch_topk(x, TensorBank(keys), 10, block_rows=3000)
+    blocked = torch_topk(x, TensorBank(keys), 10, block_rows=50)
+    assert torch.equal(whole[1], blocked[1])
+    torch.testing.assert_close(whole[0], blocked[0], rtol=0, atol=1e-14)  # products' rounding
+
+
+def test_sparse_and_topk_models_unchanged_by_blocks(monkeypatch, device):
+    """The models' results do not depend on the memory blocks (beyond float rounding)."""
+    x, keys = tied_inputs(seed=6, queries=9)
+    x, keys = x.to(device), keys.to(device)
+    monkeypatch.setenv("NPH_EXACT_SEARCH", "torch")
+    for model in (create_model("topk", k=7, beta=2.0), create_model("sparse", beta=0.5)):
+        whole = model.retrieve(x, keys)
+        blocked = model.retrieve(x, keys, plan=Plan(query_rows=4, memory_rows=7))
+        torch.testing.assert_close(whole.patterns, blocked.patterns, rtol=0, atol=1e-6)
+        assert torch.equal(whole.support, blocked.support)
+
+
+@needs_faiss
+@pytest.mark.parametrize("queries", [1, 2, 3, 40])
+def test_faiss_scan_and_tiles_match_reference(queries):
+    """FAISS scans for Q ≤ FAISS_SCAN_MAX_QUERIES and multiplies in tiles above: the same k
+    either way, and its global threshold is left as it was."""
+    import faiss
+
+    before = faiss.cvar.distance_compute_blas_threshold
+    x, keys = tied_inputs(seed=7, queries=queries)
+    for k in (1, 6, 300):
+        scores, index = faiss_topk(x, keys, k)
+        ref_scores, ref_index = reference_topk(x, keys, k)
+        assert torch.equal(index, ref_index)
+        assert torch.equal(scores.double(), ref_scores)
+    assert faiss.cvar.distance_compute_blas_threshold == before
+
+
+@needs_faiss
+def test_auto_takes_faiss_at_any_query_count(monkeypatch):
+    monkeypatch.setenv("NPH_EXACT_SEARCH", "auto")
+    x, keys = tied_inputs()
+    for rows in (1, 2, 40):
+        assert exact_search.use_faiss(x[:rows], TensorBank(keys))

@@ -20,9 +20,9 @@ import torch
 from torch import Tensor
 
 from nphcli.core.errors import score_overflow
-from nphcli.engine.blocks import TopKAccumulator, weighted_rows
+from nphcli.engine.blocks import running_topk, weighted_rows
 from nphcli.engine.planning import Plan, itemsize
-from nphcli.engine.precision import accumulation_dtype, matmul, scale_queries
+from nphcli.engine.precision import accumulation_dtype, scale_queries
 from nphcli.engine.selection import running_topk_plan
 from nphcli.memory.bank import MemoryBank
 
@@ -86,11 +86,7 @@ def _round(
     with a support smaller than its set or the set all M memories; else its pattern is not
     T(x)) and whether its candidate scores are finite (else no threshold exists among ±inf,
     and it was mapped as if its scores were 0). The host is asked nothing here."""
-    scores_dtype = accumulation_dtype(scaled.dtype)
-    top = TopKAccumulator(scaled.shape[0], count, device=scaled.device, dtype=scores_dtype)
-    for start, keys in bank.key_blocks(block_rows):
-        top.add(matmul(scaled, keys.T), start, scale=rest)  # (G, B) scores, times rest
-    top.merge(bank.collective)  # every rank now holds the same global top c
+    top = running_topk(scaled, bank, count, block_rows=block_rows, scale=rest)  # global top c
     # Sorted scores: a NaN or +inf comes first, a −inf last; the largest magnitude sees them all.
     finite = top.scores.abs().amax(dim=1, keepdim=True) < torch.inf  # (G, 1)
     weights = simplex_map(torch.where(finite, top.scores, 0.0))  # (G, c)

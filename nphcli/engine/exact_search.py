@@ -1,9 +1,10 @@
 """Exact top-k inner-product search: each query's k highest scores ⟨x, ξ_μ⟩ and their indices.
 
-Two kernels give the same answer. The torch one (`TopKAccumulator` over memory blocks) works on
-every device, dtype and memory kind. FAISS's flat inner-product search (`faiss.knn`, the optional
-`ann` extra) multiplies in cache-sized tiles and keeps a heap per query, which on CPUs beats a
-torch matrix product followed by a selection; it is used for float32 memories resident in CPU RAM.
+Two kernels give the same answer. The torch one (`blocks.running_topk`: a `TopKAccumulator` over
+memory blocks) works on every device, dtype and memory kind. FAISS's flat inner-product search
+(`faiss.knn`, the optional `ann` extra) multiplies in cache-sized tiles and keeps a heap per
+query, which on this CPU beats a torch matrix product followed by a selection (its BLAS product
+alone is faster than torch's); it is used for float32 memories resident in CPU RAM.
 
 Both follow nph's tie rule: among equal scores the lower memory index wins. FAISS's heap order
 among equal scores is its own, so FAISS is asked for k + 1 neighbours: where the k-th and
@@ -12,8 +13,9 @@ across the cut) are redone by the torch kernel. Scores from the two kernels can 
 bit (different summation order), so two memories whose scores differ only by rounding may trade
 places; with exactly representable scores the results are identical.
 
-`NPH_EXACT_SEARCH` chooses: `auto` (default: FAISS when installed and applicable), `torch`, or
-`faiss` (an error when FAISS is missing or the inputs do not fit it).
+`NPH_EXACT_SEARCH` chooses: `auto` (default: FAISS when installed and applicable, at any number
+of queries: it measured faster at every Q, `FAISS_SCAN_MAX_QUERIES`), `torch`, or `faiss` (an
+error when FAISS is missing or the inputs do not fit it).
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ import torch
 from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.engine.blocks import TopKAccumulator
-from nphcli.engine.precision import accumulation_dtype, matmul
+from nphcli.engine.blocks import running_topk
 from nphcli.memory.bank import MemoryBank, TensorBank
 
 ENVIRONMENT = "NPH_EXACT_SEARCH"
@@ -52,10 +53,14 @@ def search_choice() -> str:
     return choice
 
 
-# `auto` takes FAISS from this many queries on: measured on the 2-core CI machine (d = 784,
-# M = 10,000, k = 10), FAISS took 174 ms against torch's 36 ms at Q = 100 and 48 against 66 ms
-# at Q = 300; at Q = 1000, M = 60,000, 0.78 s against 1.50 s.
-AUTO_MIN_QUERIES = 256
+# FAISS scans the keys once per query (no matrix product) below `distance_compute_blas_threshold`
+# (FAISS 1.15: 128,000, compared with Q·d, so below Q = 163 at d = 784) and multiplies in tiles
+# above it. Measured one-threaded on the 2-core CI machine (M = 60,000, d = 784, k = 10,
+# `benchmarks/cpu_pace.py`, CPU time): the scan took 0.91× torch's kernel at Q = 1 and 0.80× at
+# Q = 2, but 11–20 ms per query, 2× torch's time at Q = 8 and 4–6× at Q = 32–160; the product
+# took 0.67–0.81× torch's time from Q = 8 to 256. So FAISS scans for up to this many queries and
+# multiplies in tiles above, and `auto` takes it at every Q.
+FAISS_SCAN_MAX_QUERIES = 2
 
 
 def _faiss_fits(queries: Tensor, bank: MemoryBank) -> bool:
@@ -87,7 +92,7 @@ def use_faiss(queries: Tensor, bank: MemoryBank) -> bool:
                 "use --dtype float32 --device cpu without --stream, or unset it"
             )
         return True
-    return fits and queries.shape[0] >= AUTO_MIN_QUERIES and faiss_available()
+    return fits and faiss_available()
 
 
 def exact_topk(
@@ -104,11 +109,7 @@ def torch_topk(
     queries: Tensor, bank: MemoryBank, k: int, *, block_rows: int
 ) -> tuple[Tensor, Tensor]:
     """`exact_topk` by a running top-k over memory blocks (any device, dtype, memory kind)."""
-    scores_dtype = accumulation_dtype(queries.dtype)  # float32 scores for half inputs
-    top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=scores_dtype)
-    for start, keys in bank.key_blocks(block_rows):
-        top.add(matmul(queries, keys.T), start)  # (Q, B)
-    top.merge(bank.collective)  # rows spread over ranks: the global k best
+    top = running_topk(queries, bank, k, block_rows=block_rows)
     return top.scores, top.index
 
 
@@ -121,7 +122,13 @@ def faiss_topk(queries: Tensor, keys: Tensor, k: int) -> tuple[Tensor, Tensor]:
     faiss.omp_set_num_threads(torch.get_num_threads())
     xq = queries.detach().contiguous().numpy()
     xb = keys.detach().contiguous().numpy()
-    found, ids = faiss.knn(xq, xb, wanted, metric=faiss.METRIC_INNER_PRODUCT)  # (Q, k + 1)
+    threshold = faiss.cvar.distance_compute_blas_threshold  # a global: restored below
+    if num_queries > FAISS_SCAN_MAX_QUERIES:
+        faiss.cvar.distance_compute_blas_threshold = 0  # tiles from here (see above)
+    try:
+        found, ids = faiss.knn(xq, xb, wanted, metric=faiss.METRIC_INNER_PRODUCT)  # (Q, k + 1)
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = threshold
     scores = torch.from_numpy(found)  # (Q, k + 1), descending
     index = torch.from_numpy(ids)  # (Q, k + 1)
     if wanted > k:
