@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import real_valued_models
+from conftest import beta_flag, real_valued_models
 from typer.testing import CliRunner
 
 from nphcli.cli import app
@@ -50,7 +50,7 @@ def memory(tmp_path_factory) -> Path:
 
 
 def _retrieve(memory: Path, model: str, *extra: str) -> dict:
-    args = ["retrieve", "--memory", memory, "--model", model, "--beta", "1", "--seed", "5"]
+    args = ["retrieve", "--memory", memory, "--model", model, *beta_flag(model, 1), "--seed", "5"]
     args += ["--queries", "23", "--mask", "0.25", "--noise", "0.1", "--per-query", "--json"]
     return json.loads(_run(*args, *extra))
 
