@@ -62,13 +62,10 @@ def test_store_texts_keeps_ids_texts_and_the_embedder(invoke, texts, tmp_path):
     out = tmp_path / "m.safetensors"
     _store(invoke, texts, "--embed", "hash-64", "--out", out)
     memory = load_memory(out)
-    sidecar = tmp_path / "m.items.jsonl"
     record = memory.meta["items"]
-    assert record == {
-        "file": "m.items.jsonl",
-        "sha256": hashlib.sha256(sidecar.read_bytes()).hexdigest(),
-        "count": 4,
-    }
+    sidecar = tmp_path / record["file"]
+    digest = hashlib.sha256(sidecar.read_bytes()).hexdigest()
+    assert record == {"file": f"m.items.{digest[:16]}.jsonl", "sha256": digest, "count": 4}
     lines = [json.loads(line) for line in sidecar.read_text().splitlines()]
     assert [item["text"] for item in lines] == TEXTS
     assert [item["id"] for item in lines] == [1, 2, 4, 5]  # line numbers; the blank one skipped
@@ -238,13 +235,13 @@ def test_bad_text_queries_get_one_line(invoke, texts, tmp_path, memory_file):
     other = _jsonl(tmp_path / "q.jsonl", [{"embedding": [0.0] * 64, "embedder": "hash-32"}])
     mixed = invoke("retrieve", "--memory", out, "--queries-file", other)
     assert_one_error_line(mixed, "hash-32", "hash-64")
-    sidecar = tmp_path / "m.items.jsonl"
+    sidecar = tmp_path / load_memory(out).meta["items"]["file"]
     sidecar.write_text(sidecar.read_text().replace("cat", "cow"))
     tampered = invoke("retrieve", "--memory", out, "--query-text", "hello", "--beta", "8")
     assert_one_error_line(tampered, "not the items file", code=2)
     sidecar.unlink()
     missing = invoke("retrieve", "--memory", out, "--query-text", "hello", "--beta", "8")
-    assert_one_error_line(missing, "m.items.jsonl", "missing")
+    assert_one_error_line(missing, sidecar.name, "missing")
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ def save_memory(
     meta: dict[str, Any] | None = None,
     dtype: torch.dtype = torch.float32,
     force: bool = False,
+    before_switch: Callable[[], None] | None = None,
 ) -> Path:
-    """Write a memory file atomically; refuses to replace an existing file unless `force`."""
+    """Write a memory file atomically; refuses to replace an existing file unless `force`.
+    `before_switch` runs once the file is written, right before it replaces `path`."""
     patterns = check_matrix(patterns, "patterns")
     tensors = {"patterns": patterns.detach().to("cpu", dtype).contiguous()}
     if labels is not None:
@@ -71,7 +74,7 @@ def save_memory(
         "dtype": dtype_name(dtype),
     }
     encoded = {key: json.dumps(value) for key, value in full_meta.items()}
-    with atomic_write(path, force=force) as tmp:
+    with atomic_write(path, force=force, before_switch=before_switch) as tmp:
         save_file(tensors, str(tmp), metadata=encoded)
     return Path(path)
 
