@@ -130,7 +130,7 @@ def test_report_skips_nothing_silently_on_hostile_results_lines(invoke, tmp_path
 
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
 def test_results_lock_follows_the_file(tmp_path, link):
-    from nphcli.sweeps.lock import ResultsLock
+    from nphcli.core.lock import WriterLock
 
     results = tmp_path / "results.jsonl"
     results.write_text("")
@@ -139,10 +139,10 @@ def test_results_lock_follows_the_file(tmp_path, link):
         other.symlink_to(results)
     else:
         os.link(results, other)
-    with ResultsLock(results):
+    with WriterLock(results):
         with pytest.raises(NphError, match="being written by another nph process"):
-            ResultsLock(other)
-    with ResultsLock(other):  # released: the other name locks again
+            WriterLock(other)
+    with WriterLock(other):  # released: the other name locks again
         pass
 
 

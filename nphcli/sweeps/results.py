@@ -26,10 +26,10 @@ from typing import Any
 from nphcli.core.atomic import check_folder, fsync_folder, write_failure_reason
 from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.core.jsontext import parse_json
+from nphcli.core.lock import WriterLock
 from nphcli.core.normalize import canonical_method
 from nphcli.core.notices import notice
 from nphcli.sweeps.config import SweepConfig
-from nphcli.sweeps.lock import ResultsLock
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 PARTIAL = ".partial"  # inserted before the ending of a --force sweep's temporary file
@@ -209,7 +209,7 @@ class Results:
     def __init__(
         self, path: str | os.PathLike, *, resume: bool = False, force: bool = False
     ) -> None:
-        self._lock: ResultsLock | None = None
+        self._lock: WriterLock | None = None
         self.path = Path(path)
         self.format = results_format(self.path)
         self.write_path = self.path
@@ -224,7 +224,7 @@ class Results:
                 raise NphError(f"cannot continue {self.path}: the file is not writable")
         else:
             check_folder(self.path)
-        self._lock = ResultsLock(self.path)  # one writer at a time, for the whole sweep
+        self._lock = WriterLock(self.path)  # one writer at a time, for the whole sweep
         try:
             self._open_existing(resume=resume, force=force)
         except BaseException:
