@@ -270,3 +270,24 @@ def test_a_real_sentence_model_recalls_a_paraphrase(invoke, tmp_path):
     (entry,) = json.loads(result.stdout)["recall"]
     assert entry["recalled"][0]["text"] == "the cat sat on the mat"
     assert load_memory(out).meta["embedder"]["dim"] == 384
+
+
+def test_stored_control_characters_print_escaped_in_tables_and_exact_in_json(invoke, tmp_path):
+    """A stored text that would retitle the window and clear the screen, an id holding a bell
+    and rich markup: the table shows their escapes (and the markup as text); JSON keeps them."""
+    hostile = "title\x1b]0;pwned\x07 and \x1b[2J cleared\r\u202eevil"
+    rows = [
+        {"id": "a\x07[red]b[/x]", "embedding": [1.0, 0.0], "text": hostile},
+        {"id": "plain", "embedding": [0.0, 1.0], "text": "calm"},
+    ]
+    out = tmp_path / "m.safetensors"
+    _store(invoke, _jsonl(tmp_path / "t.jsonl", rows), "--out", out)
+    queries = _jsonl(tmp_path / "q.jsonl", [{"embedding": [1.0, 0.1]}])
+    args = ["retrieve", "--memory", out, "--queries-file", queries, "--model", "topk", "--k", "1"]
+    table = invoke(*args, env={"COLUMNS": "400"})  # wide: no cell folds
+    assert table.exit_code == 0, table.stderr
+    assert not any(ch in table.stdout for ch in "\x1b\x07\r\u202e"), repr(table.stdout)
+    assert "title\\x1b]0;pwned\\x07 and \\x1b[2J cleared\\r\\u202eevil" in table.stdout
+    assert "a\\x07[red]b[/x]" in table.stdout
+    exact = json.loads(invoke(*args, "--json").stdout)["recall"][0]["recalled"][0]
+    assert exact["text"] == hostile and exact["id"] == rows[0]["id"]
