@@ -227,6 +227,13 @@ RESULTS_CASES = [
         ["line 2"],
     ),  # fmt: skip
     ("random bytes, no newline", "jsonl", lambda b: NO_NEWLINE * 4, [], ["line 1"]),
+    (
+        "NUL in a CSV field",
+        "csv",
+        lambda b: _second_line(b, lambda x: b"de\x00nse" + x[5:]),
+        [],
+        ["line 2"],
+    ),  # fmt: skip
 ]
 
 
@@ -466,3 +473,197 @@ def test_a_report_leaves_out_failed_batch_jobs(invoke, tmp_path, memory_file):
     only = tmp_path / "failed.jsonl"
     only.write_bytes(failed + b"\n")
     assert_one_error_line(invoke("report", only, "--out", tmp_path / "r.html"), "holds no results")
+
+
+# Inputs decoded strictly once (issue 45 item 4): each case writes its files into a folder and
+# returns the command; the command ends in one error line holding the words.
+def _lines(folder: Path, name: str, rows: list[str]) -> Path:
+    path = folder / name
+    path.write_text("".join(row + "\n" for row in rows))
+    return path
+
+
+def _table(folder: Path, first: str) -> Path:
+    return _lines(folder, "t.jsonl", [first, '{"id": "b", "embedding": [2, 1]}'])
+
+
+def _text_memory(folder: Path, **meta) -> Path:
+    """A memory of two texts embedded with hash-8, its metadata values replaced by `meta`."""
+    from nphcli.app.store import store_memory
+    from nphcli.memory.file import load_memory
+
+    texts = _lines(folder, "texts.txt", ["one fish", "two fish"])
+    stored = store_memory(texts, folder / "text.safetensors", embed="hash-8")
+    memory = load_memory(stored.path)
+    spoiled = folder / "spoiled.safetensors"
+    sidecar = spoiled.with_name(stored.meta["items"]["file"])
+    (folder / stored.meta["items"]["file"]).rename(sidecar)
+    save_memory(spoiled, memory.patterns, meta={**memory.meta, **meta})
+    return spoiled
+
+
+def _mat(folder: Path, **arrays) -> Path:
+    scipy_io = pytest.importorskip("scipy.io")
+    import numpy as np
+
+    data = {"features": np.ones((4, 3)), "bag_ids": np.array([[1], [2], [3], [4]])}
+    data["labels"] = np.array([[1], [0], [1], [0]])
+    (folder / "mat").mkdir()
+    path = folder / "mat" / "elephant_100x100_matlab.mat"
+    if arrays.get("empty"):
+        path.write_bytes(b"")
+    else:
+        scipy_io.savemat(path, {**data, **arrays})
+    return folder / "mat"
+
+
+def _paper_mil(folder: Path) -> list:
+    return ["paper", "mil", "--data", folder, "--datasets", "elephant", "--models", "dense",
+            "--protocol", "quick", "--out", folder / "runs.jsonl"]  # fmt: skip
+
+
+def _faiss():
+    from nphcli.engine.exact_search import faiss_available
+
+    if not faiss_available():
+        pytest.skip("FAISS (ann extra) not installed")
+
+
+def _shard_set(folder: Path, indexes) -> Path:
+    _faiss()
+    return _edit(_manifest(folder), lambda raw: raw.update(indexes=indexes))
+
+
+def _mat_labels(folder: Path, labels) -> list:
+    import numpy as np
+
+    return _paper_mil(_mat(folder, labels=np.array(labels).reshape(-1, 1)))
+
+
+def _mil_without_instances(folder: Path) -> list:
+    import numpy as np
+
+    return _paper_mil(_mat(folder, features=np.ones((0, 3))))
+
+
+def _series(folder: Path) -> Path:
+    rows = ["date,OT", "2020-01-01 00:00:00,1", "2020-01-01 01:00:00+00:00,2"]
+    return _lines(folder, "s.csv", rows)
+
+
+STRICT_CASES = [
+    (
+        "lone surrogate in an id",
+        lambda f: ["store", _table(f, '{"id": "\\ud800", "embedding": [1, 2]}')],
+        ["lone surrogate", "line 1"],
+    ),
+    (
+        "lone surrogate in a text",
+        lambda f: ["store", _table(f, '{"id": "a", "text": "x\\udfff", "embedding": [1, 2]}')],
+        ["lone surrogate"],
+    ),
+    (
+        "lone surrogate in meta",
+        lambda f: ["store", _table(f, '{"id": "a", "meta": {"\\ud800": 1}, "embedding": [1, 2]}')],
+        ["lone surrogate"],
+    ),
+    (
+        "400-digit number in an embedding",
+        lambda f: ["store", _table(f, '{"id": "a", "embedding": [1, ' + "9" * 400 + "]}")],
+        ["float32's range", "id 'a'"],
+    ),
+    (
+        "--embed hash-<5000 digits>",
+        lambda f: ["store", _lines(f, "t.txt", ["a b"]), "--embed", "hash-" + "9" * 5000],
+        ["--embed", "2…65536"],
+    ),
+    (
+        "empty --query-text",
+        lambda f: ["retrieve", "--memory", _text_memory(f), "--query-text", ""],
+        ["zero vector"],
+    ),
+    (
+        "a text of punctuation only",
+        lambda f: ["store", _lines(f, "t.txt", ["a b", "!!!"]), "--embed", "hash-8"],
+        ["'!!!'", "zero vector"],
+    ),
+    (
+        "tampered embedder record",
+        lambda f: [
+            "retrieve",
+            "--memory",
+            _text_memory(f, embedder="hash-8"),
+            "--query-text",
+            "fish",
+        ],
+        ["embedder record"],
+    ),
+    (
+        "tampered items record",
+        lambda f: [
+            "retrieve",
+            "--memory",
+            _text_memory(f, items={"file": ""}),
+            "--query-text",
+            "fish",
+        ],
+        ["items record"],
+    ),
+    (
+        "index --seed 2147483648",
+        lambda f: _faiss() or ["index", _manifest(f), "--seed", "2147483648"],
+        ["--seed", "2147483647"],
+    ),
+    (
+        "malformed indexes record, index",
+        lambda f: ["index", _shard_set(f, [1]), "--kind", "flat"],
+        ["'indexes' record is malformed", "--force"],
+    ),
+    (
+        "malformed indexes record, retrieve",
+        lambda f: ["retrieve", "--memory", _shard_set(f, [1]), "--index", "ivf"],
+        ["records no ivf index"],
+    ),
+    ("empty .mat file", lambda f: _paper_mil(_mat(f, empty=True)), ["cannot read", "MATLAB"]),
+    ("a .mat file without instances", _mil_without_instances, ["no instances"]),
+    (
+        "a .mat file of string labels",
+        lambda f: _mat_labels(f, ["a", "b", "a", "b"]),
+        ["'labels'", "not numbers"],
+    ),
+    (
+        "NaN as a MIL label",
+        lambda f: _mat_labels(f, [float("nan"), 0, 1, 0]),
+        ["instance 1", "nan"],
+    ),
+    ("7 as a MIL label", lambda f: _mat_labels(f, [1, 0, 7, 0]), ["instance 3", "7.0"]),
+    (
+        "mixed time zones in a series",
+        lambda f: [
+            "paper",
+            "timeseries",
+            _series(f),
+            "--dataset",
+            "ETTh1",
+            "--preset",
+            "quick",
+            "--out",
+            f / "o.jsonl",
+        ],
+        ["line 3", "time zone"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case, make, words", STRICT_CASES, ids=[c[0] for c in STRICT_CASES])
+def test_inputs_decoded_strictly(invoke, tmp_path, case, make, words):
+    assert_one_error_line(invoke(*make(tmp_path)), *words)
+
+
+def test_a_batch_job_with_a_lone_surrogate_fails_alone(invoke, memory_file, tmp_path):
+    bad = '{"memory": "\\ud800.safetensors", "model": "dense"}'
+    good = json.dumps({"memory": str(memory_file), "model": "dense", "queries": 2})
+    result = invoke("batch", _lines(tmp_path, "jobs.jsonl", [bad, good]))
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert "lone surrogate" in first["error"] and "metrics" in second

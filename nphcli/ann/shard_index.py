@@ -38,6 +38,7 @@ from nphcli.ann.index_file import (
     Progress,
     build_index,
     check_index_file,
+    check_seed,
     file_checksum,
     open_index,
     require_faiss,
@@ -75,6 +76,7 @@ def build_shard_indexes(
     a kill at any moment leaves the manifest naming complete indexes, and the next run deletes
     the files no record names, with a note."""
     require_faiss()
+    check_seed(seed)
     with WriterLock(manifest_path, wait=True):
         manifest = read_manifest(manifest_path)  # every shard checked against its checksum
         raw = json.loads(manifest.path.read_text())

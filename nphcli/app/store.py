@@ -17,7 +17,7 @@ from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
-from nphcli.memory.items import remove_unnamed, staged_items
+from nphcli.memory.items import record_file, remove_unnamed, staged_items
 from nphcli.memory.shards import split_rows, write_shards
 from nphcli.sources.pairing import in_store_dtype, load_labels, load_values_and_items
 from nphcli.theory.retrievable import META_KEY as RETRIEVABLE_KEY
@@ -122,6 +122,5 @@ def _items_file(memory: Path) -> list[str]:
         record = read_metadata(memory).get("items") if memory.is_file() else None
     except (NphError, OSError, ValueError):
         return []
-    if isinstance(record, dict) and isinstance(record.get("file"), str):
-        return [Path(record["file"]).name]
-    return []
+    name = record_file(record)
+    return [] if name is None else [name]

@@ -55,6 +55,7 @@ def index_command(
     from nphcli.ann.index_file import (
         build_index,
         check_kind,
+        check_seed,
         default_index_path,
         require_faiss,
         write_index,
@@ -72,6 +73,7 @@ def index_command(
     streamed = open_memory(memory, stream=True)  # the header first: a missing file says so
     require_faiss()
     check_kind(kind)
+    check_seed(seed)
     path = o["out"] if o["out"] is not None else default_index_path(memory, kind)
     check_output(path, force=force, protect=[memory])
     start = time.perf_counter()

@@ -132,20 +132,30 @@ def remove_unnamed(
             record = read_metadata(memory).get("items")
         except (NphError, OSError, ValueError):
             continue
-        if isinstance(record, dict) and isinstance(record.get("file"), str):
-            found.discard(folder / Path(record["file"]).name)
+        name = record_file(record)
+        if name is not None:
+            found.discard(folder / name)
     for path in sorted(found):
         path.unlink(missing_ok=True)
     return sorted(found)
+
+
+def record_file(record: Any) -> str | None:
+    """The sidecar file name an `items` record gives, as a name in the memory's own folder
+    (never a path outside it), or None for a record that names none."""
+    file = record.get("file") if isinstance(record, dict) else None
+    name = Path(file).name if isinstance(file, str) and "\0" not in file else ""
+    return name if name not in ("", ".", "..") else None
 
 
 def copy_items(meta: dict[str, Any], source: Path, out_dir: Path, *, force: bool) -> None:
     """Copy the sidecar of the memory file `source` into `out_dir` (beside its shards and their
     manifest, which keep the same record), if it has one and it is not there already."""
     record = meta.get("items")
-    if not isinstance(record, dict) or not isinstance(record.get("file"), str):
+    name = record_file(record)
+    if name is None:
         return
-    found = source.with_name(Path(record["file"]).name)
+    found = source.with_name(name)
     wanted = out_dir / found.name
     if wanted.exists() and wanted.resolve() == found.resolve():
         return
@@ -182,9 +192,13 @@ def open_items(memory_path: str | os.PathLike, meta: dict[str, Any]) -> Items | 
     record = meta.get("items")
     if record is None:
         return None
-    if not isinstance(record, dict) or not isinstance(record.get("file"), str):
-        raise NphError(f"{memory_path}: its items record is not an object naming a file")
-    path = Path(memory_path).with_name(Path(record["file"]).name)  # never outside its folder
+    name = record_file(record)
+    if name is None:
+        raise NphError(
+            f"{memory_path}: its items record is not an object naming a file; store the memory "
+            "again"
+        )
+    path = Path(memory_path).with_name(name)
     if not path.is_file():
         raise NphError(
             f"{memory_path} keeps its ids and texts in {path.name}, which is missing; store "

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".feather")
 
 
@@ -52,9 +53,14 @@ def embed_queries(texts: list[str], memory_meta: dict[str, Any], memory_name: st
             f"{memory_name} holds vectors stored without an embedder: text queries need a "
             "memory stored from texts (`nph store texts.txt --embed MODEL`)"
         )
+    if not isinstance(record, dict) or not isinstance(record.get("name"), str):
+        raise NphError(
+            f"{memory_name}: its embedder record is not an object naming a model; store the "
+            "memory again"
+        )
     embedder = resolve_embedder(record["name"])
     check_same_embedder(record, embedder, memory_name)
-    return embedder.embed(texts)
+    return _readable(embedder.embed(texts), texts, "query text")
 
 
 def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tensor:
@@ -70,8 +76,9 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
     if not rows:
         raise NphError(f"{what} file {path} holds no rows")
     if all(row.get("embedding") is not None for row in rows):
-        named = {row.get("embedder") for row in rows} - {None}
-        record = memory_meta.get("embedder") or {}
+        named = {str(row["embedder"]) for row in rows if row.get("embedder") is not None}
+        record = memory_meta.get("embedder")
+        record = record if isinstance(record, dict) else {}
         if named and named != {record.get("name")}:
             raise NphError(
                 f"{what} file {path} was embedded with {', '.join(sorted(map(str, named)))}, "
@@ -201,7 +208,20 @@ def _embedded(spec: str, items: list[dict[str, Any]], options: SourceOptions):
     if progress is not None:
         progress(len(texts))
     step = (lambda done: progress(None)) if progress is not None else None
-    return embedder.embed(texts, step), embedder.record
+    return _readable(embedder.embed(texts, step), texts, f"{spec}: text"), embedder.record
+
+
+def _readable(vectors: Tensor, texts: list[str], what: str) -> Tensor:
+    """Refuse a text the embedder found nothing in (an empty text, punctuation only): its
+    vector would be zero, and a zero query or pattern answers nothing."""
+    empty = (vectors.abs().sum(dim=1) == 0).nonzero()  # (k, 1)
+    if len(empty):
+        row = int(empty[0, 0])
+        raise NphError(
+            f"{what} {row + 1} ({texts[row][:40]!r}) holds nothing the embedder reads (no "
+            "word): it would embed to a zero vector; give a text with words"
+        )
+    return vectors
 
 
 def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tensor:
@@ -222,17 +242,25 @@ def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tenso
                 f"values, the first row {dim}: every embedding needs the same dimension"
             )
         for value in vector:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problem = _number_problem(value)
+            if problem is not None:
                 raise NphError(
-                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has a non-numeric "
-                    f"value {value!r} in its embedding"
-                )
-            if not math.isfinite(value):
-                raise NphError(
-                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has a NaN or "
-                    "infinite value in its embedding"
+                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {problem} in "
+                    "its embedding"
                 )
     return torch.tensor(vectors, dtype=torch.float32)  # (M, d)
+
+
+def _number_problem(value: Any) -> str | None:
+    """What keeps `value` from being one float32 entry, or None. Python compares an int of any
+    length with a float exactly, so a 400-digit integer is measured, not converted."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"a non-numeric value {str(value)[:40]!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a NaN or infinite value"
+    if abs(value) > FLOAT32_MAX:
+        return f"a value beyond float32's range (±{FLOAT32_MAX:.3g})"
+    return None
 
 
 def _lines(path: str):

@@ -179,6 +179,8 @@ def _parse_line(line: bytes, fmt: str, header: list[str] | None):
         except NphError:
             return None
         return value if isinstance(value, dict) else None
+    if "\0" in text:  # Python's csv reads NUL as a character since 3.11; no row of nph holds one
+        return None
     try:
         cells = next(csv.reader([text], strict=True))
     except csv.Error:
