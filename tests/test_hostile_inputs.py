@@ -656,8 +656,10 @@ STRICT_CASES = [
 
 
 @pytest.mark.parametrize("case, make, words", STRICT_CASES, ids=[c[0] for c in STRICT_CASES])
-def test_inputs_decoded_strictly(invoke, tmp_path, case, make, words):
+def test_inputs_decoded_strictly(invoke, tmp_path, monkeypatch, case, make, words):
+    monkeypatch.chdir(tmp_path)  # `nph store` writes memory.safetensors here: never written
     assert_one_error_line(invoke(*make(tmp_path)), *words)
+    assert not (tmp_path / "memory.safetensors").exists()
 
 
 def test_a_batch_job_with_a_lone_surrogate_fails_alone(invoke, memory_file, tmp_path):
