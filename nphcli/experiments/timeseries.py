@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from nphcli.core.bounded import read_bytes
 from nphcli.core.errors import NphError
 
 SPLITS = ("months", "ratio")
@@ -62,10 +63,7 @@ def read_series(path: str | Path, target: str = "OT") -> Series:
     number, a date that cannot be read, dates with and without a time zone, dates that do not
     increase."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise NphError(f"cannot read {path}: {error.strerror or error}") from None
+    raw = read_bytes(path, what="time series")  # bounded: an endless input is refused
     try:
         rows = list(csv.reader(raw.decode("utf-8-sig").splitlines()))
     except (UnicodeDecodeError, csv.Error) as error:

@@ -19,8 +19,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nphcli.core.bounded import MAX_TEXT_CHARS, cut_texts, read_lines
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
+from nphcli.core.notices import notice
 from nphcli.memory.items import check_items
 from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, register_source
 from nphcli.sources.embedders import check_same_embedder, resolve_embedder
@@ -60,7 +62,7 @@ def embed_queries(texts: list[str], memory_meta: dict[str, Any], memory_name: st
         )
     embedder = resolve_embedder(record["name"])
     check_same_embedder(record, embedder, memory_name)
-    return _readable(embedder.embed(texts), texts, "query text")
+    return _readable(embedder.embed(_cut(texts, "queries")), texts, "query text")
 
 
 def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tensor:
@@ -68,7 +70,7 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
     naming an `embedder` must name the memory's), rows of texts are embedded as the memory's."""
     spec = str(path)
     if path.suffix.lower() == ".txt":
-        rows = [{"text": line.strip()} for _, line in _lines(spec) if line.strip()]
+        rows = [{"text": line.strip()} for _, line in _lines(spec, texts=True) if line.strip()]
     elif path.suffix.lower() == ".jsonl":
         rows = [_object(spec, n, line) for n, line in _lines(spec) if line.strip()]
     else:
@@ -109,7 +111,8 @@ def load_jsonl(spec: str, options: SourceOptions) -> Loaded:
     suffixes=(".txt",),
 )
 def load_txt(spec: str, options: SourceOptions) -> Loaded:
-    rows = [{"id": number, "text": line.strip()} for number, line in _lines(spec) if line.strip()]
+    lines = _lines(spec, texts=True)
+    rows = [{"id": number, "text": line.strip()} for number, line in lines if line.strip()]
     return table_source(spec, rows, options)
 
 
@@ -208,7 +211,8 @@ def _embedded(spec: str, items: list[dict[str, Any]], options: SourceOptions):
     if progress is not None:
         progress(len(texts))
     step = (lambda done: progress(None)) if progress is not None else None
-    return _readable(embedder.embed(texts, step), texts, f"{spec}: text"), embedder.record
+    vectors = embedder.embed(_cut(texts, spec), step)
+    return _readable(vectors, texts, f"{spec}: text"), embedder.record
 
 
 def _readable(vectors: Tensor, texts: list[str], what: str) -> Tensor:
@@ -263,14 +267,21 @@ def _number_problem(value: Any) -> str | None:
     return None
 
 
-def _lines(path: str):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            yield from enumerate(handle, 1)
-    except UnicodeDecodeError:
-        raise NphError(f"{path} is not UTF-8 text") from None
-    except OSError as error:
-        raise NphError(f"cannot read {path} ({error.strerror})") from None
+def _lines(path: str, *, texts: bool = False):
+    """(number, line) of a text file within nph's bounds (`core/bounded.py`): a line of a .txt
+    of texts longer than the line bound is cut to it (with a note), a table's line refused."""
+    return read_lines(path, what="file", truncate=texts)
+
+
+def _cut(texts: list[str], where: str) -> list[str]:
+    """Texts cut to the length an embedder reads, with a note when one was."""
+    texts, cut = cut_texts(texts)
+    if cut:
+        notice(
+            f"{where}: {cut} text(s) longer than {MAX_TEXT_CHARS:,} characters were embedded "
+            "from their start only, as a model's tokenizer keeps its first tokens"
+        )
+    return texts
 
 
 def _object(path: str, number: int, line: str) -> dict[str, Any]:
