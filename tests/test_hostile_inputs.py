@@ -755,3 +755,17 @@ def test_a_zip_bomb_is_refused_before_it_inflates(invoke, tmp_path, monkeypatch)
         invoke(*command, "--out", tmp_path / "r.jsonl"), "would inflate to 8.0 MiB"
     )
     assert opened == []  # refused from the size it declares: nothing inflated
+
+
+def test_tensors_edited_under_a_kept_hash_are_refused_when_loaded(invoke, tmp_path):
+    """Identity that is checked (issue 45): a loaded memory's tensors are hashed as they are
+    read anyway; edited bytes under the recorded content hash are one line, not a wrong name."""
+    from nphcli.memory.file import load_memory
+
+    path = save_memory(tmp_path / "m.safetensors", torch.randn(6, 4, generator=torch.Generator()))
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # the last value's last byte: still finite, the header untouched
+    path.write_bytes(bytes(data))
+    with pytest.raises(NphError, match="changed after nph wrote it"):
+        load_memory(path)
+    assert_one_error_line(invoke("retrieve", "--memory", path), "content hash", "store it again")

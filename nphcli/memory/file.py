@@ -79,6 +79,17 @@ def save_memory(
     return Path(path)
 
 
+def check_identity(path: Path, meta: dict[str, Any], tensors: dict[str, Tensor]) -> None:
+    """Refuse a file whose tensors, all read, are not the ones its recorded content hash names
+    (edited after nph wrote it, the metadata kept): results would name the memory wrongly."""
+    recorded = meta[META_KEY]
+    if tensors_digest(tensors) != recorded:
+        raise NphError(
+            f"{path}: its tensors are not the ones its content hash ({str(recorded)[:16]}…) "
+            "records; the file was changed after nph wrote it: store it again"
+        )
+
+
 def load_memory(path: str | os.PathLike) -> Memory:
     """Read and check a memory file (nph's own, or a foreign safetensors file: see
     `nphcli.memory.format`) into RAM. `nphcli.memory.open_memory` opens any memory (a file
@@ -94,6 +105,9 @@ def load_memory(path: str | os.PathLike) -> Memory:
     check_finite(patterns, f"{path}: '{layout.keys}'")
     if values is not None:
         check_finite(values, f"{path}: 'values'")
+    if not layout.foreign and layout.meta.get(META_KEY) is not None:
+        read = {"patterns": patterns, "values": values, "labels": labels}
+        check_identity(path, layout.meta, {k: v for k, v in read.items() if v is not None})
     layout.announce()  # only once the file proved usable: a failing command prints one line
     return Memory(
         patterns,
