@@ -769,3 +769,21 @@ def test_tensors_edited_under_a_kept_hash_are_refused_when_loaded(invoke, tmp_pa
     with pytest.raises(NphError, match="changed after nph wrote it"):
         load_memory(path)
     assert_one_error_line(invoke("retrieve", "--memory", path), "content hash", "store it again")
+
+
+def test_a_hard_link_made_after_the_results_file_was_created_meets_the_lock(tmp_path):
+    """The first writer created its results file after taking the lock; a hard link made then
+    is another name of the same file, and a second writer through it is refused (issue 45)."""
+    from nphcli.sweeps.results import Results
+
+    path = tmp_path / "runs.jsonl"
+    first = Results(path)
+    first.write({"setting": "s", "trial": 0})
+    other = tmp_path / "link.jsonl"
+    os.link(path, other)
+    with pytest.raises(NphError, match="being written by another nph process"):
+        Results(other, resume=True)
+    first.finish()
+    again = Results(other, resume=True)  # released: the link resumes
+    assert again.done() == {("s", 0)}
+    again.finish()

@@ -109,6 +109,12 @@ class WriterLock:
             self._refuse()
         self._inode_fd = fd
 
+    def follow(self) -> None:
+        """Lock the file's inode as well, now that it exists (it did not when the lock was
+        taken): a hard link made to it later then meets the lock too."""
+        if fcntl is not None and self._inode_fd is None and self.file is not None:
+            self._lock_inode()
+
     def _flock(self, fd: int) -> bool:
         """flock `fd` at once; with `wait`, else once its holder lets go. Whether it is held."""
         try:

@@ -312,6 +312,8 @@ class Results:
                 raise NphError(
                     f"cannot write {self.write_path}: {error.strerror or error}"
                 ) from None
+            if self.write_path == self.path and self._lock is not None:
+                self._lock.follow()  # created just now: lock it under every name it gets
             if self.format == "csv" and self.header is None:
                 self.header = list(row)
                 self._emit(_csv_line(self.header))
