@@ -52,7 +52,13 @@ def index_command(
     manifest, each shard gets its own index beside it (--lists counts per shard). See
     docs/ann.md and docs/ann-shards.md.
     """
-    from nphcli.ann import index_file
+    from nphcli.ann.index_file import (
+        build_index,
+        check_kind,
+        default_index_path,
+        require_faiss,
+        write_index,
+    )
     from nphcli.core.atomic import check_output
     from nphcli.core.resources import fits_in_memory
     from nphcli.memory import open_memory
@@ -64,19 +70,18 @@ def index_command(
         return _index_shards(memory, o)
     kind, seed, force = o["kind"], o["seed"], o["force"]
     streamed = open_memory(memory, stream=True)  # the header first: a missing file says so
-    index_file.require_faiss()
-    index_file.check_kind(kind)
-    index_file.check_seed(seed)
-    path = o["out"] if o["out"] is not None else index_file.default_index_path(memory, kind)
+    require_faiss()
+    check_kind(kind)
+    path = o["out"] if o["out"] is not None else default_index_path(memory, kind)
     check_output(path, force=force, protect=[memory])
     start = time.perf_counter()
     # A memory larger than RAM is read from disk block by block (docs/ann.md).
     loaded = open_memory(memory) if fits_in_memory(memory.stat().st_size) else streamed
-    faiss_index, meta, extra = index_file.build_index(
+    faiss_index, meta, extra = build_index(
         loaded, memory, kind=kind, seed=seed, lists=o["lists"], progress=_progress
     )
     build_s = time.perf_counter() - start
-    index_file.write_index(path, faiss_index, meta, extra, force=force)
+    write_index(path, faiss_index, meta, extra, force=force)
     report = {
         "file": str(path),
         "bytes": path.stat().st_size,
