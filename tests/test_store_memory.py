@@ -4,6 +4,7 @@ every command makes."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -72,3 +73,44 @@ def test_check_output_refuses_inputs_missing_folders_and_existing_files(tmp_path
     with pytest.raises(NphError, match="--force"):
         check_output(source, force=False)
     assert check_output(source, force=True, protect=[tmp_path / "other"]) == source
+
+
+def _full_disk(*args, **kwargs):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_failed_text_store_leaves_no_sidecar_and_keeps_the_old_pair(tmp_path, monkeypatch):
+    """The sidecar is placed only when the memory is written: a full disk during a fresh store
+    leaves nothing; during a --force store, the old memory with its own sidecar."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("one fish\ntwo fish\n")
+    out = tmp_path / "out" / "m.safetensors"
+    out.parent.mkdir()
+    with monkeypatch.context() as patch:
+        patch.setattr("nphcli.memory.file.save_file", _full_disk)
+        with pytest.raises(NphError, match="no space left"):
+            store_memory(texts, out, embed="hash-8")
+    assert os.listdir(out.parent) == []
+    store_memory(texts, out, embed="hash-8")
+    before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
+    texts.write_text("red fish\nblue fish\nold fish\n")
+    with monkeypatch.context() as patch:
+        patch.setattr("nphcli.memory.file.save_file", _full_disk)
+        with pytest.raises(NphError, match="no space left"):
+            store_memory(texts, out, embed="hash-8", force=True)
+    assert {path.name: path.read_bytes() for path in out.parent.iterdir()} == before
+    assert open_memory(out).num_memories == 2
+    # A store that replaces it removes the sidecar nothing names any more.
+    stored = store_memory(texts, out, embed="hash-8", force=True)
+    assert sorted(os.listdir(out.parent)) == sorted(["m.safetensors", stored.meta["items"]["file"]])
+
+
+def test_a_replaced_sidecar_that_shards_still_name_is_kept(tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("one fish\ntwo fish\nred fish\nblue fish\n")
+    out = tmp_path / "m.safetensors"
+    first = store_memory(texts, out, embed="hash-8", parts=2).meta["items"]["file"]
+    texts.write_text("a\nb\n")
+    second = store_memory(texts, out, embed="hash-8", force=True).meta["items"]["file"]
+    assert first != second and (tmp_path / first).exists() and (tmp_path / second).exists()
+    assert open_memory(tmp_path / "m.shards.json").num_memories == 4

@@ -62,13 +62,10 @@ def test_store_texts_keeps_ids_texts_and_the_embedder(invoke, texts, tmp_path):
     out = tmp_path / "m.safetensors"
     _store(invoke, texts, "--embed", "hash-64", "--out", out)
     memory = load_memory(out)
-    sidecar = tmp_path / "m.items.jsonl"
     record = memory.meta["items"]
-    assert record == {
-        "file": "m.items.jsonl",
-        "sha256": hashlib.sha256(sidecar.read_bytes()).hexdigest(),
-        "count": 4,
-    }
+    sidecar = tmp_path / record["file"]
+    digest = hashlib.sha256(sidecar.read_bytes()).hexdigest()
+    assert record == {"file": f"m.items.{digest[:16]}.jsonl", "sha256": digest, "count": 4}
     lines = [json.loads(line) for line in sidecar.read_text().splitlines()]
     assert [item["text"] for item in lines] == TEXTS
     assert [item["id"] for item in lines] == [1, 2, 4, 5]  # line numbers; the blank one skipped
@@ -238,13 +235,13 @@ def test_bad_text_queries_get_one_line(invoke, texts, tmp_path, memory_file):
     other = _jsonl(tmp_path / "q.jsonl", [{"embedding": [0.0] * 64, "embedder": "hash-32"}])
     mixed = invoke("retrieve", "--memory", out, "--queries-file", other)
     assert_one_error_line(mixed, "hash-32", "hash-64")
-    sidecar = tmp_path / "m.items.jsonl"
+    sidecar = tmp_path / load_memory(out).meta["items"]["file"]
     sidecar.write_text(sidecar.read_text().replace("cat", "cow"))
     tampered = invoke("retrieve", "--memory", out, "--query-text", "hello", "--beta", "8")
     assert_one_error_line(tampered, "not the items file", code=2)
     sidecar.unlink()
     missing = invoke("retrieve", "--memory", out, "--query-text", "hello", "--beta", "8")
-    assert_one_error_line(missing, "m.items.jsonl", "missing")
+    assert_one_error_line(missing, sidecar.name, "missing")
 
 
 @pytest.mark.slow
@@ -273,3 +270,24 @@ def test_a_real_sentence_model_recalls_a_paraphrase(invoke, tmp_path):
     (entry,) = json.loads(result.stdout)["recall"]
     assert entry["recalled"][0]["text"] == "the cat sat on the mat"
     assert load_memory(out).meta["embedder"]["dim"] == 384
+
+
+def test_stored_control_characters_print_escaped_in_tables_and_exact_in_json(invoke, tmp_path):
+    """A stored text that would retitle the window and clear the screen, an id holding a bell
+    and rich markup: the table shows their escapes (and the markup as text); JSON keeps them."""
+    hostile = "title\x1b]0;pwned\x07 and \x1b[2J cleared\r\u202eevil"
+    rows = [
+        {"id": "a\x07[red]b[/x]", "embedding": [1.0, 0.0], "text": hostile},
+        {"id": "plain", "embedding": [0.0, 1.0], "text": "calm"},
+    ]
+    out = tmp_path / "m.safetensors"
+    _store(invoke, _jsonl(tmp_path / "t.jsonl", rows), "--out", out)
+    queries = _jsonl(tmp_path / "q.jsonl", [{"embedding": [1.0, 0.1]}])
+    args = ["retrieve", "--memory", out, "--queries-file", queries, "--model", "topk", "--k", "1"]
+    table = invoke(*args, env={"COLUMNS": "400"})  # wide: no cell folds
+    assert table.exit_code == 0, table.stderr
+    assert not any(ch in table.stdout for ch in "\x1b\x07\r\u202e"), repr(table.stdout)
+    assert "title\\x1b]0;pwned\\x07 and \\x1b[2J cleared\\r\\u202eevil" in table.stdout
+    assert "a\\x07[red]b[/x]" in table.stdout
+    exact = json.loads(invoke(*args, "--json").stdout)["recall"][0]["recalled"][0]
+    assert exact["text"] == hostile and exact["id"] == rows[0]["id"]

@@ -115,6 +115,13 @@ class AnnIndex:
     max_norm: float  # max_μ ‖ξ_μ‖
 
 
+def check_seed(seed: int) -> int:
+    """FAISS keeps its training seed in a C int: refuse one it cannot hold before any work."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        raise NphError(f"--seed of an index must be within 0…{2**31 - 1}, got {seed}")
+    return seed
+
+
 def check_kind(kind: str) -> str:
     if kind not in KINDS:
         raise NphError(f"unknown index kind {kind!r}; choose one of: {', '.join(KINDS)}")
@@ -138,6 +145,7 @@ def build_index(
     """
     faiss = require_faiss()
     check_kind(kind)
+    check_seed(seed)
     resident = memory.resident()
     num_memories, dim = memory.num_memories, memory.dim
     if resident is not None:

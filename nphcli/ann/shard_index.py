@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from nphcli.ann.index_file import (
     Progress,
     build_index,
     check_index_file,
-    default_index_path,
+    check_seed,
     file_checksum,
     open_index,
     require_faiss,
@@ -46,6 +47,8 @@ from nphcli.ann.index_file import (
 from nphcli.ann.search import Candidates, IndexedModel
 from nphcli.core.atomic import atomic_write, check_output
 from nphcli.core.errors import NphError
+from nphcli.core.lock import WriterLock
+from nphcli.core.notices import notice
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import LOCAL
 from nphcli.memory.file import load_memory
@@ -65,18 +68,46 @@ def build_shard_indexes(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Build an index of every shard (one shard in RAM at a time) and record them in the
-    manifest (rewritten atomically); returns what was built, with each shard's build time."""
+    manifest (rewritten atomically); returns what was built, with each shard's build time.
+
+    Runs on one manifest take turns (`WriterLock`, waiting), so each adds its record to the
+    manifest the one before it wrote. Each build writes new files (`NAME.KIND.TOKEN.index`, a
+    random TOKEN), switches to them by rewriting the manifest, then deletes the ones replaced:
+    a kill at any moment leaves the manifest naming complete indexes, and the next run deletes
+    the files no record names, with a note."""
     require_faiss()
-    manifest = read_manifest(manifest_path)  # every shard checked against its checksum
-    raw = json.loads(manifest.path.read_text())
-    if kind in (raw.get(INDEXES_KEY) or {}) and not force:
-        raise NphError(
-            f"{manifest.path} already records a {kind} index of its shards; pass --force to "
-            "rebuild it"
-        )
-    targets = [default_index_path(part.path, kind) for part in manifest.parts]
-    for target in targets:
-        check_output(target, force=force, protect=[manifest.path])
+    check_seed(seed)
+    with WriterLock(manifest_path, wait=True):
+        manifest = read_manifest(manifest_path)  # every shard checked against its checksum
+        raw = json.loads(manifest.path.read_text())
+        indexes = _recorded(manifest.path, raw, force=force)
+        for left in _remove_unnamed(manifest, indexes):
+            notice(f"removed {left}, an index no record names (left by an interrupted nph index)")
+        if kind in indexes and not force:
+            raise NphError(
+                f"{manifest.path} already records a {kind} index of its shards; pass --force to "
+                "rebuild it"
+            )
+        token = os.urandom(8).hex()
+        targets = [p.path.with_name(f"{p.path.stem}.{kind}.{token}.index") for p in manifest.parts]
+        for target in targets:
+            check_output(target, force=False, protect=[manifest.path])
+        written: list[Path] = []
+        try:  # a failure part-way leaves none of this build's files
+            record = _build(manifest, targets, kind, seed, lists, progress, written)
+            raw[INDEXES_KEY] = {**indexes, kind: record}
+            with atomic_write(manifest.path, force=True) as tmp:
+                Path(tmp).write_text(json.dumps(raw, indent=2) + "\n")
+        except BaseException:
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
+        _remove_unnamed(manifest, raw[INDEXES_KEY], also=_files(indexes.get(kind)))
+    return {"manifest": str(manifest.path), **record}
+
+
+def _build(manifest, targets, kind, seed, lists, progress, written) -> dict[str, Any]:
+    """Write each shard's index to its target (appending it to `written`); the kind's record."""
     entries = []
     for number, (part, target) in enumerate(zip(manifest.parts, targets, strict=True)):
         start = time.perf_counter()
@@ -89,7 +120,8 @@ def build_shard_indexes(
         faiss_index, meta, extra = build_index(
             shard, part.path, kind=kind, seed=seed, lists=lists, progress=report
         )
-        write_index(target, faiss_index, meta, extra, force=force)
+        written.append(target)
+        write_index(target, faiss_index, meta, extra)
         del shard, faiss_index, extra
         entries.append(
             {
@@ -103,17 +135,61 @@ def build_shard_indexes(
                 "build_s": round(time.perf_counter() - start, 3),
             }
         )
-    record = {
+    return {
         "kind": kind,
         "seed": seed,
         "nph_version": meta["nph_version"],
         "faiss_version": meta["faiss_version"],
         "parts": entries,
     }
-    raw[INDEXES_KEY] = {**(raw.get(INDEXES_KEY) or {}), kind: record}
-    with atomic_write(manifest.path, force=True) as tmp:
-        Path(tmp).write_text(json.dumps(raw, indent=2) + "\n")
-    return {"manifest": str(manifest.path), **record}
+
+
+def _recorded(path: Path, raw: Any, *, force: bool) -> dict[str, Any]:
+    """The manifest's `indexes` records by kind; a malformed one is refused, or with `force`
+    dropped (it is rebuilt)."""
+    indexes = raw.get(INDEXES_KEY) if isinstance(raw, dict) else None
+    if indexes is None:
+        return {}
+    if isinstance(indexes, dict) and all(isinstance(r, dict) for r in indexes.values()):
+        return indexes
+    if force:
+        return {}
+    raise NphError(
+        f"{path}: its '{INDEXES_KEY}' record is malformed; rebuild every kind with --force"
+    )
+
+
+def _files(record: Any) -> list[str]:
+    """The file names a kind's record lists (nothing from a malformed one)."""
+    entries = record.get("parts") if isinstance(record, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [
+        Path(e["file"]).name
+        for e in entries
+        if isinstance(e, dict) and isinstance(e.get("file"), str)
+    ]
+
+
+def _remove_unnamed(
+    manifest: Manifest, indexes: dict[str, Any], also: list[str] = ()
+) -> list[Path]:
+    """Delete the shards' index files `nph index` wrote (`NAME.KIND.TOKEN.index`, and the files
+    `also`) that no record of `indexes` names; returns what was deleted."""
+    named = {name for record in indexes.values() for name in _files(record)}
+    kinds = "|".join(map(re.escape, KINDS))
+    removed = []
+    for part in manifest.parts:
+        pattern = re.compile(re.escape(part.path.stem) + rf"\.({kinds})\.[0-9a-f]{{16}}\.index\Z")
+        try:
+            names = os.listdir(part.path.parent)
+        except OSError:
+            continue
+        for name in names:
+            if name not in named and (pattern.match(name) or name in also):
+                (part.path.parent / name).unlink(missing_ok=True)
+                removed.append(part.path.parent / name)
+    return removed
 
 
 def index_record(manifest: Manifest, kind: str) -> dict[str, Any]:
@@ -127,7 +203,8 @@ def index_record(manifest: Manifest, kind: str) -> dict[str, Any]:
         raw = json.loads(manifest.path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise NphError(f"cannot read {manifest.path} ({error})") from None
-    record = (raw.get(INDEXES_KEY) or {}).get(kind) if isinstance(raw, dict) else None
+    indexes = raw.get(INDEXES_KEY) if isinstance(raw, dict) else None
+    record = indexes.get(kind) if isinstance(indexes, dict) else None
     if record is None:
         raise NphError(
             f"{manifest.path} records no {kind} index of its shards; build one: "

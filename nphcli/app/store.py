@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
-from nphcli.memory.items import write_items
+from nphcli.memory.items import record_file, remove_unnamed, staged_items
 from nphcli.memory.shards import split_rows, write_shards
 from nphcli.sources.pairing import in_store_dtype, load_labels, load_values_and_items
 from nphcli.theory.retrievable import META_KEY as RETRIEVABLE_KEY
@@ -75,6 +76,8 @@ def store_memory(
         )
     inputs = [p for p in (source, values, labels) if p is not None and Path(p).exists()]
     check_output(out, force=force, protect=inputs)  # before any loading: fail fast
+    for left in remove_unnamed(out, keep=inputs):
+        notice(f"removed {left}, a sidecar no memory names (left by an interrupted store)")
     prepared = sources.prepare_memory(str(source), options, normalize=normalize, dtype=dtype)
     meta, stored_labels, stored_values = prepared.meta, prepared.labels, None
     items = prepared.items
@@ -93,17 +96,22 @@ def store_memory(
         split_rows(prepared.patterns.shape[0], parts)
     found = count_unretrievable(prepared.patterns)
     meta = {**meta, RETRIEVABLE_KEY: found}
-    if items is not None:  # the sidecar first: the memory names it with its hash
-        meta = {**meta, "items": write_items(out, items, force=force)}
-    save_memory(
+    replaced = _items_file(out)  # the sidecar the memory being replaced names, if any
+    write = functools.partial(
+        save_memory,
         out,
         prepared.patterns,
         labels=stored_labels,
         values=stored_values,
-        meta=meta,
         dtype=torch_dtype(prepared.dtype),
         force=force,
     )
+    if items is None:
+        write(meta=meta)
+    else:  # the sidecar is placed under a new name right before the memory switches to it
+        with staged_items(out, items) as (record, place):
+            write(meta={**meta, "items": record}, before_switch=place)
+    remove_unnamed(out, also=replaced, keep=inputs)
     warning = unretrievable_notice(found)
     if warning:
         notice(warning)
@@ -111,3 +119,13 @@ def store_memory(
     if parts is not None:
         manifest = write_shards(out, out.parent, parts=parts, force=force)
     return Stored(out, read_metadata(out), stored_labels is not None, manifest)
+
+
+def _items_file(memory: Path) -> list[str]:
+    """The name of the sidecar an existing memory file names (none if unreadable)."""
+    try:
+        record = read_metadata(memory).get("items") if memory.is_file() else None
+    except (NphError, OSError, ValueError):
+        return []
+    name = record_file(record)
+    return [] if name is None else [name]

@@ -13,7 +13,6 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.options import Threads
 from nphcli.cli.render import print_json
-from nphcli.core.errors import NphError
 from nphcli.schema.fields import fields
 
 
@@ -37,28 +36,19 @@ def batch_command(
     files used last are kept between jobs (group jobs by memory to read each once). Exit status
     1 when any job failed.
     """
-    from nphcli.app.batch import run_jobs
+    from nphcli.app.batch import MAX_JOB_BYTES, run_jobs
     from nphcli.app.threads import use_threads
+    from nphcli.core.bounded import read_lines
 
     use_threads(threads)
-    if jobs == "-":
-        lines = sys.stdin
-    else:
-        try:
-            lines = open(jobs, encoding="utf-8")  # noqa: SIM115  (closed below)
-        except OSError as error:
-            raise NphError(f"cannot read jobs file {jobs}: {error.strerror}") from None
+    source = sys.stdin.buffer if jobs == "-" else jobs
+    # A line is one job: one longer than a job may be (an endless input) stops the batch.
+    numbered = read_lines(source, what="jobs file", max_line=MAX_JOB_BYTES, limit=1 << 62)
     failed = 0
-    try:
-        for result in run_jobs(lines):
-            failed += "config" not in result  # an error object
-            print_json(result)
-            sys.stdout.flush()
-    except UnicodeDecodeError:
-        raise NphError(f"jobs file {jobs} is not UTF-8 text") from None
-    finally:
-        if lines is not sys.stdin:
-            lines.close()
+    for result in run_jobs(line for _, line in numbered):
+        failed += "config" not in result  # an error object
+        print_json(result)
+        sys.stdout.flush()
     if failed:
         print(f"{failed} job(s) failed; see their error objects on stdout", file=sys.stderr)
         raise typer.Exit(1)

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 import textwrap
 import unicodedata
@@ -17,6 +18,7 @@ from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 # Characters of nph's tables and texts that a narrow encoding (ASCII, cp1252) may lack.
 _WIDE = "━│σ‖"
@@ -126,6 +128,21 @@ def print_csv(rows: Sequence[Mapping[str, Any]], *, header: bool = True) -> None
     writer.writerows(rows)
 
 
+# Characters that act on a terminal rather than show: C0 and C1 controls and DEL (escape sequences,
+# carriage return, bell) but the tab and line feed a cell may wrap at, line and paragraph
+# separators, bidirectional overrides (they reorder what follows), and lone surrogates (which no
+# encoding writes).
+_ACTING = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def printable(text: str) -> str:
+    """`text` with each character that would act on the terminal written as its escape
+    (`\\x1b`, `\\r`, `\\u202e`, `\\ud800`): a stored text, id or label is shown, never obeyed."""
+    return _ACTING.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def print_table(
     title: str | None,
     columns: Sequence[str],
@@ -138,9 +155,13 @@ def print_table(
     fit so, each row is printed stacked instead (a line per column, `_print_stacked`).
 
     The width is the terminal's; piped, `COLUMNS` when set, else `width` (default 80: rich's
-    assumption)."""
+    assumption). Values are text, never rich markup, with `printable` escapes."""
     ascii_only = not can_encode(sys.stdout)
-    text = ascii_text if ascii_only else str
+
+    def text(value: Any) -> str:
+        shown = printable(str(value))
+        return ascii_text(shown) if ascii_only else shown
+
     cells = [[text(format_value(value)) for value in row] for row in rows]
     columns = [text(column) for column in columns]
     title = None if title is None else text(title)
@@ -148,12 +169,14 @@ def print_table(
     if width is not None and not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = width
     table = Table(
-        title=title, title_justify="left", box=box.ASCII if ascii_only else box.HEAVY_HEAD
+        title=None if title is None else Text(title),
+        title_justify="left",
+        box=box.ASCII if ascii_only else box.HEAVY_HEAD,
     )
     for column in columns:
-        table.add_column(column, overflow="fold")  # never "…": a value too wide folds
+        table.add_column(Text(column), overflow="fold")  # never "…": a value too wide folds
     for row in cells:
-        table.add_row(*row)
+        table.add_row(*map(Text, row))
     unbounded = console.options.update_width(10**6)  # (a measure is clamped to its width)
     if Measurement.get(console, unbounded, table).minimum > console.width:
         _print_stacked(console, title, columns, cells)

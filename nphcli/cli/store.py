@@ -168,8 +168,8 @@ def _store_fields() -> tuple[Field, ...]:
             "ids",
             "path",
             None,
-            "The ids of a .npy's rows: one a line, or .jsonl objects with `id` (and `text`). "
-            "Kept beside the memory (NAME.items.jsonl) and shown by retrievals (docs/text.md).",
+            "The ids of a .npy's rows: one a line, or .jsonl objects with `id` (and `text`). Kept "
+            "beside the memory (NAME.items.HASH.jsonl) and shown by retrievals (docs/text.md).",
             group="input",
         ),
         Field(

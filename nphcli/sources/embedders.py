@@ -64,9 +64,11 @@ def resolve_embedder(name: str) -> Embedder:
     """The embedder `name` names: `hash-DIM`, a packaged model's name, or a model folder."""
     match = _HASHED.fullmatch(name)
     if match:
-        dim = int(match.group(1))
+        digits = match.group(1)
+        dim = int(digits) if len(digits) <= 6 else 0  # int() refuses 4,300 digits or more
         if not 2 <= dim <= 65536:
-            raise NphError(f"--embed {name}: the dimension must be within 2…65536")
+            shown = name if len(name) <= 40 else f"{name[:40]}… ({len(name):,} characters)"
+            raise NphError(f"--embed {shown}: the dimension must be within 2…65536")
         return Embedder(name, dim, lambda texts: hashed_vectors(texts, dim))
     folder = _model_folder(name)
     return _sentence_transformer(name, folder)

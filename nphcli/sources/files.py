@@ -12,6 +12,7 @@ import csv
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nphcli.core.bounded import read_lines
 from nphcli.core.errors import NphError
 from nphcli.sources.base import (
     IMAGE,
@@ -308,31 +309,30 @@ def _read_csv(path: Path) -> tuple[list[str] | None, list[list[float]], list[int
     lines: list[int] = []
     width_line = 0
     try:
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
-            for row in reader:
-                line = reader.line_num
-                cells = [cell.strip() for cell in row]
-                if not any(cells):
-                    continue
-                numbers = [_number(cell) for cell in cells]
-                if header is None and not rows and all(v is None for v in numbers):
-                    header, width_line = cells, line
-                    continue
-                if None in numbers:
-                    column = numbers.index(None)
-                    raise NphError(
-                        f"{path}, line {line}, column {column + 1}: {cells[column]!r} is not a "
-                        "number (only a first row of column names may hold text)"
-                    )
-                width = len(header) if header else len(rows[0]) if rows else len(cells)
-                if len(cells) != width:
-                    raise NphError(
-                        f"{path}, line {line} has {len(cells)} values, but line "
-                        f"{width_line or lines[0]} has {width}; every row needs the same count"
-                    )
-                rows.append(numbers)
-                lines.append(line)
+        reader = csv.reader(text for _, text in read_lines(path, what="file", encoding="utf-8-sig"))
+        for row in reader:
+            line = reader.line_num
+            cells = [cell.strip() for cell in row]
+            if not any(cells):
+                continue
+            numbers = [_number(cell) for cell in cells]
+            if header is None and not rows and all(v is None for v in numbers):
+                header, width_line = cells, line
+                continue
+            if None in numbers:
+                column = numbers.index(None)
+                raise NphError(
+                    f"{path}, line {line}, column {column + 1}: {cells[column]!r} is not a "
+                    "number (only a first row of column names may hold text)"
+                )
+            width = len(header) if header else len(rows[0]) if rows else len(cells)
+            if len(cells) != width:
+                raise NphError(
+                    f"{path}, line {line} has {len(cells)} values, but line "
+                    f"{width_line or lines[0]} has {width}; every row needs the same count"
+                )
+            rows.append(numbers)
+            lines.append(line)
     except UnicodeDecodeError as error:
         raise NphError(f"{path} is not a UTF-8 text file ({error.reason})") from None
     except csv.Error as error:

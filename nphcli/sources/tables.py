@@ -19,8 +19,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nphcli.core.bounded import MAX_TEXT_CHARS, cut_texts, read_lines
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
+from nphcli.core.notices import notice
 from nphcli.memory.items import check_items
 from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, register_source
 from nphcli.sources.embedders import check_same_embedder, resolve_embedder
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".feather")
 
 
@@ -52,9 +55,14 @@ def embed_queries(texts: list[str], memory_meta: dict[str, Any], memory_name: st
             f"{memory_name} holds vectors stored without an embedder: text queries need a "
             "memory stored from texts (`nph store texts.txt --embed MODEL`)"
         )
+    if not isinstance(record, dict) or not isinstance(record.get("name"), str):
+        raise NphError(
+            f"{memory_name}: its embedder record is not an object naming a model; store the "
+            "memory again"
+        )
     embedder = resolve_embedder(record["name"])
     check_same_embedder(record, embedder, memory_name)
-    return embedder.embed(texts)
+    return _readable(embedder.embed(_cut(texts, "queries")), texts, "query text")
 
 
 def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tensor:
@@ -62,7 +70,7 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
     naming an `embedder` must name the memory's), rows of texts are embedded as the memory's."""
     spec = str(path)
     if path.suffix.lower() == ".txt":
-        rows = [{"text": line.strip()} for _, line in _lines(spec) if line.strip()]
+        rows = [{"text": line.strip()} for _, line in _lines(spec, texts=True) if line.strip()]
     elif path.suffix.lower() == ".jsonl":
         rows = [_object(spec, n, line) for n, line in _lines(spec) if line.strip()]
     else:
@@ -70,8 +78,9 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
     if not rows:
         raise NphError(f"{what} file {path} holds no rows")
     if all(row.get("embedding") is not None for row in rows):
-        named = {row.get("embedder") for row in rows} - {None}
-        record = memory_meta.get("embedder") or {}
+        named = {str(row["embedder"]) for row in rows if row.get("embedder") is not None}
+        record = memory_meta.get("embedder")
+        record = record if isinstance(record, dict) else {}
         if named and named != {record.get("name")}:
             raise NphError(
                 f"{what} file {path} was embedded with {', '.join(sorted(map(str, named)))}, "
@@ -102,7 +111,8 @@ def load_jsonl(spec: str, options: SourceOptions) -> Loaded:
     suffixes=(".txt",),
 )
 def load_txt(spec: str, options: SourceOptions) -> Loaded:
-    rows = [{"id": number, "text": line.strip()} for number, line in _lines(spec) if line.strip()]
+    lines = _lines(spec, texts=True)
+    rows = [{"id": number, "text": line.strip()} for number, line in lines if line.strip()]
     return table_source(spec, rows, options)
 
 
@@ -201,7 +211,21 @@ def _embedded(spec: str, items: list[dict[str, Any]], options: SourceOptions):
     if progress is not None:
         progress(len(texts))
     step = (lambda done: progress(None)) if progress is not None else None
-    return embedder.embed(texts, step), embedder.record
+    vectors = embedder.embed(_cut(texts, spec), step)
+    return _readable(vectors, texts, f"{spec}: text"), embedder.record
+
+
+def _readable(vectors: Tensor, texts: list[str], what: str) -> Tensor:
+    """Refuse a text the embedder found nothing in (an empty text, punctuation only): its
+    vector would be zero, and a zero query or pattern answers nothing."""
+    empty = (vectors.abs().sum(dim=1) == 0).nonzero()  # (k, 1)
+    if len(empty):
+        row = int(empty[0, 0])
+        raise NphError(
+            f"{what} {row + 1} ({texts[row][:40]!r}) holds nothing the embedder reads (no "
+            "word): it would embed to a zero vector; give a text with words"
+        )
+    return vectors
 
 
 def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tensor:
@@ -222,27 +246,42 @@ def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tenso
                 f"values, the first row {dim}: every embedding needs the same dimension"
             )
         for value in vector:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problem = _number_problem(value)
+            if problem is not None:
                 raise NphError(
-                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has a non-numeric "
-                    f"value {value!r} in its embedding"
-                )
-            if not math.isfinite(value):
-                raise NphError(
-                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has a NaN or "
-                    "infinite value in its embedding"
+                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {problem} in "
+                    "its embedding"
                 )
     return torch.tensor(vectors, dtype=torch.float32)  # (M, d)
 
 
-def _lines(path: str):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            yield from enumerate(handle, 1)
-    except UnicodeDecodeError:
-        raise NphError(f"{path} is not UTF-8 text") from None
-    except OSError as error:
-        raise NphError(f"cannot read {path} ({error.strerror})") from None
+def _number_problem(value: Any) -> str | None:
+    """What keeps `value` from being one float32 entry, or None. Python compares an int of any
+    length with a float exactly, so a 400-digit integer is measured, not converted."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"a non-numeric value {str(value)[:40]!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a NaN or infinite value"
+    if abs(value) > FLOAT32_MAX:
+        return f"a value beyond float32's range (±{FLOAT32_MAX:.3g})"
+    return None
+
+
+def _lines(path: str, *, texts: bool = False):
+    """(number, line) of a text file within nph's bounds (`core/bounded.py`): a line of a .txt
+    of texts longer than the line bound is cut to it (with a note), a table's line refused."""
+    return read_lines(path, what="file", truncate=texts)
+
+
+def _cut(texts: list[str], where: str) -> list[str]:
+    """Texts cut to the length an embedder reads, with a note when one was."""
+    texts, cut = cut_texts(texts)
+    if cut:
+        notice(
+            f"{where}: {cut} text(s) longer than {MAX_TEXT_CHARS:,} characters were embedded "
+            "from their start only, as a model's tokenizer keeps its first tokens"
+        )
+    return texts
 
 
 def _object(path: str, number: int, line: str) -> dict[str, Any]:

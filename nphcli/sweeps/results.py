@@ -26,10 +26,10 @@ from typing import Any
 from nphcli.core.atomic import check_folder, fsync_folder, write_failure_reason
 from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.core.jsontext import parse_json
+from nphcli.core.lock import WriterLock
 from nphcli.core.normalize import canonical_method
 from nphcli.core.notices import notice
 from nphcli.sweeps.config import SweepConfig
-from nphcli.sweeps.lock import ResultsLock
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 PARTIAL = ".partial"  # inserted before the ending of a --force sweep's temporary file
@@ -179,6 +179,8 @@ def _parse_line(line: bytes, fmt: str, header: list[str] | None):
         except NphError:
             return None
         return value if isinstance(value, dict) else None
+    if "\0" in text:  # Python's csv reads NUL as a character since 3.11; no row of nph holds one
+        return None
     try:
         cells = next(csv.reader([text], strict=True))
     except csv.Error:
@@ -209,7 +211,7 @@ class Results:
     def __init__(
         self, path: str | os.PathLike, *, resume: bool = False, force: bool = False
     ) -> None:
-        self._lock: ResultsLock | None = None
+        self._lock: WriterLock | None = None
         self.path = Path(path)
         self.format = results_format(self.path)
         self.write_path = self.path
@@ -224,7 +226,7 @@ class Results:
                 raise NphError(f"cannot continue {self.path}: the file is not writable")
         else:
             check_folder(self.path)
-        self._lock = ResultsLock(self.path)  # one writer at a time, for the whole sweep
+        self._lock = WriterLock(self.path)  # one writer at a time, for the whole sweep
         try:
             self._open_existing(resume=resume, force=force)
         except BaseException:
@@ -310,6 +312,8 @@ class Results:
                 raise NphError(
                     f"cannot write {self.write_path}: {error.strerror or error}"
                 ) from None
+            if self.write_path == self.path and self._lock is not None:
+                self._lock.follow()  # created just now: lock it under every name it gets
             if self.format == "csv" and self.header is None:
                 self.header = list(row)
                 self._emit(_csv_line(self.header))

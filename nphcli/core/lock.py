@@ -1,9 +1,11 @@
-"""One writer per results file: an exclusive lock held for a whole sweep.
+"""One writer per file: an exclusive lock held while a command reads, changes and rewrites it.
 
-Two sweeps appending to the same file would interleave rows of two grids (and a second CSV
-header) and both succeed. The lock is a sidecar file, `.NAME.lock` beside the results file,
-because a `--force` sweep renames a new file over the results file and a lock on the old inode
-would not cover the new one. Where `fcntl` exists the lock is `flock` (released by the kernel
+Two sweeps appending to the same results file would interleave rows of two grids (and a second
+CSV header) and both succeed; two `nph index` runs on one shard manifest would each rewrite it
+with their own record only. A sweep is refused at once (`wait=False`); `nph index` waits its
+turn (`wait=True`). The lock is a sidecar file, `.NAME.lock` beside the file, because a
+`--force` sweep renames a new file over the results file and a lock on the old inode would not
+cover the new one. Where `fcntl` exists the lock is `flock` (released by the kernel
 when the process dies, so a killed sweep never leaves a stale lock); elsewhere the sidecar is
 created with O_EXCL and removed on release. Either way the sidecar holds the holder's pid and
 command line, for the second writer's error message.
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 
 from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 
 try:
     import fcntl
@@ -28,19 +31,21 @@ except ImportError:  # Windows
 
 
 def lock_path(path: str | os.PathLike) -> Path:
-    """The sidecar lock file of results file `path`."""
+    """The sidecar lock file of `path`."""
     path = Path(os.path.realpath(path))
     return path.with_name(f".{path.name}.lock")
 
 
-class ResultsLock:
-    """An exclusive lock on results file `path`, taken at once or refused with an NphError."""
+class WriterLock:
+    """An exclusive lock on the file `path`: taken at once or refused with an NphError, or with
+    `wait`, taken once the holder lets go (said on stderr while waiting; flock only)."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, wait: bool = False) -> None:
         self.path = Path(path)
         self.file: Path | None = lock_path(path)
         self._fd: int | None = None
         self._inode_fd: int | None = None
+        self._wait = wait and fcntl is not None
         self._acquire()
         if fcntl is not None and self.file is not None and self.path.exists():
             self._lock_inode()
@@ -63,9 +68,7 @@ class ResultsLock:
                     return
                 except OSError as error:
                     raise NphError(f"cannot lock {self.path}: {error.strerror or error}") from None
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
+                if not self._flock(fd):
                     os.close(fd)
                     self._refuse()
                 # The holder before us may have removed the sidecar between our open and our
@@ -87,9 +90,7 @@ class ResultsLock:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError as error:
             raise NphError(f"cannot lock {self.path}: {error.strerror or error}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not self._flock(fd):
             os.close(fd)
             self._refuse()
         self._fd, self.file = fd, None
@@ -101,24 +102,42 @@ class ResultsLock:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError:
             return  # unreadable: the writer will say so
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not self._flock(fd):
             os.close(fd)
             self.release()
             self.file = None  # the sidecar we held is not the holder's
             self._refuse()
         self._inode_fd = fd
 
-    def _refuse(self, hint: str = "") -> None:
+    def follow(self) -> None:
+        """Lock the file's inode as well, now that it exists (it did not when the lock was
+        taken): a hard link made to it later then meets the lock too."""
+        if fcntl is not None and self._inode_fd is None and self.file is not None:
+            self._lock_inode()
+
+    def _flock(self, fd: int) -> bool:
+        """flock `fd` at once; with `wait`, else once its holder lets go. Whether it is held."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if not self._wait:
+                return False
+        notice(f"waiting for another nph process writing {self.path} ({self._holder()})")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+
+    def _holder(self) -> str:
         try:
             text = "" if self.file is None else self.file.read_text("utf-8", errors="replace")
         except OSError:
             text = ""
-        holder = text.strip()
+        return text.strip() or "holder unknown"
+
+    def _refuse(self, hint: str = "") -> None:
         raise NphError(
             f"{self.path} is being written by another nph process "
-            f"({holder or 'holder unknown'}){hint}; wait for it to finish or choose another --out"
+            f"({self._holder()}){hint}; wait for it to finish or choose another --out"
         )
 
     def release(self) -> None:
@@ -136,7 +155,7 @@ class ResultsLock:
     def __del__(self) -> None:  # a Results dropped after an error must not keep the file
         self.release()
 
-    def __enter__(self) -> ResultsLock:
+    def __enter__(self) -> WriterLock:
         return self
 
     def __exit__(self, *exc: object) -> None:
