@@ -25,9 +25,10 @@ def build_memory_index(
 ) -> dict[str, Any]:
     """Build and write the index of `memory` (a memory file or a shard manifest); the report
     `nph index --json` prints."""
-    from nphcli.ann.index_file import check_kind
+    from nphcli.ann.index_file import check_kind, check_seed
     from nphcli.memory.format import is_manifest
 
+    check_seed(seed)  # before any memory is read
     if is_manifest(memory):
         if out is not None:
             raise NphError("--out names one file; a shard set's indexes go beside its shards")
