@@ -56,6 +56,7 @@ def _print_comparison(settings, reports) -> None:
     varies, with no edit here."""
     from nphcli.evaluation.settings import given_params, setting_values
     from nphcli.schema.fields import get_field
+    from nphcli.schema.metrics import shown_in
 
     values = [setting_values(setting) for setting in settings]
     names = [name for name in values[0] if name != "model"]
@@ -66,7 +67,7 @@ def _print_comparison(settings, reports) -> None:
         for name in names
         if name not in varying and (name in shown or values[0][name] != get_field(name).default)
     ]
-    metrics = ("sse", "success", "cosine", "support")
+    metrics = [m.name for m in shown_in("compare")]
     rows = []
     for setting, flat, report in zip(settings, values, reports, strict=True):
         means = [None if report.metrics[m] is None else report.metrics[m]["mean"] for m in metrics]

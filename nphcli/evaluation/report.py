@@ -22,6 +22,7 @@ from nphcli.core.dtypes import dtype_name
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.provenance import provenance
+from nphcli.schema.metrics import METRIC_NAMES
 from nphcli.schema.settings import Corruption, RetrieveSettings
 from nphcli.version import __version__
 
@@ -29,21 +30,7 @@ if TYPE_CHECKING:
     from nphcli.evaluation.corruption import Corrupted
     from nphcli.evaluation.queries import Selection
 
-METRICS = (
-    "success",
-    "sse",
-    "mse",
-    "cosine",
-    "nearest_distance",
-    "support",
-    "steps",
-    "pixel_success",
-    "at_pattern",
-    "at_metastable",
-    "at_global",
-    "attractor_size",
-    "energy",
-)
+METRICS = METRIC_NAMES  # the per-query metrics, in output order (`nphcli.schema.metrics`)
 STATS = ("mean", "std", "median")
 TIMINGS = (
     "load_s",

@@ -18,6 +18,7 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
+from nphcli.schema.metrics import LABELS
 
 # x-axis aliases: name → (row column, axis label); `variance` plots the noise column squared
 X_AXES: dict[str, tuple[str, str]] = {
@@ -28,22 +29,7 @@ X_AXES: dict[str, tuple[str, str]] = {
     "beta": ("beta", "inverse temperature β"),
 }
 AXIS_LABELS = {column: label for name, (column, label) in X_AXES.items() if name != "variance"}
-METRIC_LABELS = {
-    "sse": "sum of squared errors ‖T(x) − ξ‖²",
-    "mse": "mean squared error ‖T(x) − ξ‖² / d",
-    "success": "success rate (nearest stored pattern is the target)",
-    "cosine": "cosine similarity of T(x) and ξ",
-    "pixel_success": "per-pixel success rate (every clamped entry within 0.1 of the target)",
-    "nearest_distance": "distance from T(x) to the nearest stored pattern",
-    "support": "support size (memories with non-zero weight)",
-    "steps": "update steps",
-    "us_per_query": "retrieval time per query (µs)",
-    "at_pattern": "share of queries that reached one stored pattern",
-    "at_metastable": "share of queries that reached a metastable state",
-    "at_global": "share of queries that reached the global average",
-    "attractor_size": "size s of the state reached (memories holding 90 % of the weight)",
-    "energy": "energy E(y) of the final state",
-}
+METRIC_LABELS = LABELS  # what each metric is (`nphcli.schema.metrics`)
 TRIAL_COLUMNS = ("trial", "memory_seed", "run_seed", "drawn_sha256")
 DERIVED_COLUMNS = ("setting", "label", "run_settings")
 # Where the memory lives says nothing about what it is (`memory_sha256` does): not a setting.

@@ -14,19 +14,10 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.presentation.plot_data import filter_rows, is_setting, matching, natural, short
+from nphcli.schema.metrics import shown_in
 
-# table columns: metric → True when larger is better
-METRICS = {
-    "success": True,
-    "sse": False,
-    "mse": False,
-    "cosine": True,
-    "pixel_success": True,
-    "support": False,
-    "at_pattern": True,
-    "attractor_size": False,
-    "us_per_query": False,
-}
+# table columns: metric → True when larger is better (`nphcli.schema.metrics`)
+METRICS = {m.name: m.better == "higher" for m in shown_in("report")}
 # Settings that say where a row came from rather than what was run: the section's provenance
 # (when the same in every row), not its settings line.
 PROVENANCE = ("dataset", "memory", "memory_sha256", "memory_normalize", "memory_shape", "normalize")

@@ -10,10 +10,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from nphcli.schema.metrics import shown_in
 from nphcli.sweeps.columns import COUNT_FIELDS
 from nphcli.sweeps.grid import Setting
 
-SUMMARY_METRICS = ("sse", "success", "mse", "cosine", "pixel_success")
+SUMMARY_METRICS = tuple(m.name for m in shown_in("summary"))  # `nphcli.schema.metrics`
 
 
 @dataclass
