@@ -25,8 +25,19 @@ def build_memory_index(
 ) -> dict[str, Any]:
     """Build and write the index of `memory` (a memory file or a shard manifest); the report
     `nph index --json` prints."""
-    from nphcli.ann.index_file import check_kind, check_seed
+    from nphcli.ann.index_file import (
+        build_index,
+        check_kind,
+        check_seed,
+        default_index_path,
+        require_faiss,
+        write_index,
+    )
+    from nphcli.core.atomic import check_output
+    from nphcli.core.resources import fits_in_memory
+    from nphcli.memory import open_memory
     from nphcli.memory.format import is_manifest
+    from nphcli.memory.provenance import content_sha256
 
     check_seed(seed)  # before any memory is read
     if is_manifest(memory):
@@ -38,33 +49,6 @@ def build_memory_index(
         return build_shard_indexes(
             memory, kind=kind, seed=seed, lists=lists, force=force, progress=progress
         )
-    return _build_file_index(
-        memory, kind=kind, out=out, lists=lists, seed=seed, force=force, progress=progress
-    )
-
-
-def _build_file_index(
-    memory: Path,
-    *,
-    kind: str,
-    out: Path | None,
-    lists: int | None,
-    seed: int,
-    force: bool,
-    progress: Progress | None,
-) -> dict[str, Any]:
-    from nphcli.ann.index_file import (
-        build_index,
-        check_kind,
-        default_index_path,
-        require_faiss,
-        write_index,
-    )
-    from nphcli.core.atomic import check_output
-    from nphcli.core.resources import fits_in_memory
-    from nphcli.memory import open_memory
-    from nphcli.memory.provenance import content_sha256
-
     streamed = open_memory(memory, stream=True)  # the header first: a missing file says so
     require_faiss()
     check_kind(kind)
