@@ -41,6 +41,7 @@ def scene(tmp_path, monkeypatch):
     good = (tmp_path / "mem.safetensors").read_bytes()
     # Broken memory files.
     (tmp_path / "adir").mkdir()
+    (tmp_path / "folder.safetensors").mkdir()  # a folder where a memory file goes
     (tmp_path / "empty.safetensors").write_bytes(b"")
     (tmp_path / "truncated.safetensors").write_bytes(good[: len(good) // 2])
     _png(tmp_path / "picture.png", (4, 4))
@@ -268,7 +269,11 @@ CASES = [
         "input",
     ),
     ("out exists", ["store", "random", "--out", "mem.safetensors"], r"--force"),
-    ("out is a folder", ["store", "random", "--out", "adir", "--force"], r"directory"),
+    (
+        "out is a folder",
+        ["store", "random", "--out", "folder.safetensors", "--force"],
+        r"directory",
+    ),
     # image folders and CSV tables
     ("mixed sizes", ["store", "mixed"], r"--size"),
     ("non-image file", ["store", "withtext"], r"readme.txt"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_one_error_line, real_valued_models
+from conftest import assert_one_error_line, family_params, real_valued_models
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -49,7 +49,7 @@ TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
 
 
 def _settings(name: str, dtype: str, *, noise: float = 0.3, **extra) -> RetrieveSettings:
-    params = {"beta": 1.0, **PARAMS.get(name, {}), **extra}
+    params = {**family_params(name, beta=1.0), **PARAMS.get(name, {}), **extra}
     return RetrieveSettings(
         model=name, params=params, dtype=dtype, corruption=Corruption(noise=noise), queries=9
     )
