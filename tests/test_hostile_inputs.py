@@ -130,7 +130,7 @@ def test_report_skips_nothing_silently_on_hostile_results_lines(invoke, tmp_path
 
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
 def test_results_lock_follows_the_file(tmp_path, link):
-    from nphcli.sweeps.lock import ResultsLock
+    from nphcli.core.lock import ResultsLock
 
     results = tmp_path / "results.jsonl"
     results.write_text("")

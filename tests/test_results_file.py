@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_one_error_line
 
 from nphcli.core.errors import NphError
-from nphcli.sweeps.lock import ResultsLock, lock_path
+from nphcli.core.lock import ResultsLock, lock_path
 from nphcli.sweeps.results import Results, read_results
 
 TINY = ("--model", "dense,topk", "--k", "0.5", "--trials", "2", "--beta", "0.5", "--noise", "0.3")
@@ -31,7 +31,7 @@ def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_pat
         [
             sys.executable,
             "-c",
-            "import sys; from nphcli.sweeps.lock import ResultsLock; "
+            "import sys; from nphcli.core.lock import ResultsLock; "
             f"lock = ResultsLock({str(out)!r}); print('locked', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,

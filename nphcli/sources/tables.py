@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nphcli.core.defaults import ITEM_RECALL
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.memory.items import check_items
@@ -176,6 +177,7 @@ def table_source(spec: str, rows: list[dict[str, Any]], options: SourceOptions) 
         "available": selection["of"],
         "selection": selection,
         "seed": options.seed,
+        "recall": dict(ITEM_RECALL),  # what `nph recall` uses unless told otherwise
     }
     if all(embedded):
         if options.embed is not None:

@@ -26,10 +26,10 @@ from typing import Any
 from nphcli.core.atomic import check_folder, fsync_folder, write_failure_reason
 from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.core.jsontext import parse_json
+from nphcli.core.lock import ResultsLock
 from nphcli.core.normalize import canonical_method
 from nphcli.core.notices import notice
 from nphcli.sweeps.config import SweepConfig
-from nphcli.sweeps.lock import ResultsLock
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"}
 PARTIAL = ".partial"  # inserted before the ending of a --force sweep's temporary file
