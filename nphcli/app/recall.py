@@ -87,16 +87,20 @@ class Recaller:
         *,
         k: int = DEFAULT_K,
         model: str | None = None,
-        **params: Any,
+        beta: float | None = None,
+        params: dict[str, Any] | None = None,
     ) -> Recalled:
-        """The items `query` (a text, or a vector of d numbers) recalls: at most `k`."""
+        """The items `query` (a text, or a vector of d numbers) recalls: at most `k`, by
+        `model` with inverse temperature `beta` and the model's other `params` (e.g. topk's
+        {"k": 3}); each None: the memory's defaults (`defaults`)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise NphError(f"k must be a whole number ≥ 1, got {k!r}")
         x, text = self._query(query)  # (1, d)
         chosen = self.defaults()
         if model is not None and model != chosen.get("model"):
             chosen = {"model": model}  # another model: its own defaults
-        chosen.update({key: value for key, value in params.items() if value is not None})
+        given = {**(params or {}), "beta": beta}
+        chosen.update({key: value for key, value in given.items() if value is not None})
         name = chosen.pop("model")
         rule = create_model(name, **chosen)
         memory = self.memory
@@ -148,13 +152,14 @@ def recall(
     *,
     k: int = DEFAULT_K,
     model: str | None = None,
-    **params: Any,
+    beta: float | None = None,
+    params: dict[str, Any] | None = None,
 ) -> Recalled:
     """The items of `memory` (a memory file's path, or an open bank) that `query` (a text, or
-    a vector) recalls, heaviest first: `Recaller(...).recall(query, k=k, model=model,
-    **params)`. Open a `Recaller` once to recall many queries."""
+    a vector) recalls, heaviest first (`Recaller.recall`). Open a `Recaller` once to recall
+    many queries: the memory and its embedder then load once."""
     if isinstance(memory, MemoryBank):
         recaller = Recaller(memory, open_items(memory.path, memory.meta) if memory.path else None)
     else:
         recaller = Recaller.open(memory)
-    return recaller.recall(query, k=k, model=model, **params)
+    return recaller.recall(query, k=k, model=model, beta=beta, params=params)

@@ -17,6 +17,7 @@ from nphcli.core.notices import notice
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
 from nphcli.memory.items import write_items
+from nphcli.memory.segments import read_segments
 from nphcli.memory.shards import split_rows, write_shards
 from nphcli.sources.pairing import in_store_dtype, load_labels, load_values_and_items
 from nphcli.theory.retrievable import META_KEY as RETRIEVABLE_KEY
@@ -64,6 +65,11 @@ def store_memory(
         raise NphError(f"unknown source option(s) {', '.join(unknown)}; choose from {known}")
     inputs = [p for p in (source, values, labels) if p is not None and Path(p).exists()]
     check_output(out, force=force, protect=inputs)  # before any loading: fail fast
+    if read_segments(out) is not None:  # its segments would outlive the new file
+        raise NphError(
+            f"{out} grew with `nph add`; store under another name, or `nph compact {out}` and "
+            "then replace it"
+        )
     if out.suffix.lower() != ".safetensors":
         raise NphError(
             f"a memory file is a safetensors file: name it .safetensors, not {out.name} "
