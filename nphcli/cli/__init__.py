@@ -20,6 +20,7 @@ from nphcli.cli import (
     recall,  # noqa: F401  (registers commands)
     report,  # noqa: F401  (registers commands)
     retrieve,  # noqa: F401  (registers commands)
+    serve,  # noqa: F401  (registers commands)
     shard,  # noqa: F401  (registers commands)
     store,  # noqa: F401  (registers commands)
     sweep,  # noqa: F401  (registers commands)
