@@ -95,6 +95,25 @@ def test_readers_see_the_grown_items_and_never_a_forgotten_one(tmp_path, invoke)
     assert "a1" not in {r["id"] for r in recalled} and recalled
 
 
+def test_an_index_of_a_memory_that_grew_is_stale_after_the_next_change(tmp_path, invoke):
+    pytest.importorskip("faiss")
+    memory, rows = _grown(tmp_path)
+    index = tmp_path / "m.index"
+    assert invoke("index", memory, "--kind", "flat", "--out", index).exit_code == 0
+    args = ["retrieve", "--memory", memory, "--model", "topk", "--k", "2", "--beta", "8"]
+    args += ["--noise", "0.05", "--json"]
+    exact = json.loads(invoke(*args).stdout)
+    indexed = invoke(*args, "--index", index)
+    assert indexed.exit_code == 0, indexed.stderr
+    named = [[r["id"] for r in q["recalled"]] for q in json.loads(indexed.stdout)["recall"]]
+    assert named == [[r["id"] for r in q["recalled"]] for q in exact["recall"]]  # grown rows
+    _table(tmp_path / "c.jsonl", ["c0"], seed=5)
+    assert invoke("add", memory, tmp_path / "c.jsonl").exit_code == 0
+    assert invoke("forget", memory, "--ids", "a0").exit_code == 0  # M as indexed, other rows
+    refused = invoke(*args[:-1], "--index", index)
+    assert_one_error_line(refused, "indexes another memory", "rebuild")
+
+
 def test_an_added_id_stored_already_is_refused_or_replaced_with_upsert(tmp_path, invoke):
     memory, _ = _grown(tmp_path)
     _table(tmp_path / "again.jsonl", ["b1", "c0"], seed=9)
