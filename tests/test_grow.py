@@ -287,3 +287,31 @@ def test_recall_with_a_sentence_model_prints_nothing_on_stderr_unless_verbose(tm
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     assert quiet.stdout.startswith("'a kitten on a rug'") and "the cat sat" in quiet.stdout
     # (with --verbose, transformers' "Loading weights" progress bar shows on stderr)
+
+
+@pytest.mark.parametrize(
+    "model, params",
+    [("sparse", {}), ("dense", {"beta": 8.0}), ("topk", {"k": 3.0}), ("entmax", {"alpha": 1.5})],
+)
+def test_recall_lists_the_weights_the_retrieval_sums(tmp_path, model, params):
+    """`Recaller` forms the rule's weights from one score vector; the reference is
+    `evaluation.recall` after the retrieval itself, in float64."""
+    from nphcli.app.recall import Recaller
+    from nphcli.evaluation.recall import recall as reference
+    from nphcli.models import create_model
+
+    rows = _table(tmp_path / "t.jsonl", [f"t{i}" for i in range(30)], seed=4)
+    memory = nph.store(tmp_path / "t.jsonl", tmp_path / "t.safetensors").path
+    recaller = Recaller.open(memory)
+    query = (np.array(rows[3]["embedding"]) + 0.3 * np.array(rows[7]["embedding"])).tolist()
+    found = recaller.recall(query, k=30, model=model, params=params)
+    beta = 30.0 if model == "sparse" else 8.0 if model == "dense" else 0.3  # memory's, given, own
+    assert found.params == {"beta": beta, **params}
+    rule = create_model(model, **found.params)
+    x = torch.tensor([query], dtype=torch.float64)  # a vector memory: the query as it is
+    out = rule.retrieve(x.float(), recaller.memory).patterns
+    (entry,) = reference(rule, recaller.memory, x, out, top=30)
+    assert [i["row"] for i in found.items] == [r["row"] for r in entry["recalled"]]
+    weights = [i["weight"] for i in found.items]
+    assert weights == pytest.approx([r["weight"] for r in entry["recalled"]], abs=1e-6)
+    assert found.support == entry["support"] and abs(sum(weights) - 1) < 1e-9

@@ -24,6 +24,7 @@ from nphcli.memory.bank import MemoryBank
 from nphcli.memory.items import Items, open_items
 from nphcli.memory.open import open_memory
 from nphcli.models import create_model
+from nphcli.models.base import forms_weights
 from nphcli.sources.embedders import Embedder, check_same_embedder, resolve_embedder
 
 DEFAULT_K = 5  # items listed per recall
@@ -99,30 +100,48 @@ class Recaller:
         chosen = self.defaults()
         if model is not None and model != chosen.get("model"):
             chosen = {"model": model}  # another model: its own defaults
-        given = {**(params or {}), "beta": beta}
+        given = {**(params or {}), **({} if beta is None else {"beta": beta})}
         chosen.update({key: value for key, value in given.items() if value is not None})
         name = chosen.pop("model")
         rule = create_model(name, **chosen)
         memory = self.memory
-        out = rule.retrieve(x.to(memory.dtype), memory).patterns  # (1, d_v)
-        (entry,) = weighed(rule, memory, x, out, items=self.items, top=k)
-        if entry["recalled"] is None:  # no weights: the k highest scores
-            found = _highest(memory, x, k)
-        else:
-            found = [(r["row"], r["weight"]) for r in entry["recalled"]]
-        rows = torch.tensor([row for row, _ in found], dtype=torch.int64)
-        keys, _ = memory.gather(rows)  # (n, d)
-        scores = (keys.double() @ x.double()[0]).tolist() if len(found) else []  # (n,)
-        named = self.items.get(rows.tolist()) if self.items is not None else None
+        query = x[0].float()  # (d,) float32 products: the stored rows' own precision
+        scores = torch.cat(
+            [(keys.float() @ query).double() for _, keys in memory.key_blocks(1 << 16)]
+        )  # (M,) ⟨x, ξ_j⟩
+        if forms_weights(rule) and not rule.baseline and rule.steps == 1:
+            valid = torch.ones(1, scores.shape[0], dtype=torch.bool)  # (1, M)
+            weights = rule.weights(rule.beta * scores[None, None, None], valid, torch.zeros(1))
+            weights = weights[0, 0, 0]  # (M,) the rule's own weights, w = rule(β·K·x)
+            kept = torch.nonzero(weights > 0).flatten()
+            order = kept[weights[kept].argsort(descending=True, stable=True)][:k]
+            found = [(int(r), float(weights[r])) for r in order]
+            support = int(kept.numel())
+        else:  # iterated, or no weights of its own: the retrieval's weights, else top scores
+            out = rule.retrieve(x.to(memory.dtype), memory).patterns  # (1, d_v)
+            (entry,) = weighed(rule, memory, x, out, top=k)
+            support = entry["support"]
+            if entry["recalled"] is None:
+                top = scores.topk(min(k, scores.numel())).indices  # (k,)
+                found = [(int(row), None) for row in top]
+            else:
+                found = [(r["row"], r["weight"]) for r in entry["recalled"]]
+        rows = [row for row, _ in found]
+        named = self.items.get(rows) if self.items is not None else None
         listed = []
         for i, (row, weight) in enumerate(found):
             item = {"id": row, "text": None} if named is None else named[i]
             listed.append(
-                {"id": item["id"], "text": item.get("text"), "weight": weight, "score": scores[i]}
-                | {"row": row}
+                {
+                    "id": item["id"],
+                    "text": item.get("text"),
+                    "weight": weight,
+                    "score": float(scores[row]),
+                    "row": row,
+                }
             )
         used = {"beta": rule.beta} | {key: getattr(rule, key) for key in chosen if key != "beta"}
-        return Recalled(text, name, used, entry["support"], listed)
+        return Recalled(text, name, used, support, listed)
 
     def _query(self, query: str | list[float]) -> tuple[torch.Tensor, str | None]:
         if isinstance(query, str):
@@ -138,12 +157,6 @@ class Recaller:
         if (self.memory.meta.get("embedder") or {}).get("normalize") == "l2":
             x = x / x.norm().clamp_min(1e-300)  # as the stored rows were
         return x, None
-
-
-def _highest(memory: MemoryBank, x: torch.Tensor, k: int) -> list[tuple[int, None]]:
-    scores = torch.cat([keys.double() @ x.double()[0] for _, keys in memory.key_blocks(65536)])
-    top = scores.topk(min(k, scores.numel())).indices  # (k,)
-    return [(int(row), None) for row in top]
 
 
 def recall(
