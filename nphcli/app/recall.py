@@ -58,9 +58,10 @@ class Recaller:
         self._embedder: Embedder | None = None
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> Recaller:
-        """Open the memory file at `path` (one that grew with `nph add` too)."""
-        memory = open_memory(path)
+    def open(cls, path: str | os.PathLike, *, verify: bool = True) -> Recaller:
+        """Open the memory file at `path` (one that grew with `nph add` too); `verify`: check
+        its segments' checksums (`open_memory`)."""
+        memory = open_memory(path, verify=verify)
         return cls(memory, open_items(path, memory.meta), str(path))
 
     def defaults(self) -> dict[str, Any]:

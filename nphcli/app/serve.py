@@ -56,8 +56,11 @@ class Served:
         self.recaller = Recaller.open(self.path)
 
     def reload(self) -> None:
+        """After a change this server made. The segments' checksums are not read again (a
+        memory of 10^5 rows would hash 150 MB at every `remember`): they were checked when the
+        server started or written by it; one another process added meanwhile is trusted."""
         embedder = self.recaller._embedder
-        self.recaller = Recaller.open(self.path)
+        self.recaller = Recaller.open(self.path, verify=False)
         self.recaller._embedder = embedder
 
     def remember(self, text, embedding, key, meta, upsert) -> dict[str, Any]:
