@@ -145,6 +145,9 @@ def test_refusals_are_one_line_and_change_nothing(tmp_path, invoke):
     assert_one_error_line(result, "being written by another nph process")
     assert (tmp_path / "m.segments.json").read_bytes() == before
     assert_one_error_line(invoke("recall", memory, " "), "the query is empty")
+    vectors = tmp_path / "vectors.safetensors"
+    assert invoke("store", "random", "--n", "5", "--dim", "12", "--out", vectors).exit_code == 0
+    assert_one_error_line(invoke("add", vectors, tmp_path / "b.jsonl"), "has no ids")
 
 
 def test_texts_added_are_embedded_as_the_memory_was_and_numbered_on(tmp_path, invoke):

@@ -39,7 +39,7 @@ from nphcli.core.errors import NphError
 from nphcli.core.jsontext import read_json_file
 from nphcli.memory.bank import Memory
 from nphcli.memory.file import load_memory
-from nphcli.memory.format import read_metadata, tensors_sha256
+from nphcli.memory.format import read_layout, read_metadata, tensors_sha256
 from nphcli.memory.items import Items, open_items
 from nphcli.memory.provenance import META_KEY, tensors_digest
 
@@ -130,7 +130,7 @@ def _sha256(path: Path) -> str:
 def as_single(memory_path: Path) -> Segments:
     """A one-file memory as generation 0 of a manifest (not written until it changes)."""
     digest = tensors_sha256(memory_path)
-    rows = int(read_metadata(memory_path)["M"])
+    rows = read_layout(memory_path).num_memories  # a foreign file too (refused later, in words)
     return Segments(
         memory_path, os.urandom(12).hex(), 0, (Segment(memory_path.name, rows, digest),), {}
     )
