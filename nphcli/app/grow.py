@@ -34,6 +34,7 @@ from nphcli.memory.segments import (
 )
 from nphcli.sources.tables import TEXT_SUFFIXES, holds_embeddings
 
+_RETRY = "run the command again once it is done"  # what a second writer is told
 # Normalisations of single rows: an added row is stored as the memory's rows were.
 _ROWWISE = ("none", "l2")
 
@@ -60,7 +61,7 @@ def add_items(
     are embedded with the memory's own embedder) to `memory` as a new segment. An id stored
     already is refused, or with `upsert` the stored item is forgotten and the new one kept."""
     memory = _checked(memory)
-    with ResultsLock(memory):
+    with ResultsLock(memory, advice=_RETRY):
         current = read_segments(memory) or as_single(memory)
         meta = read_metadata(memory)
         items, where = segment_items(current)
@@ -98,7 +99,7 @@ def forget_items(memory: str | os.PathLike, ids: list[str]) -> Change:
     wanted = [str(key) for key in dict.fromkeys(ids)]
     if not wanted:
         raise NphError("give the ids to forget: --ids a,b,c")
-    with ResultsLock(memory):
+    with ResultsLock(memory, advice=_RETRY):
         current = read_segments(memory) or as_single(memory)
         items, where = segment_items(current)
         located = {key: place for key, place in zip(items.ids(), where, strict=True)}
@@ -123,7 +124,7 @@ def compact_memory(memory: str | os.PathLike) -> Change:
     then remove its manifest, segments, sidecars and forgotten list. A memory that is one file
     already is left as it is."""
     memory = _checked(memory)
-    with ResultsLock(memory):
+    with ResultsLock(memory, advice=_RETRY):
         current = read_segments(memory)
         if current is None:  # one file, or compacted by a run stopped before its cleanup
             manifest_path(memory).unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""One writer per results file: an exclusive lock held for a whole sweep.
+"""One writer per file: an exclusive lock held for a whole sweep on its results file, or for one
+change of a memory (`nph add`, `nph forget`, `nph compact`: `app.grow`).
 
 Two sweeps appending to the same file would interleave rows of two grids (and a second CSV
 header) and both succeed. The lock is a sidecar file, `.NAME.lock` beside the results file,
@@ -33,11 +34,16 @@ def lock_path(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
-class ResultsLock:
-    """An exclusive lock on results file `path`, taken at once or refused with an NphError."""
+_SWEEP_ADVICE = "wait for it to finish or choose another --out"
 
-    def __init__(self, path: str | os.PathLike) -> None:
+
+class ResultsLock:
+    """An exclusive lock on file `path`, taken at once or refused with an NphError that ends
+    with `advice`."""
+
+    def __init__(self, path: str | os.PathLike, *, advice: str = _SWEEP_ADVICE) -> None:
         self.path = Path(path)
+        self._advice = advice  # what the refused writer can do
         self.file: Path | None = lock_path(path)
         self._fd: int | None = None
         self._inode_fd: int | None = None
@@ -118,7 +124,7 @@ class ResultsLock:
         holder = text.strip()
         raise NphError(
             f"{self.path} is being written by another nph process "
-            f"({holder or 'holder unknown'}){hint}; wait for it to finish or choose another --out"
+            f"({holder or 'holder unknown'}){hint}; {self._advice}"
         )
 
     def release(self) -> None:
