@@ -115,8 +115,27 @@ class Items:
         return found
 
     def ids(self) -> list[str]:
-        """Every row's id, as text, in row order."""
-        return [str(item["id"]) for item in self.get(range(len(self)))]
+        """Every row's id, as text, in row order (each sidecar parsed once per process)."""
+        by_file = [_ids_of(path) for path in self.paths]
+        return [by_file[which][start] for which, start, _ in self._spans]
+
+
+# sidecar (path, size, mtime) → {byte offset of a line: its id as text}. A sidecar is never
+# edited in place (a change writes a new file), so `nph serve` parses each one once.
+_IDS: dict[tuple[str, int, int], dict[int, str]] = {}
+
+
+def _ids_of(path: Path) -> dict[int, str]:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _IDS:
+        found, offset = {}, 0
+        with open(path, "rb") as handle:
+            for line in handle:
+                found[offset] = str(json.loads(line)["id"])
+                offset += len(line)
+        _IDS[key] = found
+    return _IDS[key]
 
 
 def open_items(memory_path: str | os.PathLike, meta: dict[str, Any]) -> Items | None:
