@@ -10,6 +10,7 @@ The public API, named after the command line's concepts, in one import style:
     settings = nph.RetrieveSettings(model="topk", params={"k": 10},
                                     corruption=nph.Corruption(noise=0.5))
     report = nph.evaluate(memory, settings)           # what `nph retrieve` does
+    nph.recall("notes.safetensors", "a cat on a mat", k=3)  # items a text recalls (`nph recall`)
 
 `create_model` builds a rule to keep (`model.retrieve(queries, memory)`), `list_models` lists the
 registry (`nph models`), `Memory` holds memories built in Python, and every user error is an
@@ -29,6 +30,7 @@ from nphcli.version import __version__
 _PUBLIC = {
     "store": ("nphcli.app.store", "store_memory"),
     "open_memory": ("nphcli.memory.open", "open_memory"),
+    "recall": ("nphcli.app.recall", "recall"),
     "Memory": ("nphcli.memory.bank", "Memory"),
     "create_model": ("nphcli.models", "create_model"),
     "list_models": ("nphcli.models", "list_models"),
@@ -47,11 +49,13 @@ __all__ = [
     "evaluate",
     "list_models",
     "open_memory",
+    "recall",
     "retrieve",
     "store",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never run
+    from nphcli.app.recall import recall
     from nphcli.app.store import store_memory as store
     from nphcli.evaluation.evaluate import evaluate
     from nphcli.memory.bank import Memory

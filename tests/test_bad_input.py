@@ -308,6 +308,11 @@ CASES = [
     ("models extra argument", ["models", "nope"], r"unexpected extra argument.*nope"),
     ("doctor unknown option", ["doctor", "--bogus"], r"No such option: --bogus"),
     ("report of a missing file", ["report", "absent.jsonl"], r"absent\.jsonl"),
+    ("recall an empty query", ["recall", "mem.safetensors", " "], r"the query is empty"),
+    ("add to a memory without ids", ["add", "mem.safetensors", "pool.npy"], r"has no ids"),
+    ("forget no ids", ["forget", "mem.safetensors"], r"give the ids to forget"),
+    ("compact missing memory", ["compact", "absent.safetensors"], r"absent\.safetensors not"),
+    ("serve missing memory", ["serve", "absent.safetensors"], r"not found|MCP SDK"),
 ]
 
 

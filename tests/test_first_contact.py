@@ -192,6 +192,7 @@ PUBLIC = {
     "evaluate": "nphcli.evaluation.evaluate.evaluate",
     "RetrieveSettings": "nphcli.evaluation.settings.RetrieveSettings",
     "Corruption": "nphcli.evaluation.corruption.Corruption",
+    "recall": "nphcli.app.recall.recall",
 }
 
 

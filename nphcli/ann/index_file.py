@@ -32,6 +32,7 @@ from torch import Tensor
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.segments import manifest_path, read_segments
 from nphcli.version import __version__
 
 FORMAT_NAME = "nph-index"
@@ -70,18 +71,23 @@ _CHECKSUMS: dict[tuple[str, int, int], str] = {}
 
 
 def file_checksum(path: str | os.PathLike) -> str:
-    """SHA-256 of a file's bytes (cached per path, size and modification time in this process)."""
+    """SHA-256 of a file's bytes (cached per path, size and modification time in this process);
+    of a memory that grew (`nph add`), of its file's bytes and its segments manifest's, so that
+    an index of it is stale after the next add or forget."""
     path = Path(path)
     try:
         stat = path.stat()
     except OSError as error:
         raise NphError(f"cannot read {path}: {error.strerror or error}") from None
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    grown = read_segments(path) is not None
+    segments = manifest_path(path).read_bytes() if grown else b""
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, segments)
     if key not in _CHECKSUMS:
         digest = hashlib.sha256()
         with open(path, "rb") as handle:
             while chunk := handle.read(1 << 24):
                 digest.update(chunk)
+        digest.update(segments)
         _CHECKSUMS[key] = digest.hexdigest()
     return _CHECKSUMS[key]
 

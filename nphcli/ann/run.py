@@ -15,6 +15,7 @@ from nphcli.ann.search import IndexedModel, search_depth
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.format import is_manifest
+from nphcli.memory.segments import manifest_path
 from nphcli.schema.settings import IndexSettings
 
 
@@ -57,7 +58,8 @@ _OPENED: dict[tuple, AnnIndex] = {}
 
 
 def _open(path: str | os.PathLike, memory_path: str | os.PathLike) -> AnnIndex:
-    key = tuple(_identity(p) for p in (path, memory_path))
+    grown = manifest_path(memory_path)  # a memory that grew is its file and this manifest
+    key = tuple(_identity(p) for p in (path, memory_path, grown))
     if key not in _OPENED:
         _OPENED.clear()  # hold one index at a time
         _OPENED[key] = open_index(path, memory_path)

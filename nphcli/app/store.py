@@ -18,6 +18,7 @@ from nphcli.core.notices import notice
 from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
 from nphcli.memory.items import record_file, remove_unnamed, staged_items
+from nphcli.memory.segments import read_segments
 from nphcli.memory.shards import split_rows, write_shards
 from nphcli.sources.pairing import in_store_dtype, load_labels, load_values_and_items
 from nphcli.theory.retrievable import META_KEY as RETRIEVABLE_KEY
@@ -76,6 +77,11 @@ def store_memory(
         )
     inputs = [p for p in (source, values, labels) if p is not None and Path(p).exists()]
     check_output(out, force=force, protect=inputs)  # before any loading: fail fast
+    if read_segments(out) is not None:  # its segments would outlive the new file
+        raise NphError(
+            f"{out} grew with `nph add`; store under another name, or `nph compact {out}` and "
+            "then replace it"
+        )
     for left in remove_unnamed(out, keep=inputs):
         notice(f"removed {left}, a sidecar no memory names (left by an interrupted store)")
     prepared = sources.prepare_memory(str(source), options, normalize=normalize, dtype=dtype)

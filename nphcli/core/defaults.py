@@ -7,6 +7,10 @@ and the generated documentation all read them from here, so each has one documen
 # --noise 0.5 (README, "Retrieving"). Scores are β⟨x, ξ⟩, so the right β scales as 1/‖ξ‖².
 DEFAULT_BETA = 0.3
 DEFAULT_BETA_NORM2 = 88.0  # the mean ‖ξ‖² DEFAULT_BETA was measured at
+# `nph recall` on a memory of items (unit vectors: scores are cosines): sparsemax at β = 30
+# recalls as well as nearest neighbour with 1-2 rows of support (docs/text.md); a memory stored
+# from a table records it (`recall` in its metadata), and --model / --beta override it.
+ITEM_RECALL = {"model": "sparse", "beta": 30.0}
 
 # Working memory one `retrieve` call may use beyond its inputs and result (--memory-budget).
 DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes

@@ -2,10 +2,11 @@
 
 Two sweeps appending to the same results file would interleave rows of two grids (and a second
 CSV header) and both succeed; two `nph index` runs on one shard manifest would each rewrite it
-with their own record only. A sweep is refused at once (`wait=False`); `nph index` waits its
-turn (`wait=True`). The lock is a sidecar file, `.NAME.lock` beside the file, because a
-`--force` sweep renames a new file over the results file and a lock on the old inode would not
-cover the new one. Where `fcntl` exists the lock is `flock` (released by the kernel
+with their own record only; two changes of a growing memory (`nph add`, `forget`, `compact`:
+`app.grow`) would each switch its manifest to their own. A sweep or a memory change is refused
+at once (`wait=False`, with the caller's advice); `nph index` waits its turn (`wait=True`).
+The lock is a sidecar file, `.NAME.lock` beside the file, because a `--force` sweep renames a
+new file over the results file and a lock on the old inode would not cover the new one. Where `fcntl` exists the lock is `flock` (released by the kernel
 when the process dies, so a killed sweep never leaves a stale lock); elsewhere the sidecar is
 created with O_EXCL and removed on release. Either way the sidecar holds the holder's pid and
 command line, for the second writer's error message.
@@ -36,11 +37,18 @@ def lock_path(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
-class WriterLock:
-    """An exclusive lock on the file `path`: taken at once or refused with an NphError, or with
-    `wait`, taken once the holder lets go (said on stderr while waiting; flock only)."""
+_SWEEP_ADVICE = "wait for it to finish or choose another --out"
 
-    def __init__(self, path: str | os.PathLike, *, wait: bool = False) -> None:
+
+class WriterLock:
+    """An exclusive lock on the file `path`: taken at once or refused with an NphError ending
+    with `advice`, or with `wait`, taken once the holder lets go (said on stderr while waiting;
+    flock only)."""
+
+    def __init__(
+        self, path: str | os.PathLike, *, wait: bool = False, advice: str = _SWEEP_ADVICE
+    ) -> None:
+        self._advice = advice  # what the refused writer can do
         self.path = Path(path)
         self.file: Path | None = lock_path(path)
         self._fd: int | None = None
@@ -137,7 +145,7 @@ class WriterLock:
     def _refuse(self, hint: str = "") -> None:
         raise NphError(
             f"{self.path} is being written by another nph process "
-            f"({self._holder()}){hint}; wait for it to finish or choose another --out"
+            f"({self._holder()}){hint}; {self._advice}"
         )
 
     def release(self) -> None:

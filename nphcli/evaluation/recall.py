@@ -6,8 +6,8 @@ hetero-associative memory, the nearest row is named by its value's item: the ans
 The weights are those of the last update: w = rule(β·K·x) for the state x it was applied to
 (the query itself in one-step retrieval; after s − 1 updates for s steps), over every stored
 row, so the listed weights are exactly the ones the retrieval summed. Rules that never form
-weights (linear, random features, multihead's per-head slices) list none; every rule gets the
-nearest stored row to its output, by cosine.
+weights (linear, random features, multihead's per-head slices, the baselines) list none; every
+rule gets the nearest stored row to its output, by cosine.
 """
 
 from __future__ import annotations
@@ -55,16 +55,17 @@ def recall(
     states = _last_states(model, memory, queries)  # (Q, d)
     found = []
     chunk = _chunk(memory.num_memories)
+    weighs = forms_weights(model) and not model.baseline  # a baseline has no weights' form
     for start in range(0, queries.shape[0], chunk):
         rows = slice(start, start + chunk)
         nearest_row, cosine = _nearest(memory, retrieved[rows])
-        if forms_weights(model):
+        if weighs:
             weights = _weights(model, memory, states[rows], start)  # (q, M)
         for i in range(nearest_row.shape[0]):
             entry: dict[str, Any] = {
                 "nearest": {"row": int(nearest_row[i]), "cosine": float(cosine[i])}
             }
-            if forms_weights(model):
+            if weighs:
                 kept = torch.nonzero(weights[i] > 0).flatten()
                 order = kept[weights[i, kept].argsort(descending=True, stable=True)][:top]
                 entry["support"] = int(kept.numel())

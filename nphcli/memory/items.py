@@ -106,6 +106,15 @@ def staged_items(
             raise
 
 
+def write_items(memory_path: str | os.PathLike, items: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Write the sidecar of `memory_path` (content-named, fsynced) and return the record its
+    metadata keeps: for a memory file written after it (a new segment, a compacted memory),
+    whose own atomic switch is what makes it count (`app.grow`)."""
+    with staged_items(memory_path, items) as (record, place):
+        place()
+    return record
+
+
 def remove_unnamed(
     memory_path: str | os.PathLike, *, also: Sequence[str] = (), keep: Sequence[Path] = ()
 ) -> list[Path]:
@@ -165,40 +174,90 @@ def copy_items(meta: dict[str, Any], source: Path, out_dir: Path, *, force: bool
 
 
 class Items:
-    """The items of one memory, read row by row on demand from its verified sidecar."""
+    """The items of one memory, read row by row on demand from its verified sidecars (one, or
+    one per segment of a growing memory: `segments.py`)."""
 
-    def __init__(self, path: Path, offsets: list[int]):
-        self.path = path
-        self._offsets = offsets  # byte offset of each row's line, then the file's size
+    def __init__(self, paths: list[Path], spans: list[tuple[int, int, int]]):
+        self.paths = paths
+        self._spans = spans  # per row: (sidecar, first byte of its line, end byte)
 
     def __len__(self) -> int:
-        return len(self._offsets) - 1
+        return len(self._spans)
 
     def get(self, rows: Sequence[int]) -> list[dict[str, Any]]:
         """The items of `rows` (stored row numbers), each with its row number."""
         found = []
-        with open(self.path, "rb") as handle:
+        handles: dict[int, Any] = {}
+        try:
             for row in rows:
-                handle.seek(self._offsets[row])
-                line = handle.read(self._offsets[row + 1] - self._offsets[row])
-                found.append({"row": int(row), **json.loads(line)})
+                which, start, end = self._spans[row]
+                if which not in handles:
+                    handles[which] = open(self.paths[which], "rb")
+                handles[which].seek(start)
+                found.append({"row": int(row), **json.loads(handles[which].read(end - start))})
+        finally:
+            for handle in handles.values():
+                handle.close()
         return found
+
+    def ids(self) -> list[str]:
+        """Every row's id, as text, in row order (each sidecar parsed once per process)."""
+        by_file = [_ids_of(path) for path in self.paths]
+        return [by_file[which][start] for which, start, _ in self._spans]
+
+
+# sidecar (path, size, mtime) → {byte offset of a line: its id as text}. A sidecar is never
+# edited in place (a change writes a new file), so `nph serve` parses each one once.
+_IDS: dict[tuple[str, int, int], dict[int, str]] = {}
+
+
+def _ids_of(path: Path) -> dict[int, str]:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _IDS:
+        found, offset = {}, 0
+        with open(path, "rb") as handle:
+            for line in handle:
+                found[offset] = str(json.loads(line)["id"])
+                offset += len(line)
+        _IDS[key] = found
+    return _IDS[key]
 
 
 def open_items(memory_path: str | os.PathLike, meta: dict[str, Any]) -> Items | None:
     """The items of the memory at `memory_path` (a file or a manifest) whose metadata is `meta`,
-    or None when it has none. The sidecar must be the one the metadata names: same sha256 and
+    or None when it has none. Each sidecar must be the one the metadata names: same sha256 and
     row count."""
     record = meta.get("items")
     if record is None:
         return None
-    name = record_file(record)
-    if name is None:
-        raise NphError(
-            f"{memory_path}: its items record is not an object naming a file; store the memory "
-            "again"
-        )
-    path = Path(memory_path).with_name(name)
+    records = record.get("parts") if isinstance(record, dict) else None
+    records = [record] if records is None else records
+    paths, spans = [], []
+    for part in records:
+        name = record_file(part)
+        if name is None:
+            raise NphError(
+                f"{memory_path}: its items record is not an object naming a file; store the "
+                "memory again"
+            )
+        path = Path(memory_path).with_name(name)  # never outside its folder
+        dropped = set(part.get("drop", ()))
+        offsets = _offsets(memory_path, path, part)
+        spans += [
+            (len(paths), offsets[row], offsets[row + 1])
+            for row in range(len(offsets) - 1)
+            if row not in dropped
+        ]
+        paths.append(path)
+    if len(spans) != meta.get("M", len(spans)):
+        raise NphError(f"{memory_path}: {len(spans)} items for {meta.get('M')} stored rows")
+    return Items(paths, spans)
+
+
+def _offsets(memory_path, path: Path, record: dict[str, Any]) -> list[int]:
+    """Byte offsets of each line of the sidecar `path`, then its size, once it proved to be
+    the one `record` names."""
     if not path.is_file():
         raise NphError(
             f"{memory_path} keeps its ids and texts in {path.name}, which is missing; store "
@@ -214,6 +273,4 @@ def open_items(memory_path: str | os.PathLike, meta: dict[str, Any]) -> Items | 
             f"{path} is not the items file {memory_path} was stored with (its sha256 or row "
             "count differs); store the memory again"
         )
-    if len(offsets) - 1 != meta.get("M", len(offsets) - 1):
-        raise NphError(f"{path} holds {len(offsets) - 1} items for {meta.get('M')} stored rows")
-    return Items(path, offsets)
+    return offsets

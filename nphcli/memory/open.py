@@ -7,6 +7,8 @@
     shard manifest, streamed  → `ShardedBank` over streamed shards
     shard manifest, `owned` or a process group → `ShardedBank` over this process's shards,
                                 loaded or streamed
+    memory file that grew (`nph add`, `segments.py`) → `Memory`: its segments' live rows,
+                                loaded (streamed too: `nph compact` makes it one file again)
 
 Loaded and streamed, the same file gives the same labels, values, item shape and metadata
 (`nphcli.memory.format.read_layout` decides both); every kind is a `MemoryBank`, so models,
@@ -29,6 +31,7 @@ from nphcli.memory.collective import LOCAL, Collective
 from nphcli.memory.file import load_memory
 from nphcli.memory.format import is_manifest
 from nphcli.memory.given import ACCEPTED, as_table
+from nphcli.memory.segments import load_segments, read_segments
 from nphcli.memory.sharded_bank import ShardedBank
 from nphcli.memory.shards import read_manifest, set_meta
 from nphcli.memory.streamed import StreamedBank
@@ -87,6 +90,9 @@ def open_memory(
     if not is_manifest(path):
         if owned is not None or collective is not LOCAL:
             raise NphError(f"{path} is one memory file; processes share a shard manifest")
+        grown = open_grown(path, verify=verify)
+        if grown is not None:
+            return _placed(grown, device, dtype)
         return _open_file(path, stream=stream, device=device, dtype=dtype)
     manifest = read_manifest(path, check=owned, verify=verify)
     if not stream and owned is None and collective is LOCAL:
@@ -103,6 +109,22 @@ def open_memory(
         path=manifest.path,
         collective=collective,
     )
+
+
+def open_grown(path: Path, *, verify: bool = True) -> Memory | None:
+    """The live rows of a memory that grew (`nph add`, `segments.py`), loaded; None for a
+    memory that is one file. A writer may switch the manifest while it is read: then the
+    files it named are gone or replaced, and reading the new manifest once more succeeds."""
+    for attempt in range(3):
+        segments = read_segments(path)
+        if segments is None:
+            return None
+        try:
+            return load_segments(segments, verify=verify)
+        except NphError:
+            if attempt == 2 or read_segments(path) == segments:
+                raise
+    return None
 
 
 def _open_file(path: Path, stream: bool, device, dtype) -> MemoryBank:

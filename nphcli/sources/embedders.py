@@ -74,6 +74,26 @@ def resolve_embedder(name: str) -> Embedder:
     return _sentence_transformer(name, folder)
 
 
+def quiet_libraries() -> None:
+    """Silence the progress bars and load reports that transformers, sentence-transformers and
+    the Hugging Face hub print themselves (`nph recall` does unless --verbose). Set before the
+    libraries load: they read the variables then."""
+    import logging
+
+    for name, value in _QUIET.items():
+        os.environ.setdefault(name, value)
+    for name in ("transformers", "sentence_transformers", "huggingface_hub"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+_QUIET = {
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TQDM_DISABLE": "1",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+}
+
+
 def check_same_embedder(memory: dict[str, Any], query: Embedder, memory_name: str) -> None:
     """Refuse queries embedded otherwise than the memory's rows (another model or dimension)."""
     if memory.get("name") != query.name or memory.get("dim") != query.dim:
@@ -143,7 +163,11 @@ def _sentence_transformer(name: str, folder: Path) -> Embedder:
     def embed_batch(texts: Sequence[str]) -> Tensor:
         return (
             model.encode(
-                list(texts), convert_to_tensor=True, normalize_embeddings=True, batch_size=BATCH
+                list(texts),
+                convert_to_tensor=True,
+                normalize_embeddings=True,
+                batch_size=BATCH,
+                show_progress_bar=False,  # nph reports its own progress
             )
             .float()
             .cpu()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nphcli.core.bounded import MAX_TEXT_CHARS, cut_texts, read_lines
+from nphcli.core.defaults import ITEM_RECALL
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.core.notices import notice
@@ -186,6 +187,7 @@ def table_source(spec: str, rows: list[dict[str, Any]], options: SourceOptions) 
         "available": selection["of"],
         "selection": selection,
         "seed": options.seed,
+        "recall": dict(ITEM_RECALL),  # what `nph recall` uses unless told otherwise
     }
     if all(embedded):
         if options.embed is not None:
