@@ -6,9 +6,10 @@ with their own record only; two changes of a growing memory (`nph add`, `forget`
 `app.grow`) would each switch its manifest to their own. A sweep or a memory change is refused
 at once (`wait=False`, with the caller's advice); `nph index` waits its turn (`wait=True`).
 The lock is a sidecar file, `.NAME.lock` beside the file, because a `--force` sweep renames a
-new file over the results file and a lock on the old inode would not cover the new one. Where `fcntl` exists the lock is `flock` (released by the kernel
-when the process dies, so a killed sweep never leaves a stale lock); elsewhere the sidecar is
-created with O_EXCL and removed on release. Either way the sidecar holds the holder's pid and
+new file over the results file and a lock on the old inode would not cover the new one. Where
+`fcntl` exists the lock is `flock` (released by the kernel when the process dies, so a killed
+sweep never leaves a stale lock); elsewhere the sidecar is created with O_EXCL and removed on
+release. Either way the sidecar holds the holder's pid and
 command line, for the second writer's error message.
 
 The lock follows the file, not the name it was given: the sidecar sits beside the file a
