@@ -210,10 +210,11 @@ def _forget(forgotten: dict[str, list[int]], places: list[tuple[str, int]]) -> d
 def _remove_leftovers(memory: Path, keep: set[str]) -> None:
     """Delete the segments, their sidecars and forgotten lists a compaction made unused (only
     names this module makes, so another memory's files in the folder are never touched)."""
+    sidecar = r"\.items(\.[0-9a-f]{16})?\.jsonl"  # content-named, or as older stores named it
     made = re.compile(
         re.escape(memory.stem)
-        + r"(\.seg-[0-9a-f]{8}-\d+(\.safetensors|\.items\.jsonl)|\.forgotten-\d+\.json"
-        + r"|\.[0-9a-f]{8}-\d+\.items\.jsonl|\.items\.jsonl)"
+        + rf"(\.seg-[0-9a-f]{{8}}-\d+(\.safetensors|{sidecar})|\.forgotten-\d+\.json"
+        + rf"|\.[0-9a-f]{{8}}-\d+{sidecar}|{sidecar})"
     )
     record = read_metadata(memory).get("items")
     if isinstance(record, dict) and isinstance(record.get("file"), str):

@@ -141,7 +141,8 @@ class Recaller:
                     "row": row,
                 }
             )
-        used = {"beta": rule.beta} | {key: getattr(rule, key) for key in chosen if key != "beta"}
+        beta_used = {"beta": rule.beta} if hasattr(rule, "beta") else {}  # baselines take none
+        used = beta_used | {key: getattr(rule, key) for key in chosen if key != "beta"}
         return Recalled(text, name, used, support, listed)
 
     def _query(self, query: str | list[float]) -> tuple[torch.Tensor, str | None]:
