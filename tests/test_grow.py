@@ -14,15 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import assert_one_error_line
+from conftest import assert_one_error_line, real_valued_models
 
 import nphcli as nph
 from nphcli.app.grow import add_items, compact_memory, forget_items
 from nphcli.core.lock import WriterLock
 from nphcli.memory.items import open_items
 
-MODELS = [("sparse", {"beta": 30.0}), ("dense", {"beta": 5.0}), ("topk", {"k": 3.0})]
-MODELS += [("entmax", {"beta": 10.0}), ("nearest", {}), ("linear", {})]
+# Every model that takes real-valued memories, with parameters that fit 7 rows of 12 numbers.
+PARAMS = {"sparse": {"beta": 30.0}, "dense": {"beta": 5.0}, "entmax": {"beta": 10.0}}
+PARAMS |= {"topk": {"k": 3.0}, "random": {"k": 3, "seed": 1}, "window": {"window": 2}}
+PARAMS |= {"multihead": {"heads": 2}, "random-feature": {"features": 16, "seed": 2}}
+MODELS = [(name, PARAMS.get(name, {})) for name in real_valued_models()]
 
 
 def _table(path: Path, ids: list[str], seed: int, dim: int = 12) -> list[dict]:
