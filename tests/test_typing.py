@@ -1,7 +1,8 @@
 """The public API and the settings classes pass a type checker as a user's script meets them:
 `mypy --strict` on `nphcli/__init__.py`, `nphcli/schema/` and the README-style example
 `tests/data/typed_api_example.py` (keyword arguments of `Corruption`, `RetrieveSettings`, ...,
-the `Memory` that `open_memory` returns)."""
+the `Memory` that `open_memory` returns). pyproject.toml's [tool.mypy] leaves the libraries
+unread, so the check takes seconds."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
 def test_mypy_strict_passes_on_the_public_api(tmp_path):
     pytest.importorskip("mypy")
     if not (ROOT / "nphcli" / "py.typed").is_file():
@@ -36,7 +36,7 @@ def test_mypy_strict_passes_on_the_public_api(tmp_path):
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=1800,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
