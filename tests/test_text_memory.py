@@ -202,6 +202,34 @@ def test_parquet_table(invoke, tmp_path):
     assert [i["id"] for i in open_items(out, memory.meta).get([0, 1])] == ["a", "b"]
 
 
+def test_parquet_meta_of_other_types_is_json_or_one_error_line(invoke, tmp_path):
+    """Dates, times and decimals in a Parquet `meta` column are kept as ISO text and exact
+    digits (they were a JSON traceback); binary values are refused in one line."""
+    import datetime
+    import decimal
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    when = [datetime.datetime(2020, 1, 2, 3, 4), datetime.datetime(2021, 5, 6)]
+    prices = [decimal.Decimal("1.25"), decimal.Decimal("2.50")]
+    meta = [{"when": w, "price": p} for w, p in zip(when, prices, strict=True)]
+    rows = {"id": ["a", "b"], "embedding": [[1.0, 0.0], [0.0, 1.0]], "meta": meta}
+    pq.write_table(pa.table(rows), tmp_path / "t.parquet")
+    out = tmp_path / "m.safetensors"
+    _store(invoke, tmp_path / "t.parquet", "--out", out)
+    items = open_items(out, load_memory(out).meta).get([0, 1])
+    assert [i["meta"] for i in items] == [
+        {"when": "2020-01-02T03:04:00", "price": "1.25"},
+        {"when": "2021-05-06T00:00:00", "price": "2.50"},
+    ]
+    binary = {**rows, "meta": [{"blob": b"x"}, {"blob": b"y"}]}
+    pq.write_table(pa.table(binary), tmp_path / "b.parquet")
+    result = invoke("store", tmp_path / "b.parquet", "--out", tmp_path / "b.safetensors")
+    assert_one_error_line(result, "meta value is binary")
+    assert not (tmp_path / "b.safetensors").exists()
+
+
 def _jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path

@@ -15,6 +15,8 @@ name, dimension and normalisation to its metadata, so that text queries use the 
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -147,7 +149,29 @@ def _arrow_rows(spec: str) -> list[dict[str, Any]]:
             "(or `text`, embedded with --embed), and `text` if present"
         )
     keep = [name for name in ("id", "embedding", "text", "meta", "embedder") if name in columns]
-    return table.select(keep).to_pylist()
+    rows = table.select(keep).to_pylist()
+    for row in rows:
+        if row.get("meta") is not None:
+            row["meta"] = _json_meta(row["meta"], spec)
+    return rows
+
+
+def _json_meta(value: Any, spec: str) -> Any:
+    """An Arrow `meta` value as JSON keeps it: dates and times as ISO text, decimals as their
+    exact digits; bytes are refused (the sidecar holds text)."""
+    if isinstance(value, dict):
+        return {str(key): _json_meta(item, spec) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_meta(item, spec) for item in value]
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise NphError(f"{spec}: a meta value is binary; store it as text (e.g. hex or base64)")
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    return value
 
 
 def read_ids(path: str | Path, rows: int) -> list[dict[str, Any]]:
