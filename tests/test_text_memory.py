@@ -319,3 +319,13 @@ def test_stored_control_characters_print_escaped_in_tables_and_exact_in_json(inv
     assert "a\\x07[red]b[/x]" in table.stdout
     exact = json.loads(invoke(*args, "--json").stdout)["recall"][0]["recalled"][0]
     assert exact["text"] == hostile and exact["id"] == rows[0]["id"]
+
+
+def test_the_default_beta_notice_names_the_recall_model_a_text_memory_records(invoke, tmp_path):
+    texts = tmp_path / "t.txt"
+    texts.write_text("the cat sat\nrockets fly to the moon\nbread is baked\n", encoding="utf-8")
+    out = tmp_path / "t.safetensors"
+    _store(invoke, texts, "--embed", "hash-256", "--out", out)
+    result = invoke("retrieve", "--memory", out, "--query-text", "rockets", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "records --model sparse --beta 30 for recall" in result.stderr

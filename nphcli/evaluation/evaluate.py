@@ -122,7 +122,8 @@ def evaluate(
     corrupt_s = time.perf_counter() - t0
     check_range(scale, corrupted.queries, float(getattr(model, "beta", 1.0)), dtype)
     takes_beta = "beta" in {p.name for p in get_model_info(settings.model).params}
-    check_default_beta(settings.params.get("beta") is not None, takes_beta, scale.mean_norm2)
+    given = settings.params.get("beta") is not None
+    check_default_beta(given, takes_beta, scale.mean_norm2, memory.meta.get("recall"))
 
     stored_range = _stored_range(scale, dtype)
     measured = _run_on_device(

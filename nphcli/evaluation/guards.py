@@ -76,18 +76,26 @@ def _name_nan_row(start: int, keys: Tensor, values: Tensor) -> None:
             )
 
 
-def check_default_beta(beta_given: bool, takes_beta: bool, norm2: float) -> None:
+def check_default_beta(
+    beta_given: bool, takes_beta: bool, norm2: float, recall: dict | None = None
+) -> None:
     """A notice when the default β meets patterns of a very different scale than it was
     chosen for (e.g. unit-norm or z-scored memories), with the β that would match. `norm2`:
-    the patterns' mean ‖ξ‖²."""
+    the patterns' mean ‖ξ‖²; `recall`: the model and β a memory of texts records for recall
+    (`nph recall`), named first where it has one."""
     if beta_given or not takes_beta:
         return
     if norm2 > 0 and not 0.1 <= norm2 / DEFAULT_BETA_NORM2 <= 10:
         suggested = DEFAULT_BETA * DEFAULT_BETA_NORM2 / norm2
+        advice = f"consider --beta {suggested:.2g}"
+        if isinstance(recall, dict) and {"model", "beta"} <= set(recall):
+            advice = (
+                f"this memory records --model {recall['model']} --beta {recall['beta']:g} for "
+                f"recall (docs/text.md); or {advice}"
+            )
         notice(
             f"the default β = {DEFAULT_BETA} suits patterns with mean ‖ξ‖² ≈ "
-            f"{DEFAULT_BETA_NORM2:g} (MNIST in [0, 1]); these have {norm2:.3g}, so consider "
-            f"--beta {suggested:.2g}"
+            f"{DEFAULT_BETA_NORM2:g} (MNIST in [0, 1]); these have {norm2:.3g}, so {advice}"
         )
 
 
