@@ -475,7 +475,7 @@ def test_a_report_leaves_out_failed_batch_jobs(invoke, tmp_path, memory_file):
     assert_one_error_line(invoke("report", only, "--out", tmp_path / "r.html"), "holds no results")
 
 
-# Inputs decoded strictly once (issue 45 item 4): each case writes its files into a folder and
+# Inputs decoded strictly once: each case writes its files into a folder and
 # returns the command; the command ends in one error line holding the words.
 def _lines(folder: Path, name: str, rows: list[str]) -> Path:
     path = folder / name
@@ -671,7 +671,7 @@ def test_a_batch_job_with_a_lone_surrogate_fails_alone(invoke, memory_file, tmp_
     assert "lone surrogate" in first["error"] and "metrics" in second
 
 
-# Bounded readers (issue 45 item 5): an endless input is refused in one line, within bounds.
+# Bounded readers: an endless input is refused in one line, within bounds.
 def _zero(folder: Path, name: str) -> Path:
     """`name` in `folder` reading as /dev/zero: endless NUL bytes, no line ending."""
     path = folder / name
@@ -758,7 +758,7 @@ def test_a_zip_bomb_is_refused_before_it_inflates(invoke, tmp_path, monkeypatch)
 
 
 def test_tensors_edited_under_a_kept_hash_are_refused_when_loaded(invoke, tmp_path):
-    """Identity that is checked (issue 45): a loaded memory's tensors are hashed as they are
+    """Identity that is checked: a loaded memory's tensors are hashed as they are
     read anyway; edited bytes under the recorded content hash are one line, not a wrong name."""
     from nphcli.memory.file import load_memory
 
@@ -773,7 +773,7 @@ def test_tensors_edited_under_a_kept_hash_are_refused_when_loaded(invoke, tmp_pa
 
 def test_a_hard_link_made_after_the_results_file_was_created_meets_the_lock(tmp_path):
     """The first writer created its results file after taking the lock; a hard link made then
-    is another name of the same file, and a second writer through it is refused (issue 45)."""
+    is another name of the same file, and a second writer through it is refused."""
     from nphcli.sweeps.results import Results
 
     path = tmp_path / "runs.jsonl"
