@@ -167,6 +167,9 @@ def test_texts_added_are_embedded_as_the_memory_was_and_numbered_on(tmp_path, in
     assert found["params"]["beta"] == 30.0  # the memory's record (`recall` in its metadata)
     top = found["items"][0]
     assert (top["id"], top["text"]) == (3, "a dog barked at the mailman")
+    grown = nph.open_memory(memory)  # the answer names the memory it came from, as grown
+    assert found["memory"]["sha256"] == grown.meta["content_sha256"] and found["memory"]["M"] == 3
+    assert found["nph_version"] == nph.__version__
     assert top["weight"] > 0.5 and 0 < top["score"] <= 1
     table = invoke("recall", memory, "the dog barked", "--model", "dense", "--beta", "2")
     assert table.exit_code == 0 and table.stdout.splitlines()[0].startswith("'the dog barked'")

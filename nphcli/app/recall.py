@@ -12,7 +12,7 @@ Defaults: the model and β the memory's metadata records (`recall`), else sparse
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,9 +23,11 @@ from nphcli.evaluation.recall import recall as weighed
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.items import Items, open_items
 from nphcli.memory.open import open_memory
+from nphcli.memory.provenance import provenance
 from nphcli.models import create_model
 from nphcli.models.base import forms_weights
 from nphcli.sources.embedders import Embedder, check_same_embedder, resolve_embedder
+from nphcli.version import __version__
 
 DEFAULT_K = 5  # items listed per recall
 
@@ -39,6 +41,7 @@ class Recalled:
     params: dict[str, Any]  # β and the model's other parameters, as used
     support: int | None  # rows with weight > 0 (None: the rule forms no weights)
     items: list[dict[str, Any]]  # {id, text, weight, score, row}, heaviest first
+    memory: dict[str, Any] = field(default_factory=dict)  # what it came from: sha256, path, M
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,6 +50,8 @@ class Recalled:
             "params": self.params,
             "support": self.support,
             "items": self.items,
+            "memory": self.memory,
+            "nph_version": __version__,
         }
 
 
@@ -143,7 +148,9 @@ class Recaller:
             )
         beta_used = {"beta": rule.beta} if hasattr(rule, "beta") else {}  # baselines take none
         used = beta_used | {key: getattr(rule, key) for key in chosen if key != "beta"}
-        return Recalled(text, name, used, support, listed)
+        origin = provenance(memory)
+        source = {"sha256": origin["sha256"], "path": origin["path"], "M": memory.num_memories}
+        return Recalled(text, name, used, support, listed, source)
 
     def _query(self, query: str | list[float]) -> tuple[torch.Tensor, str | None]:
         if isinstance(query, str):
