@@ -23,11 +23,10 @@ from nphcli.distributed.launch import run_workers
 from nphcli.distributed.retrieve import evaluate_on_rank
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
-from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import load_memory, save_memory
 from nphcli.memory.format import tensors_sha256
 from nphcli.memory.shards import read_manifest, write_shards
-from nphcli.schema.settings import InputSpec
+from nphcli.schema.settings import InputSpec, RetrieveSettings
 
 pytestmark = pytest.mark.slow  # several processes per test
 

@@ -22,10 +22,10 @@ from nphcli.app.product import evaluate_settings
 from nphcli.core.errors import NphError
 from nphcli.evaluation.inputs import read_inputs
 from nphcli.evaluation.report import TIMINGS
-from nphcli.evaluation.settings import RetrieveSettings, expand_settings
+from nphcli.evaluation.settings import expand_settings
 from nphcli.memory.file import save_memory
 from nphcli.schema.fields import get_field
-from nphcli.schema.settings import InputSpec
+from nphcli.schema.settings import InputSpec, RetrieveSettings
 
 TIMING_COLUMNS = set(TIMINGS)  # differ between runs; everything else must not
 

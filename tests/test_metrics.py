@@ -102,8 +102,8 @@ def test_memory_with_one_hot_label_values_reports_label_accuracy(tmp_path):
     """The end-to-end case: keys are patterns, values the one-hot labels; dense retrieval
     with a large β returns each query's own class."""
     from nphcli.evaluation.evaluate import evaluate
-    from nphcli.evaluation.settings import RetrieveSettings
     from nphcli.memory.bank import Memory
+    from nphcli.schema.settings import RetrieveSettings
 
     gen = torch.Generator().manual_seed(0)
     keys = torch.nn.functional.normalize(torch.randn(40, 16, generator=gen), dim=1)

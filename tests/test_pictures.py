@@ -10,10 +10,10 @@ from PIL import Image
 
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
-from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory import open_memory
 from nphcli.memory.file import save_memory
 from nphcli.presentation.comparison_image import GUTTER, save_comparison_grid
+from nphcli.schema.settings import RetrieveSettings
 
 GREY = round(GUTTER * 255)
 

@@ -19,9 +19,9 @@ from nphcli.core.defaults import DEFAULT_BETA
 from nphcli.evaluation.corruption import Corruption
 from nphcli.evaluation.evaluate import evaluate
 from nphcli.evaluation.inputs import read_rows
-from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import Memory, load_memory, save_memory
 from nphcli.models import get_model_info, model_names
+from nphcli.schema.settings import RetrieveSettings
 
 MODELS_WITH = {
     flag: [name for name in model_names() if flag in {p.name for p in get_model_info(name).params}]

@@ -10,9 +10,9 @@ import torch
 from conftest import assert_one_error_line
 
 from nphcli.evaluation.evaluate import evaluate
-from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.file import Memory, save_memory
 from nphcli.models import create_model
+from nphcli.schema.settings import RetrieveSettings
 from nphcli.theory import checks as theory
 from nphcli.theory import counterexamples as cx
 from nphcli.theory.well_separated import well_separation

@@ -18,7 +18,8 @@ from typing import Any
 from nphcli.evaluation.evaluate import evaluate_inputs
 from nphcli.evaluation.inputs import Inputs
 from nphcli.evaluation.report import RetrievalReport
-from nphcli.evaluation.settings import RetrieveSettings, build_model
+from nphcli.evaluation.settings import build_model
+from nphcli.schema.settings import RetrieveSettings
 
 
 def evaluate_settings(

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
-from nphcli.evaluation.settings import RetrieveSettings, build_model, expand_settings
+from nphcli.evaluation.settings import build_model, expand_settings
 from nphcli.schema.catalog import model_card
 from nphcli.schema.fields import fields, get_field
 from nphcli.schema.option import arguments, options_of
-from nphcli.schema.settings import InputSpec, OutputSpec, Spread
+from nphcli.schema.settings import InputSpec, OutputSpec, RetrieveSettings, Spread
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,9 +24,8 @@ from nphcli.distributed.group import (
 from nphcli.evaluation.evaluate import evaluate_inputs
 from nphcli.evaluation.inputs import read_inputs
 from nphcli.evaluation.report import RetrievalReport
-from nphcli.evaluation.settings import RetrieveSettings
 from nphcli.memory.collective import GroupCollective
-from nphcli.schema.settings import InputSpec, Spread
+from nphcli.schema.settings import InputSpec, RetrieveSettings, Spread
 
 
 def evaluate_on_rank(

@@ -44,11 +44,12 @@ from nphcli.evaluation.guards import (
 from nphcli.evaluation.inputs import Inputs
 from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport, run_config
-from nphcli.evaluation.settings import RetrieveSettings, build_model
+from nphcli.evaluation.settings import build_model
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.given import as_patterns
 from nphcli.memory.open import as_memory
 from nphcli.models import Retrieval, get_model_info
+from nphcli.schema.settings import RetrieveSettings
 
 # Queries in the untimed warm-up call: enough to trigger lazy initialisation, kernel loading
 # and allocator growth, without doubling the run time of large evaluations.

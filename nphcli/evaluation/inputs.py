@@ -40,7 +40,8 @@ def read_inputs(spec: InputSpec, memory: MemoryBank | None = None) -> Inputs:
     a metric asks for them.
     """
     started = time.perf_counter()
-    reads = memory is None or spec.queries_file or spec.query_text or spec.targets_file
+    own = (spec.queries_file, spec.query_text, spec.targets_file)
+    reads = memory is None or any(value is not None for value in own)
     if memory is None:
         memory = open_memory(spec.memory, stream=spec.stream)
     queries, source = None, spec.queries_file

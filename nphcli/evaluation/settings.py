@@ -18,8 +18,6 @@ from nphcli.schema.fields import default, fields, get_field
 from nphcli.schema.option import arguments, options_of, values_of
 from nphcli.schema.settings import Corruption, IndexSettings, RetrieveSettings
 
-__all__ = ["RetrieveSettings", "build_model", "expand_settings", "given_params", "settings_from"]
-
 
 def expand_settings(values: Mapping[str, Sequence[Any]]) -> list[RetrieveSettings]:
     """Every combination of the values of the setting options and model parameters in `values`
