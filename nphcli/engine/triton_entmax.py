@@ -1,20 +1,10 @@
 """α-entmax weights of a block of scores, one Triton program per query.
 
-On a GPU, `entmax_block.entmax_block_update`'s eager route issues 600–1,300 small operations and
-17–35 host syncs per batch: its sampled start, then active-set steps, each checked on the host
-(H200, Q = 200, M = 60,000: 10–27× dense). Here one launch does every row's whole solve. For
-α = 1.5 and 2, with the iteration of `thresholds._active_set` (the same steps, bracket and
-tolerance):
-
-1. a start: the level solved on a strided sample of the row, each sampled score standing for
-   M/n of them and the row's top (0) for itself, as `thresholds._sample_level` weighs them;
-2. the row's level from that start, until a step is below the tolerance;
-3. the unnormalised weights [z − t]_+^power written over the scores, with their sum and count.
-
-For other α, the Newton iteration of `functional.entmax_threshold` in its λ form (exact to
-rounding as α → 1), from the left of the root, then the weights likewise.
-
-A row is read once per step from the GPU's cache or memory; the host waits for nothing.
+The eager route's hundreds of small operations and host syncs per batch took 10–27× dense on a
+GPU (H200, Q = 200, M = 60,000); here one launch does every row's whole solve, with the eager
+iterations' steps, bracket and tolerance: `thresholds._sample_level`'s start, then
+`thresholds._active_set` (α = 1.5, 2) or `functional.entmax_threshold`'s λ form (other α), then
+the unnormalised weights written over the scores, with their sum and count.
 """
 
 from __future__ import annotations
