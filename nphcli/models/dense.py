@@ -40,8 +40,7 @@ class Dense(HopfieldModel):
         )
 
     def prepare(self, bank: MemoryBank, block_rows: int) -> tuple[Tensor, Tensor] | None:
-        """The memories the fused kernel reads, made once per retrieve (a padded copy where a
-        GPU kernel needs it, `fused_heads`), not once per query batch and step."""
+        """The memories the fused kernel reads, made once per retrieve (`fused_heads`)."""
         return fused_heads(bank, 1, block_rows)
 
     def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor:

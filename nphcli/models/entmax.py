@@ -1,17 +1,8 @@
 """α-entmax Hopfield retrieval: interpolates between dense (α = 1) and sparse (α = 2) retrieval.
 
-α-entmax maximises pᵀs plus a Tsallis entropy of order α over the simplex. For α > 1 it gives
-memories below a per-query threshold weight exactly 0, with a support that shrinks as α grows.
-The threshold is found exactly: for α = 1.5 and 2 by closed-form active-set steps, for other α
-by a monotone Newton iteration (`functional.entmax_threshold`), each from a sampled start:
-- memories in RAM that fit one block beside a batch of at least `MIN_QUERY_ROWS` queries (the
-  plan prefers that): one matrix product for all scores, the threshold solved a few rows at a
-  time over all scores (wide supports) or on each query's scores above a checked lower bound
-  (narrow ones) (`entmax_block.py`, `thresholds.py`), one weighted sum; on a GPU one Triton
-  launch solves and weighs every query of the batch (`triton_entmax.py`);
-- otherwise (small budgets, streamed or distributed memories, α = 1): on each query's largest
-  scores collected over memory blocks (`candidates.py`).
-Both are exact, so `--memory-budget` changes speed, not results.
+α-entmax maximises pᵀs plus a Tsallis entropy of order α; for α > 1 memories below a per-query
+threshold weigh exactly 0. Exact either way: from one block of all scores (`entmax_block.py`)
+where the memories are resident and fit, else from each query's largest scores (`candidates.py`).
 """
 
 from __future__ import annotations
@@ -35,9 +26,7 @@ from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
 
-# The one-block path is planned only for query batches at least this large: smaller batches
-# would leave the matrix products too narrow to run at full speed.
-MIN_QUERY_ROWS = 64
+MIN_QUERY_ROWS = 64  # the one-block path's smallest batch: narrower products run slow
 
 
 @register_model(
@@ -89,10 +78,8 @@ class Entmax(HopfieldModel):
         )
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        """All memories in one block when a batch of `MIN_QUERY_ROWS` queries (or all of them)
-        fits the budget beside the path's fixed scratch, with its (Q, M) scores and samples
-        (`entmax_block.one_block_bytes`); else the blockwise plan. A block of all M memories is
-        what tells `update` to take the one-block path, so a blockwise plan stops below M."""
+        """One block of all M when `MIN_QUERY_ROWS` queries fit (`one_block_bytes`); else the
+        blockwise plan, kept below M (a block of all M is what selects the one-block path)."""
         if not self._one_block(bank):
             return candidate_plan(num_queries, bank, budget)
         per_query, fixed = one_block_bytes(bank, itemsize(accumulation_dtype(bank.dtype)))
@@ -109,13 +96,10 @@ class Entmax(HopfieldModel):
         return self.alpha > 1 and bank.resident() is not None and bank.collective.world_size == 1
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
-        """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖², Ψ*_α the conjugate of the Tsallis negentropy of order α
-        (log-sum-exp at α = 1; `nphcli.engine.energy`)."""
+        """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖² (`nphcli.engine.energy`)."""
         return en.energy(queries, memories, self.beta, alpha=float(self.alpha))
 
     def candidate_rule(self, num_memories: int) -> CandidateRule:
-        """The map on the candidates' exact scores; exact when every other memory scores below
-        the threshold."""
         return threshold_rule(
             beta=self.beta,
             alpha=float(self.alpha),

@@ -1,14 +1,8 @@
 """Multi-head dense retrieval: H independent softmax retrievals on contiguous slices of the pattern.
 
-Keys and queries are cut into H contiguous slices of d/H dimensions, values into H slices of d_v/H;
-head h computes softmax(β X_h K_hᵀ) V_h and the heads' outputs are concatenated. Each head picks
-its own memory from its slice alone, so a query can combine parts of different memories. H = 1 is
-`dense`. β is shared and not rescaled per head: a head's scores sum over d/H coordinates only, so
-they are about H times smaller than dense's, and a larger --beta restores the same sharpness.
-
-Cost: the score products total Q·M·d multiply-adds, as in dense, and the softmax H·Q·M time. In
-RAM the fused attention kernel handles the heads as a batch without forming scores; blockwise,
-a block of B memories holds H·Q·B scores (see `attention.py`).
+Head h computes softmax(β X_h K_hᵀ) V_h on slices of d/H and d_v/H, so a query can combine parts
+of different memories; H = 1 is `dense`. β is not rescaled per head (a head's scores are about
+H times smaller than dense's).
 """
 
 from __future__ import annotations
@@ -50,8 +44,7 @@ class MultiHead(HopfieldModel):
         check_divides(self.heads, memory.dim, memory.value_dim)
 
     def prepare(self, bank: MemoryBank, block_rows: int) -> tuple[Tensor, Tensor] | None:
-        """The heads the fused kernel reads, made once per retrieve: on CUDA a padded copy where
-        d/H is not a multiple of 8 (`fused_heads`)."""
+        """The heads the fused kernel reads, made once per retrieve (`fused_heads`)."""
         return fused_heads(bank, self.heads, block_rows)
 
     def update(
@@ -89,9 +82,8 @@ class MultiHead(HopfieldModel):
         positions: Tensor,
         dropout: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
-        """Dense retrieval on `heads` contiguous slices of each of the H' given heads' d and d_v
-        (as `update` slices d and d_v), concatenated: (B, H', N, d_v). Inside a layer with H'
-        heads this is dense retrieval with H'·heads heads of width d/heads."""
+        """Dense retrieval on `heads` slices of each of the H' given heads, concatenated:
+        (B, H', N, d_v)."""
         check_divides(self.heads, q.shape[-1], v.shape[-1])
         slices = self.heads
 

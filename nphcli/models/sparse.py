@@ -1,9 +1,7 @@
 """Sparse modern Hopfield retrieval (Hu et al. 2023): sparsemax in place of softmax.
 
-Sparsemax is the Euclidean projection of the scores onto the simplex, so every memory scoring
-below a per-query threshold τ gets weight exactly 0; the support (memories with non-zero weight)
-adapts to the query instead of being fixed in advance as in `topk`. Computed exactly from each
-query's largest scores, collected over memory blocks (`candidates.py`).
+Memories below a per-query threshold weigh exactly 0, a support that adapts to the query.
+Computed exactly from each query's largest scores (`candidates.py`).
 """
 
 from __future__ import annotations
@@ -48,13 +46,10 @@ class Sparse(HopfieldModel):
         )
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
-        """−(1/β)·Ψ*_2(β·X·x) + ½‖x‖², Ψ*_2 the conjugate of the Gini negentropy (the
-        sparsemax Fenchel–Young form, `nphcli.engine.energy`)."""
+        """−(1/β)·Ψ*_2(β·X·x) + ½‖x‖² (`nphcli.engine.energy`)."""
         return en.energy(queries, memories, self.beta, alpha=2.0)
 
     def candidate_rule(self, num_memories: int) -> CandidateRule:
-        """The map on the candidates' exact scores; exact when every other memory scores below
-        the threshold."""
         return threshold_rule(
             beta=self.beta,
             alpha=2.0,
