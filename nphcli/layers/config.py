@@ -1,9 +1,4 @@
-"""`LayerConfig`: the one description of what NPH, NPHPooling and NPHLayer are built from.
-
-Every option is a field here, declared once; `Norms` groups the three optional layer norms. The
-defaults are nph's own layer (the NPH formula, values through W_K); docs/porting.md shows the
-fields that give hopfield-layers' defaults.
-"""
+"""`LayerConfig`: what NPH, NPHPooling and NPHLayer are built from, each option declared once."""
 
 from __future__ import annotations
 
@@ -22,9 +17,7 @@ LEARNED_SPACES = ("projected", "input")
 
 
 class LayerOptions(TypedDict, total=False):
-    """The keyword arguments of `NPH`, `NPHPooling` and `NPHLayer`: `LayerConfig`'s fields but
-    `d_model` (meanings and defaults there), so a type checker sees each keyword.
-    `tests/test_layers.py` checks the two lists agree."""
+    """The layers' keywords for a type checker: `LayerConfig`'s fields but `d_model`."""
 
     rule: Retriever | None  # a Hopfield model (a baseline is refused)
     heads: int
@@ -116,9 +109,8 @@ class LayerConfig:
 
     @property
     def learned_input(self) -> bool:
-        """Whether learned patterns live in the input space (width d_model) and pass through the
-        norms and W_Q / W_K like an input, as in hopfield-layers; otherwise ("projected") they
-        are the queries / keys themselves (width heads·head_dim), with no projection to run."""
+        """Whether learned patterns are inputs (width d_model, projected like one), or else
+        the queries / keys themselves (width heads·head_dim)."""
         return self.learned == "input"
 
     def initial_log_beta(self) -> torch.Tensor:
@@ -128,8 +120,7 @@ class LayerConfig:
 
     @classmethod
     def build(cls, d_model: int, options: dict[str, Any]) -> LayerConfig:
-        """The config from a layer's keyword arguments; an unknown one is a user error that
-        says where model parameters go."""
+        """The config from a layer's keywords; an unknown one says where model parameters go."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
@@ -169,13 +160,10 @@ def _head_beta(given: Any, heads: int) -> tuple[float, ...] | None:
 
 
 def hopfield_layers_options() -> dict[str, Any]:
-    """The `LayerConfig` fields that give hopfield-layers' default Hopfield, HopfieldPooling and
-    HopfieldLayer (biases, values with their own W_V, affine layer norms on the three inputs,
-    learned patterns in the input space); β defaults to 1/√head_dim either way."""
-    affine = "affine"
+    """The `LayerConfig` fields that give hopfield-layers' defaults."""
     return {
         "bias": True,
         "separate_values": True,
         "learned": "input",
-        "norms": Norms(stored=affine, state=affine, values=affine),
+        "norms": Norms(stored="affine", state="affine", values="affine"),
     }

@@ -1,22 +1,8 @@
-"""The paper's deep-learning layers: every retrieval rule of the family as a `torch.nn.Module`.
-
-    NPH(R, Y) = T(β · R W_Q (Y W_K)ᵀ) · Y W_K W_V,   then an output projection W_O,
-
-with T a registered model's retrieval rule, passed as the model itself (`create_model("topk",
-k=0.2)`, β included), applied per head. Three configurations, as in the paper:
-
-- `NPH`: queries R (B, N, d), keys and values from Y (B, M, d); self-attention when Y is R.
-- `NPHPooling`: S learnable prototype queries pool each set Y (B, M, d) into (B, S, d_out).
-- `NPHLayer`: input R only; the stored patterns (keys) are learnable parameters.
-
-The three share one `LayerConfig` (their keyword arguments besides `prototypes` / `memories`).
-With identity projections (`identity_()`) and one head, each layer is exactly `rule.retrieve`
-(tests check this for every model). The rule's own `associate` / `weights` compute T.
-
-Options give hopfield-layers' form too (docs/porting.md): values V (default Y) with their own
-projection V W_V (`separate_values`), layer norms on R, Y and V before their projections
-(`norms`), learned patterns in the input space (`learned="input"`), the rule's `steps` as update
-steps, one β per head and an association mask.
+"""The paper's layers: NPH(R, Y) = W_O · T(β · R W_Q (Y W_K)ᵀ) · Y W_K W_V per head, with T a
+registered model passed as itself (`create_model("topk", k=0.2)`). `NPH` (queries and stored
+patterns), `NPHPooling` (learnable prototype queries) and `NPHLayer` (learnable stored patterns)
+share one `LayerConfig`. With identity projections and one head each is exactly `rule.retrieve`;
+options give hopfield-layers' form too (docs/porting.md).
 """
 
 from __future__ import annotations
@@ -64,8 +50,7 @@ class _Retriever(nn.Module):
 
     @property
     def beta(self) -> Tensor:
-        """The inverse temperature β: 0-d, or (H,) with `head_beta` (learnable with
-        `learn_beta`)."""
+        """β: 0-d, or (H,) with `head_beta`."""
         return self.log_beta.exp()
 
     def _beta(self, dtype: torch.dtype) -> Tensor:
@@ -80,8 +65,7 @@ class _Retriever(nn.Module):
         return self.key(_apply(self.norm_stored, stored))
 
     def _values(self, values: Tensor | None, stored: Tensor | None, keys: Tensor) -> Tensor:
-        """Values (…, M, H·d_v): LN(V) W_V, or LN(V) W_K W_V (the NPH formula), V defaulting to
-        the stored patterns Y; the keys themselves stand in for Y W_K where that is the same."""
+        """Values (…, M, H·d_v): LN(V) W_V, or LN(V) W_K W_V (NPH), V defaulting to Y."""
         if values is None and self._values_are_keys():
             return self.value(keys)
         source = _apply(self.norm_values, stored if values is None else values)
@@ -271,12 +255,9 @@ class NPHPooling(_Retriever):
     def folds(self) -> bool:
         """Whether `forward` folds W_K into the prototypes instead of projecting every stored row.
 
-        Per head, ⟨q, W_K y + b⟩ = ⟨W_Kᵀ q, y⟩ + ⟨q, b⟩, and the values are an affine map A of
-        their rows, Σ w_μ A(v_μ) = A(Σ w_μ v_μ) + A(0)(Σ w_μ − 1), so the rule can run on the
-        (normed) rows with folded queries and A applied to S pooled rows only: S·d instead of
-        H·d_h·(d + H·d_v) multiply-adds per stored row. Exact for every rule that forms weights
-        from scores in one step; not for the feature rules (linear, random-feature), which
-        transform the keys themselves, nor with update steps, whose states move per set.
+        ⟨q, W_K y + b⟩ = ⟨W_Kᵀ q, y⟩ + ⟨q, b⟩ and Σ w_μ A(v_μ) = A(Σ w_μ v_μ) + A(0)(Σ w_μ − 1)
+        for the affine value map A: S·d instead of H·d_h·(d + H·d_v) multiply-adds per stored
+        row. Exact for one-step rules that form weights (not the feature rules).
         """
         return (
             forms_weights(self.rule)
@@ -297,8 +278,6 @@ class NPHPooling(_Retriever):
         w_key = self.key.weight.to(dtype).unflatten(0, (heads, -1))  # (H, d_h, d)
         folded = torch.einsum("shk,hkd->hsd", prototypes, w_key)  # (H, S, d)
         rows = _apply(self.norm_stored, stored)  # (B, M, d)
-        # Two plain products over the rows: scores as one (B·M, d) × (d, H·S) product and the
-        # weighted sums batched over the sets, never a per-head copy of Y.
         scores = torch.einsum("bmd,hsd->bhsm", rows, folded)  # (B, H, S, M)
         if self.key.bias is not None:  # ⟨q, b_K⟩ per head and prototype
             b_key = self.key.bias.to(dtype).unflatten(0, (heads, -1))  # (H, d_h)
