@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.engine.attention import attention_plan, fused_heads, softmax_attention
-from nphcli.engine.functional import masked_softmax
-from nphcli.engine.planning import Plan
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
+from nphcli.models.base import check_whole, param
+from nphcli.models.dense import SoftmaxHeads
 from nphcli.models.registry import register_model
 
 
@@ -29,7 +26,7 @@ from nphcli.models.registry import register_model
     cost="time O(Q·M·d + H·Q·M); extra memory O(Q·d_v) fused, else blocks of O(H·Q·B)",
 )
 @dataclass(kw_only=True)
-class MultiHead(HopfieldModel):
+class MultiHead(SoftmaxHeads):
     """Dense retrieval per slice of the dimensions; see the module docstring."""
 
     heads: int = param(
@@ -42,34 +39,6 @@ class MultiHead(HopfieldModel):
 
     def check_memory(self, memory: MemoryBank) -> None:
         check_divides(self.heads, memory.dim, memory.value_dim)
-
-    def prepare(self, bank: MemoryBank, block_rows: int) -> tuple[Tensor, Tensor] | None:
-        """The heads the fused kernel reads, made once per retrieve (`fused_heads`)."""
-        return fused_heads(bank, self.heads, block_rows)
-
-    def update(
-        self,
-        queries: Tensor,
-        bank: MemoryBank,
-        positions: Tensor,
-        prepared: Any,
-        *,
-        block_rows: int,
-    ) -> Update:
-        return Update(
-            softmax_attention(
-                queries,
-                bank,
-                beta=self.beta,
-                heads=self.heads,
-                block_rows=block_rows,
-                fused=prepared,
-            )
-        )
-
-    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-        """Softmax over each set's valid keys (B, H, N, M): one head's weights (`associate`)."""
-        return masked_softmax(scores, valid[:, None, None, :])
 
     def associate(
         self,
@@ -102,10 +71,6 @@ class MultiHead(HopfieldModel):
             dropout=dropout,
         )  # (B, H'·slices, N, d_v / slices)
         return out.unflatten(1, (-1, slices)).transpose(-3, -2).flatten(-2)  # (B, H', N, d_v)
-
-    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        row_bytes, _ = self.working_set(bank)
-        return attention_plan(num_queries, bank, budget, heads=self.heads, row_bytes=row_bytes)
 
 
 def check_divides(heads: int, dim: int, value_dim: int) -> None:
