@@ -19,7 +19,7 @@ from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_plan, candidate_update, candidate_working_set
 from nphcli.engine.entmax_block import entmax_block_update, one_block_bytes
-from nphcli.engine.functional import entmax
+from nphcli.engine.functional import entmax, sparsemax
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.memory.bank import MemoryBank
@@ -27,6 +27,57 @@ from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
 
 MIN_QUERY_ROWS = 64  # the one-block path's smallest batch: narrower products run slow
+
+
+@dataclass(kw_only=True)
+class ThresholdModel(HopfieldModel):
+    """What `entmax` and `sparse` (α = 2) share: a map onto the simplex that gives every score
+    below a per-query threshold weight exactly 0, solved on each query's largest scores."""
+
+    alpha = 2.0
+
+    def simplex_map(self, scores: Tensor) -> Tensor:
+        """The weights (Q, M) of scores (Q, M), row by row."""
+        return sparsemax(scores)
+
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        return Update(
+            *candidate_update(
+                queries, bank, beta=self.beta, simplex_map=self.simplex_map, block_rows=block_rows
+            )
+        )
+
+    def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
+        """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖² (`nphcli.engine.energy`)."""
+        return en.energy(queries, memories, self.beta, alpha=float(self.alpha))
+
+    def candidate_rule(self, num_memories: int) -> CandidateRule:
+        return threshold_rule(
+            beta=self.beta,
+            alpha=float(self.alpha),
+            simplex_map=self.simplex_map,
+            num_memories=num_memories,
+        )
+
+    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
+        return candidate_working_set(bank)
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        return candidate_plan(num_queries, bank, budget)
+
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """The map of each row (B, H, N, M), padded keys at −∞ (weight 0)."""
+        filled = scores.masked_fill(~valid[:, None, None, :], -math.inf)  # (B, H, N, M)
+        flat = filled.reshape(-1, filled.shape[-1])  # (B·H·N, M): the map works on rows
+        return self.simplex_map(flat).reshape(filled.shape)
 
 
 @register_model(
@@ -40,7 +91,7 @@ MIN_QUERY_ROWS = 64  # the one-block path's smallest batch: narrower products ru
     ),
 )
 @dataclass(kw_only=True)
-class Entmax(HopfieldModel):
+class Entmax(ThresholdModel):
     alpha: float = param(
         1.5, "entmax order α in [1, 2]: 1 = softmax, 2 = sparsemax; larger α, sparser"
     )
@@ -52,6 +103,9 @@ class Entmax(HopfieldModel):
             raise NphError(f"--alpha must be a number in [1, 2], got {alpha!r}")
         if not (math.isfinite(alpha) and 1 <= alpha <= 2):
             raise NphError(f"--alpha must be in [1, 2] (1: softmax, 2: sparsemax), got {alpha}")
+
+    def simplex_map(self, scores: Tensor) -> Tensor:
+        return entmax(scores, self.alpha)
 
     def update(
         self,
@@ -67,15 +121,7 @@ class Entmax(HopfieldModel):
         )  # the one-block path has no backward; the candidate path's map does
         if block_rows >= bank.num_memories and self._one_block(bank) and not differentiable:
             return Update(*entmax_block_update(queries, bank, beta=self.beta, alpha=self.alpha))
-        return Update(
-            *candidate_update(
-                queries,
-                bank,
-                beta=self.beta,
-                simplex_map=lambda scores: entmax(scores, self.alpha),
-                block_rows=block_rows,
-            )
-        )
+        return super().update(queries, bank, positions, prepared, block_rows=block_rows)
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """One block of all M when `MIN_QUERY_ROWS` queries fit (`one_block_bytes`); else the
@@ -94,25 +140,3 @@ class Entmax(HopfieldModel):
     def _one_block(self, bank: MemoryBank) -> bool:
         """Whether the one-block path applies: α > 1, memories resident, one process."""
         return self.alpha > 1 and bank.resident() is not None and bank.collective.world_size == 1
-
-    def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
-        """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖² (`nphcli.engine.energy`)."""
-        return en.energy(queries, memories, self.beta, alpha=float(self.alpha))
-
-    def candidate_rule(self, num_memories: int) -> CandidateRule:
-        return threshold_rule(
-            beta=self.beta,
-            alpha=float(self.alpha),
-            simplex_map=lambda scores: entmax(scores, self.alpha),
-            num_memories=num_memories,
-        )
-
-    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
-        return candidate_working_set(bank)
-
-    # -- functional form (the layers) ---------------------------------------------------------
-    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-        """α-entmax of each row (B, H, N, M), padded keys at −∞ (weight 0)."""
-        filled = scores.masked_fill(~valid[:, None, None, :], -math.inf)  # (B, H, N, M)
-        flat = filled.reshape(-1, filled.shape[-1])  # (B·H·N, M): entmax works on rows
-        return entmax(flat, self.alpha).reshape(filled.shape)
