@@ -11,6 +11,7 @@ import torch
 
 from nphcli.core.errors import NphError
 from nphcli.models import HopfieldModel, Retriever, create_model
+from nphcli.models.base import check_whole
 
 NORM_KINDS = ("affine", "plain")  # layer norm with a learnable scale and shift, or without
 LEARNED_SPACES = ("projected", "input")
@@ -70,13 +71,9 @@ class LayerConfig:
     norms: Norms = field(default_factory=Norms)  # layer norms on the inputs
 
     def __post_init__(self) -> None:
-        sizes = [("d_model", self.d_model), ("heads", self.heads)]
-        for label in ("head_dim", "value_dim", "out_dim"):  # None: the default width
-            if getattr(self, label) is not None:
-                sizes.append((label, getattr(self, label)))
-        for label, value in sizes:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise NphError(f"{label} must be a whole number ≥ 1, got {value!r}")
+        for label in ("d_model", "heads", "head_dim", "value_dim", "out_dim"):
+            if label in ("d_model", "heads") or getattr(self, label) is not None:  # None: default
+                check_whole(getattr(self, label), label, 1)
         if not (0 <= self.dropout < 1):
             raise NphError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.learned not in LEARNED_SPACES:

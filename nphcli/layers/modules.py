@@ -16,10 +16,10 @@ from torch import Tensor, nn
 from nphcli.core.errors import NphError
 from nphcli.layers.association import associate, weights_from_scores
 from nphcli.layers.config import LayerConfig, LayerOptions, Norms
-from nphcli.models.base import forms_weights
+from nphcli.models.base import check_whole, forms_weights
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
+    from typing_extensions import Self, Unpack
 
 
 class _Retriever(nn.Module):
@@ -97,9 +97,13 @@ class _Retriever(nn.Module):
         )  # (B, H, N, d_v)
         return self.out(out.transpose(-3, -2).flatten(-2))  # (B, N, d_out)
 
-    def _identity(self, linears: list[nn.Linear]) -> None:
+    identity_maps: tuple[str, ...] = ()  # the projections `identity_` sets
+
+    def identity_(self) -> Self:
+        """Set the projections `identity_maps` to the identity (the learned prototypes or stored
+        patterns stay as they are): the layer is then memory retrieval."""
         with torch.no_grad():
-            for linear in linears:
+            for linear in (getattr(self, name) for name in self.identity_maps):
                 rows, cols = linear.weight.shape
                 if rows != cols:
                     raise NphError(
@@ -109,6 +113,7 @@ class _Retriever(nn.Module):
                 linear.weight.copy_(torch.eye(rows))
                 if linear.bias is not None:
                     linear.bias.zero_()
+        return self
 
     def _refuse_projected(self, layer: str, options: dict[str, bool]) -> None:
         """Options that need learned patterns in the input space, refused in the projected one."""
@@ -164,6 +169,8 @@ class NPH(_Retriever):
     `LayerConfig`'s. β starts at the rule's; `learn_beta=True` makes it a parameter.
     """
 
+    identity_maps = ("query", "key", "value", "out")
+
     def __init__(self, d_model: int, **options: Unpack[LayerOptions]) -> None:
         super().__init__(LayerConfig.build(d_model, dict(options)))
         width = self.heads * self.head_dim
@@ -192,11 +199,6 @@ class NPH(_Retriever):
         v = self._values(values, stored, keys)  # (B, M, H·d_v)
         return self._retrieve(q, keys, v, key_padding_mask, association_mask)
 
-    def identity_(self) -> NPH:
-        """Set every projection to the identity: the layer is then memory retrieval."""
-        self._identity([self.query, self.key, self.value, self.out])
-        return self
-
 
 class NPHPooling(_Retriever):
     """Pool each set Y (B, M, d) with S learnable prototype queries Q (S, H·d_h):
@@ -204,11 +206,12 @@ class NPHPooling(_Retriever):
     `learned="input"` the prototypes P (S, d) are state patterns: Q = LN(P) W_Q, as in
     hopfield-layers' HopfieldPooling. Other keywords: `LayerConfig`'s."""
 
+    identity_maps = ("key", "value", "out")  # not the prototypes, nor W_Q
+
     def __init__(
         self, d_model: int, *, prototypes: int = 1, **options: Unpack[LayerOptions]
     ) -> None:
-        if isinstance(prototypes, bool) or not isinstance(prototypes, int) or prototypes < 1:
-            raise NphError(f"prototypes must be a whole number ≥ 1, got {prototypes!r}")
+        check_whole(prototypes, "prototypes", 1)
         super().__init__(LayerConfig.build(d_model, dict(options)))
         self._refuse_projected("NPHPooling", {"norms.state": self.norm_state is not None})
         width = self.heads * self.head_dim
@@ -306,11 +309,6 @@ class NPHPooling(_Retriever):
         """A: a value row (…, d) to the values (…, H·d_v), through W_K unless separate."""
         return self.value(rows if self.config.separate_values else self.key(rows))
 
-    def identity_(self) -> NPHPooling:
-        """Identity W_K, W_V, W_O (the prototypes and W_Q are left as they are)."""
-        self._identity([self.key, self.value, self.out])
-        return self
-
 
 class NPHLayer(_Retriever):
     """Retrieve from M learnable stored patterns W_K (M, H·d_h) for input R (B, N, d):
@@ -318,9 +316,10 @@ class NPHLayer(_Retriever):
     (M, d) are stored patterns: keys LN(P) W_K and values from P, as in hopfield-layers'
     HopfieldLayer. Other keywords: `LayerConfig`'s."""
 
+    identity_maps = ("query", "value", "out")  # not the stored patterns
+
     def __init__(self, d_model: int, *, memories: int, **options: Unpack[LayerOptions]) -> None:
-        if isinstance(memories, bool) or not isinstance(memories, int) or memories < 1:
-            raise NphError(f"memories must be a whole number ≥ 1, got {memories!r}")
+        check_whole(memories, "memories", 1)
         super().__init__(LayerConfig.build(d_model, dict(options)))
         config = self.config
         self._refuse_projected(
@@ -367,8 +366,3 @@ class NPHLayer(_Retriever):
             key_padding_mask,
             association_mask,
         )
-
-    def identity_(self) -> NPHLayer:
-        """Identity W_Q, W_V, W_O (the stored patterns are left as they are)."""
-        self._identity([self.query, self.value, self.out])
-        return self
