@@ -142,6 +142,7 @@ def build_index(
     faiss = require_faiss()
     check_kind(kind)
     check_seed(seed)
+    report = progress or (lambda phase, done, total: None)
     resident = memory.resident()
     num_memories, dim = memory.num_memories, memory.dim
     if resident is not None:
@@ -181,17 +182,14 @@ def build_index(
     faiss.omp_set_num_threads(torch.get_num_threads())
     if kind in ("ivf", "ivfpq"):
         index.cp.seed = seed
-        if progress:
-            progress("train", 0, 1)
+        report("train", 0, 1)
         index.train(_training_rows(memory, keys, lists, seed))
-        if progress:
-            progress("train", 1, 1)
+        report("train", 1, 1)
     largest = 0.0
     for start, block in blocks():
         index.add(block.numpy())
         largest = max(largest, float(torch.linalg.vector_norm(block, dim=1).max()))
-        if progress:
-            progress("add", min(start + ADD_ROWS, num_memories), num_memories)
+        report("add", min(start + ADD_ROWS, num_memories), num_memories)
     extra: dict[str, Tensor] = {}
     if kind in ("ivf", "ivfpq"):
         extra = _list_geometry(faiss, index, blocks)

@@ -212,14 +212,12 @@ def search_depth(
 
 def faiss_search(faiss, index: AnnIndex, xq, count: int, nprobe: int | None, ef: int | None):
     """FAISS search with the run's nprobe / efSearch (`search_depth`): scores and ids, (Q, c)."""
-    depth = search_depth(index, count, nprobe, ef)
+    depth, params = search_depth(index, count, nprobe, ef), None
     if depth["nprobe"] is not None:
         params = faiss.SearchParametersIVF(nprobe=depth["nprobe"])
-        return index.faiss_index.search(xq, count, params=params)
-    if depth["ef"] is not None:
+    elif depth["ef"] is not None:
         params = faiss.SearchParametersHNSW(efSearch=depth["ef"])
-        return index.faiss_index.search(xq, count, params=params)
-    return index.faiss_index.search(xq, count)
+    return index.faiss_index.search(xq, count, params=params)
 
 
 def exact_scores(queries: Tensor, bank: MemoryBank, ids: Tensor) -> Tensor:

@@ -131,10 +131,8 @@ def _decode_programs(device: torch.device) -> int:
 def attention_plan(
     num_queries: int, bank: MemoryBank, budget: int, *, heads: int, row_bytes: int
 ) -> Plan:
-    """The fused kernel's working memory does not grow with M: it takes all memories at once,
-    plus the padded copy `fused_heads` makes (blockwise where that does not fit). Blockwise,
-    each (query, memory) pair holds per head its score in the accumulation dtype and its
-    weight."""
+    """All M at once for the fused kernel (its working memory does not grow with M) with the
+    padded copy `fused_heads` makes; blockwise, a score and a weight per pair and head."""
     if fused_attention_chosen(bank, heads, unmasked=True):
         copy = padded_copy_bytes(bank, heads)
         if copy == 0:
@@ -189,9 +187,8 @@ FLASH_HEAD_ALIGN = 8
 
 
 def aligned_head_width(width: int, device: torch.device) -> int:
-    """The head width the fused kernel reads on `device`: on CUDA the next multiple of
-    FLASH_HEAD_ALIGN (else torch pads every call itself or runs a slower kernel). Zero columns
-    add 0 to every score and are dropped from the output."""
+    """The head width the fused kernel reads: on CUDA the next multiple of FLASH_HEAD_ALIGN
+    (zero columns add 0 to every score and are dropped from the output)."""
     if device.type not in PAD_HEAD_DEVICES:
         return width
     return -(-width // FLASH_HEAD_ALIGN) * FLASH_HEAD_ALIGN

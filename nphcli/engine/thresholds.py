@@ -226,10 +226,8 @@ LOG_POWER_DEVICES = ("cpu",)
 
 
 def _raise(d: Tensor, exponent: float, out: Tensor, spare: Tensor) -> Tensor:
-    """d^exponent (Q, n), d ≥ 0, into `out` (`spare`: scratch): by squaring for a whole
-    exponent; a fractional one on `LOG_POWER_DEVICES` as sign(d)·2^(exponent·log2 max(d, tiny))
-    (2.4 ns a score against pow's 5.7–7 on one AVX2 core, within 4 + |exponent·log2 d| ulps),
-    else torch.pow."""
+    """d^exponent (Q, n), d ≥ 0, into `out`: by squaring for a whole exponent, else on the CPU
+    sign(d)·2^(exponent·log2 max(d, tiny)) (2.4 ns a score against pow's 5.7–7), else pow."""
     if not exponent.is_integer():
         if d.device.type not in LOG_POWER_DEVICES:
             return torch.pow(d, exponent, out=out)

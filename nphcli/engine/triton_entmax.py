@@ -185,10 +185,8 @@ def _newton_weights(base, width, lam, eps, WRITE: tl.constexpr):
 
 @triton.jit
 def _newton_kernel(z_ptr, row_stride, width, eps, tolerance, sums_ptr, counts_ptr):
-    """Row `program_id` of the shifted scores z (row max 0) → its α-entmax weights (α = 1 + ε,
-    unnormalised, summing to about 1) in place, their sum and count: λ by the Newton iteration
-    of `functional.entmax_threshold` from λ = 0 (the top alone weighs 1: the left of the root,
-    whence the iteration rises monotonically)."""
+    """Row `program_id` of z → its unnormalised α-entmax weights in place, their sum and count:
+    λ by `functional.entmax_threshold`'s Newton iteration from λ = 0 (left of the root)."""
     row = tl.program_id(0)
     base = z_ptr + row.to(tl.int64) * row_stride
     zero = tl.full([], 0.0, z_ptr.dtype.element_ty)  # scalars as the scores' type

@@ -116,10 +116,8 @@ def step_lead(dtype: torch.dtype) -> float:
 def softmax_step(
     scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, scale: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """`blocks.exp_step` for float32 scores (*batch, Q, B), `scale`·scores taken as the scores:
-    the new reference (the new max, or for rows wider than `STEP_MAX_BLOCK` possibly the running
-    max, up to `step_lead(dtype)` below it), the shift, the weights (in `dtype`) and their row
-    sums."""
+    """`blocks.exp_step` for float32 scores (*batch, Q, B); the reference may stay up to
+    `step_lead(dtype)` below the new max for rows wider than `STEP_MAX_BLOCK`."""
     columns = scores.shape[-1]
     rows = scores.numel() // max(1, columns)
     flat = scores.reshape(rows, columns)  # a view: scores are contiguous
@@ -208,9 +206,8 @@ def _decode_kernel(
 def decode_partials(
     queries: Tensor, keys: Tensor, values: Tensor, *, scale: float, programs: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Online-softmax partial sums of queries (Q, d) over `programs` slices of the memories
-    (keys (M, d), values (M, d_v), contiguous): each slice's max (P, Q), normaliser (P, Q) and
-    weighted sum (P, Q, d_v) of β·⟨x, k⟩, merged like `SoftmaxAccumulator.merge` merges ranks."""
+    """Each of `programs` slices of the memories' max (P, Q), normaliser (P, Q) and weighted sum
+    (P, Q, d_v) of the online softmax of β·⟨x, k⟩ for queries (Q, d)."""
     num_queries, dim = queries.shape
     num_memories, value_dim = values.shape
     same = keys.data_ptr() == values.data_ptr() and keys.shape == values.shape

@@ -127,9 +127,8 @@ class Retriever:
         return None
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor | None:
-        """E(x) (Q,) float64 whose concave–convex step is this update (`nphcli.engine.energy`),
-        or None; default, over a `support_mask`: −(1/β)·log Σ_{μ∈S(x)} exp(β⟨ξ_μ, x⟩) + ½‖x‖².
-        """
+        """E(x) (Q,) float64 whose concave–convex step is this update, or None; default, over a
+        `support_mask`: −(1/β)·log Σ_{μ∈S(x)} exp(β⟨ξ_μ, x⟩) + ½‖x‖²."""
         if not self._has_support():
             return None
         x, X = queries.to(torch.float64), memories.to(torch.float64)  # (Q, d), (M, d)
@@ -143,8 +142,7 @@ class Retriever:
     def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
         """The weights (B, H, N, M) from scores β·⟨x, k⟩ of B sets padded to M keys (`valid`
         (B, M)), H heads, N queries at `positions`: on each set's valid keys what `update`
-        gives, padded keys 0. Default: softmax over each set's `support_mask`.
-        """
+        gives, padded keys 0. Default: softmax over each set's `support_mask`."""
         if self.baseline:
             raise NphError(
                 f"model {self.name!r} is a retrieval baseline with no layer form; use one of "
@@ -170,8 +168,7 @@ class Retriever:
     ) -> Tensor:
         """T(β q kᵀ) v: q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) -> (B, H, N, d_v), `beta`
         0-d or (H, 1, 1), `valid` and `positions` as in `weights`, `dropout` on the weights.
-        Rules that form no weights (the feature models) override this instead of `weights`.
-        """
+        Rules that form no weights (the feature models) override this instead of `weights`."""
         scores = beta * (q @ k.transpose(-1, -2))  # (B, H, N, M)
         weights = self.weights(scores, valid, positions)  # (B, H, N, M)
         return (dropout(weights) if dropout else weights) @ v  # (B, H, N, d_v)
@@ -193,8 +190,7 @@ class Retriever:
         """x ← T(x) up to `steps` times for `queries` (Q, d), a query stopping once
         ‖T(x) − x‖₂ ≤ tol, from keys (M, d) with optional `values` (M, d_v) or a `MemoryBank`.
         `memory_budget` (bytes) bounds the working memory (batches and blocks: speed, not
-        results); `plan` overrides the sizes.
-        """
+        results); `plan` overrides the sizes."""
         queries, bank = check_inputs(queries, memory, values)
         self.check_memory(bank)
         if self.steps > 1 and bank.value_dim != bank.dim:

@@ -152,8 +152,7 @@ class ClassicalNetwork(Retriever):
 )
 @dataclass(kw_only=True)
 class Hebbian(ClassicalNetwork):
-    def learn(self, g: Tensor) -> Tensor:
-        return hebbian_couplings(g)
+    learn = staticmethod(hebbian_couplings)
 
     def coupling_scale(self, dim: int) -> float:
         return 1.0 / dim
@@ -167,5 +166,4 @@ class Hebbian(ClassicalNetwork):
 )
 @dataclass(kw_only=True)
 class PseudoInverse(ClassicalNetwork):
-    def learn(self, g: Tensor) -> Tensor:
-        return projection_weights(g)
+    learn = staticmethod(projection_weights)
