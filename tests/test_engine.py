@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from nphcli.core.errors import NphError
-from nphcli.engine.attention import fused_attention_available, fused_attention_chosen
+from nphcli.engine.attention import SDPA_MATH, fused_attention_choice, fused_attention_chosen
 from nphcli.engine.candidates import INITIAL_CANDIDATES
 from nphcli.engine.functional import entmax_bisect, sparsemax
 from nphcli.engine.hashing import random_keys
@@ -173,7 +173,7 @@ def test_fused_attention_is_used_in_ram_and_exact(device, dtype):
     chosen = fused_attention_chosen(TensorBank(keys), 1)
     assert chosen == (device.type == "cpu")
     if chosen:
-        assert fused_attention_available(x, k, k)
+        assert fused_attention_choice(x, k, k) not in (None, SDPA_MATH)
         assert model.plan(NUM_QUERIES, TensorBank(keys), 2**20) == ONE_SHOT
     fused = model.retrieve(queries, keys).patterns
     blockwise = model.retrieve(queries, keys, plan=Plan(NUM_QUERIES, 7)).patterns
@@ -187,7 +187,7 @@ def test_fused_attention_is_not_used_when_torch_would_fall_back(device):
     queries, keys, values, _ = _data("hetero", device, seed=4)
     bank = TensorBank(keys, values)
     x, k, v = queries[None, None], keys[None, None], values[None, None]
-    assert not fused_attention_available(x, k, v)  # d_v ≠ d: only the math fallback takes it
+    assert fused_attention_choice(x, k, v) is None  # d_v ≠ d: only the math fallback takes it
     plan = create_model("dense").plan(NUM_QUERIES, bank, 4 * 2**10)
     assert plan.memory_rows < NUM_MEMORIES or plan.query_rows < NUM_QUERIES
 

@@ -1,14 +1,9 @@
 """Index files: a FAISS inner-product index of a memory file's patterns, bound to that file.
 
-An index file is a safetensors file (`nph index` writes it atomically beside the memory):
-tensors `faiss` (the serialized FAISS index, uint8), and for the IVF kinds `centroids`
-(nlist, d) and `radii` (nlist,), the largest distance ‖ξ − c_j‖ of a list's patterns to its
-centroid, which bound the scores an index search did not look at (`bounds.py`). Metadata (JSON
-values) records the format, the nph and FAISS versions, the kind and its parameters, the seed,
-‖ξ‖'s maximum, a SHA-256 of the FAISS bytes, and the SHA-256 of the memory file it indexes.
-
-Opening checks all of that before any work: a stale or foreign index (checksum), a damaged one,
-or one written by a newer nph or FAISS is refused with one message.
+A safetensors file, written atomically: tensors `faiss` (the serialized index) and, for the IVF
+kinds, `centroids` (nlist, d) and `radii` (nlist,) that bound unseen scores; JSON metadata with
+the versions, kind, parameters, seed, max ‖ξ‖ and the SHA-256 of the FAISS bytes and of the
+memory file. Opening refuses a stale, foreign, damaged or newer index in one message.
 """
 
 from __future__ import annotations
@@ -71,9 +66,8 @@ _CHECKSUMS: dict[tuple[str, int, int], str] = {}
 
 
 def file_checksum(path: str | os.PathLike) -> str:
-    """SHA-256 of a file's bytes (cached per path, size and modification time in this process);
-    of a memory that grew (`nph add`), of its file's bytes and its segments manifest's, so that
-    an index of it is stale after the next add or forget."""
+    """SHA-256 of a file's bytes and, for a memory that grew (`nph add`), its segments manifest's
+    (cached per path, size and modification time)."""
     path = Path(path)
     try:
         stat = path.stat()
@@ -143,15 +137,12 @@ def build_index(
     lists: int | None = None,
     progress: Progress | None = None,
 ) -> tuple[Any, dict[str, Any], dict[str, Tensor]]:
-    """Train (seeded) and fill a FAISS inner-product index of the memory's keys (M, d).
-
-    Returns the FAISS index, the metadata and the extra tensors of the index file. IVF k-means
-    and PQ training draw their samples and initial centroids from `seed`; HNSW's levels come
-    from FAISS's fixed generator (its graph can still depend on the thread count).
-    """
+    """Train (seeded: k-means, PQ) and fill a FAISS inner-product index of the keys (M, d): the
+    FAISS index, the metadata and the extra tensors of the index file."""
     faiss = require_faiss()
     check_kind(kind)
     check_seed(seed)
+    report = progress or (lambda phase, done, total: None)
     resident = memory.resident()
     num_memories, dim = memory.num_memories, memory.dim
     if resident is not None:
@@ -191,17 +182,14 @@ def build_index(
     faiss.omp_set_num_threads(torch.get_num_threads())
     if kind in ("ivf", "ivfpq"):
         index.cp.seed = seed
-        if progress:
-            progress("train", 0, 1)
+        report("train", 0, 1)
         index.train(_training_rows(memory, keys, lists, seed))
-        if progress:
-            progress("train", 1, 1)
+        report("train", 1, 1)
     largest = 0.0
     for start, block in blocks():
         index.add(block.numpy())
         largest = max(largest, float(torch.linalg.vector_norm(block, dim=1).max()))
-        if progress:
-            progress("add", min(start + ADD_ROWS, num_memories), num_memories)
+        report("add", min(start + ADD_ROWS, num_memories), num_memories)
     extra: dict[str, Tensor] = {}
     if kind in ("ivf", "ivfpq"):
         extra = _list_geometry(faiss, index, blocks)
@@ -236,8 +224,7 @@ def _read_blocks(memory: MemoryBank) -> Callable[[], Any]:
 
 
 def _training_rows(memory: MemoryBank, keys: Tensor | None, lists: int, seed: int) -> Any:
-    """What k-means trains on: every row of keys in RAM (FAISS samples them itself), or, for a
-    memory read from disk, a seeded sample of the 256 rows per list FAISS would keep."""
+    """k-means' rows: the keys in RAM, or a seeded sample of 256 rows per list from disk."""
     if keys is not None:
         return keys.numpy()
     count = min(memory.num_memories, 256 * lists)
@@ -247,8 +234,7 @@ def _training_rows(memory: MemoryBank, keys: Tensor | None, lists: int, seed: in
 
 
 def _list_geometry(faiss, index, blocks: Callable[[], Any]) -> dict[str, Tensor]:
-    """Centroids (nlist, d) and radii (nlist,): max ‖ξ − c_j‖ over the patterns of list j,
-    assigned as FAISS assigned them."""
+    """Centroids (nlist, d) and radii (nlist,): max ‖ξ − c_j‖ over list j's patterns."""
     lists = index.nlist
     centroids = torch.from_numpy(index.quantizer.reconstruct_n(0, lists)).clone()  # (nlist, d)
     radii = torch.full((lists,), -torch.inf)  # (nlist,)
@@ -311,10 +297,8 @@ def read_index_meta(path: str | os.PathLike) -> dict[str, Any]:
 def check_index_file(
     path: str | os.PathLike, memory_path: str | os.PathLike, *, memory_sha256: str | None = None
 ) -> dict[str, Any]:
-    """Refuse, before any work, an index that is unreadable, newer than this nph or FAISS, or
-    built from another memory file (or an older version of this one). `memory_sha256`: the
-    memory file's checksum when the caller already vouches for it (a shard set's record, see
-    `shard_index`), which spares hashing the file again."""
+    """Refuse an index that is unreadable, newer than this nph or FAISS, or built from another
+    memory file; `memory_sha256`: the checksum when the caller vouches for it."""
     faiss = require_faiss()
     meta = read_index_meta(path)
     built = version_tuple(meta.get("faiss_version", "0"))[:2]
@@ -335,8 +319,7 @@ def check_index_file(
 def open_index(
     path: str | os.PathLike, memory_path: str | os.PathLike, *, memory_sha256: str | None = None
 ) -> AnnIndex:
-    """Read and verify an index file for the memory file at `memory_path` (see the module
-    docstring; `memory_sha256` as for `check_index_file`)."""
+    """Read and verify an index file for the memory file at `memory_path`."""
     faiss = require_faiss()
     path = Path(path)
     meta = check_index_file(path, memory_path, memory_sha256=memory_sha256)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from nphcli.ann.index_file import AnnIndex, open_index
-from nphcli.ann.search import IndexedModel, search_depth
+from nphcli.ann.search import IndexedModel, candidate_rule, check_depth, search_depth
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.format import is_manifest
@@ -22,11 +22,8 @@ from nphcli.schema.settings import IndexSettings
 def check_index_run(
     settings: IndexSettings, memory_path: str | os.PathLike, model: Any, device: torch.device
 ) -> None:
-    """Refuse, before the memory is loaded, an index that does not fit the run: unreadable,
-    newer, built from another memory, a model that needs every score, options of another kind.
-
-    `device` is the resolved one (`nphcli.core.devices.resolve_device`), never the `--device` text:
-    `auto` on a machine without a GPU is the CPU, and an index search runs there."""
+    """Refuse, before the memory is loaded, an index that does not fit the run; `device` is the
+    resolved one (`auto` without a GPU is the CPU, where a search runs)."""
     if not isinstance(device, torch.device):  # a bug: the caller skipped resolve_device
         raise TypeError(f"check_index_run takes a resolved torch.device, not {device!r}")
     if device.type != "cpu":
@@ -40,17 +37,10 @@ def check_index_run(
     else:
         opened = _open(settings.path, memory_path)  # every file check, the FAISS bytes included
         kind, rows = opened.kind, opened.meta["M"]
-    if settings.nprobe is not None and kind not in ("ivf", "ivfpq"):
-        raise NphError(f"--nprobe applies to ivf and ivfpq indexes; {settings.path} is {kind}")
-    if settings.ef is not None and kind != "hnsw":
-        raise NphError(f"--ef applies to hnsw indexes; {settings.path} is {kind}")
+    check_depth(kind, settings.nprobe, settings.ef, str(settings.path))
     if model.steps != 1:
         raise NphError("--index retrieves one step; use --steps 1")
-    if model.candidate_rule(rows) is None:
-        raise NphError(
-            f"--model {model.name} needs every memory's score and cannot use an index; "
-            "use topk, sparse or entmax, or drop --index"
-        )
+    candidate_rule(model, rows)
 
 
 # The index opened by the checks, reused by the run (keyed by the files' identities).
@@ -101,8 +91,8 @@ def index_report(
     *,
     seed: int,
 ) -> dict[str, Any]:
-    """The report's `index` section: the index, the search settings, the share of queries
-    certified exact in the run, and the comparison with exact retrieval on a sample."""
+    """The report's `index` section: the index, its settings, the share certified exact, and
+    the comparison with exact retrieval on a sample."""
     from nphcli.ann.shard_index import ShardedIndexedModel
 
     index = model.index

@@ -1,21 +1,10 @@
 """Hopfield retrieval over an approximate index: candidates from FAISS, the rest exact.
 
-For each query the index proposes c candidate memories. Their scores ⟨x, ξ⟩ are recomputed
-exactly from the stored patterns, the model's `CandidateRule` turns them into weights (softmax
-over the top k, sparsemax, entmax), and the value rows are summed. What the index can get wrong
-is only which memories are candidates.
-
-Certification: a query's result is provably the exact one when every memory outside its
-candidate set scores strictly below the rule's cut. Each index kind bounds those unseen scores:
-
-- flat: exact search, so every unseen score is ≤ the c-th found score;
-- ivf: unseen memories of probed lists score ≤ the c-th found score (a probed list is scanned
-  exactly); a memory of an unprobed list j scores ≤ ⟨x, c_j⟩ + ‖x‖·r_j (Cauchy–Schwarz, r_j the
-  list's radius);
-- ivfpq: probed lists are scanned with compressed codes, so every list gets the centroid bound;
-- hnsw: only ⟨x, ξ⟩ ≤ ‖x‖·max‖ξ‖.
-
-A small slack covers the rounding difference between FAISS's scores and the recomputed ones.
+The candidates' scores are recomputed exactly and the model's `CandidateRule` weighs them, so the
+index can get wrong only which memories are candidates. A result is certified exact when every
+unseen memory scores below the rule's cut, bounded per kind (`unseen_bound`): flat, the c-th
+found score; ivf, that for probed lists and ⟨x, c_j⟩ + ‖x‖·r_j for unprobed list j
+(Cauchy–Schwarz, r_j its radius); ivfpq, the centroid bound for every list; hnsw, ‖x‖·max‖ξ‖.
 """
 
 from __future__ import annotations
@@ -50,8 +39,7 @@ class Candidates:
 
 @dataclass
 class IndexedModel:
-    """A sparse-structured model whose candidates come from an index (see the module
-    docstring). Reads like the model (its parameters), retrieves like `HopfieldModel.retrieve`."""
+    """A sparse-structured model whose candidates come from an index; reads like the model."""
 
     model: Any  # HopfieldModel
     index: AnnIndex
@@ -62,11 +50,7 @@ class IndexedModel:
     _by_position: dict[int, bool] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        kind = self.index.kind
-        if self.nprobe is not None and kind not in ("ivf", "ivfpq"):
-            raise NphError(f"--nprobe applies to ivf and ivfpq indexes; this one is {kind}")
-        if self.ef is not None and kind != "hnsw":
-            raise NphError(f"--ef applies to hnsw indexes; this one is {kind}")
+        check_depth(self.index.kind, self.nprobe, self.ef, "this one")
         for flag, value in (("--nprobe", self.nprobe), ("--ef", self.ef)):
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise NphError(f"{flag} must be a whole number ≥ 1, got {value!r}")
@@ -83,13 +67,7 @@ class IndexedModel:
         return getattr(self.model, name)
 
     def rule(self, num_memories: int) -> CandidateRule:
-        rule = self.model.candidate_rule(num_memories)
-        if rule is None:
-            raise NphError(
-                f"--model {self.model.name} needs every memory's score and cannot use an index; "
-                "use topk, sparse or entmax, or drop --index"
-            )
-        return rule
+        return candidate_rule(self.model, num_memories)
 
     def count(self, num_memories: int) -> int:
         """Candidates fetched per query."""
@@ -162,9 +140,8 @@ class IndexedModel:
         seed: int,
         targets: Tensor | None = None,
     ) -> dict[str, Any]:
-        """What the approximation cost on a seeded sample of the queries: recall@k of the index
-        against exact search, and how far the retrieved patterns (and their error against the
-        targets, when there are targets) are from exact retrieval."""
+        """On a seeded sample of the queries: the index's recall@k against exact search, and how
+        far the patterns (and their error against the targets) are from exact retrieval."""
         num_queries, num_memories = queries.shape[0], bank.num_memories
         generator = torch.Generator().manual_seed(seed)
         rows = torch.randperm(num_queries, generator=generator)[: min(sample, num_queries)]
@@ -201,13 +178,30 @@ class IndexedModel:
         return out
 
 
+def check_depth(kind: str, nprobe: int | None, ef: int | None, where: str) -> None:
+    """Refuse a search-depth option the index kind does not have."""
+    if nprobe is not None and kind not in ("ivf", "ivfpq"):
+        raise NphError(f"--nprobe applies to ivf and ivfpq indexes; {where} is {kind}")
+    if ef is not None and kind != "hnsw":
+        raise NphError(f"--ef applies to hnsw indexes; {where} is {kind}")
+
+
+def candidate_rule(model: Any, num_memories: int) -> CandidateRule:
+    """The model's `CandidateRule`, or the error for a model that needs every score."""
+    rule = model.candidate_rule(num_memories)
+    if rule is None:
+        raise NphError(
+            f"--model {model.name} needs every memory's score and cannot use an index; "
+            "use topk, sparse or entmax, or drop --index"
+        )
+    return rule
+
+
 def search_depth(
     index: AnnIndex, count: int, nprobe: int | None, ef: int | None
 ) -> dict[str, int | None]:
-    """The nprobe and efSearch a search of `count` candidates uses (None where the kind has
-    none): the options, or their defaults when unset, within what the index has (nprobe ≤ its
-    lists) and what the search needs (efSearch ≥ count). The search and its report both read
-    it."""
+    """The nprobe (≤ the lists) and efSearch (≥ count) a search of `count` candidates uses,
+    None where the kind has none."""
     if index.kind in ("ivf", "ivfpq"):
         lists = require_faiss().extract_index_ivf(index.faiss_index).nlist
         return {"nprobe": min(nprobe or DEFAULT_NPROBE, lists), "ef": None}
@@ -218,19 +212,16 @@ def search_depth(
 
 def faiss_search(faiss, index: AnnIndex, xq, count: int, nprobe: int | None, ef: int | None):
     """FAISS search with the run's nprobe / efSearch (`search_depth`): scores and ids, (Q, c)."""
-    depth = search_depth(index, count, nprobe, ef)
+    depth, params = search_depth(index, count, nprobe, ef), None
     if depth["nprobe"] is not None:
         params = faiss.SearchParametersIVF(nprobe=depth["nprobe"])
-        return index.faiss_index.search(xq, count, params=params)
-    if depth["ef"] is not None:
+    elif depth["ef"] is not None:
         params = faiss.SearchParametersHNSW(efSearch=depth["ef"])
-        return index.faiss_index.search(xq, count, params=params)
-    return index.faiss_index.search(xq, count)
+    return index.faiss_index.search(xq, count, params=params)
 
 
 def exact_scores(queries: Tensor, bank: MemoryBank, ids: Tensor) -> Tensor:
-    """⟨x_q, ξ_ids[q, j]⟩ (Q, c) from the stored patterns, in query chunks that bound the
-    gathered rows."""
+    """⟨x_q, ξ_ids[q, j]⟩ (Q, c) from the stored patterns, in chunks of gathered rows."""
     count = ids.shape[1]
     chunk = max(1, GATHER_ELEMENTS // max(1, count * bank.dim))
     parts = []
@@ -244,8 +235,8 @@ def exact_scores(queries: Tensor, bank: MemoryBank, ids: Tensor) -> Tensor:
 def unseen_bound(
     index: AnnIndex, queries: Tensor, found: Tensor, short: Tensor, nprobe: int | None
 ) -> Tensor:
-    """An upper bound (Q,) on the score of every memory the search did not return (see the
-    module docstring); `found` (Q, c) are FAISS's scores, `short` (Q,) rows with missing ids."""
+    """An upper bound (Q,) on every unseen memory's score; `found` (Q, c) FAISS's scores,
+    `short` (Q,) rows with missing ids."""
     x = queries.detach().to(torch.float32)  # (Q, d)
     norm = torch.linalg.vector_norm(x, dim=1)  # (Q,)
     everything = norm * index.max_norm  # (Q,) Cauchy–Schwarz

@@ -1,22 +1,11 @@
 """Indexes of a shard set: one FAISS index per shard, recorded in the manifest, and retrieval
 over them on one process or across the ranks of a process group.
 
-`nph index MANIFEST --kind KIND` builds an index of each shard (`index_file.build_index`, with
-the shard's own rows: k-means lists per shard) beside it, `memory.part-i-of-N.KIND.index`, and
-records the set in the manifest under `indexes[KIND]`: for each shard its index file and that
-file's SHA-256, the checksum of the shard tensors it was built from (the manifest's own record
-of the shard), and the parameters. `nph retrieve --memory MANIFEST --index KIND` then refuses,
-with one line naming the shard, an index that is missing, tampered with (its bytes differ from
-the record), or stale (built from other rows than the shard now holds).
-
-Retrieval: for each query every shard's index proposes c candidates, whose scores are
-recomputed exactly from that shard's patterns (`search.IndexedModel`). A rank concatenates its
-shards' candidates (global row numbers) and pads them to the widest rank's count; the ranks
-exchange them (`Collective.all_cat`: ids and exact scores, 12 or 16 bytes a candidate), so every
-rank holds the union, sorted by row. The model's rule turns the union's scores into weights and
-`ShardedBank.weighted_sum` adds each rank's part of Σ w·v (Q·d_v numbers a rank): the result is
-the one a single file would give on the same candidates. The bound on unseen scores is the
-largest of the shards' bounds, so certification carries over unchanged.
+`nph index MANIFEST --kind KIND` builds each shard's index beside it and records them under
+`indexes[KIND]` (file, its SHA-256, the shard checksum it was built from, parameters); a missing,
+tampered or stale one is refused in one line naming the shard. Retrieval takes the union of the
+shards' candidates over ranks (`Collective.all_cat`), sorted by row, and the largest bound: the
+result and its certification are a single file's on the same candidates.
 """
 
 from __future__ import annotations
@@ -67,14 +56,10 @@ def build_shard_indexes(
     force: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Build an index of every shard (one shard in RAM at a time) and record them in the
-    manifest (rewritten atomically); returns what was built, with each shard's build time.
-
-    Runs on one manifest take turns (`WriterLock`, waiting), so each adds its record to the
-    manifest the one before it wrote. Each build writes new files (`NAME.KIND.TOKEN.index`, a
-    random TOKEN), switches to them by rewriting the manifest, then deletes the ones replaced:
-    a kill at any moment leaves the manifest naming complete indexes, and the next run deletes
-    the files no record names, with a note."""
+    """Build every shard's index (one shard in RAM at a time) and record them in the manifest;
+    returns what was built. Runs take turns (`WriterLock`); new files (`NAME.KIND.TOKEN.index`)
+    are written, the manifest rewritten atomically, then the replaced ones deleted, so a kill
+    leaves complete indexes named and the next run deletes unnamed files, with a note."""
     require_faiss()
     check_seed(seed)
     with WriterLock(manifest_path, wait=True):
@@ -145,8 +130,7 @@ def _build(manifest, targets, kind, seed, lists, progress, written) -> dict[str,
 
 
 def _recorded(path: Path, raw: Any, *, force: bool) -> dict[str, Any]:
-    """The manifest's `indexes` records by kind; a malformed one is refused, or with `force`
-    dropped (it is rebuilt)."""
+    """The manifest's `indexes` records by kind; a malformed one refused (`force`: dropped)."""
     indexes = raw.get(INDEXES_KEY) if isinstance(raw, dict) else None
     if indexes is None:
         return {}
@@ -174,8 +158,7 @@ def _files(record: Any) -> list[str]:
 def _remove_unnamed(
     manifest: Manifest, indexes: dict[str, Any], also: list[str] = ()
 ) -> list[Path]:
-    """Delete the shards' index files `nph index` wrote (`NAME.KIND.TOKEN.index`, and the files
-    `also`) that no record of `indexes` names; returns what was deleted."""
+    """Delete the shards' index files (and `also`) no record of `indexes` names; returns them."""
     named = {name for record in indexes.values() for name in _files(record)}
     kinds = "|".join(map(re.escape, KINDS))
     removed = []
@@ -226,8 +209,7 @@ def index_record(manifest: Manifest, kind: str) -> dict[str, Any]:
 
 
 def verified_index_path(manifest: Manifest, record: dict[str, Any], number: int) -> Path:
-    """Shard `number`'s index file, refused (one line naming it) when missing, tampered with
-    (its bytes differ from the record) or stale (built from other rows than the shard's)."""
+    """Shard `number`'s index file, refused when missing, tampered with or stale."""
     entry, part, kind = record["parts"][number], manifest.parts[number], record["kind"]
     name = Path(entry["file"])
     if name.is_absolute() or len(name.parts) != 1:
@@ -252,9 +234,8 @@ def verified_index_path(manifest: Manifest, record: dict[str, Any], number: int)
 
 
 def check_shard_indexes(manifest_path: str | os.PathLike, kind: str) -> Manifest:
-    """The `kind` index of every shard held on this machine checked (headers and checksums, no
-    FAISS data loaded), before any rank starts. Under torchrun a machine may hold only its own
-    ranks' shards; the ranks holding the others check theirs when they open them."""
+    """Check the `kind` index of every shard on this machine (no FAISS data loaded) before any
+    rank starts; ranks check the others' when they open them."""
     manifest = read_manifest(manifest_path, check=(), verify=False)
     record = index_record(manifest, kind)
     for number, part in enumerate(manifest.parts):
@@ -286,9 +267,8 @@ class _RowRange:
 
 @dataclass
 class ShardedIndexedModel(IndexedModel):
-    """A sparse-structured model retrieving over a shard set's indexes (see the module
-    docstring). `index` is one shard's (for its kind); `shards` maps each shard this process
-    reads, by its first global row, to the model over that shard's index."""
+    """A model retrieving over a shard set's indexes: `shards` maps each shard this process
+    reads, by its first global row, to the model over its index (`index`: one of them)."""
 
     manifest: Manifest | None = None
     record: dict[str, Any] = field(default_factory=dict)  # the manifest's record of the indexes
@@ -306,8 +286,8 @@ class ShardedIndexedModel(IndexedModel):
             raise NphError(f"{manifest.path} does not describe this memory; rebuild its indexes")
 
     def search(self, queries: Tensor, bank: MemoryBank) -> Candidates:
-        """The union over shards and ranks of the candidates, sorted by global row, with exact
-        scores (−inf for missing ones) and the largest bound on unseen scores."""
+        """The union of the candidates over shards and ranks, sorted by row, and the largest
+        bound."""
         total = bank.num_memories
         collective = bank.collective if isinstance(bank, ShardedBank) else LOCAL
         ids, scores, bounds = [], [], []

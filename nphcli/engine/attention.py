@@ -2,26 +2,15 @@
 
     T(x) = concat_h V_hᵀ softmax(β K_h x_h),  heads h = 1..H on contiguous slices of d and d_v.
 
-Three exact ways to compute it:
+Three exact ways, equal to the formula up to rounding (tests compare them in float64):
 
-- one-shot, for resident memories where torch has a fused `scaled_dot_product_attention`
-  kernel that pays (`fused_attention_chosen`): on the CPU a flash-attention kernel (online
-  softmax over tiles that stay in cache), on CUDA flash attention for half dtypes and head
-  sizes ≤ 256 (multihead; heads padded to a multiple of 8 with zeros, `aligned_head_width`).
-  It never forms the (Q, M) score matrix and reads each key and value tile once; it beats the
-  two matrix products X·Kᵀ and P·V run one after the other.
-- one pass for one query on CUDA (`decode_applies`): a Triton kernel reads each memory row once
-  for its score and its share of the weighted sum.
-- blockwise, for anything else (memories streamed from disk, d = 784 on a GPU, or d_v ≠ d):
-  online softmax (`SoftmaxAccumulator`) over memory blocks of `block_rows`, each block one
-  X·K_bᵀ and one P_b·V_b product around one elementwise step (`blocks.exp_step`: in place, or
-  one Triton kernel on CUDA). A memory resident on the device is read as views, so one query
-  takes all of it in one block (`planning.bank_block_row_bytes`).
+- one-shot: torch's fused `scaled_dot_product_attention` where it pays
+  (`fused_attention_chosen`); it never forms the (Q, M) scores.
+- one pass for one query on CUDA (`decode_applies`): a Triton kernel reads each row once.
+- blockwise for anything else: online softmax (`SoftmaxAccumulator`) over memory blocks.
 
-Both equal the softmax formula up to float rounding (tests compare them in float64).
-
-The masked models use the same online softmax with a per-block mask (`masked_attention`), or,
-when each query keeps few memories, read only those (`gathered_attention`).
+Masked models use the online softmax with a per-block mask (`masked_attention`), or read only
+the few memories each query keeps (`gathered_attention`).
 """
 
 from __future__ import annotations
@@ -53,10 +42,8 @@ def softmax_attention(
     block_rows: int,
     fused: tuple[Tensor, Tensor] | None,
 ) -> Tensor:
-    """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): shape (Q, d_v). `fused` is what
-    `fused_heads` returned for this bank and block_rows, made once per retrieve by the model's
-    `prepare` (padded heads are a copy of the memories): the fused kernel's inputs, or None
-    for the blockwise route."""
+    """concat_h V_hᵀ softmax(β K_h x_h) for queries (Q, d): (Q, d_v). `fused`: `fused_heads`'s
+    answer (the model's `prepare`), None for the blockwise route."""
     num_queries = queries.shape[0]
     x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
     if fused is not None:
@@ -84,9 +71,8 @@ def softmax_attention(
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
 
-# Queries that take the one-pass decode kernel on CUDA: each reads the memories once, so past
-# one query two matrix products (which read them once for all queries) are as fast or faster
-# (H100, M = 10⁶, d = 784: bfloat16 Q = 2 took 2.9 ms by the kernel, 1.7 ms by two products).
+# Past one query two matrix products win (H100, M = 10⁶, d = 784, bfloat16, Q = 2: 2.9 ms by
+# the decode kernel, 1.7 ms by the products).
 DECODE_MAX_QUERIES = 1
 DECODE_DEVICES = ("cuda",)
 DECODE_PROGRAMS_PER_SM = 4  # slices of the memories per multiprocessor: enough loads in flight
@@ -95,9 +81,7 @@ _DECODE: dict[str, str | None] = {"failed": None}
 
 
 def decode_applies(queries: Tensor, bank: MemoryBank) -> bool:
-    """Whether `softmax_attention` reads the memories once with the decode kernel
-    (`triton_kernels.decode_partials`): up to `DECODE_MAX_QUERIES` queries, memories resident
-    on a CUDA device in a float32 or half dtype, nothing to differentiate."""
+    """Whether `softmax_attention` runs the decode kernel (`triton_kernels.decode_partials`)."""
     whole = bank.resident()
     return (
         whole is not None
@@ -114,8 +98,7 @@ def decode_applies(queries: Tensor, bank: MemoryBank) -> bool:
 
 
 def _decode(queries: Tensor, bank: MemoryBank, beta: float, acc: SoftmaxAccumulator) -> bool:
-    """Fold the decode kernel's per-slice sums into `acc` (one head); False if the kernel is
-    unavailable (the caller then runs the blockwise products)."""
+    """Fold the decode kernel's per-slice sums into `acc`; False if the kernel is unavailable."""
     keys, values = bank.resident()
     partials = triton_or_none(
         _DECODE,
@@ -148,15 +131,8 @@ def _decode_programs(device: torch.device) -> int:
 def attention_plan(
     num_queries: int, bank: MemoryBank, budget: int, *, heads: int, row_bytes: int
 ) -> Plan:
-    """The fused kernel's working memory does not grow with M, so in RAM it takes all memories
-    at once. Blockwise, each (query, memory) pair of a block holds, per head, its score in the
-    accumulation dtype and its weight: the same buffer in place (float32, float64), or a fresh
-    half copy for the product with half values, or a fresh tensor from the Triton step
-    (`blocks.exp_step`); counting both covers each. Half inputs are planned under half the
-    budget (`HopfieldModel.retrieve`), so their count errs on the safe side.
-
-    Heads the fused kernel reads padded (`fused_heads`) cost a copy of the memories: it is
-    counted, and where it does not fit the budget the bank runs blockwise."""
+    """All M at once for the fused kernel (its working memory does not grow with M) with the
+    padded copy `fused_heads` makes; blockwise, a score and a weight per pair and head."""
     if fused_attention_chosen(bank, heads, unmasked=True):
         copy = padded_copy_bytes(bank, heads)
         if copy == 0:
@@ -168,8 +144,7 @@ def attention_plan(
         if copy + padded_row <= budget:  # (per query: its padded x and output as well)
             query_rows = min(num_queries, (budget - copy) // padded_row)
             return Plan(query_rows=query_rows, memory_rows=bank.num_memories)
-        # The padded copy does not fit: blockwise, in two blocks at least, since `fused_heads`
-        # pads wherever a plan takes all M memories at once.
+        # Blockwise in two blocks at least: `fused_heads` pads wherever a plan takes all M.
         plan = _blockwise_plan(num_queries, bank, budget, heads=heads, row_bytes=row_bytes)
         rows = min(plan.memory_rows, bank.num_memories - 1)
         rows -= rows % BLOCK_ALIGN if rows >= BLOCK_ALIGN else 0
@@ -186,18 +161,10 @@ def _blockwise_plan(
 
 def fused_attention_chosen(bank: MemoryBank, heads: int, *, unmasked: bool = False) -> bool:
     """Whether `softmax_attention` runs torch's fused kernel on this bank (resident memories):
-    on the CPU whenever torch would pick a fused kernel; on CUDA, for `unmasked` attention only,
-    when torch picks its flash or cuDNN kernel (half dtypes, head size ≤ 256: multihead) for
-    the heads padded to `aligned_head_width`.
-
-    Chosen per device by measurement: on the CPU the fused kernel beats the two matrix products;
-    on CUDA at d = 784 torch's flash kernels do not apply (head size > 256) and its
-    memory-efficient kernel took 458 ms against the blockwise path's 82 ms (H200, Q = 1024,
-    M = 10⁶), so CUDA takes only the flash-type kernels. The answer depends on the bank and H
-    alone, never on the query batch, so `attention_plan` and `softmax_attention` always agree:
-    a plan that takes all M memories at once is only made for a kernel that never forms the
-    (Q, M) scores, which keeps `--memory-budget` honest.
-    """
+    on the CPU whenever torch picks a fused kernel; on CUDA, `unmasked` only, when it picks
+    flash or cuDNN for the heads padded to `aligned_head_width` (its memory-efficient kernel
+    took 458 ms against blockwise's 82, H200, Q = 1024, M = 10⁶). It depends on the bank and H
+    alone, so `attention_plan` and `softmax_attention` always agree."""
     whole = bank.resident()
     on_cpu = bank.device.type == "cpu"
     if whole is None or not (on_cpu or unmasked):  # (CUDA: masked attention stays blockwise)
@@ -214,20 +181,14 @@ def fused_attention_chosen(bank: MemoryBank, heads: int, *, unmasked: bool = Fal
     return choice in (SDPA_FLASH, SDPA_CUDNN)
 
 
-# Devices whose fused kernel (torch's CUDA flash and cuDNN attention) takes only head widths
-# that are multiples of FLASH_HEAD_ALIGN; nph pads the heads there (`aligned_head_width`).
+# Devices whose flash and cuDNN kernels take only head widths that are multiples of this.
 PAD_HEAD_DEVICES = ("cuda",)
 FLASH_HEAD_ALIGN = 8
 
 
 def aligned_head_width(width: int, device: torch.device) -> int:
-    """The width of the heads the fused kernel reads, for heads of `width` on `device`: on CUDA
-    the next multiple of FLASH_HEAD_ALIGN, since flash attention's kernels take only such head
-    widths (for others torch pads every memory on every call itself, or runs its slower
-    memory-efficient kernel: d = 784 with H = 4 gives heads of 196). Zero columns appended to
-    queries, keys and values add exactly 0 to every score, and the output's extra columns are
-    dropped, so the result is the same up to the kernel's rounding. The CPU's kernel takes any
-    width."""
+    """The head width the fused kernel reads: on CUDA the next multiple of FLASH_HEAD_ALIGN
+    (zero columns add 0 to every score and are dropped from the output)."""
     if device.type not in PAD_HEAD_DEVICES:
         return width
     return -(-width // FLASH_HEAD_ALIGN) * FLASH_HEAD_ALIGN
@@ -242,10 +203,8 @@ def _fused_widths(bank: MemoryBank, heads: int) -> tuple[int, int]:
 
 
 def fused_heads(bank: MemoryBank, heads: int, block_rows: int) -> tuple[Tensor, Tensor] | None:
-    """The keys and values (H, M, W_k), (H, M, W_v) that `softmax_attention`'s fused kernel
-    reads: views of the memories, or zero-padded copies where their heads are narrower than
-    `aligned_head_width` (one copy where the values are the keys). None where it runs
-    blockwise (a plan with memory blocks shorter than M, or no fused kernel chosen)."""
+    """The keys and values (H, M, W_k), (H, M, W_v) the fused kernel reads (views, or padded
+    copies); None where `softmax_attention` runs blockwise."""
     if block_rows < bank.num_memories or not fused_attention_chosen(bank, heads, unmasked=True):
         return None
     keys, values = bank.resident()
@@ -266,8 +225,7 @@ def padded_copy_bytes(bank: MemoryBank, heads: int) -> int:
 
 
 def _padded_heads(rows: Tensor, heads: int, width: int) -> Tensor:
-    """rows (N, H·w) as H heads (H, N, width): a view where width = w, else a copy with
-    width − w zero columns after each head's w."""
+    """rows (N, H·w) as heads (H, N, width), zero-padded past w."""
     split = _split_heads(rows, heads)  # (H, N, w)
     if split.shape[-1] == width:
         return split
@@ -284,12 +242,6 @@ try:  # torch's numbers for its SDPA kernels (torch 2.3 and later)
     )
 except (ImportError, AttributeError):  # older torch: its choice is not read (taken as none)
     SDPA_MATH = SDPA_FLASH = SDPA_CUDNN = None
-
-
-def fused_attention_available(x: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether `scaled_dot_product_attention` would run a fused (flash, memory-efficient or
-    cuDNN) kernel on these inputs rather than its math fallback, which forms the score matrix."""
-    return fused_attention_choice(x, k, v) not in (None, SDPA_MATH)
 
 
 def fused_attention_choice(x: Tensor, k: Tensor, v: Tensor) -> int | None:
@@ -314,10 +266,8 @@ def masked_attention(
     beta: float,
     block_rows: int,
 ) -> tuple[Tensor, Tensor]:
-    """Vᵀ softmax(β K x) restricted to the memories that `keep(start, rows)` admits, one memory
-    block at a time: keep returns a (Q, rows) bool mask for memories start .. start + rows − 1.
-    Online softmax with excluded scores at −inf gives them weight exactly 0. Returns the
-    patterns (Q, d_v) and how many memories each query kept (Q,)."""
+    """Vᵀ softmax(β K x) over the memories `keep(start, rows)` (Q, rows) admits, block by
+    block: the patterns (Q, d_v) and how many memories each query kept (Q,)."""
     acc = SoftmaxAccumulator(
         queries.shape[0],
         bank.value_dim,
@@ -335,8 +285,8 @@ def masked_attention(
 def gathered_attention(
     queries: Tensor, bank: MemoryBank, index: Tensor, valid: Tensor | None, *, beta: float
 ) -> Tensor:
-    """Vᵀ softmax(β K x) over the memories index (Q, c) of each query (where `valid` (Q, c), if
-    given, is true): only those c keys and values are read, with no work over the other M − c."""
+    """Vᵀ softmax(β K x) over each query's memories index (Q, c) (where `valid`), reading
+    only those."""
     keys, values = bank.gather(index)  # (Q, c, d), (Q, c, d_v)
     scaled, rest = scale_queries(queries, beta)  # (Q, d)
     scores = matmul(keys, scaled.unsqueeze(2), scale=rest).squeeze(2)  # (Q, c)

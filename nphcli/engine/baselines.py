@@ -1,26 +1,12 @@
 """Kernels of the baseline rules: exact nearest-neighbour search and classical Hopfield networks.
 
-Nearest neighbour reuses the exact top-k machinery (`TopKAccumulator`) with k = 1 on a biased
-score, read block by block from any bank (resident, streamed, sharded, over ranks):
+Nearest neighbour: a running top-1 (`TopKAccumulator`) of a biased score, ties to the lower
+index: Euclidean argmax_μ ⟨x, ξ_μ⟩ − ½‖ξ_μ‖², cosine argmax_μ ⟨x, ξ_μ⟩ / ‖ξ_μ‖.
 
-    Euclidean:  argmin_μ ‖x − ξ_μ‖²  = argmax_μ ⟨x, ξ_μ⟩ − ½‖ξ_μ‖²
-    cosine:     argmax_μ ⟨x, ξ_μ⟩ / ‖ξ_μ‖   (‖x‖ is the same for every μ; a zero ξ_μ is never
-                                             chosen unless every memory is zero)
-
-Ties go to the lower memory index, as everywhere in nph.
-
-Classical Hopfield networks (Hopfield 1982) on ±1 patterns use a d×d weight matrix W built from
-the Gram matrix G = Σ_μ ξ_μ ξ_μᵀ = Ξᵀ Ξ (d, d), accumulated block by block in float64 (exact for
-±1 entries):
-
-    Hebbian:          W = (G − diag G) / d                     (no self-coupling; kept as d·W)
-    pseudo-inverse:   W = Ξ⁺ Ξ = V_r V_rᵀ, the orthogonal projection onto span{ξ_μ}
-                      (Personnaz et al. 1985; Kanter & Sompolinsky 1987)
-
-The projection is formed from the eigenvectors V_r of G whose eigenvalues exceed
-`PROJECTION_RTOL` · λ_max (`torch.linalg.eigh`, a stable symmetric eigensolver; never an explicit
-inverse of the possibly ill-conditioned M×M overlap matrix Ξ Ξᵀ). Every stored pattern is then
-a fixed point of sgn(W x), whatever the correlations between patterns.
+Classical networks (Hopfield 1982) on ±1 patterns, from the Gram matrix G = Ξᵀ Ξ (d, d) in
+float64 (exact): Hebbian W = (G − diag G) / d; pseudo-inverse W = V_r V_rᵀ, the projection onto
+span{ξ_μ} (Personnaz et al. 1985) from G's eigenvectors above `PROJECTION_RTOL` · λ_max, never
+an inverse of the ill-conditioned Ξ Ξᵀ: every stored pattern is a fixed point of sgn(W x).
 """
 
 from __future__ import annotations
@@ -33,8 +19,7 @@ from nphcli.engine.precision import accumulation_dtype, matmul
 from nphcli.memory.bank import MemoryBank
 
 METRICS = ("euclidean", "cosine")
-# Eigenvalues of G below this share of the largest count as zero (singular values of Ξ below
-# √(1e-10) = 1e-5 of the largest): the rank cut of the pseudo-inverse rule.
+# The pseudo-inverse's rank cut: eigenvalues of G below this share of the largest are zero.
 PROJECTION_RTOL = 1e-10
 
 
@@ -71,9 +56,8 @@ def gram(bank: MemoryBank, *, block_rows: int) -> Tensor:
 
 
 def hebbian_couplings(g: Tensor) -> Tensor:
-    """d·W = G − diag G (d, d) from the Gram matrix G: the Hebbian weights without their 1/d,
-    which changes no sign, so that fields of ±1 states are exact integers in float32 and a zero
-    field (a tie, common with the Hebbian rule) is exactly zero in every dtype."""
+    """d·W = G − diag G (d, d): without the 1/d, fields of ±1 states are exact integers, so a
+    tie is exactly zero in every dtype."""
     return g.clone().fill_diagonal_(0.0)
 
 
@@ -103,8 +87,7 @@ def synchronous_step(state: Tensor, weights: Tensor) -> Tensor:
 
 
 def asynchronous_sweep(state: Tensor, weights: Tensor, order: Tensor) -> Tensor:
-    """One sweep of asynchronous updates: for i in `order` (a permutation of the d neurons),
-    s_i ← sgn(Σ_j W_ij s_j), each neuron seeing the ones updated before it in the sweep."""
+    """For i in `order` (a permutation of the d neurons) in turn: s_i ← sgn(Σ_j W_ij s_j)."""
     state = state.to(weights.dtype).clone()  # (Q, d)
     for i in order.tolist():
         field = state @ weights[:, i]  # (Q,)

@@ -1,8 +1,6 @@
-"""Merging per-block results exactly: a model reads a `MemoryBank` block by block, and these
-accumulators turn the partial results into what a one-shot computation gives (up to float
-rounding): `SoftmaxAccumulator` (online softmax: running max, normaliser and weighted sum),
-`TopKAccumulator` (running k best scores with deterministic tie-breaking; `running_topk` feeds it
-a bank's blocks) and `weighted_rows` (sums of a few kept rows per query).
+"""Merging per-block results into what a one-shot computation gives (up to rounding): online
+softmax (`SoftmaxAccumulator`), a running top-k (`TopKAccumulator`), sums of kept rows
+(`weighted_rows`).
 """
 
 from __future__ import annotations
@@ -22,14 +20,9 @@ from nphcli.memory.collective import Collective
 class SoftmaxAccumulator:
     """Online softmax over memory blocks: Σ_μ exp(s_μ − m) v_μ / Σ_μ exp(s_μ − m).
 
-    After each block the running max m is raised and earlier sums are rescaled by exp(m_old −
-    m_new), which makes the merged result equal to the one-shot softmax. (m is the reference
-    the sums are relative to: the Triton step on CUDA may keep it up to
-    `triton_kernels.step_lead(dtype)` below the true max, saving a pass; the result is the same.)
-    Excluded memories carry a score of −inf and get weight exactly 0; a row whose memories are
-    all excluded so far keeps m = −inf and contributes nothing until a finite score arrives.
-
-    `batch` are leading dimensions (e.g. heads): scores (*batch, Q, B), values (*batch, B, d_v).
+    Each block raises the running max m and rescales earlier sums by exp(m_old − m_new) (the
+    Triton step may keep m up to `triton_kernels.step_lead` below the true max). Scores of −inf
+    weigh exactly 0. `batch`: leading dimensions (heads) of scores and values.
     """
 
     def __init__(
@@ -50,13 +43,8 @@ class SoftmaxAccumulator:
     def add(
         self, scores: Tensor, values: Tensor, *, complete: bool = False, scale: float = 1.0
     ) -> None:
-        """Merge one block: scores (*batch, Q, B) (−inf = excluded), values (*batch, B, d_v);
-        the block's scores are `scale` times `scores` (β, for half products: `precision`).
-
-        The scores are consumed: their buffer becomes the block's weights (unless it carries a
-        gradient). `complete` says no score is excluded (dense retrieval): the support grows by
-        B with no pass over the scores, and the shift needs no guard for rows with none finite.
-        """
+        """Merge one block of scores `scale`·(*batch, Q, B) (consumed: their buffer becomes the
+        weights) with values (*batch, B, d_v). `complete`: no score is −inf."""
         if complete:
             self.support += scores.shape[-1]
         else:
@@ -65,17 +53,14 @@ class SoftmaxAccumulator:
         self.fold(new_max, shift, sums, matmul(weights, values))
 
     def fold(self, new_max: Tensor, shift: Tensor, norm: Tensor, total: Tensor) -> None:
-        """Merge sums computed elsewhere with weights exp(s − shift): their normaliser (*batch,
-        Q) and weighted sum (*batch, Q, d_v), the max becoming `new_max`."""
+        """Merge sums made elsewhere with weights exp(s − shift); the max becomes `new_max`."""
         rescale = torch.exp(self.max - shift)  # (*batch, Q); exp(−inf) = 0 for empty rows
         self.norm = self.norm * rescale + norm
         self.total = self.total * rescale.unsqueeze(-1) + total
         self.max = new_max
 
     def merge(self, collective: Collective) -> None:
-        """Combine every rank's running sums (log-sum-exp merge): the global max is the maximum
-        of the ranks' maxima, and each rank's sums are rescaled by exp(m_rank − m) before they
-        are added, exactly as a later block rescales earlier ones in `add`."""
+        """Combine every rank's sums, rescaled to the global max as `add` rescales blocks."""
         if collective.world_size == 1:
             return
         new_max = collective.all_max(self.max)  # (*batch, Q)
@@ -89,24 +74,17 @@ class SoftmaxAccumulator:
         self.max = new_max
 
     def result(self) -> Tensor:
-        """The weighted average (*batch, Q, d_v); rows with no admitted memory are an error
-        upstream."""
+        """The weighted average (*batch, Q, d_v)."""
         return self.total / self.norm.unsqueeze(-1)
 
 
 def exp_step(
     scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, scale: float = 1.0
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """One block's elementwise softmax work, for scores s = scale · `scores` (*batch, Q, B) and
-    the running max m: the new max m' = max(m, max_j s_j), the shift c (m', or 0 where m' = −inf
-    unless `complete`), the weights exp(s − c) (*batch, Q, B) (in `dtype` if that is a half dtype,
-    as the product with half values takes them) and their row sums (*batch, Q) before rounding.
-
-    On CUDA, float32 blocks of at least `KERNEL_MIN_CELLS` scores take a Triton kernel
-    (`triton_kernels.softmax_step`) that reads each score once and writes each weight once;
-    eager torch takes four to six passes. Anywhere else, or if the kernel fails, eager torch
-    runs, in place on the scores' buffer (one (Q, B) tensor, not three).
-    """
+    """For s = scale · `scores` (*batch, Q, B) and the running max m: m' = max(m, max_j s_j),
+    the shift c (m', or 0 where m' = −inf unless `complete`), the weights exp(s − c) (in `dtype`
+    if half) and their row sums. A Triton kernel on large CUDA float32 blocks (one pass, where
+    eager torch takes four to six, in place)."""
     if _kernel_applies(scores):
         step = triton_or_none(
             _KERNEL,
@@ -122,10 +100,8 @@ def exp_step(
 
 
 def triton_or_none(state: dict, what: str, call, module: str = "triton_kernels"):
-    """`call(kernels)` with `kernels` the Triton module `nphcli.engine.<module>`, or None where
-    Triton is absent or cannot compile for this GPU: then `state["failed"]` records why (the
-    caller stops asking) and a notice says that `what` runs in eager torch, which is exact, from
-    now on."""
+    """`call(nphcli.engine.<module>)`, or None where Triton fails: `state["failed"]` records
+    why (the caller stops asking) and a notice says `what` runs in eager torch from now on."""
     try:
         return call(importlib.import_module(f"nphcli.engine.{module}"))
     except torch.OutOfMemoryError:
@@ -152,8 +128,7 @@ def _exp_math(
     return new_max, shift, weights, sums
 
 
-# Devices and block sizes that take the Triton step: below this many scores a block's eager
-# passes cost microseconds, and the kernel's first call compiles (about a second, cached on disk).
+# Below KERNEL_MIN_CELLS eager passes cost microseconds; the kernel's first call, a second.
 KERNEL_DEVICES = ("cuda",)
 KERNEL_MIN_CELLS = 1 << 20
 _KERNEL: dict[str, str | None] = {"failed": None}
@@ -171,18 +146,12 @@ def _kernel_applies(scores: Tensor) -> bool:
 
 
 class TopKAccumulator:
-    """The k largest scores per query over memory blocks, ties going to the lower memory index.
+    """The k largest scores per query over memory blocks, ties to the lower memory index.
 
-    Invariant: the kept entries are sorted by (score descending, index ascending). A new block is
-    first cut to its own best k, with the same tie rule, and then merged by a stable descending
-    sort of [kept, block]: every kept index is smaller than any index in the block, and the
-    block's entries are laid out in index order, so equal scores stay in index order, exactly as
-    one stable sort over all M scores would leave them.
-
-    The cut (`block_topk`) is exact with the same tie rule; `nphcli.engine.selection` says how.
-    On CUDA, for k ≤ `selection.FUSED_MAX_K`, cut and merge are two Triton launches
-    (`triton_selection.select_merge`) in place of about 45 eager operations per block.
-    """
+    The kept entries stay sorted by (score desc, index asc): a block is cut to its own best k
+    (`block_topk`) and merged by a stable sort of [kept, block], whose indices are all larger,
+    as one stable sort over all M would leave them. On CUDA two Triton launches do both
+    (`triton_selection.select_merge`)."""
 
     def __init__(self, num_queries: int, k: int, *, device, dtype: torch.dtype):
         self.k = k
@@ -190,8 +159,7 @@ class TopKAccumulator:
         self.index = torch.empty(num_queries, 0, device=device, dtype=torch.int64)  # (Q, ≤k)
 
     def add(self, scores: Tensor, start: int, scale: float = 1.0) -> None:
-        """Merge one block of scores `scale`·(Q, B) for memories start .. start + B − 1 (the
-        scaling is left to this step, so the fused kernels can do it while reading)."""
+        """Merge one block of scores `scale`·(Q, B) for memories start .. start + B − 1."""
         num_queries, block = scores.shape
         if fused_selection_applies(scores, self.scores, start, self.k) and not _SELECT["failed"]:
             merged = triton_or_none(
@@ -222,12 +190,8 @@ class TopKAccumulator:
         self.index = merged_index.gather(1, order)
 
     def merge(self, collective: Collective) -> None:
-        """Select the k best of every rank's k best (each with global indices): the global k
-        best are among them, since a memory beaten by k others on its own rank is beaten by k
-        others overall. Ranks hold fewer than k rows pad with (−inf, index beyond any row).
-        Ranks hold rows in rank order and each list is sorted by (score desc, index asc), so in
-        the concatenation equal scores are in index order, and a stable sort by score gives
-        ties to the lowest global index, as one process would."""
+        """The k best of every rank's k best (padded with −inf), by a stable sort: ranks hold
+        rows in order, so ties go to the lowest global index as in one process."""
         if collective.world_size == 1:
             return
         missing = self.k - self.scores.shape[1]
@@ -243,13 +207,8 @@ class TopKAccumulator:
 def running_topk(
     queries: Tensor, bank: MemoryBank, k: int, *, block_rows: int, scale: float = 1.0
 ) -> TopKAccumulator:
-    """The k best scores `scale`·xᵀξ_μ per query (Q, d) over every memory, merged over ranks: a
-    `TopKAccumulator` fed the bank's blocks of `block_rows`.
-
-    Blocks are the planner's, not cut to the cache: tiles of 2^22 scores (in one reused
-    buffer, each tile's top-k merged at once) took 1.20× the CPU time of one block on the
-    2-core CI machine (Q = 200, M = 60,000, one thread; 2^18 to 2^23 were all slower), since the
-    (Q, M) scores' writing and re-reading is a few per cent of the product's time."""
+    """The k best scores `scale`·xᵀξ_μ per query (Q, d) over every memory, merged over ranks.
+    Blocks are the planner's: cache-sized tiles were 1.2× slower (CPU, Q = 200, M = 60,000)."""
     dtype = accumulation_dtype(queries.dtype)  # float32 scores for half inputs
     top = TopKAccumulator(queries.shape[0], k, device=queries.device, dtype=dtype)
     for start, keys in bank.key_blocks(block_rows):
@@ -262,19 +221,12 @@ _SELECT: dict[str, str | None] = {"failed": None}  # why the fused selection is 
 _NO_ROW = torch.iinfo(torch.int64).max  # the index of a padding entry: after every real row
 
 
-# `weighted_rows` gathers rows while each query keeps fewer than 1/this of the memories; above
-# that, one blockwise matrix product with mostly-zero weights is faster than scattered reads.
-GATHER_LIMIT = 8
+GATHER_LIMIT = 8  # gather rows below 1/this of the memories per query, else a blockwise product
 
 
 def weighted_rows(bank: MemoryBank, index: Tensor, weights: Tensor, *, block_rows: int) -> Tensor:
-    """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): shape (Q, d_v).
-
-    Few rows per query: gathered (`MemoryBank.weighted_sum`), Q·c·d_v reads at memory speed.
-    Many: each memory block's weights are scattered into a (Q, B) matrix and multiplied with the
-    block's values, Q·M·d_v multiply-adds at matrix-product speed. An index may repeat within a
-    row (the padding of ragged rows, weight 0): repeats are summed, never overwritten.
-    """
+    """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): (Q, d_v). Repeated
+    indices (padding, weight 0) are summed, never overwritten."""
     num_queries, kept = index.shape
     if kept * GATHER_LIMIT <= bank.num_memories:
         return bank.weighted_sum(index, weights)

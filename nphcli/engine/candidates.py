@@ -1,15 +1,8 @@
 """Exact sparse retrieval (sparsemax, entmax) from a candidate set of each query's best scores.
 
-Sparsemax and α-entmax (α > 1) give weight p_i = [(α−1)·s_i − τ]_+^{1/(α−1)}, exactly 0 for every
-score at or below a per-query threshold τ/(α−1), and τ depends only on the scores above it. So
-they need not see all M scores: keep each query's c largest (a running top-c over memory blocks)
-and solve on those. If the solution leaves the c-th candidate at weight 0, the threshold is at
-or above the c-th score, and every excluded score, being ≤ the c-th, is at or below it too: the
-excluded memories get weight 0 in the full problem as well, and τ solves the full problem. The
-result is exact. If all c candidates get weight (the support fills the set, c < M), the set may
-be too small: those queries are redone with 8c candidates, until the support is smaller than the
-set or the set holds all M memories. (Each round re-reads the memories, but only for the queries
-left; growing 8-fold keeps rounds to two or three for supports up to thousands.)
+The threshold τ depends only on the scores above it, so solve on each query's c largest (a
+running top-c): if the c-th candidate gets weight 0, every excluded score is below τ too and the
+result is exact. Queries whose support fills the set are redone with `GROWTH`·c candidates.
 """
 
 from __future__ import annotations
@@ -26,9 +19,7 @@ from nphcli.engine.precision import accumulation_dtype, scale_queries
 from nphcli.engine.selection import running_topk_plan
 from nphcli.memory.bank import MemoryBank
 
-# Candidates per query in the first round. Sparse Hopfield supports are typically a handful of
-# memories; a query needing more pays one extra pass over the memories per doubling.
-INITIAL_CANDIDATES = 64
+INITIAL_CANDIDATES = 64  # in the first round; sparse supports are typically a handful
 GROWTH = 8  # candidate sets grow by this factor while a query's support fills its set
 
 
@@ -40,15 +31,9 @@ def candidate_update(
     simplex_map: Callable[[Tensor], Tensor],
     block_rows: int,
 ) -> tuple[Tensor, Tensor]:
-    """T(x) = Vᵀ p, p = simplex_map(β K x), computed on candidate sets (see the module docstring):
-    the patterns (Q, d_v) and each query's support size (Q,).
-
-    `simplex_map` maps scores (Q, c) to weights on the simplex that are 0 below a threshold.
-    The first round takes every query and asks the host nothing until its work is queued: one
-    check then says whether any query needs more candidates (rarely). While candidate sets
-    grow, queries are taken in groups small enough that a group's candidates take no more
-    memory than one block of scores (Q × max(block_rows, c₀)).
-    """
+    """T(x) = Vᵀ p, p = simplex_map(β K x) on candidate sets: the patterns (Q, d_v) and the
+    support sizes (Q,). One host sync after the first round; later rounds take queries in
+    groups whose candidates fit one block of scores."""
     num_queries, num_memories = queries.shape[0], bank.num_memories
     scaled, rest = scale_queries(queries, beta)  # (Q, d)
     scores_dtype = accumulation_dtype(queries.dtype)
@@ -81,11 +66,8 @@ def _round(
     simplex_map: Callable[[Tensor], Tensor],
     block_rows: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """One round on `count` candidates for queries (G, d) (times `rest`: `scale_queries`): the
-    patterns (G, d_v), support sizes (G,), and (G,) bool whether each row is solved (finite,
-    with a support smaller than its set or the set all M memories; else its pattern is not
-    T(x)) and whether its candidate scores are finite (else no threshold exists among ±inf,
-    and it was mapped as if its scores were 0). The host is asked nothing here."""
+    """One round on `count` candidates for queries (G, d): the patterns (G, d_v), support
+    sizes (G,), and whether each row is solved and its scores finite (G,) bool each."""
     top = running_topk(scaled, bank, count, block_rows=block_rows, scale=rest)  # global top c
     # Sorted scores: a NaN or +inf comes first, a −inf last; the largest magnitude sees them all.
     finite = top.scores.abs().amax(dim=1, keepdim=True) < torch.inf  # (G, 1)
@@ -105,15 +87,13 @@ def _unsolved(solved: Tensor, finite: Tensor, scores_dtype: torch.dtype) -> Tens
 
 
 def candidate_working_set(bank: MemoryBank) -> tuple[int, int]:
-    """Per query: input, output and the first round's running top-c (scores, int64 indices,
-    merge buffers); per (query, memory) pair of a block: its score and top-k temporaries."""
+    """Per query: input, output, the first round's top-c; per pair: score and temporaries."""
     size = itemsize(bank.dtype)
     return (bank.dim + 2 * bank.value_dim) * size + 6 * INITIAL_CANDIDATES * (size + 8), 3 * size
 
 
 def candidate_plan(num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-    """Query batches and memory blocks for `candidate_update` within `budget`: those of the
-    first round's running top-c₀ (`selection.running_topk_plan`)."""
+    """`candidate_update`'s plan: the first round's running top-c₀'s."""
     row_bytes, cell_bytes = candidate_working_set(bank)
     first = min(INITIAL_CANDIDATES, bank.num_memories)
     return running_topk_plan(

@@ -4,20 +4,10 @@ For stored patterns ξ_1 … ξ_M (rows of X (M, d)), a query x and scores z = �
 
     E(x) = −(1/β)·Ψ*(β·X·x) + ½‖x‖²,     Ψ*(z) = max_{p ∈ simplex} ⟨p, z⟩ + H(p),
 
-the convex conjugate of a negative entropy −H, whose gradient ∇Ψ*(z) is the maximising p. So
-−∇E(x) = Xᵀp − x and the update T(x) = Xᵀp(x) is the concave–convex step on E: E(T(x)) ≤ E(x)
-(Ramsauer et al. 2021 for dense, Hu et al. 2023 for sparse). Per model:
-
-- dense: H the Shannon entropy, Ψ*(z) = log Σ_μ exp z_μ (log-sum-exp), p = softmax(z);
-- entmax (order α ∈ (1, 2]): H the Tsallis entropy H_α(p) = (1 − Σ p_μ^α)/(α(α − 1)), p =
-  α-entmax(z); sparse is α = 2, H_2(p) = ½(1 − ‖p‖²), p = sparsemax(z) (Fenchel–Young form);
-- top-k, random, window (softmax over a support S(x)): Ψ*(z) = log Σ_{μ∈S(x)} exp z_μ, the
-  log-sum-exp restricted to the support. For top-k it is the largest log-sum-exp over k-subsets
-  (convex); for random and window S depends on the query's position only (convex too).
-
-Constants are dropped (dense: the Ramsauer energy adds β⁻¹·log M + ½m²). Models expose their
-energy as `HopfieldModel.energy`, built from these functions; traces of iterated retrieval are in
-`nphcli.theory.energy`, above the models. Everything here is float64.
+the conjugate of a negative entropy −H with ∇Ψ*(z) = p, so T(x) = Xᵀp(x) is the concave–convex
+step on E: E(T(x)) ≤ E(x) (Ramsauer et al. 2021, Hu et al. 2023). H is Shannon's for dense
+(log-sum-exp), Tsallis' H_α(p) = (1 − Σ p^α)/(α(α − 1)) for entmax (sparse: α = 2), and the
+log-sum-exp over the support S(x) for top-k, random and window. Constants are dropped; float64.
 """
 
 from __future__ import annotations

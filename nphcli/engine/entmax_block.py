@@ -1,21 +1,7 @@
-"""α-entmax retrieval from one block of all M scores: one matrix product, a threshold
-(`thresholds.py`), one weighted sum.
-
-- On a GPU one Triton launch solves every query's threshold and weighs its
-  scores in place (`triton_entmax.py`): the eager route's hundreds of small operations and
-  host syncs per batch were the cost there.
-- Wide supports (the sample puts more than `DENSE_SHARE` of the scores above the start, or
-  more than `WIDEST_SHARE` of one row's above the estimate): the
-  weights are computed over the whole (Q, M) block in place, `CHUNK_BYTES` of rows at a time
-  (the few evaluations of a chunk's level then read it from cache, not memory), and multiplied
-  with the values in one matrix product, as dense retrieval does.
-- Narrow ones: the threshold is solved on each query's scores above the start only (compacted),
-  checked (a solved level at or above the start means no score below it could weigh; rows that
-  fail are solved again above the safe bound), and the weighted sum gathers the support's rows.
-
-Memory (`one_block_bytes`): per query its scores and sample, beside a fixed scratch: batches as
-large as the budget allows (1000 queries took a third less time each than 200s: M = 60,000).
-`models.entmax` uses this while the memories fit one block, else `candidates.py`'s exact rounds.
+"""α-entmax retrieval from one block of all M scores: one product, a threshold (`thresholds.py`),
+one weighted sum. On a GPU one Triton launch (`triton_entmax.py`); wide supports weigh the whole
+block in place, a cache-sized chunk at a time, and take one product with the values; narrow ones
+solve on the scores above the start alone, check the level, and gather the support's rows.
 """
 
 from __future__ import annotations
@@ -31,30 +17,20 @@ from nphcli.engine.thresholds import _sample_stride, _starts, solve
 from nphcli.memory.bank import MemoryBank
 
 DENSE_SHARE = 0.15  # above this share of scores over the start: weights over the whole block
-# Or where a row's support may hold more than this share of the memories: the narrow path pads
-# every row to the widest, and gathering those rows costs more than the dense product (the
-# digits at α = 1.1, Q = 200: widest 21 %, mean 6 %; 58 ms narrow against 48 ms wide).
+# Or a row's support over this share: the narrow path pads rows to the widest (digits, α = 1.1,
+# Q = 200: widest 21 %, 58 ms narrow against 48 ms wide).
 WIDEST_SHARE = 0.25
 CHUNK_BYTES = 2**22  # scores solved together, by every thread: the chunk stays in cache
 
-# Scratch, in rows of a chunk, that solving one chunk of the wide path takes at most: two for
-# the active-set iteration; the Newton iteration's scaled scores, weights and their u.
-CHUNK_COPIES = 4
-
-# Scratch bytes per slot of a narrow chunk's compacted candidates (its rows × their widest
-# count), in score items and bytes: scores, weights and solver scratch; nonzero's positions,
-# ranks and int64 indices, for the candidates and again for the support.
+CHUNK_COPIES = 4  # scratch copies of a chunk the wide path's solve takes at most
+# Scratch per slot of a narrow chunk's compacted candidates: score items and other bytes.
 SLOT_ITEMS, SLOT_BYTES = 5, 32
-
-# Copies of the (Q, n) sample finding the start keeps alive at once; (Q, 1) levels and sums.
-SAMPLE_COPIES, ROW_VECTORS = 10, 16
+SAMPLE_COPIES, ROW_VECTORS = 10, 16  # copies of the (Q, n) sample alive at once; (Q, 1) vectors
 
 
 def one_block_bytes(bank: MemoryBank, item: int) -> tuple[int, int]:
-    """The one-block path's working memory for scores of `item` bytes: bytes per query (its
-    input, outputs, scores, sample and their scratch) and fixed bytes. On the CPU the scratch is
-    fixed, whatever Q is: the larger of the wide path's chunks and the narrow path's. Elsewhere a
-    batch is one chunk (`_single_chunk`), so its scratch is counted per query, at the worst case."""
+    """The one-block path's bytes per query and fixed bytes, for scores of `item` bytes: the
+    scratch is fixed on the CPU (chunks), per query elsewhere (one chunk, the worst case)."""
     num_memories = bank.num_memories
     sample = -(-num_memories // _sample_stride(num_memories))  # scores in a row's sample
     per_query = item * (
@@ -71,14 +47,12 @@ def one_block_bytes(bank: MemoryBank, item: int) -> tuple[int, int]:
 
 
 def _chunk_rows(num_memories: int, item: int) -> int:
-    """Rows of scores in one chunk on the CPU: `CHUNK_BYTES`, ≥ 1. (A GPU has no such cache
-    to keep them in: there a batch is one chunk, `_rows_for`.)"""
+    """Rows of scores in one chunk on the CPU: `CHUNK_BYTES`, ≥ 1."""
     return max(1, CHUNK_BYTES // (num_memories * item))
 
 
 def _single_chunk(z: Tensor) -> bool:
-    """Whether the scores z are solved as one chunk: off the CPU, where each chunk costs kernel
-    launches and host syncs and no cache would keep a chunk's scores between its passes."""
+    """Whether z is solved as one chunk: off the CPU, where chunks cost launches and syncs."""
     return z.device.type != "cpu"
 
 
@@ -127,16 +101,13 @@ def entmax_block_update(
     return patterns, support
 
 
-# The fused solve (`triton_entmax`) runs a program per query: below this many queries it would
-# leave most of a GPU idle (unmeasured; the eager route serves them).
-FUSED_MIN_ROWS = 16
+FUSED_MIN_ROWS = 16  # the fused solve's program per query would leave a GPU idle below (unmeasured)
 _FUSED: dict[str, str | None] = {"failed": None}
 
 
 def _fused_weights(z: Tensor, alpha: float) -> tuple[Tensor, Tensor] | None:
-    """`triton_entmax.weigh_rows` on z where it applies (at least `FUSED_MIN_ROWS` queries on a
-    kernel device), else None. A kernel that cannot compile fails
-    before it writes: z is then intact for the eager route."""
+    """`triton_entmax.weigh_rows` on z where it applies, else None (z intact: a kernel that
+    cannot compile fails before it writes)."""
     on_device = z.device.type in blocks.KERNEL_DEVICES and z.shape[0] >= FUSED_MIN_ROWS
     if not on_device or _FUSED["failed"]:
         return None
@@ -148,9 +119,7 @@ def _fused_weights(z: Tensor, alpha: float) -> tuple[Tensor, Tensor] | None:
 
 
 def _scores(scaled: Tensor, keys: Tensor, rest: float, dtype: torch.dtype) -> Tensor:
-    """β K x as `dtype` (Q, M): a half product is `precision.matmul`'s float32; a float32 or
-    float64 one (where `scale_queries` put all of β into the queries: rest = 1) is written
-    into a buffer on huge pages (`host_buffers`)."""
+    """β K x as `dtype` (Q, M); a float32 or float64 one into a huge-page buffer."""
     if scaled.dtype != dtype or keys.dtype != dtype:
         return matmul(scaled, keys.T, scale=rest).to(dtype)
     out = host_buffers.empty((scaled.shape[0], keys.shape[0]), dtype, scaled.device)
@@ -158,8 +127,7 @@ def _scores(scaled: Tensor, keys: Tensor, rest: float, dtype: torch.dtype) -> Te
 
 
 def _narrow_chunks(z: Tensor, start: Tensor):
-    """(rows, keep) for row slices of z (Q, M), keep (R, M) marking their candidates (scores
-    above the start): chunks of `_rows_for`, each cut by `_pieces`."""
+    """(rows, keep) for chunks of z (Q, M), keep (R, M) the scores above the start."""
     step = _rows_for(z)
     for first in range(0, z.shape[0], step):
         rows = slice(first, min(first + step, z.shape[0]))
@@ -167,9 +135,7 @@ def _narrow_chunks(z: Tensor, start: Tensor):
 
 
 def _pieces(rows: slice, keep: Tensor, item: int):
-    """(rows, keep) cut so that each piece's candidates, compacted to its widest row, fit
-    `_slot_limit` for scores of `item` bytes. One chunk (`_single_chunk`) stays whole: the plan
-    counted its worst case."""
+    """(rows, keep) cut so each piece's compacted candidates fit `_slot_limit`."""
     if _single_chunk(keep):
         yield rows, keep
         return
@@ -190,12 +156,8 @@ def _halved(rows: slice, keep: Tensor, counts: Tensor, slots: int):
 
 
 def _weigh_in_place(z: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Tensor]:
-    """Overwrite the shifted scores z (Q, M) with their unnormalised weights, solving a few
-    rows at a time so that each chunk's scores stay in cache through every evaluation of its
-    threshold (the whole block would be read from memory again by each); the weights' sums and
-    counts (Q, 1) each. Each chunk uses every intra-op thread: a pool of single-threaded
-    workers, a chunk each, was no faster than one thread on the quiet 2-core machine (the
-    digits at α = 1.1, Q = 1000: 32 ms against 30.5 ms; both threads on each chunk, 17.8 ms)."""
+    """Overwrite z (Q, M) with its unnormalised weights a cache-sized chunk at a time (every
+    thread on each chunk: 17.8 ms against a pool's 32); their sums and counts (Q, 1) each."""
     rows = _rows_for(z)
     sums, counts = [], []
     for first in range(0, z.shape[0], rows):
@@ -209,9 +171,8 @@ def _weigh_in_place(z: Tensor, alpha: float, start: Tensor) -> tuple[Tensor, Ten
 def _solve_candidates(
     z: Tensor, alpha: float, keep: Tensor, start: Tensor, safe: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """Normalised weights and memory indices (Q, s) of each row's support (padding: weight 0,
-    index 0), solved on the scores above the start (keep: z > start), checked, and redone above
-    the safe bound where the check fails (cut by `_pieces`, as the chunks are)."""
+    """Normalised weights and indices (Q, s) of each row's support (padding 0), solved above
+    the start and redone above the safe bound where the level falls below the start."""
     weights, index, t = _solve_above(z, alpha, keep)
     failed = (t < start).squeeze(1)  # (Q,) a score at or below the start may weigh
     if not bool(failed.any()):
@@ -228,8 +189,7 @@ def _solve_candidates(
 
 
 def _solve_above(z: Tensor, alpha: float, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Normalised weights (Q, s) and memory indices (Q, s) of each row's support, and the
-    solved level (Q, 1), from the shifted scores z (Q, M) where keep holds."""
+    """Weights and indices (Q, s) of each row's support and its level (Q, 1), where keep."""
     scores, columns = _compact(keep, z, -torch.inf)  # (Q, c) each, padding −inf
     weights, total, count, t = solve(scores, alpha)  # (Q, c), (Q, 1), (Q, 1), (Q, 1)
     weights, slot = _compact(weights > 0, weights / total, 0.0)  # (Q, s) each
@@ -237,8 +197,7 @@ def _solve_above(z: Tensor, alpha: float, keep: Tensor) -> tuple[Tensor, Tensor,
 
 
 def _compact(keep: Tensor, values: Tensor, fill: float) -> tuple[Tensor, Tensor]:
-    """values (Q, n) where keep holds, moved to the left of each row (Q, c), c the widest
-    row's count (padding: fill), and their columns (Q, c) (padding 0)."""
+    """values where keep, moved left in each row (Q, c) (padding fill), and their columns."""
     rows, columns = keep.nonzero(as_tuple=True)  # (K,) each, row-major
     counts = torch.bincount(rows, minlength=keep.shape[0])  # (Q,) ≥ 1: the top is kept
     starts = counts.cumsum(0) - counts  # (Q,)

@@ -1,21 +1,9 @@
 """Exact top-k inner-product search: each query's k highest scores ⟨x, ξ_μ⟩ and their indices.
 
-Two kernels give the same answer. The torch one (`blocks.running_topk`: a `TopKAccumulator` over
-memory blocks) works on every device, dtype and memory kind. FAISS's flat inner-product search
-(`faiss.knn`, the optional `ann` extra) multiplies in cache-sized tiles and keeps a heap per
-query, which on this CPU beats a torch matrix product followed by a selection (its BLAS product
-alone is faster than torch's); it is used for float32 memories resident in CPU RAM.
-
-Both follow nph's tie rule: among equal scores the lower memory index wins. FAISS's heap order
-among equal scores is its own, so FAISS is asked for k + 1 neighbours: where the k-th and
-(k+1)-th scores differ, the k best are one well-defined set; rows where they are equal (a tie
-across the cut) are redone by the torch kernel. Scores from the two kernels can differ in the last
-bit (different summation order), so two memories whose scores differ only by rounding may trade
-places; with exactly representable scores the results are identical.
-
-`NPH_EXACT_SEARCH` chooses: `auto` (default: FAISS when installed and applicable, at any number
-of queries: it measured faster at every Q, `FAISS_SCAN_MAX_QUERIES`), `torch`, or `faiss` (an
-error when FAISS is missing or the inputs do not fit it).
+`blocks.running_topk` works everywhere; FAISS's flat search (the `ann` extra), faster on the CPU,
+serves float32 memories resident in CPU RAM. Ties go to the lower index: FAISS is asked for k + 1
+and rows tied across the cut are redone by torch (scores may differ in the last bit).
+`NPH_EXACT_SEARCH`: `auto` (FAISS where it applies), `torch` or `faiss`.
 """
 
 from __future__ import annotations
@@ -53,13 +41,8 @@ def search_choice() -> str:
     return choice
 
 
-# FAISS scans the keys once per query (no matrix product) below `distance_compute_blas_threshold`
-# (FAISS 1.15: 128,000, compared with Q·d, so below Q = 163 at d = 784) and multiplies in tiles
-# above it. Measured one-threaded on the 2-core CI machine (M = 60,000, d = 784, k = 10,
-# `benchmarks/cpu_pace.py`, CPU time): the scan took 0.91× torch's kernel at Q = 1 and 0.80× at
-# Q = 2, but 11–20 ms per query, 2× torch's time at Q = 8 and 4–6× at Q = 32–160; the product
-# took 0.67–0.81× torch's time from Q = 8 to 256. So FAISS scans for up to this many queries and
-# multiplies in tiles above, and `auto` takes it at every Q.
+# FAISS's per-query scan beat torch up to Q = 2 and was 2–6× slower above, where its tiled
+# product took 0.67–0.81× torch's time (M = 60,000, d = 784, one thread, `benchmarks/cpu_pace.py`).
 FAISS_SCAN_MAX_QUERIES = 2
 
 

@@ -1,12 +1,6 @@
-"""Kernel feature models' shared core: memories folded into a feature-space summary once, then
-read out per query (`linear`, `random-feature`).
-
-With key log-features a(k) (M, F) and query log-features a(x) (Q, F), both models compute
-
-    T(x) = Σ_μ ⟨e^a(x), e^a(k_μ)⟩ v_μ / Σ_μ ⟨e^a(x), e^a(k_μ)⟩,
-
-which factorises: the memories collapse into an (F, d_v) summary and an (F,) normaliser
-(`summarise_keys`), and each query needs only those (`readout`). No (Q, M) score matrix is formed.
+"""The kernel feature models' core (`linear`, `random-feature`): with log-features a(k) (M, F) and
+a(x) (Q, F), T(x) = Σ_μ ⟨e^a(x), e^a(k_μ)⟩ v_μ / Σ_μ ⟨e^a(x), e^a(k_μ)⟩ factorises into an
+(F, d_v) summary and an (F,) normaliser of the memories (`summarise_keys`), read per query.
 """
 
 from __future__ import annotations
@@ -32,13 +26,8 @@ class FeatureSummary(NamedTuple):
 
 
 def summarise_keys(blocks: Iterable[tuple[Tensor, Tensor]]) -> FeatureSummary:
-    """Fold memory blocks of (key log-features a (B, F), values (B, d_v)) into a `FeatureSummary`.
-
-    The shift c is the column maximum over all memories, but blocks arrive one at a time, so it
-    is kept as a running maximum: when a block raises c_j, the sums so far are rescaled by
-    e^(c_old − c_new), as in online softmax. The result equals the one-shot sums up to rounding.
-    The maxima are detached: they cancel exactly in the readout, so they carry no gradient.
-    """
+    """Fold blocks of (key log-features (B, F), values (B, d_v)) into a `FeatureSummary`, the
+    shift c a running column maximum as in online softmax (detached: it cancels in `readout`)."""
     column_max = summary = normaliser = None
     for key_logits, values in blocks:
         block_max = key_logits.amax(dim=0).detach()  # (F,)
@@ -59,9 +48,7 @@ def summarise_keys(blocks: Iterable[tuple[Tensor, Tensor]]) -> FeatureSummary:
 
 
 def merge_summaries(keys: FeatureSummary, collective: Collective) -> FeatureSummary:
-    """Add up the summaries of memories spread over ranks: each rank's sums are rescaled from
-    its own column maximum to the global one (as `summarise_keys` does between blocks), then
-    summed; the result is the one-process summary up to rounding."""
+    """Add up the ranks' summaries, rescaled to the global column maximum."""
     if collective.world_size == 1:
         return keys
     column_max = collective.all_max(keys.column_max)  # (F,)
@@ -74,13 +61,8 @@ def merge_summaries(keys: FeatureSummary, collective: Collective) -> FeatureSumm
 def readout(query_logits: Tensor, keys: FeatureSummary) -> Tensor:
     """T = Σ_μ ⟨e^a(x), e^a(k_μ)⟩ v_μ / Σ_μ ⟨e^a(x), e^a(k_μ)⟩ for query log-features (Q, F).
 
-    Stabilised without changing the result: key column j was divided by e^c_j (`summarise_keys`)
-    and query column j is multiplied by e^c_j, which leaves every product ⟨e^a(x), e^a(k_μ)⟩ as
-    it was; then each query's features are divided by their own maximum, a positive per-query
-    factor that cancels between numerator and denominator. Afterwards every exponent is ≤ 0, so
-    nothing overflows, and the denominator is ≥ 1 (the query's largest feature is 1 and the keys'
-    sum in that column is ≥ 1), so no 0/0 arises at any β; a term that underflows is below the
-    float precision of that denominator.
+    Query column j is multiplied by the e^c_j the keys were divided by, then each row by its
+    own maximum (it cancels): every exponent is ≤ 0 and the denominator ≥ 1, at any β.
     """
     shifted = query_logits + keys.column_max  # (Q, F)
     row_max = shifted.amax(dim=1, keepdim=True).detach()  # (Q, 1)
@@ -98,20 +80,10 @@ def feature_readout(query_logits: Tensor, key_logits: Tensor, values: Tensor) ->
 def feature_plan(
     num_queries: int, bank: MemoryBank, budget: int, *, features: int, held: int = 0
 ) -> Plan:
-    """Rows per block so that the feature models' peak stays within `budget`. `prepare` holds a
-    block of B memories, `update` a batch of Q queries, never both, so each gets the budget less
-    what lives throughout: `held` (the model's own tensors, e.g. a projection) and the (F, d_v)
-    summary with the normaliser, four copies while a block is folded in (old, rescaled, the
-    block's sum, new). Per row, in the compute dtype c (float32 for half banks), counted from the
-    code with the previous block already freed (`summarise_keys` drops it):
-
-        memory row: the block (d + d_v, bank dtype) + at most 3F + 2d (the inputs cast and
-                    scaled, the feature map's temporaries, then log-features, shifted, exp)
-        query row:  2d + 4F + 2·d_v (scaled queries, log-features, shifted, minus the row
-                    maximum, exp; numerator and quotient)
-
-    Neither needs large blocks (the work per row is fixed), so both stop at `CACHE_ROWS`, where
-    the elementwise passes over a block still run from cache; this keeps time linear in M."""
+    """Rows per block within `budget`: `prepare` holds a memory block, `update` a query batch,
+    never both, each beside `held` and four copies of the summary (while a block is folded in).
+    Per row in the compute dtype: a memory d + d_v (bank dtype) + 3F + 2d, a query
+    2d + 4F + 2·d_v (counted from the code). Both stop at `CACHE_ROWS`."""
     size, compute = itemsize(bank.dtype), itemsize(accumulation_dtype(bank.dtype))
     d, d_v = bank.dim, bank.value_dim
     room = budget - held - 4 * features * (d_v + 1) * compute

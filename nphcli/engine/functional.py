@@ -1,9 +1,7 @@
-"""Maps from scores to weights on the probability simplex: the functional core of the models.
+"""Maps from scores (Q, M) to weights (Q, M) on the simplex Δ = {p : p ≥ 0, Σ p = 1}, row by row.
 
-Each function turns scores `(Q, M)` row by row into weights `(Q, M)` with rows in the simplex
-Δ = {p : p ≥ 0, Σ p = 1}. All of them are invariant to adding a constant to a row, so they
-subtract the row maximum first: no exp overflows and no threshold loses precision, from β = 1e-6
-to 1e4. They compute in float32 or float64 (models receive half inputs already upcast).
+All are shift-invariant, so they subtract the row maximum first: no exp overflows and no
+threshold loses precision, from β = 1e-6 to 1e4. float32 or float64 (half inputs come upcast).
 """
 
 from __future__ import annotations
@@ -16,11 +14,7 @@ from torch import Tensor
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     """Softmax restricted to `mask` (Q, M) bool: p_i = exp(s_i) / Σ_{j∈mask} exp(s_j) for i in
-    the mask and exactly 0 outside it, i.e. argmax_{p∈Δ, supp p ⊆ mask} pᵀs − Σ p_j log p_j.
-
-    Every row must keep at least one memory; a row keeping one gives it weight 1 without NaN.
-    Masked entries are set to −inf rather than 0: a logit of 0 would still give them weight.
-    """
+    the mask and exactly 0 outside it. Every row must keep at least one memory."""
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
@@ -30,8 +24,7 @@ def sparsemax(scores: Tensor) -> Tensor:
 
     Closed form p_i = [s_i − τ]_+ with the scores sorted as z_(1) ≥ … ≥ z_(M),
     k* = max{k : 1 + k·z_(k) > Σ_{j≤k} z_(j)} and τ = (Σ_{j≤k*} z_(j) − 1) / k*.
-    Memories below τ get weight exactly 0. Differentiable with the closed-form Jacobian
-    ∂p/∂s = diag(1_S) − 1_S 1_Sᵀ / |S| on the support S (`_Sparsemax`), as the entmax package does.
+    Backward in closed form: ∂p/∂s = diag(1_S) − 1_S 1_Sᵀ / |S| on the support S.
     """
     if torch.is_grad_enabled() and scores.requires_grad:
         return _Sparsemax.apply(scores)
@@ -50,8 +43,7 @@ def sparsemax(scores: Tensor) -> Tensor:
 
 
 class _Sparsemax(torch.autograd.Function):
-    """Sparsemax forward (`sparsemax` itself, run without autograd); backward in closed form:
-    the vector-Jacobian product is g ↦ 1_S ⊙ (g − Σ_S g / |S|), with no pass through the sort."""
+    """vector-Jacobian product g ↦ 1_S ⊙ (g − Σ_S g / |S|), with no pass through the sort."""
 
     @staticmethod
     def forward(ctx, scores: Tensor) -> Tensor:
@@ -73,11 +65,8 @@ def entmax_bisect(scores: Tensor, alpha: float) -> Tensor:
     """α-entmax of each row (Peters et al. 2019), for 1 ≤ α ≤ 2:
     p = argmax_{p∈Δ} pᵀs + H_α(p), with the Tsallis entropy H_α(p) = Σ_j (p_j − p_j^α) / (α(α−1)).
 
-    The solution is p_i = [(α−1)·s_i − τ]_+^{1/(α−1)} with τ set so that Σ p = 1; τ is found by
-    bisection, in float64 for float64 scores and float32 otherwise, with one halving per
-    mantissa bit (plus margin) so it is exact to rounding, then p is renormalised. The power is
-    evaluated as exp(log1p(·)/(α−1)), accurate in float32 even for α − 1 = 1e-12.
-    α = 1 is softmax (returned directly) and α = 2 is sparsemax.
+    p_i = [(α−1)·s_i − τ]_+^{1/(α−1)} with τ found by bisection to rounding: the slow, obvious
+    reference of `entmax`. α = 1 is softmax, α = 2 sparsemax.
     """
     if alpha == 1:
         return torch.softmax(scores, dim=-1)
@@ -85,17 +74,14 @@ def entmax_bisect(scores: Tensor, alpha: float) -> Tensor:
 
 
 def entmax(scores: Tensor, alpha: float) -> Tensor:
-    """α-entmax of each row, the same map as `entmax_bisect` (which stays as its slow, obvious
-    reference), with τ found by a safeguarded Newton iteration (`entmax_threshold`): a handful of
-    passes over the scores instead of one per mantissa bit. Same autograd (implicit function)."""
+    """`entmax_bisect` with τ from a Newton iteration (`entmax_threshold`): a handful of passes
+    over the scores instead of one per mantissa bit. Same backward."""
     if alpha == 1:
         return torch.softmax(scores, dim=-1)
     return _EntmaxNewton.apply(scores, float(alpha))
 
 
-# Newton steps allowed; from the left the iteration converges monotonically, in 1 (softmax) to
-# about 10 steps over the whole range of α and β, so this is a bound, not a budget.
-NEWTON_STEPS = 100
+NEWTON_STEPS = 100  # a bound, not a budget: 1 (softmax) to about 10 steps over all α and β
 
 
 def newton_tolerance(dtype: torch.dtype) -> float:
@@ -109,15 +95,11 @@ def entmax_threshold(
     """λ (Q, 1) with Σ_i p_i(λ) = m = e^{log_target}, p_i = exp(log1p(ε·z_i·e^{ελ}) / ε − λ),
     from scaled = ε·z (Q, n), z ≤ 0 with row max 0 (−inf entries weigh nothing), ε = α − 1 > 0.
 
-    The λ form of `entmax_bisect` (τ = −e^{−ελ}), exact to rounding as ε → 0. Newton runs on
-    H(τ) = (Σ p / m)^ε − 1 = ‖[ε·z − τ]_+‖_{1/ε} / m^ε − 1, a norm of a vector convex in τ,
-    hence convex and decreasing: from any τ left of the root (mass ≥ m) every Newton step stays
-    left of it and the iteration rises monotonically to it, with no bracket to keep. With
-    S = Σ p_i / (1 + u_i), u_i = ε·z_i·e^{ελ}, the step is
-        λ ← λ − log1p(−r) / ε,   r = −(Σp)·expm1(−ε·log(Σp / m)) / S,
-    one pass over the scores per step; at ε → 0 it is λ ← λ + log(Σp / m), exact for softmax in
-    one step. `start` (Q, 1) must have mass ≥ m; by default λ = −log m (the top entry alone has
-    weight m). Stops when λ no longer moves.
+    The λ form of `entmax_bisect` (τ = −e^{−ελ}), exact to rounding as ε → 0. Newton on
+    H(τ) = ‖[ε·z − τ]_+‖_{1/ε} / m^ε − 1, convex and decreasing, so from the left of the root
+    (mass ≥ m) it rises monotonically to it with no bracket. With S = Σ p_i / (1 + u_i),
+    u_i = ε·z_i·e^{ελ}: λ ← λ − log1p(−r) / ε, r = −(Σp)·expm1(−ε·log(Σp / m)) / S (softmax
+    in one step). `start` (Q, 1) must have mass ≥ m; default λ = −log m (the top alone weighs m).
     """
     lam = torch.zeros_like(scaled[:, :1]) - log_target if start is None else start  # (Q, 1)
     tiny, tolerance = torch.finfo(scaled.dtype).tiny, newton_tolerance(scaled.dtype)
@@ -145,11 +127,9 @@ def entmax_unnormalised(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
 
 
 def _weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """`_entmax_weights` and u = ε·z·e^{ελ} clamped to ≥ −1, (Q, n) each, with every weight
-    below e^{f}, f = log(smallest normal) + 2, set to exactly 0. torch's exp is one to two
-    orders of magnitude slower on arguments whose result underflows (−inf included) than on
-    others; the exponent is clamped at f and e^f subtracted, which leaves the kept weights
-    within 1e-37 (float32) of their value and makes those at or below e^f exactly 0."""
+    """`_entmax_weights` and u = ε·z·e^{ελ} clamped to ≥ −1, (Q, n) each, weights below
+    e^f, f = log(smallest normal) + 2, exactly 0: the exponent is clamped at f and e^f
+    subtracted, since torch's exp is 10–100× slower where its result underflows."""
     floor = math.log(torch.finfo(scaled.dtype).tiny) + 2
     u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, n); −1 → log1p = −inf → weight 0
     p = torch.log1p(u).mul_(1 / eps).sub_(lam).clamp_(min=floor).exp_()
@@ -173,25 +153,20 @@ class _EntmaxNewton(torch.autograd.Function):
     backward = staticmethod(lambda ctx, grad_output: _EntmaxBisect.backward(ctx, grad_output))
 
 
-# One halving per mantissa bit plus margin: the bracket [0, log M] is at most ~50 wide and λ is
-# stored to relative rounding, so this many steps pins λ as well as its dtype can hold it.
+# One halving per mantissa bit plus margin: λ in [0, log M] pinned to its dtype's rounding.
 _BISECTION_STEPS = {torch.float32: 23 + 3, torch.float64: 52 + 3}
 
 
 def _entmax_weights(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
-    """Unnormalised α-entmax weights exp(log1p(ε·z·e^{ελ}) / ε − λ) from scaled = ε·z (Q, M),
-    z ≤ 0 the shifted scores, thresholds λ (Q, 1) and ε = α − 1 > 0; 0 where ε·z·e^{ελ} ≤ −1
-    (outside the support)."""
+    """Unnormalised weights exp(log1p(ε·z·e^{ελ}) / ε − λ) (Q, M) from scaled = ε·z, z ≤ 0,
+    λ (Q, 1), ε = α − 1 > 0; 0 outside the support."""
     u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, M); −1 → log1p = −inf → weight 0
     return torch.log1p_(u).mul_(1 / eps).sub_(lam).exp_()  # (Q, M)
 
 
 class _EntmaxBisect(torch.autograd.Function):
-    """Forward by bisection; backward from the implicit function theorem, not through the loop.
-
-    With g_i = p_i^{2−α} on the support (0 off it), ∂p/∂s = diag(g) − g gᵀ / Σ g; at α = 2 this is
-    sparsemax's Jacobian and as α → 1 softmax's.
-    """
+    """Forward by bisection; backward by the implicit function theorem: with g_i = p_i^{2−α}
+    on the support (0 off it), ∂p/∂s = diag(g) − g gᵀ / Σ g."""
 
     @staticmethod
     def forward(ctx, scores: Tensor, alpha: float) -> Tensor:
@@ -200,12 +175,8 @@ class _EntmaxBisect(torch.autograd.Function):
         z = s - s.amax(dim=-1, keepdim=True)  # (Q, M), row max 0
         num_memories = z.shape[-1]
         eps = alpha - 1
-        # Written as τ = −exp(−ε·λ) with ε = α − 1, the weights are
-        #   p_i = [ε·z_i − τ]_+^{1/ε} = exp(log1p(ε·z_i·e^{ελ}) / ε − λ),
-        # which stays exact to rounding as ε → 0 (it tends to exp(z_i − λ), softmax), where
-        # forming ε·z_i − τ ≈ 1 first and raising it to 1/ε loses every digit in float32.
-        # λ = 0 gives the top memory weight 1 (mass ≥ 1); λ = log M gives every memory weight
-        # ≤ 1/M (mass ≤ 1). The bracket [lo, hi] keeps mass(lo) ≥ 1 ≥ mass(hi).
+        # τ = −exp(−ε·λ): p_i = exp(log1p(ε·z_i·e^{ελ}) / ε − λ) stays exact as ε → 0, where
+        # [ε·z_i − τ]^{1/ε} loses every digit in float32. mass(lo = 0) ≥ 1 ≥ mass(hi = log M).
         scaled = eps * z  # (Q, M)
         lo = torch.zeros_like(z[:, :1])  # (Q, 1)
         hi = torch.full_like(z[:, :1], math.log(num_memories))  # (Q, 1)

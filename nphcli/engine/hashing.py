@@ -1,12 +1,8 @@
 """The counter-based hash of the random masks: h(seed, position, memory index) in 32-bit words.
 
-`masks` draws each query's random subset from it (Floyd's draws, or the k smallest of M keys),
-so a query's subset is a pure function of (seed, position, M, k) on every device and in every
-batch. The hash is MurmurHash3's 32-bit finaliser (`fmix32`) folded over the words.
-
-Routes for the (Q, M) keys of `ordered_keys`: on the devices of `NUMPY_DEVICES` (the CPU) numpy's
-uint32 kernels, in cache-sized chunks; elsewhere (a GPU: no cache to keep, and each pass a kernel
-launch) torch's int32 kernels over the whole batch at once, in place, with one scratch buffer.
+MurmurHash3's 32-bit finaliser (`fmix32`) folded over the words, so a query's random subset
+(`masks`) is the same on every device and in every batch. The (Q, M) keys are hashed with numpy
+in cache-sized chunks on `NUMPY_DEVICES`, elsewhere with torch over the whole batch.
 """
 
 from __future__ import annotations
@@ -19,16 +15,14 @@ MASK32 = 0xFFFFFFFF
 
 
 def _mul32(x, c: int):
-    """x·c mod 2³² for x in [0, 2³²): x is split into 16-bit halves so no product exceeds 2⁴⁸,
-    which keeps int64 tensors clear of (undefined) signed overflow on every device."""
+    """x·c mod 2³² in 16-bit halves: no int64 product overflows."""
     low = (x & 0xFFFF) * c
     high = (((x >> 16) * c) & 0xFFFF) << 16
     return (low + high) & MASK32
 
 
 def fmix32(x):
-    """MurmurHash3's 32-bit finaliser: a bijection of [0, 2³²) in which every input bit
-    affects every output bit. Works on Python ints and int64 tensors alike."""
+    """MurmurHash3's 32-bit finaliser, a bijection of [0, 2³²); ints or int64 tensors."""
     x = x ^ (x >> 16)
     x = _mul32(x, 0x85EBCA6B)
     x = x ^ (x >> 13)
@@ -38,21 +32,15 @@ def fmix32(x):
 
 _FMIX_STEPS = ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None))  # `fmix32`'s shifts, multipliers
 
-# Entries hashed at a time on the CPU. fmix32 makes several passes over its input: on chunks this
-# size, with a reused scratch buffer, every pass stays in cache and nothing is allocated, an order
-# of magnitude faster than passes over a fresh (Q, M) array.
-_HASH_CHUNK = 2**17
+_HASH_CHUNK = 2**17  # entries hashed at a time on the CPU: every pass stays in cache
 _SIGN = -(2**31)  # int32 with only the sign bit set
 
-# Devices whose keys are hashed with numpy's kernels (its arrays share the tensors' memory) in
-# cache-sized chunks; elsewhere with torch's, the whole batch at once. Tests empty it to run the
-# GPU's route on the CPU.
+# Devices hashed with numpy (tests empty it to run the GPU's route on the CPU).
 NUMPY_DEVICES = ("cpu",)
 
 
 def query_state(seed: int, positions):
-    """The per-query hash state (Q,) from the seed's and the position's 32-bit words; of a
-    Python int position, a Python int."""
+    """The per-query hash state (Q,) from the seed's and the position's 32-bit words."""
     state = fmix32((seed & MASK32) ^ 0x6A09E667)
     state = fmix32(state ^ ((seed >> 32) & MASK32))
     if isinstance(positions, Tensor):
@@ -62,21 +50,13 @@ def query_state(seed: int, positions):
 
 
 def random_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
-    """Hash h(seed, position, memory index) as int64 in [0, 2³²), shape (Q, M).
-
-    A counter-based hash: the seed's and the position's 32-bit words are folded in one at a
-    time, h ← fmix32(h ⊕ word), then the memory index. For one (seed, position) the last step
-    is a bijection of the memory index, so the memories of one query never tie.
-    """
+    """h(seed, position, memory index) as int64 in [0, 2³²) (Q, M), h ← fmix32(h ⊕ word) over
+    the words: a bijection of the memory index, so one query's memories never tie."""
     return ordered_keys(seed, positions, memory_indices).to(torch.int64) - _SIGN
 
 
 def ordered_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor:
-    """`random_keys` − 2³¹ as int32 (Q, M): the same order in half the bytes of int64.
-
-    Hashed in 32-bit words, in place in the result: on the CPU with numpy's uint32 kernels
-    (`hash_numpy`), elsewhere with torch's int32 kernels (`_fmix32_`) and one scratch buffer.
-    Flipping the sign bit at the end maps [0, 2³²) in order onto int32."""
+    """`random_keys` − 2³¹ as int32 (Q, M): the same order in half the bytes."""
     state = mixed_words(query_state(seed, positions))  # (Q,)
     memory_indices = mixed_words(memory_indices.to(device=positions.device, dtype=torch.int64))
     shape = (state.shape[0], memory_indices.shape[0])
@@ -90,9 +70,8 @@ def ordered_keys(seed: int, positions: Tensor, memory_indices: Tensor) -> Tensor
 
 
 def mixed_words(words: Tensor) -> Tensor:
-    """fmix32's first step x ← x ⊕ (x ≫ 16) of int64 words in [0, 2³²), as int32 words: it
-    distributes over the ⊕ of a query's and a memory's words, so it is applied to the Q + M
-    words instead of the Q·M pairs."""
+    """fmix32's first step x ⊕ (x ≫ 16) as int32: it distributes over ⊕, so it runs on the
+    Q + M words, not the Q·M pairs."""
     return to_int32(words ^ (words >> 16))
 
 
@@ -110,10 +89,8 @@ def hash_numpy(
     flip: bool = False,
     copy: np.ndarray | None = None,
 ) -> np.ndarray:
-    """out (Q, M) uint32 ← fmix32(state[q] ⊕ index[m]) of `mixed_words` state (Q,) and index
-    (M,), hashed in place chunk by chunk with numpy's uint32 kernels (SIMD; products wrap modulo
-    2³² by definition; about three times torch's int32 ones); `flip`: with the sign bit flipped;
-    `copy` (Q, M), if given, receives them too: both while each chunk is in cache."""
+    """out (Q, M) uint32 ← fmix32(state[q] ⊕ index[m]) chunk by chunk (`flip`: the sign bit
+    flipped; `copy` receives them too, while in cache)."""
     columns, rows = _chunk_shape(*out.shape)
     scratch = np.empty(rows * columns, np.uint32)
     for row in range(0, out.shape[0], rows):
@@ -135,8 +112,7 @@ def to_int32(x: Tensor) -> Tensor:
 
 
 def _fmix32_rest_numpy(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
-    """`fmix32` after its first xor-shift (already applied to x), of a uint32 array in place,
-    with scratch (same shape)."""
+    """`fmix32` after its first xor-shift, of a uint32 array in place."""
     (_, first), *rest = _FMIX_STEPS
     x *= np.uint32(first)
     for shift, multiplier in rest:
@@ -147,10 +123,8 @@ def _fmix32_rest_numpy(x: np.ndarray, scratch: np.ndarray) -> np.ndarray:
 
 
 def _fmix32_(x: Tensor, scratch: Tensor, *, mixed: bool = False) -> Tensor:
-    """`fmix32` of an int32 tensor holding 32-bit words, in place, with scratch (same shape);
-    `mixed`: its first xor-shift is already applied. torch's int32 products wrap modulo 2³²
-    (two's complement); its right shifts are arithmetic, so the sign bits they bring in are
-    masked off."""
+    """`fmix32` of int32 words in place (`mixed`: first step done); the arithmetic shifts'
+    sign bits are masked off."""
     for step, (shift, multiplier) in enumerate(_FMIX_STEPS):
         if step or not mixed:
             torch.bitwise_right_shift(x, shift, out=scratch).bitwise_and_((1 << (32 - shift)) - 1)

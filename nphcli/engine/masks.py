@@ -1,10 +1,5 @@
-"""Which memories a query may attend to: the shared helpers of the masked models.
-
-`topk`, `random` and `window` all apply softmax over a per-query subset of memories (see
-`functional.masked_softmax`). This module resolves their `--k` and builds the boolean masks
-`(Q, M)`. Masks depend only on the query's scores or on (seed, query position, memory index),
-never on how queries or memories are split into batches or blocks. The random masks draw on the
-counter-based hash of `hashing`.
+"""The masked models' (`topk`, `random`, `window`) subsets of memories per query: `--k`, and masks
+(Q, M) that depend only on the scores or on (seed, position, memory index), never on batching.
 """
 
 from __future__ import annotations
@@ -35,8 +30,7 @@ K_HELP = (
 
 
 def check_k(k: float) -> int | float:
-    """Validate `--k` on its own (the comparison with M is `resolve_k`'s); returns it as it is
-    meant: a count as an int (10, never 10.0 in a report), a fraction as a float."""
+    """Validate `--k` alone: a count as an int (10, never 10.0 in a report), else a fraction."""
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k <= 0:
         raise NphError(
             f"--k must be a whole count ≥ 1 or a fraction in (0, 1) of the memories, got {k!r}"
@@ -50,11 +44,7 @@ def check_k(k: float) -> int | float:
 
 
 def resolve_k(k: float, num_memories: int) -> int:
-    """The number of memories each query keeps.
-
-    k ≥ 1 is a count and must not exceed M. k in (0, 1) is a fraction of M, rounded half up and
-    kept at least 1: max(1, ⌊k·M + ½⌋), so k = 0.2 is the paper's Top-20%.
-    """
+    """Memories each query keeps: a count k ≤ M, or max(1, ⌊k·M + ½⌋) for k in (0, 1)."""
     if k >= 1:
         count = int(k)
         if count > num_memories:
@@ -67,35 +57,24 @@ def resolve_k(k: float, num_memories: int) -> int:
 
 
 def topk_mask(scores: Tensor, k: int) -> Tensor:
-    """Mask (Q, M) of the k highest scores per row. Ties go to the lower memory index: a stable
-    descending sort keeps equal scores in index order, so the choice is the same on every run
-    and device, and a blockwise top-k merged by (score, −index) would agree with it."""
+    """Mask (Q, M) of the k highest scores per row, ties to the lower memory index."""
     order = torch.sort(scores, dim=-1, descending=True, stable=True).indices  # (Q, M)
     mask = torch.zeros_like(scores, dtype=torch.bool)  # (Q, M)
     return mask.scatter_(-1, order[:, :k], True)
 
 
-# Queries whose keys `_each_kth` hashes and selects from at a time on the CPU: their keys (about
-# 1 MB at M = 60,000) stay in cache between hashing, selection and comparison, in buffers reused
-# for every group, where a fresh (Q, M) table costs a page fault per 4 KB first touched.
-_KEEP_CHUNK = 2**18
-
-# Bytes per query and memory the whole-batch route (devices other than `NUMPY_DEVICES`) holds
-# beside the mask: the int32 keys, their hashing scratch, and as much again for `torch.kthvalue`
-# and the comparison's bool table.
+_KEEP_CHUNK = 2**18  # keys `_each_kth` takes at a time: they stay in cache, in reused buffers
+# Bytes per entry the whole-batch route holds beside the mask: keys, scratch, kthvalue, compare.
 WHOLE_BATCH_KEY_BYTES = 12
 
 
 def mask_key_bytes(device: torch.device, num_memories: int) -> int:
-    """Bytes per query that `random_keep` and `random_bias` take beside their (Q, M) result: on
-    the CPU none (a few groups of queries at a time, a fixed few MB); elsewhere the whole batch's
-    keys are hashed at once (`WHOLE_BATCH_KEY_BYTES` an entry)."""
+    """Bytes per query `random_keep` and `random_bias` take beside their (Q, M) result."""
     return 0 if device.type in hashing.NUMPY_DEVICES else WHOLE_BATCH_KEY_BYTES * num_memories
 
 
 def random_keep(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
-    """Mask (Q, M) of each query's k memories with the smallest hash (`random_subset`'s set,
-    formed directly): the keys up to the row's k-th smallest, as they never tie."""
+    """Mask (Q, M) of each query's k memories with the smallest hash (`random_subset`'s)."""
     if positions.device.type not in hashing.NUMPY_DEVICES:
         keys, kth = _kth_smallest(seed, positions, num_memories, k)  # (Q, M), (Q, 1)
         return keys <= kth
@@ -110,9 +89,8 @@ def random_keep(seed: int, positions: Tensor, num_memories: int, k: int) -> Tens
 
 
 def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) -> Tensor:
-    """`random_keep` as an additive mask (Q, M) of `dtype`: 0 on the kept memories, −inf on the
-    others. torch's fused attention adds such a mask to its scores; given a bool mask it first
-    builds this one itself (`torch.where`, a further pass and allocation)."""
+    """`random_keep` as an additive mask (Q, M) of `dtype` (0 or −inf), which fused attention
+    takes as it is (a bool mask it converts first)."""
     if positions.device.type not in hashing.NUMPY_DEVICES:
         keys, kth = _kth_smallest(seed, positions, num_memories, k)  # (Q, M), (Q, 1)
         bias = torch.zeros(keys.shape, dtype=dtype, device=keys.device)  # (Q, M)
@@ -123,8 +101,6 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
     minus_inf = minus_inf.numpy()[0]  # −inf's bits as a word
 
     def write(rows: slice, keys: np.ndarray, kth: np.ndarray) -> None:
-        # The comparison's 0 or 1 straight into the words, scaled there while in cache: no
-        # bool table, no mixed-type product.
         dropped = np.greater(keys, kth, out=words[rows])  # (R, M) 0 or 1
         np.multiply(dropped, minus_inf, out=dropped)
 
@@ -133,18 +109,15 @@ def random_bias(seed: int, positions: Tensor, num_memories: int, k: int, dtype) 
 
 
 def _kth_smallest(seed: int, positions: Tensor, num_memories: int, k: int) -> tuple[Tensor, Tensor]:
-    """The whole batch's `ordered_keys` (Q, M) and each row's k-th smallest (Q, 1), for devices
-    other than `NUMPY_DEVICES`: each pass over the batch is a few kernel launches whatever Q is."""
+    """The whole batch's `ordered_keys` (Q, M) and each row's k-th smallest (Q, 1)."""
     memory_index = torch.arange(num_memories, device=positions.device)  # (M,)
     keys = ordered_keys(seed, positions, memory_index)  # (Q, M)
     return keys, torch.kthvalue(keys, k, dim=1, keepdim=True).values
 
 
 def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) -> None:
-    """On the CPU, calls write(rows, keys, kth) for groups of queries: rows a slice of the
-    queries, keys (R, M) their hashes as uint32 numpy arrays, kth (R, 1) each row's k-th
-    smallest, found by numpy's introselect (SIMD; several times `torch.kthvalue` there). Groups
-    are shared among torch's threads (numpy releases the GIL), each with its own buffers."""
+    """On the CPU, write(rows, keys, kth) for groups of queries: their uint32 hashes (R, M) and
+    each row's k-th smallest (R, 1) by numpy's partition, groups shared among threads."""
     num_queries = positions.shape[0]
     rows = max(1, min(num_queries, _KEEP_CHUNK // num_memories))
     groups = [slice(start, start + rows) for start in range(0, num_queries, rows)]
@@ -169,8 +142,7 @@ def _each_kth(seed: int, positions: Tensor, num_memories: int, k: int, write) ->
 
 
 def random_mask(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
-    """Mask (Q, M) of the memories `random_choice` draws for each query: a uniformly random
-    k-subset that is a pure function of (seed, position, M, k), whatever batch the query is in."""
+    """Mask (Q, M) of the k memories `random_choice` draws for each query."""
     if not uses_floyd(num_memories, k):
         return random_keep(seed, positions, num_memories, k)
     chosen = floyd_subset(seed, positions, num_memories, k)  # (Q, k)
@@ -178,10 +150,7 @@ def random_mask(seed: int, positions: Tensor, num_memories: int, k: int) -> Tens
     return mask.scatter_(-1, chosen, True)  # (Q, M)
 
 
-# A query's subset is drawn by Floyd's algorithm (O(k²) work per query, no other memory index
-# touched) while k ≤ FLOYD_MAX_K and k · FLOYD_RATIO ≤ M; otherwise by the k smallest of M hashes
-# (O(M) per query, a few ns each), which is cheaper there: Floyd's k sequential steps cost a few
-# small tensor operations each, and the masked path (k > M/8) reads every memory anyway.
+# Floyd's O(k²) draw for small k; else the k smallest of M hashes (O(M), a few ns each).
 FLOYD_MAX_K = 256
 FLOYD_RATIO = 64
 
@@ -194,9 +163,7 @@ def uses_floyd(num_memories: int, k: int) -> bool:
 def random_choice(
     seed: int, positions: Tensor, num_memories: int, k: int, *, block_rows: int
 ) -> Tensor:
-    """The k memories a query at each position keeps, (Q, k) ascending: `floyd_subset` where
-    `uses_floyd`, else the k smallest hashes h(seed, position, index) (`random_subset`). Both
-    draw every k-subset with equal probability."""
+    """The k memories each query keeps (Q, k) ascending, every k-subset equally likely."""
     if uses_floyd(num_memories, k):
         return floyd_subset(seed, positions, num_memories, k)
     return random_subset(seed, positions, num_memories, k, block_rows=block_rows)
@@ -207,15 +174,11 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
 
         for j = M − k … M − 1:  t ← uniform in [0, j];  keep j if t is kept already, else t
 
-    which gives every k-subset of [0, M) probability 1 / C(M, k) (Floyd, CACM 1987). The uniform
-    t comes from a 62-bit hash of (query state, j) reduced mod j + 1 (bias ≤ j / 2⁶², nil in
-    practice), so the draw is a pure function of (seed, position, M, k). Work O(k²) per query:
-    each step compares t with the k kept so far; no other memory index is touched.
+    which gives every k-subset of [0, M) probability 1 / C(M, k) (Floyd, CACM 1987); t comes
+    from a 62-bit hash of (query state, j) (`floyd_draws`).
     """
     state = query_state(seed, positions)[:, None]  # (Q, 1)
     steps = torch.arange(num_memories - k, num_memories, device=positions.device)  # (k,) j
-    # Every draw depends on (state, j) alone, so all k are hashed at once; only the choice
-    # between t and j is sequential.
     draws = floyd_draws(state, steps)  # (Q, k), column j in [0, j]
     chosen = draws.clone()  # (Q, k)
     for step in range(1, k):
@@ -225,8 +188,7 @@ def floyd_subset(seed: int, positions: Tensor, num_memories: int, k: int) -> Ten
 
 
 def floyd_draws(state, step):
-    """Floyd's uniform t in [0, j] for query state(s) and step(s) j, Python ints or int64
-    tensors alike: a 62-bit hash of (state, j) reduced mod j + 1."""
+    """Floyd's t in [0, j]: a 62-bit hash of (state, j) mod j + 1 (ints or int64 tensors)."""
     high = fmix32(fmix32(state ^ (step & MASK32)) ^ ((step >> 32) & MASK32) ^ 0x3C6EF372)
     low = fmix32(high ^ 0xBB67AE85)
     return ((high >> 1) << 31 | (low >> 1)) % (step + 1)
@@ -235,12 +197,8 @@ def floyd_draws(state, step):
 def random_subset(
     seed: int, positions: Tensor, num_memories: int, k: int, *, block_rows: int
 ) -> Tensor:
-    """The k memories with the smallest hash per query, as indices (Q, k) ascending, blockwise.
-
-    Hashes are computed for `block_rows` memory indices at a time; each block's k smallest are
-    merged with the k kept so far. No keys are read and no (Q, M) tensor is formed. A query's
-    hashes never tie, so the k smallest are one well-defined set, the same as one-shot.
-    """
+    """The k memories with the smallest hash per query (Q, k) ascending, a block of indices at a
+    time; a query's hashes never tie, so the set is the one-shot one."""
     kept_hashes = kept_index = None
     for start in range(0, num_memories, block_rows):
         index = torch.arange(start, min(num_memories, start + block_rows), device=positions.device)
@@ -257,9 +215,8 @@ def random_subset(
 
 
 def window_band(positions: Tensor, num_memories: int, window: int) -> tuple[Tensor, Tensor]:
-    """The memories each query's window covers, as index (Q, c) and valid (Q, c), c =
-    min(2w + 1, M): row p holds max(0, p − w) onward, valid up to min(M − 1, p + w). Invalid
-    entries are clamped into range so they can be read, and must be given weight 0."""
+    """Each query's window as index (Q, c) and valid (Q, c), c = min(2w + 1, M), from
+    max(0, p − w); invalid entries are clamped into range and must weigh 0."""
     width = min(2 * window + 1, num_memories)
     positions = positions.to(torch.int64)
     low = (positions - window).clamp(min=0)  # (Q,)

@@ -1,6 +1,5 @@
-"""Planning: how many queries and memories one step of a model takes at once, so that its
-working set fits a byte budget (`--memory-budget`). Blocks change speed, never results: every
-model merges blocks exactly (`nphcli.engine.blocks`).
+"""How many queries and memories one step takes at once to fit `--memory-budget`. Blocks change
+speed, never results (`nphcli.engine.blocks`).
 """
 
 from __future__ import annotations
@@ -31,20 +30,15 @@ class Plan:
 
 
 def plan_rows(budget_bytes: int, other_rows: int, bytes_per_cell: int, *, total: int) -> int:
-    """Rows per block so that an (other_rows, rows) working set of `bytes_per_cell` per entry fits
-    the budget; at least 1 and at most `total`."""
+    """Rows so that (other_rows, rows) cells of `bytes_per_cell` fit; within [1, total]."""
     rows = budget_bytes // max(1, other_rows * bytes_per_cell)
     return int(max(1, min(total, rows)))
 
 
-# Memory blocks are never planned below this many rows while queries can still be split instead:
-# each block costs a fixed merge (running top-k, rescaled sums) that must stay small beside it.
+# Queries are split before memory blocks go below this: each block costs a fixed merge.
 MIN_BLOCK_ROWS = 4096
-
-
-# Memory blocks shorter than M are a multiple of this many rows: a score block whose rows are
-# not a multiple of 16 bytes keeps cuBLAS from its fastest GEMM kernels (H100, bfloat16 with
-# float32 scores, Q = 1024, d = 784: 354 µs for 42,830 memories, 238 µs for 65,536).
+# Blocks shorter than M are a multiple of this, for cuBLAS's fastest kernels (H100, bfloat16,
+# Q = 1024, d = 784: 354 µs for 42,830 memories, 238 µs for 65,536).
 BLOCK_ALIGN = 128
 
 
@@ -61,19 +55,10 @@ def plan_blocks(
 
         query_rows · row_bytes + memory_rows · (block_row_bytes + query_rows · cell_bytes) ≤ budget
 
-    `row_bytes` is what a model keeps per query whatever the block size (outputs, running top-k),
-    `cell_bytes` what it needs per (query, memory) pair of a block (scores and temporaries), and
-    the memory block itself `bank_block_row_bytes` per row (0 when blocks are views).
-    Query batches are made as large as possible first: each batch reads every memory once, which
-    matters most when memories stream from disk. Memory blocks then take the rest of the budget.
-    Both are at least 1, so a budget too small for even one pair still makes progress, and a
-    notice says how much memory that takes.
-
-    `min_block_rows` is the smallest block a model merges at a cost proportional to the block
-    (top-k: k, as each block's merge sorts the k kept scores with the block's; with blocks of
-    B < k rows, M/B merges of k entries each would cost k/B times the scores themselves). Query
-    batches shrink to leave room for it; if one query with such a block exceeds the budget,
-    blocks get `min_block_rows` anyway and a notice says how much memory that takes.
+    with `row_bytes` per query, `cell_bytes` per (query, memory) pair and `bank_block_row_bytes`
+    per memory row. Query batches come first (each reads every memory once), then memory blocks
+    take the rest, at least `min_block_rows` (top-k: k). Both are at least 1; a plan over the
+    budget says so in a notice.
     """
     num_memories = bank.num_memories
     block_row_bytes = bank_block_row_bytes(bank)
@@ -99,8 +84,7 @@ def plan_blocks(
 
 
 def note_over_budget(budget_bytes: int, used: int, smallest: str) -> None:
-    """Tell the user, once, when a plan uses more than the budget: a planner raises its rows to
-    `smallest` (e.g. "one query against one memory") so that the work still progresses."""
+    """A notice, once, when a plan raised to `smallest` uses more than the budget."""
     if used > budget_bytes:
         _notice_once(
             f"a working-memory budget of {human_bytes(budget_bytes)} is too small for "
@@ -111,11 +95,8 @@ def note_over_budget(budget_bytes: int, used: int, smallest: str) -> None:
 
 def bank_block_row_bytes(bank: MemoryBank) -> int:
     """Bytes per memory row of a block: 2 · (d + d_v) · itemsize where the bank copies blocks
-    (a streamed bank reads each into RAM, and the next is read while the last is still
-    referenced), 0 where its blocks are views of memories already in RAM or on the device.
-    Counting views would cut one query's step into M / (budget / row) blocks, each a few kernel
-    launches and merges: 24 blocks at M = 10⁶, d = 784 under 512 MiB instead of one.
-    Half blocks off CUDA add the float32 copy their products read (`widened_row_bytes`)."""
+    (streamed: the next is read while the last is referenced), 0 for views of resident memories,
+    plus the float32 copy of half blocks off CUDA (`widened_row_bytes`)."""
     widened = widened_row_bytes(bank)
     if bank.resident() is not None:
         return widened

@@ -1,14 +1,6 @@
-"""Memory summaries built once per memory and reused: the kernel feature models (`linear`,
-`random-feature`) fold all M memories into a small summary before reading any query, and a sweep
-or a repeated `retrieve` on the same memory would otherwise rebuild it on every call (measured on
-an H200 at M = 10⁶: 64 ms and 115 ms per one-query call, nearly all of it the summary).
-
-An entry is keyed by what the summary depends on: the memory's `MemoryBank.summary_token()`
-(the identity and version of its tensors, or a file's path, size and modification time) and the
-model's own key (its name and the parameters the summary uses). It is dropped when the memory's
-tensors are freed, so a new tensor at a reused address never meets an old summary; an in-place
-change of the tensors bumps their version and misses. Memories whose summary must carry a
-gradient, or that cannot say what they are, are never cached. At most `MAX_ENTRIES` are kept.
+"""The kernel feature models' memory summaries, built once per memory and reused (at M = 10⁶ they
+were nearly all of a one-query call). Keyed by `MemoryBank.summary_token()` and the model's key;
+dropped when the memory's tensors are freed; never kept for memories without a token.
 """
 
 from __future__ import annotations

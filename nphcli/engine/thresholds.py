@@ -1,29 +1,15 @@
 """The α-entmax threshold of rows of scores: exact, from a sampled start.
 
-α-entmax gives p_i = [(α−1)·z_i − τ]_+^{1/(α−1)} on scores z shifted to row max 0. Here the
-threshold is kept in units of z, t = τ/(α−1): p_i ∝ [z_i − t]_+^k, k = 1/(α−1), and t is the
-level at which Σ_i [z_i − t]_+^k = (α−1)^{−k}. Every score at or below t weighs exactly 0.
+With z shifted to row max 0 and k = 1/(α−1), p_i ∝ [z_i − t]_+^k where the level t = τ/(α−1)
+solves Σ_i [z_i − t]_+^k = (α−1)^{−k}; scores at or below t weigh exactly 0.
 
-- For α = 1.5 (k = 2) and α = 2 (k = 1, sparsemax) t is solved by an active-set iteration with
-  no exp, log or pow: at a trial t, the memories above it give c, Σd and Σd² (d = z − t), and
-  the level where those c memories alone carry the mass is a root of a quadratic (k = 2) or
-  linear (k = 1) equation. Wrong memories in the set (a trial below t) or missing ones (above)
-  change that root only by the cube of the trial's error, so from a sampled start two or three
-  passes pin t to rounding; a bracket of trials known to lie below and above t catches any
-  stray step.
-- For other α down to 1 + 1/`POWER_MAX`, Newton's method in units of z (`_power_newton`): one
-  fractional power per score and pass (`_raise`: none for a whole k, products), the moments
-  Σd^{k−j} for j ≤ 3, and the step from their binomial series; two passes from the sampled
-  start for most rows, and rows at their level drop out of later passes. Closer to 1 the
-  monotone Newton iteration of `functional.entmax_threshold` in its λ form, exact to rounding
-  as α → 1.
-- The start: t solved on a strided sample of n scores per row, each standing for M/n of them
-  (the row's top only for itself), for weights summing to `SAFETY` > 1 lies a little below the
-  threshold (more mass needs a lower level); the sample's own threshold (a subset's is never
-  above the whole's) is a bound that cannot fail.
+- α = 1.5 and 2: an active-set iteration (`_active_set`), no exp, log or pow.
+- other α down to 1 + 1/`POWER_MAX`: Newton in units of z (`_power_newton`); closer to 1, the
+  λ form of `functional.entmax_threshold`, exact to rounding as α → 1.
+- the start: t solved on a strided sample of each row (`_starts`), for mass `SAFETY` > 1, lies
+  a little below t; the sample's own threshold is a bound that cannot fail.
 
-`entmax_block.py` retrieves with these from one block of all M scores; `triton_entmax.py` runs
-the same iteration for α = 1.5 and 2 in one GPU kernel.
+`entmax_block.py` retrieves with these; `triton_entmax.py` is the α = 1.5, 2 GPU kernel.
 """
 
 from __future__ import annotations
@@ -39,16 +25,13 @@ from nphcli.engine.functional import entmax_threshold, entmax_unnormalised
 SAMPLE, SAMPLE_MIN, SAMPLE_SHARE = 1024, 64, 64  # the start's sample: M/64 scores, 64 to 1024
 SAFETY = 2.0  # the start asks the whole row for this much mass (> 1: below the threshold)
 ACTIVE_SET_STEPS = 60  # bound on the active-set iterations; they take 2–4 from the sampled start
-# The largest power k = 1/(α−1) solved in units of z (`_power_newton`): there d = z − t carries
-# an absolute rounding of |t| ≈ k, which raising to the power k makes a relative error of about
-# k²·ulp in a weight (k = 16: 1.5e-5 in float32). Above it (α < 1.0625) the λ form, exact to
-# rounding as α → 1.
+# The largest k solved in units of z: d = z − t carries a rounding of |t| ≈ k, which the power
+# makes a relative error of about k²·ulp (k = 16: 1.5e-5 in float32).
 POWER_MAX = 16
 
 
 def _sample_stride(num_memories: int) -> int:
-    """Every this-many-th score goes in a row's sample (all below M = 128). Q = 1000, 1 thread: at
-    M = 5,000 (MNIST) 1,024 scores made entmax 1.45× dense, 78 0.89×; at 60,000 256–1,024 tied."""
+    """Every this-many-th score goes in a row's sample (measured on MNIST, Q = 1000)."""
     return max(1, num_memories // min(SAMPLE, max(SAMPLE_MIN, num_memories // SAMPLE_SHARE)))
 
 
@@ -61,11 +44,9 @@ def solve(
     weight: Tensor | None = None,
     out: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """α-entmax of the shifted scores z (Q, n) (row max 0, −inf entries weigh nothing) with
-    weights summing to `mass`: the unnormalised weights (Q, n) (written to `out` when given,
-    which may be z itself), their sums, counts of weights > 0 and the level t in units of z
-    (Q, 1) each. `start` (Q, 1) is a first trial level. `weight` (Q, n), for α = 1.5 and 2
-    only, counts each score that many times (a sample standing for a whole row)."""
+    """α-entmax of the shifted scores z (Q, n) with weights summing to `mass`: the unnormalised
+    weights (Q, n) (into `out`, which may be z), their sums, counts of weights > 0 and the
+    level t (Q, 1) each. `start` (Q, 1): a first trial. `weight` (Q, n): each score's count."""
     eps = alpha - 1
     if closed_form(alpha):
         power, target = active_set_target(alpha, mass)
@@ -73,11 +54,8 @@ def solve(
     if power_form(alpha):
         power = _power_of(alpha)
         return _power_newton(z, power, mass * power**power, start, weight, out)
-    # Levels in units of z lose ε·|t| ≈ 1 of their digits as ε → 0: they are converted to and
-    # from λ (τ = −e^{−ελ}) in float64, and serve only as starts and checks.
-    # A start left of λ = −log m (the top entry alone weighs m, a valid start too) only adds
-    # steps, and near α = 1 its weights e^{−λ} overflow (λ ≈ −132 at α = 1.0001): take the
-    # larger of the two, still left of the root.
+    # Levels in units of z lose their digits as ε → 0: converted to and from λ in float64, they
+    # serve only as starts. λ ≥ −log m (the top alone weighs m): further left e^{−λ} overflows.
     lam = None
     if start is not None:
         lam = (-torch.log(-eps * start.double()) / eps).clamp(min=-math.log(mass)).to(z.dtype)
@@ -98,29 +76,25 @@ def closed_form(alpha: float) -> bool:
 
 
 def power_form(alpha: float) -> bool:
-    """Whether α's threshold is solved in units of z by `_power_newton`: 1 + 1/`POWER_MAX` ≤ α
-    (α = 1.5 and 2 have the active-set iteration instead)."""
+    """Whether α's threshold is solved by `_power_newton`."""
     return not closed_form(alpha) and (alpha - 1) * POWER_MAX >= 1
 
 
 def _power_of(alpha: float) -> float:
-    """k = 1/(α−1), rounded to the nearest integer when within 1e-9 of it: α = 1.1 or 1.25, as
-    written, are 1/10 and 1/4 off by a rounding of α − 1 (k = 9.999999999999991), and an integer
-    k raises to its power by multiplications alone (`_raise`)."""
+    """k = 1/(α−1), rounded when within 1e-9 of an integer (α = 1.1 gives 9.999999999999991),
+    which `_raise` takes by multiplications alone."""
     power = 1 / (alpha - 1)
     return float(round(power)) if abs(power - round(power)) <= 1e-9 * power else power
 
 
 def active_set_target(alpha: float, mass: float = 1.0) -> tuple[int, float]:
-    """For α = 1.5 or 2: the power k = 1/(α−1) and what Σ[z − t]_+^k must equal for α-entmax
-    weights summing to `mass` (they are (α−1)^k·[z − t]_+^k)."""
+    """For α = 1.5 or 2: k = 1/(α−1) and what Σ[z − t]_+^k must equal for weights of `mass`."""
     power = round(1 / (alpha - 1))
     return power, mass * (alpha - 1) ** -power
 
 
 def active_set_bounds(power: float, mass: float, dtype: torch.dtype) -> tuple[float, float]:
-    """The active-set iteration's lowest level, where the top (0) alone carries `mass`, and its
-    tolerance on a step, for scores of `dtype`."""
+    """The lowest level (the top alone carries `mass`) and the tolerance on a step."""
     lowest = mass ** (1 / power)
     return -lowest, 8 * torch.finfo(dtype).eps * lowest
 
@@ -133,10 +107,10 @@ def _active_set(
     weight: Tensor | None,
     out: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Σ_i w_i·[z_i − t]_+^power = mass (w = `weight`, else 1) solved for t by the active-set
-    iteration (module docstring): [z − t]_+^power (Q, n) at the final t (in `out` if given),
-    its row sums, counts and t (Q, 1) each. Each evaluation is one subtraction, one clamp and
-    three row reductions over z, so a chunk of z that fits the cache stays there."""
+    """Σ_i w_i·[z_i − t]_+^power = mass solved for t: at a trial, the c memories above it give
+    Σd and Σd², and the level where they alone carry the mass is a root of a quadratic
+    (power 2) or linear (power 1) equation, off by the cube of the trial's error; a bracket
+    catches stray steps. Returns [z − t]_+^power (Q, n) (in `out`), sums, counts and t."""
     rows = z.shape[0]
     lowest, tolerance = active_set_bounds(power, mass, z.dtype)
     lo = z.new_full((rows, 1), lowest)  # the top alone carries `mass` here
@@ -180,20 +154,13 @@ def _power_newton(
     weight: Tensor | None,
     out: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Σ_i w_i·[z_i − t]_+^k = mass (w = `weight`, else 1; k = power > 1) solved for t:
-    [z − t]_+^k (Q, n) at the last trial (in `out` if given), its row sums, counts of weights
-    > 0 and the trial (Q, 1) each.
+    """Σ_i w_i·[z_i − t]_+^k = mass (k = power > 1) solved for t; returns as `_active_set`.
 
-    Each pass over z at a trial t takes one power, d^{k−J} (d = [z − t]_+), and multiplies up to
-    the moments F_j = Σ w·d^{k−j}, j = J … 0 (J ≤ 3, k − J > 0). The step δ then solves, on
-    (Q, 1) numbers alone, the binomial series F(t + δ) ≈ Σ_j C(k, j)·(−δ)^j·F_j = mass, by
-    Newton's method on its k-th root, from the Newton step of the whole row's k-norm,
-    g(t) = (F(t)/mass)^{1/k} − 1. That norm is convex and decreasing in t (a norm of functions
-    convex in t), so its own step from the left of the root stays left; the series adds the
-    curvature (scores that leave the support weigh O(δ^k) and are left out), so from the
-    sampled start a second pass finds a step below rounding, with no exp or log1p: two pows per
-    row in all, where `functional.entmax_threshold`'s λ form takes three to four passes of
-    log1p and exp. A bracket of trials below and above t catches any stray step."""
+    A pass takes one power d^{k−J} (d = [z − t]_+) and the moments F_j = Σ w·d^{k−j}, j ≤ J ≤ 3;
+    the step solves their binomial series F(t + δ) = mass (`_series_step`), starting from the
+    Newton step of the row's k-norm, convex and decreasing in t, so it stays left of the root.
+    From the sampled start a second pass usually finds a step below rounding; rows at their
+    level drop out."""
     lowest, tolerance = active_set_bounds(power, mass, z.dtype)  # the top alone carries `mass`
     rows = z.shape[0]
     lo = z.new_full((rows, 1), lowest)  # (L, 1) for the rows still solving
@@ -239,9 +206,8 @@ def _power_newton(
 
 
 def _keep(result, totals, trials, live, done, weights, total, t) -> Tensor:
-    """Write the solved rows' weights (L, n), sums and levels (L, 1) into the results (Q, ·),
-    made (Q, n) when None unless all rows finish at once: the rows `done` (L,) marks (None:
-    all L), of the rows `live` (L,) names (None: all Q). Returns the weights' result."""
+    """Write the rows `done` (L,) (None: all) of the rows `live` (None: all Q) into the results;
+    returns the weights' result (made (Q, n) when None and rows finish apart)."""
     if done is not None:
         weights, total, t = weights[done], total[done], t[done]
         live = done.nonzero().squeeze(1) if live is None else live[done]
@@ -255,20 +221,13 @@ def _keep(result, totals, trials, live, done, weights, total, t) -> Tensor:
     return result
 
 
-# Devices where `_raise` takes a fractional power through log2 and exp2 (CPUs, where pow is slow);
-# elsewhere torch.pow, one pass where the log form takes six (a GPU's are memory-bound).
+# Where `_raise` takes a fractional power through log2 and exp2 (pow is slow there).
 LOG_POWER_DEVICES = ("cpu",)
 
 
 def _raise(d: Tensor, exponent: float, out: Tensor, spare: Tensor) -> Tensor:
-    """d^exponent (Q, n), d ≥ 0, into `out` (`spare`: scratch of its shape): by squaring and
-    products for a whole exponent (each a tenth of a pow's time on the CPU); a fractional one on
-    `LOG_POWER_DEVICES` as 2^(exponent·log2 d), each 0 raised as the smallest normal number and
-    then multiplied by sign(d) = 0, else torch.pow. On the CPU (AVX2, one thread, float32)
-    torch.pow took 5.7–7 ns a score, log2 and exp2 1.2 and 0.5 where no input is 0 (a 0's −inf
-    takes a slow path: log2 6.6 ns), the six passes here about 2.4 ns in all; the result is
-    within (4 + |exponent·log2 d|) ulps of d^exponent (the rounding of the product, which exp2
-    carries), where pow's is within one."""
+    """d^exponent (Q, n), d ≥ 0, into `out`: by squaring for a whole exponent, else on the CPU
+    sign(d)·2^(exponent·log2 max(d, tiny)) (2.4 ns a score against pow's 5.7–7), else pow."""
     if not exponent.is_integer():
         if d.device.type not in LOG_POWER_DEVICES:
             return torch.pow(d, exponent, out=out)
@@ -286,12 +245,9 @@ SERIES_STEPS = 3  # Newton steps on the series (Q, 1); each gains its order of d
 
 
 def _series_step(moments: list[Tensor], power: float, mass: float) -> Tensor:
-    """δ (Q, 1) with Σ_j C(k, j)·(−δ)^j·F_j = mass, from moments F_0 … F_J (Q, 1) each (k =
-    power): Newton on the series' k-th root from the first-order step, which is Newton's on the
-    k-norm itself and is kept where the series' steps go astray (a non-positive series or
-    slope). With J = 1 that first step is the answer. The (Q, J + 1) numbers are solved in
-    float64 on the host with numpy: as torch tensors each of the few dozen tiny operations cost
-    more than a pass over a row of scores."""
+    """δ (Q, 1) with Σ_j C(k, j)·(−δ)^j·F_j = mass from F_0 … F_J (Q, 1), by Newton on the
+    series' k-th root from the k-norm's own step (kept where the series goes astray). In numpy
+    on the host: as tensors the dozens of tiny operations cost more than a pass over a row."""
     f = torch.cat(moments, dim=1).to("cpu", torch.float64).numpy()  # (Q, J + 1)
     total, slope = f[:, 0], f[:, 1]  # (Q,) each
     with np.errstate(all="ignore"):
@@ -302,8 +258,7 @@ def _series_step(moments: list[Tensor], power: float, mass: float) -> Tensor:
 
 
 def _series_root(f: np.ndarray, power: float, mass: float, step: np.ndarray) -> np.ndarray:
-    """`_series_step`'s Newton iterations on the series with moments f (Q, J + 1), from the
-    first-order step (Q,)."""
+    """`_series_step`'s Newton iterations from the first-order step (Q,)."""
     binomials = np.cumprod([1.0] + [-(power - j) / (j + 1) for j in range(f.shape[1] - 1)])
     terms = f * binomials  # (Q, J + 1) C(k, j)·(−1)^j·F_j
     slopes = terms[:, 1:] * np.arange(1, f.shape[1])  # (Q, J) the derivative's coefficients
@@ -336,10 +291,9 @@ def _moments(
 
 
 def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float, float]:
-    """From a strided sample of z's columns, in units of z (Q, 1) each: the threshold's
-    estimate (either side of it), a start a little below it, a bound that cannot be above it;
-    the share of the sample above the start, and the largest share of a row's sample above the
-    estimate (the widest support, roughly)."""
+    """From a strided sample of z's columns: the threshold's estimate, a start a little below
+    it and a bound never above it (Q, 1) each; the sample's share above the start, and the
+    largest share of a row's sample above the estimate (the widest support, roughly)."""
     num_memories = z.shape[1]
     sample = z[:, :: _sample_stride(num_memories)].contiguous()  # (Q, n): one strided read
     top = sample.amax(dim=1, keepdim=True)  # (Q, 1)
@@ -357,12 +311,9 @@ def _starts(z: Tensor, alpha: float) -> tuple[Tensor, Tensor, Tensor, float, flo
 def _sample_level(
     sample: Tensor, top: Tensor, num_memories: int, alpha: float, mass: float, start: Tensor
 ) -> Tensor:
-    """The level (Q, 1) at which the whole rows would carry `mass`, estimated from the sample
-    (Q, n) of z (row max 0; the sample's own top (Q, 1)); `start` a level below it."""
+    """The level (Q, 1) where whole rows would carry `mass`, from their sample (Q, n)."""
     if closed_form(alpha) or power_form(alpha):
-        # Each sampled score stands for M/n scores, except the row's top, which stands for
-        # itself (counted M/n times, a top far above the rest pulls the estimate up): it is
-        # appended with weight 1 and its sampled copies weigh 0.
+        # Each sampled score stands for M/n, the row's top only for itself (weight 1).
         weight = torch.where(sample == 0, 0.0, num_memories / sample.shape[1])  # (Q, n)
         weight = torch.cat([weight, weight.new_ones(len(sample), 1)], dim=1).to(sample.dtype)
         rows = torch.cat([sample, sample.new_zeros(len(sample), 1)], dim=1)  # (Q, n + 1)

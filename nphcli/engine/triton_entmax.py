@@ -1,20 +1,10 @@
 """α-entmax weights of a block of scores, one Triton program per query.
 
-On a GPU, `entmax_block.entmax_block_update`'s eager route issues 600–1,300 small operations and
-17–35 host syncs per batch: its sampled start, then active-set steps, each checked on the host
-(H200, Q = 200, M = 60,000: 10–27× dense). Here one launch does every row's whole solve. For
-α = 1.5 and 2, with the iteration of `thresholds._active_set` (the same steps, bracket and
-tolerance):
-
-1. a start: the level solved on a strided sample of the row, each sampled score standing for
-   M/n of them and the row's top (0) for itself, as `thresholds._sample_level` weighs them;
-2. the row's level from that start, until a step is below the tolerance;
-3. the unnormalised weights [z − t]_+^power written over the scores, with their sum and count.
-
-For other α, the Newton iteration of `functional.entmax_threshold` in its λ form (exact to
-rounding as α → 1), from the left of the root, then the weights likewise.
-
-A row is read once per step from the GPU's cache or memory; the host waits for nothing.
+The eager route's hundreds of small operations and host syncs per batch took 10–27× dense on a
+GPU (H200, Q = 200, M = 60,000); here one launch does every row's whole solve, with the eager
+iterations' steps, bracket and tolerance: `thresholds._sample_level`'s start, then
+`thresholds._active_set` (α = 1.5, 2) or `functional.entmax_threshold`'s λ form (other α), then
+the unnormalised weights written over the scores, with their sum and count.
 """
 
 from __future__ import annotations
@@ -195,10 +185,8 @@ def _newton_weights(base, width, lam, eps, WRITE: tl.constexpr):
 
 @triton.jit
 def _newton_kernel(z_ptr, row_stride, width, eps, tolerance, sums_ptr, counts_ptr):
-    """Row `program_id` of the shifted scores z (row max 0) → its α-entmax weights (α = 1 + ε,
-    unnormalised, summing to about 1) in place, their sum and count: λ by the Newton iteration
-    of `functional.entmax_threshold` from λ = 0 (the top alone weighs 1: the left of the root,
-    whence the iteration rises monotonically)."""
+    """Row `program_id` of z → its unnormalised α-entmax weights in place, their sum and count:
+    λ by `functional.entmax_threshold`'s Newton iteration from λ = 0 (left of the root)."""
     row = tl.program_id(0)
     base = z_ptr + row.to(tl.int64) * row_stride
     zero = tl.full([], 0.0, z_ptr.dtype.element_ty)  # scalars as the scores' type

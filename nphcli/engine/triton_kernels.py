@@ -1,17 +1,7 @@
-"""Two Triton kernels for softmax attention on CUDA, where torch's eager steps read memory more
-often than the arithmetic needs (issue 22, measured on an H100/H200):
-
-- `softmax_step`: one block's elementwise online-softmax step (β·s, running max, exp, row sums,
-  weights cast for the P·V product) with each score read once and each weight written once. The
-  eager steps read a (Q, B) float32 block four or five times, and scaling half scores by β is
-  one more pass of its own.
-- `decode_partials`: a few queries against all memories in one pass, each memory row read once
-  for its score and its share of the weighted sum (the keys are the values in auto-association).
-  Two matrix-vector products read the memories twice; one query is bound by that read.
-
-Both compute what `blocks.exp_step` and `SoftmaxAccumulator` define, in float32; tests compare
-them with the eager forms under Triton's CPU interpreter (`TRITON_INTERPRET=1`) and on CUDA.
-Importing this module needs Triton; callers fall back to eager torch when it is missing.
+"""Two Triton kernels for softmax attention on CUDA, where eager torch reads memory more often
+than the arithmetic needs: `softmax_step` (`blocks.exp_step` reading each score once, where eager
+takes four or five passes) and `decode_partials` (a few queries against all memories, each row
+read once for its score and its share of the sum). Tests compare them with the eager forms.
 """
 
 from __future__ import annotations
@@ -23,20 +13,12 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-# Widest row one program holds in registers: a row that fits is read once and shifted by its new
-# max; a wider one is read in chunks, once in the common case (see `_softmax_step_kernel`).
-STEP_MAX_BLOCK = 16384
-# Scores per chunk of a wider row: small enough that the running max and sums kept per lane
-# (two vectors of this length) fit the registers beside the chunk.
-STEP_CHUNK = 4096
-# How far a block's max may exceed the running max before the weights are recomputed against
-# it: weights exp(s − m) stay below e¹⁶ ≈ 9·10⁶, far inside float32's and bfloat16's range
-# (float16's is smaller: `step_lead`).
+STEP_MAX_BLOCK = 16384  # widest row one program holds in registers; wider ones go in chunks
+STEP_CHUNK = 4096  # scores per chunk of a wider row (its per-lane max and sums fit beside it)
+# How far a block's max may exceed the running max before the weights are recomputed: exp(s − m)
+# stays below e¹⁶ ≈ 9·10⁶ (float16's range is smaller: `step_lead`).
 STEP_LEAD = 16.0
-# Bytes of one memory tile a decode program loads at once (tile rows × padded width): at
-# M = 10⁶, d = 784, 64 KiB was best in bfloat16 on an H100 and an H200 (1.2 against 1.7–2.5 ms
-# there); in float32 an H100 ran 32 KiB faster (1.44 against 1.87 ms), an H200 both alike (1.06,
-# 1.05 ms: `h200-decode-ab`), so one value serves both.
+# A decode program's memory tile: best in bfloat16 on H100 and H200 (M = 10⁶, d = 784).
 DECODE_TILE_BYTES = 65536
 DECODE_WARPS = 8  # warps per decode program
 
@@ -134,10 +116,8 @@ def step_lead(dtype: torch.dtype) -> float:
 def softmax_step(
     scores: Tensor, running_max: Tensor, dtype: torch.dtype, complete: bool, scale: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """`blocks.exp_step` for float32 scores (*batch, Q, B), `scale`·scores taken as the scores:
-    the new reference (the new max, or for rows wider than `STEP_MAX_BLOCK` possibly the running
-    max, up to `step_lead(dtype)` below it), the shift, the weights (in `dtype`) and their row
-    sums."""
+    """`blocks.exp_step` for float32 scores (*batch, Q, B); the reference may stay up to
+    `step_lead(dtype)` below the new max for rows wider than `STEP_MAX_BLOCK`."""
     columns = scores.shape[-1]
     rows = scores.numel() // max(1, columns)
     flat = scores.reshape(rows, columns)  # a view: scores are contiguous
@@ -226,9 +206,8 @@ def _decode_kernel(
 def decode_partials(
     queries: Tensor, keys: Tensor, values: Tensor, *, scale: float, programs: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Online-softmax partial sums of queries (Q, d) over `programs` slices of the memories
-    (keys (M, d), values (M, d_v), contiguous): each slice's max (P, Q), normaliser (P, Q) and
-    weighted sum (P, Q, d_v) of β·⟨x, k⟩, merged like `SoftmaxAccumulator.merge` merges ranks."""
+    """Each of `programs` slices of the memories' max (P, Q), normaliser (P, Q) and weighted sum
+    (P, Q, d_v) of the online softmax of β·⟨x, k⟩ for queries (Q, d)."""
     num_queries, dim = queries.shape
     num_memories, value_dim = values.shape
     same = keys.data_ptr() == values.data_ptr() and keys.shape == values.shape

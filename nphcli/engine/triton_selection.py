@@ -1,21 +1,11 @@
 """Top-k selection of one score block merged into the running top-k, in two Triton kernels.
 
-`TopKAccumulator.add` in eager torch costs about 45 small operations per memory block (an `amax`
-over groups, three stable sorts, gathers, concatenations). On a GPU, for blocks of bfloat16
-products, launching them took longer than the GPU's work (H200, Q = 1024, M = 10⁶: 21 ms for
-top-k against 9 ms of kernels). Here the same selection is two launches per block:
-
-1. `_group_maxima_kernel`: each group of G consecutive scores → the largest of its order keys.
-2. `_select_kernel`, one program per query: the k best groups by (max, lower group first), then
-   the k best of their k·G scores together with the k kept from earlier blocks.
-
-Both select by an order key: a float32 score's bits mapped to an int32 whose integer order is
-the order of the numbers (NaN above +inf, as `torch.sort` ranks it; −0 equal to +0), packed
-above the complement of the memory's index into one int64. Keys are distinct, so "the largest
-key" is "the largest score, lower index on ties", exactly nph's rule, and a program finds the k
-best by taking the maximum k times. The argument that the k best lie in the k best groups is in
-`engine.selection`'s docstring. Scores come back bit for bit (the key maps back to the float;
-only a NaN's payload and −0's sign are lost).
+Eager `TopKAccumulator.add` is about 45 small operations per block, whose launches outlasted the
+GPU's work (H200, Q = 1024, M = 10⁶: 21 ms against 9 ms of kernels). Here: `_group_maxima_kernel`
+(each group's largest key), then `_select_kernel`, a program per query taking the k best groups
+and the k best of their scores with the kept k (`engine.selection` says why that is exact). A key
+is a float32's bits as an ordered int32 (NaN highest, −0 = +0) above the complement of the
+memory index: distinct keys, so the maximum is the best score, lower index on ties.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""NPH deep-learning layers: the retrieval rules as `torch.nn.Module`s (see docs/layers.md).
-
-`NPH` (queries and stored patterns), `NPHPooling` (learnable prototype queries pool a set) and
-`NPHLayer` (learnable stored patterns) take the retrieval rule as a model with its parameters,
-e.g. `NPH(256, rule=create_model("topk", k=0.2), heads=4)`; their shared keywords are
-`LayerConfig`'s (`Norms` groups its layer norms). Padded keys get weight exactly 0.
+"""NPH deep-learning layers: the retrieval rules as `torch.nn.Module`s (see docs/layers.md), e.g.
+`NPH(256, rule=create_model("topk", k=0.2), heads=4)`; their shared keywords are `LayerConfig`'s.
 """
 
 from nphcli.layers.association import associate

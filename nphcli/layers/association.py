@@ -1,16 +1,9 @@
 """Batched, masked, differentiable retrieval for the layers: T(β·Q Kᵀ) V with any model.
 
-The layers need what `Retriever.retrieve` computes, but for a batch of sets of different sizes
-(B, H heads, N queries, M keys) with padded keys, and with gradients. Each model says how in its
-own module (`Retriever.weights`, or `associate` for rules that form no weights); this module
-only turns a layer's key padding mask, positions and dropout into those arguments, and adds
-what every rule shares: update steps in the key space and an association mask of excluded
-(query, key) pairs, so a newly registered model works as a layer with no edit here.
-
-Padding: a padded key gets weight exactly 0 for every model, and so exactly zero gradient. For
-the models whose parameters depend on M (`--k` as a fraction, the random subset), M is each
-set's own number of unpadded keys, so a padded set behaves as the unpadded set alone would.
-Positions (used by `random` and `window`) are the queries' indices 0 … N − 1 within their set.
+Each model's own `weights` (or `associate`) computes T on padded sets (B, H, N, M); this module
+turns a layer's padding mask, positions (0 … N − 1 per set) and dropout into their arguments and
+adds what every rule shares: update steps and an association mask. A padded key weighs exactly
+0, and a model whose parameters depend on M sees each set's own M.
 """
 
 from __future__ import annotations
@@ -39,19 +32,13 @@ def associate(
     dropout: float = 0.0,
     training: bool = False,
 ) -> Tensor:
-    """T(β x kᵀ) v per batch and head: q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) -> (B, H,
-    N, d_v), with T the model's retrieval rule. `beta` is positive, 0-d or (H, 1, 1) (one per
-    head), and may be learnable. `key_padding_mask` (B, M) bool is True at padded keys and
-    `association_mask` (N, M), (B, N, M) or (B, H, N, M) bool at excluded (query, key) pairs;
-    both get weight 0.
+    """T(β x kᵀ) v per batch and head: q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) ->
+    (B, H, N, d_v); `beta` 0-d or (H, 1, 1); `key_padding_mask` (B, M) True at padded keys,
+    `association_mask` (N, M), (B, N, M) or (B, H, N, M) True at excluded pairs.
 
-    The state x starts at q. With `model.steps` = s > 1 it is first updated s − 1 times in the key
-    space, x ← T(β x kᵀ) k, as hopfield-layers' update steps do; with `model.tol` > 0 a query
-    stops once its state moves by ≤ tol (‖·‖₂ per head). The output is T(β x kᵀ) v of the last
-    state; with identity projections and v = k that is `model.retrieve` with s steps.
-
-    Dropout (rate `dropout`, when `training`) acts on the output's weights, as in hopfield-layers;
-    for the feature models, which never form weights, on the retrieved patterns.
+    x starts at q and is first updated `model.steps` − 1 times in the key space, x ← T(β x kᵀ) k
+    (a query stops once it moves by ≤ `model.tol`). Dropout acts on the output's weights (the
+    feature models: on the output).
     """
     valid = _valid(key_padding_mask, q.shape[0], k.shape[2], q.device)  # (B, M)
     excluded = _excluded(association_mask, q.shape, k.shape[2])  # (B|1, H|1, N, M) or None
@@ -93,9 +80,7 @@ def weights_from_scores(
     dropout: float = 0.0,
     training: bool = False,
 ) -> Tensor:
-    """The model's weights (B, H, N, M) from scores β·q·k (B, H, N, M), padded keys and excluded
-    pairs at exactly 0, then dropout: `associate` for callers that form the scores themselves
-    (`NPHPooling`)."""
+    """`associate`'s weights (B, H, N, M) from scores β·q·k formed by the caller (`NPHPooling`)."""
     batch, heads, num_queries, num_keys = scores.shape
     valid = _valid(key_padding_mask, batch, num_keys, scores.device)  # (B, M)
     excluded = _excluded(association_mask, (batch, heads, num_queries), num_keys)
@@ -108,8 +93,7 @@ def weights_from_scores(
 def _weights(
     model: Retriever, scores: Tensor, valid: Tensor, excluded: Tensor | None, positions: Tensor
 ) -> Tensor:
-    """The rule's weights with excluded pairs scored −∞ (so the rule chooses among the allowed
-    keys) and set to exactly 0 after it."""
+    """The rule's weights with excluded pairs scored −∞, then set to exactly 0."""
     if excluded is None:
         return model.weights(scores, valid, positions)  # (B, H, N, M)
     weights = model.weights(scores.masked_fill(excluded, -math.inf), valid, positions)
@@ -143,8 +127,7 @@ def _valid(key_padding_mask: Tensor | None, batch: int, num_keys: int, device) -
 
 
 def _excluded(mask: Tensor | None, query_shape: tuple, num_keys: int) -> Tensor | None:
-    """An association mask as (B|1, H|1, N, M) bool, True at excluded pairs; every query must
-    keep at least one pair (key padding is checked with the keys)."""
+    """An association mask as (B|1, H|1, N, M) bool; every query must keep a pair."""
     if mask is None:
         return None
     batch, heads, num_queries = query_shape[:3]

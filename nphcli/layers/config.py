@@ -1,9 +1,4 @@
-"""`LayerConfig`: the one description of what NPH, NPHPooling and NPHLayer are built from.
-
-Every option is a field here, declared once; `Norms` groups the three optional layer norms. The
-defaults are nph's own layer (the NPH formula, values through W_K); docs/porting.md shows the
-fields that give hopfield-layers' defaults.
-"""
+"""`LayerConfig`: what NPH, NPHPooling and NPHLayer are built from, each option declared once."""
 
 from __future__ import annotations
 
@@ -16,15 +11,14 @@ import torch
 
 from nphcli.core.errors import NphError
 from nphcli.models import HopfieldModel, Retriever, create_model
+from nphcli.models.base import check_whole
 
 NORM_KINDS = ("affine", "plain")  # layer norm with a learnable scale and shift, or without
 LEARNED_SPACES = ("projected", "input")
 
 
 class LayerOptions(TypedDict, total=False):
-    """The keyword arguments of `NPH`, `NPHPooling` and `NPHLayer`: `LayerConfig`'s fields but
-    `d_model` (meanings and defaults there), so a type checker sees each keyword.
-    `tests/test_layers.py` checks the two lists agree."""
+    """The layers' keywords for a type checker: `LayerConfig`'s fields but `d_model`."""
 
     rule: Retriever | None  # a Hopfield model (a baseline is refused)
     heads: int
@@ -77,13 +71,9 @@ class LayerConfig:
     norms: Norms = field(default_factory=Norms)  # layer norms on the inputs
 
     def __post_init__(self) -> None:
-        sizes = [("d_model", self.d_model), ("heads", self.heads)]
-        for label in ("head_dim", "value_dim", "out_dim"):  # None: the default width
-            if getattr(self, label) is not None:
-                sizes.append((label, getattr(self, label)))
-        for label, value in sizes:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise NphError(f"{label} must be a whole number ≥ 1, got {value!r}")
+        for label in ("d_model", "heads", "head_dim", "value_dim", "out_dim"):
+            if label in ("d_model", "heads") or getattr(self, label) is not None:  # None: default
+                check_whole(getattr(self, label), label, 1)
         if not (0 <= self.dropout < 1):
             raise NphError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.learned not in LEARNED_SPACES:
@@ -116,9 +106,8 @@ class LayerConfig:
 
     @property
     def learned_input(self) -> bool:
-        """Whether learned patterns live in the input space (width d_model) and pass through the
-        norms and W_Q / W_K like an input, as in hopfield-layers; otherwise ("projected") they
-        are the queries / keys themselves (width heads·head_dim), with no projection to run."""
+        """Whether learned patterns are inputs (width d_model, projected like one), or else
+        the queries / keys themselves (width heads·head_dim)."""
         return self.learned == "input"
 
     def initial_log_beta(self) -> torch.Tensor:
@@ -128,8 +117,7 @@ class LayerConfig:
 
     @classmethod
     def build(cls, d_model: int, options: dict[str, Any]) -> LayerConfig:
-        """The config from a layer's keyword arguments; an unknown one is a user error that
-        says where model parameters go."""
+        """The config from a layer's keywords; an unknown one says where model parameters go."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
@@ -169,13 +157,10 @@ def _head_beta(given: Any, heads: int) -> tuple[float, ...] | None:
 
 
 def hopfield_layers_options() -> dict[str, Any]:
-    """The `LayerConfig` fields that give hopfield-layers' default Hopfield, HopfieldPooling and
-    HopfieldLayer (biases, values with their own W_V, affine layer norms on the three inputs,
-    learned patterns in the input space); β defaults to 1/√head_dim either way."""
-    affine = "affine"
+    """The `LayerConfig` fields that give hopfield-layers' defaults."""
     return {
         "bias": True,
         "separate_values": True,
         "learned": "input",
-        "norms": Norms(stored=affine, state=affine, values=affine),
+        "norms": Norms(stored="affine", state="affine", values="affine"),
     }

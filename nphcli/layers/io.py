@@ -1,9 +1,7 @@
 """Save and load a layer's weights with safetensors, with the configuration that rebuilds it.
 
-The file holds the layer's state dict as tensors and, in the safetensors metadata, the layer's
-class name, its `LayerConfig` (the rule as its registry name and parameters) and its own
-arguments as JSON, so `load_layer(path)` needs nothing else. Files are written atomically: an
-interrupted save leaves any previous file as it was.
+The metadata holds the class name, its `LayerConfig` and its own arguments as JSON; written
+atomically.
 """
 
 from __future__ import annotations
@@ -24,9 +22,8 @@ from nphcli.layers.modules import NPH, NPHLayer, NPHPooling
 
 _CLASSES = {cls.__name__: cls for cls in (NPH, NPHPooling, NPHLayer)}
 FORMAT = "nph-layer/3"
-# Version 2 had no separate values, norms, learned space nor per-head β: its configs are version
-# 3's with those at their defaults. Version 1 kept the model's name, β and parameters flat among
-# the layer's keywords.
+# Version 2's configs are version 3's with its new fields at their defaults; version 1 kept the
+# model's name, β and parameters flat among the layer's keywords.
 FORMAT_V2 = "nph-layer/2"
 FORMAT_V1 = "nph-layer/1"
 
@@ -72,9 +69,7 @@ def load_layer(
 
 
 def _from_v1(flat: dict) -> tuple[LayerConfig, dict]:
-    """A version-1 config: the layer's keywords with the model's name, β and parameters mixed
-    in ("multihead" then meant dense in every layer head, which is `multihead` with its default
-    heads = 1 now)."""
+    """A version-1 config ("multihead" then meant `multihead` with heads = 1)."""
     arguments = {key: flat.pop(key) for key in ("prototypes", "memories") if key in flat}
     known = {f.name for f in dataclasses.fields(LayerConfig)}
     rule = {key: flat.pop(key) for key in list(flat) if key not in known}  # model, beta, params

@@ -1,22 +1,8 @@
-"""The paper's deep-learning layers: every retrieval rule of the family as a `torch.nn.Module`.
-
-    NPH(R, Y) = T(β · R W_Q (Y W_K)ᵀ) · Y W_K W_V,   then an output projection W_O,
-
-with T a registered model's retrieval rule, passed as the model itself (`create_model("topk",
-k=0.2)`, β included), applied per head. Three configurations, as in the paper:
-
-- `NPH`: queries R (B, N, d), keys and values from Y (B, M, d); self-attention when Y is R.
-- `NPHPooling`: S learnable prototype queries pool each set Y (B, M, d) into (B, S, d_out).
-- `NPHLayer`: input R only; the stored patterns (keys) are learnable parameters.
-
-The three share one `LayerConfig` (their keyword arguments besides `prototypes` / `memories`).
-With identity projections (`identity_()`) and one head, each layer is exactly `rule.retrieve`
-(tests check this for every model). The rule's own `associate` / `weights` compute T.
-
-Options give hopfield-layers' form too (docs/porting.md): values V (default Y) with their own
-projection V W_V (`separate_values`), layer norms on R, Y and V before their projections
-(`norms`), learned patterns in the input space (`learned="input"`), the rule's `steps` as update
-steps, one β per head and an association mask.
+"""The paper's layers: NPH(R, Y) = W_O · T(β · R W_Q (Y W_K)ᵀ) · Y W_K W_V per head, with T a
+registered model passed as itself (`create_model("topk", k=0.2)`). `NPH` (queries and stored
+patterns), `NPHPooling` (learnable prototype queries) and `NPHLayer` (learnable stored patterns)
+share one `LayerConfig`. With identity projections and one head each is exactly `rule.retrieve`;
+options give hopfield-layers' form too (docs/porting.md).
 """
 
 from __future__ import annotations
@@ -30,10 +16,10 @@ from torch import Tensor, nn
 from nphcli.core.errors import NphError
 from nphcli.layers.association import associate, weights_from_scores
 from nphcli.layers.config import LayerConfig, LayerOptions, Norms
-from nphcli.models.base import forms_weights
+from nphcli.models.base import check_whole, forms_weights
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
+    from typing_extensions import Self, Unpack
 
 
 class _Retriever(nn.Module):
@@ -64,8 +50,7 @@ class _Retriever(nn.Module):
 
     @property
     def beta(self) -> Tensor:
-        """The inverse temperature β: 0-d, or (H,) with `head_beta` (learnable with
-        `learn_beta`)."""
+        """β: 0-d, or (H,) with `head_beta`."""
         return self.log_beta.exp()
 
     def _beta(self, dtype: torch.dtype) -> Tensor:
@@ -80,8 +65,7 @@ class _Retriever(nn.Module):
         return self.key(_apply(self.norm_stored, stored))
 
     def _values(self, values: Tensor | None, stored: Tensor | None, keys: Tensor) -> Tensor:
-        """Values (…, M, H·d_v): LN(V) W_V, or LN(V) W_K W_V (the NPH formula), V defaulting to
-        the stored patterns Y; the keys themselves stand in for Y W_K where that is the same."""
+        """Values (…, M, H·d_v): LN(V) W_V, or LN(V) W_K W_V (NPH), V defaulting to Y."""
         if values is None and self._values_are_keys():
             return self.value(keys)
         source = _apply(self.norm_values, stored if values is None else values)
@@ -113,9 +97,13 @@ class _Retriever(nn.Module):
         )  # (B, H, N, d_v)
         return self.out(out.transpose(-3, -2).flatten(-2))  # (B, N, d_out)
 
-    def _identity(self, linears: list[nn.Linear]) -> None:
+    identity_maps: tuple[str, ...] = ()  # the projections `identity_` sets
+
+    def identity_(self) -> Self:
+        """Set the projections `identity_maps` to the identity (the learned prototypes or stored
+        patterns stay as they are): the layer is then memory retrieval."""
         with torch.no_grad():
-            for linear in linears:
+            for linear in (getattr(self, name) for name in self.identity_maps):
                 rows, cols = linear.weight.shape
                 if rows != cols:
                     raise NphError(
@@ -125,6 +113,7 @@ class _Retriever(nn.Module):
                 linear.weight.copy_(torch.eye(rows))
                 if linear.bias is not None:
                     linear.bias.zero_()
+        return self
 
     def _refuse_projected(self, layer: str, options: dict[str, bool]) -> None:
         """Options that need learned patterns in the input space, refused in the projected one."""
@@ -180,6 +169,8 @@ class NPH(_Retriever):
     `LayerConfig`'s. β starts at the rule's; `learn_beta=True` makes it a parameter.
     """
 
+    identity_maps = ("query", "key", "value", "out")
+
     def __init__(self, d_model: int, **options: Unpack[LayerOptions]) -> None:
         super().__init__(LayerConfig.build(d_model, dict(options)))
         width = self.heads * self.head_dim
@@ -208,11 +199,6 @@ class NPH(_Retriever):
         v = self._values(values, stored, keys)  # (B, M, H·d_v)
         return self._retrieve(q, keys, v, key_padding_mask, association_mask)
 
-    def identity_(self) -> NPH:
-        """Set every projection to the identity: the layer is then memory retrieval."""
-        self._identity([self.query, self.key, self.value, self.out])
-        return self
-
 
 class NPHPooling(_Retriever):
     """Pool each set Y (B, M, d) with S learnable prototype queries Q (S, H·d_h):
@@ -220,11 +206,12 @@ class NPHPooling(_Retriever):
     `learned="input"` the prototypes P (S, d) are state patterns: Q = LN(P) W_Q, as in
     hopfield-layers' HopfieldPooling. Other keywords: `LayerConfig`'s."""
 
+    identity_maps = ("key", "value", "out")  # not the prototypes, nor W_Q
+
     def __init__(
         self, d_model: int, *, prototypes: int = 1, **options: Unpack[LayerOptions]
     ) -> None:
-        if isinstance(prototypes, bool) or not isinstance(prototypes, int) or prototypes < 1:
-            raise NphError(f"prototypes must be a whole number ≥ 1, got {prototypes!r}")
+        check_whole(prototypes, "prototypes", 1)
         super().__init__(LayerConfig.build(d_model, dict(options)))
         self._refuse_projected("NPHPooling", {"norms.state": self.norm_state is not None})
         width = self.heads * self.head_dim
@@ -271,12 +258,9 @@ class NPHPooling(_Retriever):
     def folds(self) -> bool:
         """Whether `forward` folds W_K into the prototypes instead of projecting every stored row.
 
-        Per head, ⟨q, W_K y + b⟩ = ⟨W_Kᵀ q, y⟩ + ⟨q, b⟩, and the values are an affine map A of
-        their rows, Σ w_μ A(v_μ) = A(Σ w_μ v_μ) + A(0)(Σ w_μ − 1), so the rule can run on the
-        (normed) rows with folded queries and A applied to S pooled rows only: S·d instead of
-        H·d_h·(d + H·d_v) multiply-adds per stored row. Exact for every rule that forms weights
-        from scores in one step; not for the feature rules (linear, random-feature), which
-        transform the keys themselves, nor with update steps, whose states move per set.
+        ⟨q, W_K y + b⟩ = ⟨W_Kᵀ q, y⟩ + ⟨q, b⟩ and Σ w_μ A(v_μ) = A(Σ w_μ v_μ) + A(0)(Σ w_μ − 1)
+        for the affine value map A: S·d instead of H·d_h·(d + H·d_v) multiply-adds per stored
+        row. Exact for one-step rules that form weights (not the feature rules).
         """
         return (
             forms_weights(self.rule)
@@ -297,8 +281,6 @@ class NPHPooling(_Retriever):
         w_key = self.key.weight.to(dtype).unflatten(0, (heads, -1))  # (H, d_h, d)
         folded = torch.einsum("shk,hkd->hsd", prototypes, w_key)  # (H, S, d)
         rows = _apply(self.norm_stored, stored)  # (B, M, d)
-        # Two plain products over the rows: scores as one (B·M, d) × (d, H·S) product and the
-        # weighted sums batched over the sets, never a per-head copy of Y.
         scores = torch.einsum("bmd,hsd->bhsm", rows, folded)  # (B, H, S, M)
         if self.key.bias is not None:  # ⟨q, b_K⟩ per head and prototype
             b_key = self.key.bias.to(dtype).unflatten(0, (heads, -1))  # (H, d_h)
@@ -327,11 +309,6 @@ class NPHPooling(_Retriever):
         """A: a value row (…, d) to the values (…, H·d_v), through W_K unless separate."""
         return self.value(rows if self.config.separate_values else self.key(rows))
 
-    def identity_(self) -> NPHPooling:
-        """Identity W_K, W_V, W_O (the prototypes and W_Q are left as they are)."""
-        self._identity([self.key, self.value, self.out])
-        return self
-
 
 class NPHLayer(_Retriever):
     """Retrieve from M learnable stored patterns W_K (M, H·d_h) for input R (B, N, d):
@@ -339,9 +316,10 @@ class NPHLayer(_Retriever):
     (M, d) are stored patterns: keys LN(P) W_K and values from P, as in hopfield-layers'
     HopfieldLayer. Other keywords: `LayerConfig`'s."""
 
+    identity_maps = ("query", "value", "out")  # not the stored patterns
+
     def __init__(self, d_model: int, *, memories: int, **options: Unpack[LayerOptions]) -> None:
-        if isinstance(memories, bool) or not isinstance(memories, int) or memories < 1:
-            raise NphError(f"memories must be a whole number ≥ 1, got {memories!r}")
+        check_whole(memories, "memories", 1)
         super().__init__(LayerConfig.build(d_model, dict(options)))
         config = self.config
         self._refuse_projected(
@@ -388,8 +366,3 @@ class NPHLayer(_Retriever):
             key_padding_mask,
             association_mask,
         )
-
-    def identity_(self) -> NPHLayer:
-        """Identity W_Q, W_V, W_O (the stored patterns are left as they are)."""
-        self._identity([self.query, self.value, self.out])
-        return self

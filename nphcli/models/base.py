@@ -1,12 +1,6 @@
-"""What every retrieval rule shares (`Retriever`: validation, planning, iterated retrieval) and
-what the Hopfield family adds (`HopfieldModel`: parameters β, steps, tol).
-
-A model only implements `update`, one application of its retrieval rule T to a block of queries.
-`retrieve` handles what is common: shape and dtype checks, float32 accumulation for half inputs,
-and iteration x ← T(x) with per-query early stopping.
-
-Tensor names are fixed across nph: keys (memories) `(M, d)`, values `(M, d_v)`, queries `(Q, d)`,
-scores `(Q, M)`, positions `(Q,)`.
+"""What every retrieval rule shares (`Retriever`: checks, planning, iterated retrieval) and what
+the Hopfield family adds (`HopfieldModel`: β, steps, tol). A model implements `update`, one
+application of T to a block of queries. Keys `(M, d)`, values `(M, d_v)`, queries `(Q, d)`.
 """
 
 from __future__ import annotations
@@ -74,9 +68,7 @@ TOL_HELP = "stop iterating a query once ‖T(x) − x‖₂ ≤ tol (0: run all 
 
 @dataclass(kw_only=True)
 class Retriever:
-    """Base class of every retrieval rule: validation, planning and retrieval x ← T(x). It takes
-    no parameter; a rule applied once (`nearest`) needs nothing more, an iterated one declares
-    `steps` and `tol` (`HopfieldModel`, the classical networks)."""
+    """Base class of every retrieval rule; an iterated one declares `steps` and `tol`."""
 
     name: ClassVar[str] = "base"
     # A baseline (nearest neighbour, the classical networks) is compared with the Hopfield models
@@ -108,24 +100,16 @@ class Retriever:
         *,
         block_rows: int,
     ) -> Update:
-        """One application of T to a batch of queries (Q, d), reading `bank` in blocks of
-        `block_rows` memories (≥ M: all at once). `positions` (Q,) are the queries' global row
-        indices, which position-aware models (window) and seeded per-query randomness (random)
-        use, so the result does not depend on how queries are split into batches. `prepared` is
-        what `prepare` returned for this bank."""
+        """One application of T to queries (Q, d), reading `bank` in blocks of `block_rows`.
+        `positions` (Q,): the queries' global rows (window, random); `prepared`: `prepare`'s."""
         raise NotImplementedError
 
     def prepare(self, bank: MemoryBank, block_rows: int) -> Any:
-        """Work that depends on the memories alone, done once per `retrieve` call and reused for
-        every query batch and iteration step (e.g. the kernel models' feature summaries)."""
+        """Work on the memories alone, once per `retrieve`, reused by every batch and step."""
         return None
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
-        """Bytes `update` needs (per query, per (query, memory) pair of a block), for planning.
-
-        Default: a query's input, output and running sums, and per pair a block of scores with
-        the temporaries of a softmax (exp, shifted scores) and one spare.
-        """
+        """Bytes `update` needs per query and per (query, memory) pair of a block."""
         size = itemsize(bank.dtype)
         return (bank.dim + 2 * bank.value_dim + 8) * size, 4 * size
 
@@ -135,47 +119,30 @@ class Retriever:
         return plan_blocks(num_queries, bank, budget, row_bytes=row_bytes, cell_bytes=cell_bytes)
 
     def check_memory(self, memory: MemoryBank) -> None:
-        """Reject parameters that do not fit this memory (e.g. k > M, heads that do not divide
-        d or d_v), before any work. Default: nothing to check."""
+        """Reject parameters that do not fit this memory (e.g. k > M), before any work."""
 
     def support_mask(self, scores: Tensor, positions: Tensor) -> Tensor | None:
-        """The support set 𝓜(x) of a sparse-structured model (softmax over 𝓜(x), zero elsewhere)
-        as a (Q, M) bool mask, from unscaled scores ⟨x, ξ_μ⟩ (Q, M) and positions (Q,).
-
-        None for models that are not of that kind. The theory checks (Theorem 4.1) ask the model
-        for its support here instead of knowing each model by name.
-        """
+        """The support 𝓜(x) of a sparse-structured model (softmax over 𝓜(x)) as a (Q, M) bool
+        mask from unscaled scores (Q, M) and positions (Q,); None for other models."""
         return None
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor | None:
-        """E(x) (Q,) float64 for queries (Q, d) and memories (M, d), the energy whose
-        concave–convex minimisation step is this model's update (`nphcli.engine.energy`), or None.
-
-        Default: for sparse-structured models (a `support_mask`), the log-sum-exp over the
-        support, −(1/β)·log Σ_{μ∈S(x)} exp(β⟨ξ_μ, x⟩) + ½‖x‖²; None for the others.
-        """
+        """E(x) (Q,) float64 whose concave–convex step is this update, or None; default, over a
+        `support_mask`: −(1/β)·log Σ_{μ∈S(x)} exp(β⟨ξ_μ, x⟩) + ½‖x‖²."""
         if not self._has_support():
             return None
         x, X = queries.to(torch.float64), memories.to(torch.float64)  # (Q, d), (M, d)
         return en.energy(x, X, self.beta, support=self.support_mask(x @ X.T, positions))
 
     def candidate_rule(self, num_memories: int) -> CandidateRule | None:
-        """How to retrieve from each query's highest-scoring candidates alone (an approximate
-        nearest-neighbour index, `nph retrieve --index`); None for models that need every score.
-        """
+        """How to retrieve from each query's best candidates alone (`--index`), or None."""
         return None
 
     # -- the functional form: one step on a padded batch, differentiable (the layers) ---------
     def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-        """The rule's weights (B, H, N, M) from scores β·⟨x, k⟩ (B, H, N, M): B sets of M keys
-        padded to one M (`valid` (B, M) bool, False at padding), H heads, N queries at
-        `positions` (N,). Every row is on the simplex over its set's valid keys; padded keys get
-        weight exactly 0, and a set gives what `update` gives on its valid keys alone.
-
-        Default, for sparse-structured models: softmax over `support_mask`, asked of each set's
-        own valid keys (so a k that is a fraction of M uses each set's size). The scores are
-        scaled by β > 0, which changes no support that depends on their order or on positions.
-        """
+        """The weights (B, H, N, M) from scores β·⟨x, k⟩ of B sets padded to M keys (`valid`
+        (B, M)), H heads, N queries at `positions`: on each set's valid keys what `update`
+        gives, padded keys 0. Default: softmax over each set's `support_mask`."""
         if self.baseline:
             raise NphError(
                 f"model {self.name!r} is a retrieval baseline with no layer form; use one of "
@@ -199,14 +166,9 @@ class Retriever:
         positions: Tensor,
         dropout: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
-        """T(β q kᵀ) v on a padded batch: q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) ->
-        (B, H, N, d_v), with `beta` a positive 0-d or per-head (H, 1, 1) tensor (it may be
-        learnable) and `valid`, `positions` as in `weights`. `dropout` (training only) acts on the
-        weights, or on the output of rules that form none.
-
-        Default: `weights` of the scores, times the values. Rules that never form (N, M) weights
-        (the kernel feature models) override this instead of `weights`.
-        """
+        """T(β q kᵀ) v: q (B, H, N, d), k (B, H, M, d), v (B, H, M, d_v) -> (B, H, N, d_v), `beta`
+        0-d or (H, 1, 1), `valid` and `positions` as in `weights`, `dropout` on the weights.
+        Rules that form no weights (the feature models) override this instead of `weights`."""
         scores = beta * (q @ k.transpose(-1, -2))  # (B, H, N, M)
         weights = self.weights(scores, valid, positions)  # (B, H, N, M)
         return (dropout(weights) if dropout else weights) @ v  # (B, H, N, d_v)
@@ -225,18 +187,10 @@ class Retriever:
         memory_budget: int | None = None,
         plan: Plan | None = None,
     ) -> Retrieval:
-        """Retrieve patterns for `queries` (Q, d) from `memory`: keys (M, d) with optional
-        `values` (M, d_v), or a `MemoryBank` (in RAM, or streamed from a file).
-
-        Applies x ← T(x) up to `steps` times; a query stops once ‖T(x) − x‖₂ ≤ tol. Half-precision
-        inputs keep their matrix products in the half dtype and everything else in float32
-        (`engine.precision`); the result is cast back to the queries' dtype.
-
-        `memory_budget` (bytes, default `DEFAULT_MEMORY_BUDGET`) bounds the working memory beyond
-        the inputs and the result: queries are taken in batches and memories in blocks sized by
-        `plan`, and every model merges blocks exactly, so the budget changes speed, not results.
-        `plan` overrides the sizes (tests and benchmarks).
-        """
+        """x ← T(x) up to `steps` times for `queries` (Q, d), a query stopping once
+        ‖T(x) − x‖₂ ≤ tol, from keys (M, d) with optional `values` (M, d_v) or a `MemoryBank`.
+        `memory_budget` (bytes) bounds the working memory (batches and blocks: speed, not
+        results); `plan` overrides the sizes."""
         queries, bank = check_inputs(queries, memory, values)
         self.check_memory(bank)
         if self.steps > 1 and bank.value_dim != bank.dim:
@@ -255,8 +209,7 @@ class Retriever:
         if bank.dtype != queries.dtype:
             bank = bank.to(dtype=queries.dtype)
         if plan is None:
-            # Working sets are counted in the bank's dtype, but half inputs keep scores and sums
-            # in float32 (`engine.precision`), at most twice as wide: half the budget covers it.
+            # Half inputs keep scores and sums in float32: half the budget covers the width.
             half = queries.dtype in HALF_DTYPES
             plan = self.plan(num_queries, bank, max(1, budget // 2) if half else budget)
         prepared = self.prepare(bank, plan.memory_rows)
@@ -301,9 +254,8 @@ class Retriever:
         prepared: Any,
         plan: Plan,
     ) -> tuple[Tensor, Tensor | None]:
-        """T applied to the rows `active` of `state`, `plan.query_rows` at a time: (A, d_v) and
-        the support (A,) or None. Batches are written into one output, never concatenated, so
-        the result is held once."""
+        """T on the rows `active` of `state`, in batches written into one output: (A, d_v) and
+        the support (A,) or None."""
         patterns = support = None
         every_row = active.numel() == state.shape[0]  # then batches are slices, not copies
         for start in range(0, active.numel(), plan.query_rows):
@@ -346,9 +298,8 @@ def check_iteration(steps: Any, tol: Any) -> None:
 
 
 def padded_support(model: Retriever, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-    """`model.support_mask` of every set of a padded batch (see `HopfieldModel.weights`), as
-    (B, H, N, M) bool, False at padding. Each set's valid keys are moved to the front in index
-    order, and the sets of each size n are asked together about their first n keys."""
+    """`model.support_mask` of every set of a padded batch (B, H, N, M), False at padding; sets
+    of one size are asked together about their valid keys, moved to the front."""
     batch, heads, num_queries, num_keys = scores.shape
     scores = scores.detach()  # a support is piecewise constant: it carries no gradient
     if bool(valid.all()):
@@ -368,7 +319,5 @@ def padded_support(model: Retriever, scores: Tensor, valid: Tensor, positions: T
 
 
 def forms_weights(model: Retriever) -> bool:
-    """True when the model's rule is weights (N, M) over the memories times the values (the
-    default `associate`): a layer's dropout then acts on them, pooling may fold W_K, and a
-    retrieval can say which stored items it recalled with what weight."""
+    """Whether the rule is weights (N, M) times the values (the default `associate`)."""
     return type(model).associate is Retriever.associate

@@ -1,17 +1,8 @@
 """Classical Hopfield networks (Hopfield 1982) on ±1 patterns: the baselines of the family.
 
-The state is binary. A query x is first binarised, s = sgn(x) (0 → +1), then updated with a
-d×d weight matrix W (`engine.baselines`): `hebbian` W = (Ξᵀ Ξ − diag) / d, `pseudoinverse`
-W = Ξ⁺ Ξ, the projection onto the span of the stored patterns. `--order sync` updates every
-neuron at once, s ← sgn(W s); `--order async` updates one neuron at a time in a random order
-drawn once from `--order-seed` (the same order in every sweep and for every query, so results do
-not depend on batching). A zero field keeps a neuron's state. One step is one sweep over all d
-neurons; `--steps` bounds the sweeps and a query stops once its state no longer changes.
-
-The memories must be ±1 (the model refuses others and says how to binarise), auto-associative
-(values = keys). W is built once per retrieval, within `--memory-budget`. It takes no β.
-Capacity of the Hebbian rule: about 0.138·d random patterns (Amit, Gutfreund & Sompolinsky
-1985); the projection rule stores up to d linearly independent patterns as fixed points.
+s = sgn(x) (0 → +1) is updated with a d×d weight matrix W (`engine.baselines`): all neurons at
+once (`--order sync`) or one at a time in an order drawn once from `--order-seed`; a zero field
+keeps the state. One step is one sweep. Memories must be ±1 and auto-associative; no β.
 """
 
 from __future__ import annotations
@@ -78,10 +69,8 @@ class ClassicalNetwork(Retriever):
         raise NotImplementedError
 
     def couplings(self, bank: MemoryBank, block_rows: int) -> Tensor:
-        """`learn(G)` (d, d) float64 for this memory, built once and kept (`summary_cache`):
-        retrieval and every energy of a trace read the same W, and the pseudo-inverse's costs
-        O(d³). Over ranks it is built each time: G is summed over them, and a cache that hit on
-        one rank and missed on another would leave the sum waiting."""
+        """`learn(G)` (d, d) float64 for this memory, kept (`summary_cache`) except over ranks,
+        where a hit on one rank and a miss on another would leave the sum of G waiting."""
         build = lambda: self.learn(gram(bank, block_rows=block_rows))  # noqa: E731
         if bank.collective.world_size > 1:
             return build()
@@ -92,8 +81,7 @@ class ClassicalNetwork(Retriever):
         return 1.0
 
     def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
-        """E(s) = −½ sᵀ W s (Q,) float64 at the binarised state s = sgn(x) (Hopfield 1982);
-        asynchronous updates never raise it."""
+        """E(s) = −½ sᵀ W s (Q,) float64 at s = sgn(x) (Hopfield 1982)."""
         bank = as_bank(memories)
         weights = self.couplings(bank, bank.num_memories) * self.coupling_scale(bank.dim)
         state = binary_state(queries.to(torch.float64))  # (Q, d)
@@ -164,8 +152,7 @@ class ClassicalNetwork(Retriever):
 )
 @dataclass(kw_only=True)
 class Hebbian(ClassicalNetwork):
-    def learn(self, g: Tensor) -> Tensor:
-        return hebbian_couplings(g)
+    learn = staticmethod(hebbian_couplings)
 
     def coupling_scale(self, dim: int) -> float:
         return 1.0 / dim
@@ -179,5 +166,4 @@ class Hebbian(ClassicalNetwork):
 )
 @dataclass(kw_only=True)
 class PseudoInverse(ClassicalNetwork):
-    def learn(self, g: Tensor) -> Tensor:
-        return projection_weights(g)
+    learn = staticmethod(projection_weights)

@@ -1,17 +1,8 @@
 """α-entmax Hopfield retrieval: interpolates between dense (α = 1) and sparse (α = 2) retrieval.
 
-α-entmax maximises pᵀs plus a Tsallis entropy of order α over the simplex. For α > 1 it gives
-memories below a per-query threshold weight exactly 0, with a support that shrinks as α grows.
-The threshold is found exactly: for α = 1.5 and 2 by closed-form active-set steps, for other α
-by a monotone Newton iteration (`functional.entmax_threshold`), each from a sampled start:
-- memories in RAM that fit one block beside a batch of at least `MIN_QUERY_ROWS` queries (the
-  plan prefers that): one matrix product for all scores, the threshold solved a few rows at a
-  time over all scores (wide supports) or on each query's scores above a checked lower bound
-  (narrow ones) (`entmax_block.py`, `thresholds.py`), one weighted sum; on a GPU one Triton
-  launch solves and weighs every query of the batch (`triton_entmax.py`);
-- otherwise (small budgets, streamed or distributed memories, α = 1): on each query's largest
-  scores collected over memory blocks (`candidates.py`).
-Both are exact, so `--memory-budget` changes speed, not results.
+α-entmax maximises pᵀs plus a Tsallis entropy of order α; for α > 1 memories below a per-query
+threshold weigh exactly 0. Exact either way: from one block of all scores (`entmax_block.py`)
+where the memories are resident and fit, else from each query's largest scores (`candidates.py`).
 """
 
 from __future__ import annotations
@@ -28,16 +19,65 @@ from nphcli.engine import energy as en
 from nphcli.engine.candidate_rule import CandidateRule, threshold_rule
 from nphcli.engine.candidates import candidate_plan, candidate_update, candidate_working_set
 from nphcli.engine.entmax_block import entmax_block_update, one_block_bytes
-from nphcli.engine.functional import entmax
+from nphcli.engine.functional import entmax, sparsemax
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
 
-# The one-block path is planned only for query batches at least this large: smaller batches
-# would leave the matrix products too narrow to run at full speed.
-MIN_QUERY_ROWS = 64
+MIN_QUERY_ROWS = 64  # the one-block path's smallest batch: narrower products run slow
+
+
+@dataclass(kw_only=True)
+class ThresholdModel(HopfieldModel):
+    """What `entmax` and `sparse` (α = 2) share: a map onto the simplex that gives every score
+    below a per-query threshold weight exactly 0, solved on each query's largest scores."""
+
+    alpha = 2.0
+
+    def simplex_map(self, scores: Tensor) -> Tensor:
+        """The weights (Q, M) of scores (Q, M), row by row."""
+        return sparsemax(scores)
+
+    def update(
+        self,
+        queries: Tensor,
+        bank: MemoryBank,
+        positions: Tensor,
+        prepared: Any,
+        *,
+        block_rows: int,
+    ) -> Update:
+        return Update(
+            *candidate_update(
+                queries, bank, beta=self.beta, simplex_map=self.simplex_map, block_rows=block_rows
+            )
+        )
+
+    def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
+        """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖² (`nphcli.engine.energy`)."""
+        return en.energy(queries, memories, self.beta, alpha=float(self.alpha))
+
+    def candidate_rule(self, num_memories: int) -> CandidateRule:
+        return threshold_rule(
+            beta=self.beta,
+            alpha=float(self.alpha),
+            simplex_map=self.simplex_map,
+            num_memories=num_memories,
+        )
+
+    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
+        return candidate_working_set(bank)
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        return candidate_plan(num_queries, bank, budget)
+
+    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
+        """The map of each row (B, H, N, M), padded keys at −∞ (weight 0)."""
+        filled = scores.masked_fill(~valid[:, None, None, :], -math.inf)  # (B, H, N, M)
+        flat = filled.reshape(-1, filled.shape[-1])  # (B·H·N, M): the map works on rows
+        return self.simplex_map(flat).reshape(filled.shape)
 
 
 @register_model(
@@ -51,7 +91,7 @@ MIN_QUERY_ROWS = 64
     ),
 )
 @dataclass(kw_only=True)
-class Entmax(HopfieldModel):
+class Entmax(ThresholdModel):
     alpha: float = param(
         1.5, "entmax order α in [1, 2]: 1 = softmax, 2 = sparsemax; larger α, sparser"
     )
@@ -63,6 +103,9 @@ class Entmax(HopfieldModel):
             raise NphError(f"--alpha must be a number in [1, 2], got {alpha!r}")
         if not (math.isfinite(alpha) and 1 <= alpha <= 2):
             raise NphError(f"--alpha must be in [1, 2] (1: softmax, 2: sparsemax), got {alpha}")
+
+    def simplex_map(self, scores: Tensor) -> Tensor:
+        return entmax(scores, self.alpha)
 
     def update(
         self,
@@ -78,21 +121,11 @@ class Entmax(HopfieldModel):
         )  # the one-block path has no backward; the candidate path's map does
         if block_rows >= bank.num_memories and self._one_block(bank) and not differentiable:
             return Update(*entmax_block_update(queries, bank, beta=self.beta, alpha=self.alpha))
-        return Update(
-            *candidate_update(
-                queries,
-                bank,
-                beta=self.beta,
-                simplex_map=lambda scores: entmax(scores, self.alpha),
-                block_rows=block_rows,
-            )
-        )
+        return super().update(queries, bank, positions, prepared, block_rows=block_rows)
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        """All memories in one block when a batch of `MIN_QUERY_ROWS` queries (or all of them)
-        fits the budget beside the path's fixed scratch, with its (Q, M) scores and samples
-        (`entmax_block.one_block_bytes`); else the blockwise plan. A block of all M memories is
-        what tells `update` to take the one-block path, so a blockwise plan stops below M."""
+        """One block of all M when `MIN_QUERY_ROWS` queries fit (`one_block_bytes`); else the
+        blockwise plan, kept below M (a block of all M is what selects the one-block path)."""
         if not self._one_block(bank):
             return candidate_plan(num_queries, bank, budget)
         per_query, fixed = one_block_bytes(bank, itemsize(accumulation_dtype(bank.dtype)))
@@ -107,28 +140,3 @@ class Entmax(HopfieldModel):
     def _one_block(self, bank: MemoryBank) -> bool:
         """Whether the one-block path applies: α > 1, memories resident, one process."""
         return self.alpha > 1 and bank.resident() is not None and bank.collective.world_size == 1
-
-    def energy(self, queries: Tensor, memories: Tensor, positions: Tensor) -> Tensor:
-        """−(1/β)·Ψ*_α(β·X·x) + ½‖x‖², Ψ*_α the conjugate of the Tsallis negentropy of order α
-        (log-sum-exp at α = 1; `nphcli.engine.energy`)."""
-        return en.energy(queries, memories, self.beta, alpha=float(self.alpha))
-
-    def candidate_rule(self, num_memories: int) -> CandidateRule:
-        """The map on the candidates' exact scores; exact when every other memory scores below
-        the threshold."""
-        return threshold_rule(
-            beta=self.beta,
-            alpha=float(self.alpha),
-            simplex_map=lambda scores: entmax(scores, self.alpha),
-            num_memories=num_memories,
-        )
-
-    def working_set(self, bank: MemoryBank) -> tuple[int, int]:
-        return candidate_working_set(bank)
-
-    # -- functional form (the layers) ---------------------------------------------------------
-    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-        """α-entmax of each row (B, H, N, M), padded keys at −∞ (weight 0)."""
-        filled = scores.masked_fill(~valid[:, None, None, :], -math.inf)  # (B, H, N, M)
-        flat = filled.reshape(-1, filled.shape[-1])  # (B·H·N, M): entmax works on rows
-        return entmax(flat, self.alpha).reshape(filled.shape)

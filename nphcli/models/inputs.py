@@ -1,8 +1,5 @@
-"""The one check of what `HopfieldModel.retrieve` is given (and so `nph.retrieve`): queries,
-memory, values and budget, converted by `nphcli.memory.given`'s rule and refused with one
-`NphError` when they cannot fit together; and the check of the result. Shapes, dtypes and
-devices cost nothing to check, so every call pays for them; the values are checked only in
-the result (`check_output`), inside the one sync it already makes.
+"""The checks of what `Retriever.retrieve` is given (one `NphError` when they cannot fit
+together) and of its result, whose values are checked inside the one sync it already makes.
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ def check_whole(value: Any, flag: str, low: int, high: int | None = None) -> Non
 
 
 def is_real(value: Any) -> bool:
-    """Whether `value` is a finite real number (a Python or numpy scalar; not a bool, string
-    or tensor)."""
+    """Whether `value` is a finite real number (not a bool, string or tensor)."""
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -61,8 +57,7 @@ def check_float(dtype: torch.dtype, label: str) -> None:
 
 
 def check_inputs(queries: Any, memory: Any, values: Any) -> tuple[Tensor, MemoryBank]:
-    """Queries (Q, d) and the memory as a bank, once they are known to fit together (see the
-    module docstring)."""
+    """Queries (Q, d) and the memory as a bank, once they are known to fit together."""
     queries = as_table(queries, "queries")
     bank = as_memory(memory, values)
     check_float(queries.dtype, "queries")
@@ -96,13 +91,8 @@ def _devices(label: str, device: torch.device, memory: torch.device) -> str:
 
 
 def check_output(patterns: Tensor, inputs=()) -> None:
-    """Finite inputs can still give scores beyond the accumulation dtype; the result is then NaN
-    or infinite, which is an error, never a result. Checked here, where every caller passes,
-    at the cost of one pass over the output. What overflowed is the dtype scores are kept in
-    (float32 for half inputs, `engine.precision`), not the output's. One sum per tensor decides
-    almost always (a NaN or ±inf anywhere makes it non-finite; 11 µs against 144 µs for the
-    elementwise test at Q = 100, d = 784); only a non-finite sum, which finite values can also
-    give by overflowing it, is looked at element by element."""
+    """Refuse a NaN or infinite result: the first non-finite input named, else an overflow of
+    the accumulation dtype. One sum decides almost always (11 µs against 144 for isfinite)."""
     quick = patterns.sum()
     for _, tensor in inputs[:1]:  # a NaN query may give a finite answer: checked as well
         quick = quick + tensor.sum()  # in the same sync

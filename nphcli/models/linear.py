@@ -2,14 +2,9 @@
 
 T(x) = Σ_μ φ(x̃)ᵀφ(k̃_μ) v_μ / Σ_μ φ(x̃)ᵀφ(k̃_μ), φ(u) = elu(u) + 1, x̃ = √β·x, k̃ = √β·k.
 
-The kernel factorises, so the memories collapse into a (d, d_v) summary Σ_μ φ(k̃_μ) v_μᵀ and a (d,)
-normaliser Σ_μ φ(k̃_μ) before any query is read (`prepare`, memory block by memory block, once
-per memory and β: `engine.summary_cache` keeps it for later calls on the same memory): cost is
-linear in Q and in M, and no (Q, M) score matrix is ever formed.
-
-How β enters: both sides are scaled by √β, so the kernel's cross term is β·xᵀk as in the softmax.
-β → 0 flattens the weights to the mean of the values, as it does for dense; large β sharpens them
-until φ is essentially relu, after which a larger β changes little (the ratio is then scale-free).
+The memories fold into a (d, d_v) summary and a (d,) normaliser once per memory and β
+(`engine.features`, `engine.summary_cache`): linear in Q and M, no (Q, M) scores. √β on both
+sides makes the cross term β·xᵀk; large β sharpens φ to relu, after which β changes little.
 """
 
 from __future__ import annotations
@@ -46,9 +41,8 @@ def log_elu_plus_one(u: Tensor) -> Tensor:
 def padded_feature_readout(
     query_logits: Tensor, key_logits: Tensor, values: Tensor, valid: Tensor
 ) -> Tensor:
-    """`feature_readout` for every set and head of a padded batch: query log-features
-    (B, H, N, F), key log-features (B, H, M, F), values (B, H, M, d_v), `valid` (B, M) ->
-    (B, H, N, d_v). Padded keys get log-feature −∞, i.e. feature 0: they add nothing."""
+    """`feature_readout` per set and head: log-features (B, H, N, F), (B, H, M, F), values
+    (B, H, M, d_v), `valid` (B, M) -> (B, H, N, d_v); padded keys get feature 0."""
     key_logits = key_logits.masked_fill(~valid[:, None, :, None], -math.inf)  # (B, H, M, F)
     lead = query_logits.shape[:2]
     out = torch.func.vmap(feature_readout)(
@@ -107,8 +101,7 @@ class Linear(HopfieldModel):
         positions: Tensor,
         dropout: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
-        """The feature readout with φ(√β ·) on both sides (B, H, N, d_v); no weights are formed,
-        so `dropout` acts on the output."""
+        """The feature readout with φ(√β ·) on both sides (B, H, N, d_v); `dropout` on it."""
         scale = beta.sqrt()
         out = padded_feature_readout(
             log_elu_plus_one(scale * q), log_elu_plus_one(scale * k), v, valid

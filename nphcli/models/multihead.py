@@ -1,30 +1,21 @@
 """Multi-head dense retrieval: H independent softmax retrievals on contiguous slices of the pattern.
 
-Keys and queries are cut into H contiguous slices of d/H dimensions, values into H slices of d_v/H;
-head h computes softmax(β X_h K_hᵀ) V_h and the heads' outputs are concatenated. Each head picks
-its own memory from its slice alone, so a query can combine parts of different memories. H = 1 is
-`dense`. β is shared and not rescaled per head: a head's scores sum over d/H coordinates only, so
-they are about H times smaller than dense's, and a larger --beta restores the same sharpness.
-
-Cost: the score products total Q·M·d multiply-adds, as in dense, and the softmax H·Q·M time. In
-RAM the fused attention kernel handles the heads as a batch without forming scores; blockwise,
-a block of B memories holds H·Q·B scores (see `attention.py`).
+Head h computes softmax(β X_h K_hᵀ) V_h on slices of d/H and d_v/H, so a query can combine parts
+of different memories; H = 1 is `dense`. β is not rescaled per head (a head's scores are about
+H times smaller than dense's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.engine.attention import attention_plan, fused_heads, softmax_attention
-from nphcli.engine.functional import masked_softmax
-from nphcli.engine.planning import Plan
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
+from nphcli.models.base import check_whole, param
+from nphcli.models.dense import SoftmaxHeads
 from nphcli.models.registry import register_model
 
 
@@ -35,7 +26,7 @@ from nphcli.models.registry import register_model
     cost="time O(Q·M·d + H·Q·M); extra memory O(Q·d_v) fused, else blocks of O(H·Q·B)",
 )
 @dataclass(kw_only=True)
-class MultiHead(HopfieldModel):
+class MultiHead(SoftmaxHeads):
     """Dense retrieval per slice of the dimensions; see the module docstring."""
 
     heads: int = param(
@@ -49,35 +40,6 @@ class MultiHead(HopfieldModel):
     def check_memory(self, memory: MemoryBank) -> None:
         check_divides(self.heads, memory.dim, memory.value_dim)
 
-    def prepare(self, bank: MemoryBank, block_rows: int) -> tuple[Tensor, Tensor] | None:
-        """The heads the fused kernel reads, made once per retrieve: on CUDA a padded copy where
-        d/H is not a multiple of 8 (`fused_heads`)."""
-        return fused_heads(bank, self.heads, block_rows)
-
-    def update(
-        self,
-        queries: Tensor,
-        bank: MemoryBank,
-        positions: Tensor,
-        prepared: Any,
-        *,
-        block_rows: int,
-    ) -> Update:
-        return Update(
-            softmax_attention(
-                queries,
-                bank,
-                beta=self.beta,
-                heads=self.heads,
-                block_rows=block_rows,
-                fused=prepared,
-            )
-        )
-
-    def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-        """Softmax over each set's valid keys (B, H, N, M): one head's weights (`associate`)."""
-        return masked_softmax(scores, valid[:, None, None, :])
-
     def associate(
         self,
         q: Tensor,
@@ -89,9 +51,8 @@ class MultiHead(HopfieldModel):
         positions: Tensor,
         dropout: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
-        """Dense retrieval on `heads` contiguous slices of each of the H' given heads' d and d_v
-        (as `update` slices d and d_v), concatenated: (B, H', N, d_v). Inside a layer with H'
-        heads this is dense retrieval with H'·heads heads of width d/heads."""
+        """Dense retrieval on `heads` slices of each of the H' given heads, concatenated:
+        (B, H', N, d_v)."""
         check_divides(self.heads, q.shape[-1], v.shape[-1])
         slices = self.heads
 
@@ -110,10 +71,6 @@ class MultiHead(HopfieldModel):
             dropout=dropout,
         )  # (B, H'·slices, N, d_v / slices)
         return out.unflatten(1, (-1, slices)).transpose(-3, -2).flatten(-2)  # (B, H', N, d_v)
-
-    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        row_bytes, _ = self.working_set(bank)
-        return attention_plan(num_queries, bank, budget, heads=self.heads, row_bytes=row_bytes)
 
 
 def check_divides(heads: int, dim: int, value_dim: int) -> None:

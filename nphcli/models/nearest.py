@@ -1,13 +1,7 @@
 """Nearest-neighbour retrieval: the stored pattern closest to the query, the honest baseline.
 
-T(x) = v_μ* with μ* = argmin_μ ‖x − ξ_μ‖₂ (`--metric euclidean`) or argmax_μ cos(x, ξ_μ)
-(`--metric cosine`); ties go to the lower memory index. It is the β → ∞ limit of top-k with
-k = 1 under the Euclidean score ⟨x, ξ⟩ − ½‖ξ‖², and what a Hopfield model has to beat.
-
-The search is exact and blockwise (`engine.baselines.nearest_index`, the running top-k with
-k = 1), so it runs on every device, on streamed and sharded memories and over ranks. It takes
-no β, steps or tol (one application, no scores scaled). It has no layer form (a hard argmax
-carries no gradient to queries or keys).
+T(x) = v_μ*, μ* = argmin_μ ‖x − ξ_μ‖₂ or argmax_μ cos(x, ξ_μ), ties to the lower index: the β → ∞
+limit of top-1, exact and blockwise (`engine.baselines.nearest_index`). No β, steps, tol or layer.
 """
 
 from __future__ import annotations

@@ -5,21 +5,11 @@ N(0, I), E[φ(u)ᵀφ(v)] = exp(uᵀv) = exp(β xᵀk), so
 
     T(x) = Σ_μ φ(√β x)ᵀφ(√β k_μ) v_μ / Σ_μ φ(√β x)ᵀφ(√β k_μ)
 
-estimates dense retrieval and approaches it as m = --features grows. Each feature's relative
-variance is exp(β‖x + k‖²) − 1, so the error shrinks roughly like 1/√m while β‖x‖‖k‖ is moderate
-(about 1), and a large β needs far more features. Like `linear`, it reads the memories into an
-(m, d_v) summary and an (m,) normaliser, so it is linear in Q and M and never forms a (Q, M) score
-matrix.
-
-W is block-orthogonal: each block of d rows is the orthogonal factor of a d×d Gaussian matrix, and
-each row is rescaled to the norm of an independent d-dimensional Gaussian vector (chi-distributed),
-which keeps rows marginally Gaussian while lowering the estimator's variance. W is drawn on the CPU
-from --seed alone, once per (seed, m, d), and never redrawn: retrieval is deterministic, the same
-on CPU and CUDA, and independent of how queries are batched.
-
-Stability: the 1/√m factor, and on the query side the −‖u‖²/2 term, are positive per-query or
-global factors that cancel in the ratio, so they are left out; `feature_readout` subtracts maxima
-in the exponents in a way that is exact after normalisation, so the result is finite at any β.
+estimates dense retrieval, the error shrinking like 1/√m while β‖x‖‖k‖ is about 1 (a feature's
+relative variance is exp(β‖x + k‖²) − 1). Linear in Q and M, like `linear`. W is block-orthogonal
+(QR of Gaussian blocks, rows rescaled to chi-distributed norms: lower variance), drawn on the CPU
+from --seed alone, so retrieval is deterministic on every device. The 1/√m factor and the
+query's −‖u‖²/2 cancel in the ratio and are left out.
 """
 
 from __future__ import annotations
@@ -168,8 +158,7 @@ class RandomFeature(HopfieldModel):
         positions: Tensor,
         dropout: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
-        """The feature readout with the key log-features of `prepare` and the query's of
-        `update` (B, H, N, d_v); no weights are formed, so `dropout` acts on the output."""
+        """The feature readout as in `prepare` and `update` (B, H, N, d_v); `dropout` on it."""
         weights = self.projection(q.shape[-1], q.device, q.dtype)  # (m, d)
         scale = beta.sqrt()
         scaled_k = scale * k  # (B, H, M, d)

@@ -1,23 +1,9 @@
 """Random-masked Hopfield retrieval (BigBird-like): softmax over k memories drawn per query.
 
-Each query keeps a uniformly random k-subset of the memories (`masks.random_choice`); all others
-get weight exactly 0. The subset is a pure function of (seed, query position, M, k):
-- k ≤ 256 and 64·k ≤ M (`masks.uses_floyd`): Floyd's sampling algorithm, its k uniform draws
-  taken from a hash of (seed, position, step), O(k²) work per query and no other memory index
-  touched, so selection costs O(Q·k²) whatever M is;
-- otherwise: the k memories with the smallest hash h(seed, position, index), O(M) per query.
-So it does not depend on how queries are batched or memories blocked, and it does not change
-between iteration steps: T is one fixed map, so its fixed points are well defined. A different
-`--seed` draws different subsets. The reported support is k (the kept memories, even where a
-weight underflows to 0).
-
-Reading: for k ≤ M/8 only the k chosen memories are gathered and scored, O(Q·k·d). For larger k
-every memory is scored and masked: a matrix product reads memory far faster than per-query
-gathers. The mask is each query's hashes (`engine.hashing`) up to its k-th smallest: with the
-memories in RAM on the CPU as an additive float mask (`masks.random_bias`) in torch's fused
-attention kernel (the dense model's), else as a bool mask (`masks.random_keep`) in a blockwise
-online softmax. On the CPU the keys are hashed a few queries at a time; elsewhere the whole
-batch's at once, which the working set counts (`masks.mask_key_bytes`).
+Each query keeps a uniformly random k-subset (`masks.random_choice`: Floyd's draws for small k,
+else the k smallest hashes), a pure function of (seed, position, M, k): independent of batching
+and fixed across steps. The support is k. For k ≤ M/8 only the chosen memories are gathered;
+above, every memory is scored and masked (fused attention with an additive mask, or blockwise).
 """
 
 from __future__ import annotations
@@ -118,19 +104,14 @@ class RandomMask(HopfieldModel):
         size, k = itemsize(bank.dtype), resolve_k(self.k, bank.num_memories)
         row_bytes = (bank.dim + 2 * bank.value_dim) * size
         if _gathers(k, bank.num_memories):
-            # The running k smallest hashes with indices and the k gathered rows; per pair of a
-            # block, a hash and (at most) its three scratch buffers.
+            # The running k smallest hashes, indices and gathered rows; per pair, hash scratch.
             return row_bytes + 4 * k * 8 + k * (bank.dim + bank.value_dim + 2) * size, 4 * 8
-        # A row of the (Q, M) mask (the fused kernel's additive one, `size` bytes an entry; the
-        # blockwise bool one takes less) and of the keys it is formed from (on the CPU a few
-        # queries at a time, elsewhere the whole batch: `mask_key_bytes`); per pair of a block,
-        # a score with its softmax temporaries and a mask entry.
+        # A row of the (Q, M) mask and of its keys; per pair, a score's temporaries and a mask.
         mask_bytes = bank.num_memories * size + mask_key_bytes(bank.device, bank.num_memories)
         return row_bytes + mask_bytes, 4 * size + 1
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        """With every memory scored and the fused kernel available, all memories at once: the
-        kernel's working memory does not grow with M, the additive mask does (an entry per pair)."""
+        """All memories at once where the fused kernel scores them (only the mask grows with M)."""
         k = resolve_k(self.k, bank.num_memories)
         if not _gathers(k, bank.num_memories) and fused_attention_chosen(bank, 1):
             row_bytes, _ = self.working_set(bank)
@@ -140,9 +121,8 @@ class RandomMask(HopfieldModel):
 
     # -- functional form (the layers) ---------------------------------------------------------
     def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-        """Softmax over each query's random k-subset (B, H, N, M). Without padding the mask is a
-        function of positions alone, drawn once for all sets and heads; padded sets ask for
-        their own (the default, which draws on each set's valid keys as `update` would)."""
+        """Softmax over each query's random k-subset (B, H, N, M), drawn once for all sets when
+        none is padded (else per set, by the default)."""
         if not bool(valid.all()):
             return super().weights(scores, valid, positions)
         num_keys = scores.shape[-1]
@@ -151,21 +131,17 @@ class RandomMask(HopfieldModel):
 
 
 def _gathers(k: int, num_memories: int) -> bool:
-    """Read each query's k memories by index when they are few; else score every block (a
-    matrix product reads memory far faster than per-query gathers)."""
+    """Read each query's k memories by index when they are few; else score every block."""
     return k * GATHER_LIMIT <= num_memories
 
 
-# Up to this many draws (Q·k) in all, Floyd's steps run on the host in Python integers
-# (`floyd_host`): a few microseconds a draw, where the tensor form queues about 25 small ops
-# for the hashes and 5 per step whatever Q is (about 250 at k = 10), each a kernel launch on
-# a GPU, which made one query with k = 10 cost more than scoring 10⁶ memories.
+# Up to this many draws (Q·k), Floyd's steps run in Python integers: the tensor form's ~250 small
+# launches at k = 10 made one query on a GPU cost more than scoring 10⁶ memories.
 HOST_FLOYD_MAX_DRAWS = 256
 
 
 def floyd_host(seed: int, positions: Tensor, num_memories: int, k: int) -> Tensor:
-    """`masks.floyd_subset` step by step in Python integers, the same arithmetic on the same words
-    (the positions are read once from the device)."""
+    """`masks.floyd_subset` in Python integers, the same arithmetic on the same words."""
     rows = []
     for position in positions.tolist():
         state = query_state(seed, position)

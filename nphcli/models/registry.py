@@ -1,7 +1,5 @@
-"""The model registry: each model registers itself by name; everything else looks it up here.
-
-`nph models`, the README table, the CLI's `--model` choices and the parametrized tests all read
-this registry, so a new model is one new module plus one import line in `models/__init__.py`.
+"""The model registry: each model registers itself by name; everything else looks it up here, so a
+new model is one new module plus one import line in `models/__init__.py`.
 """
 
 from __future__ import annotations
@@ -76,8 +74,7 @@ SHARED_WITH_RUN = ("seed",)
 
 
 def _refuse_field_names(info: ModelInfo) -> None:
-    """A parameter named like a field of the run (`--noise`, `--queries`, `--json`, ...) would
-    be one flag with two meanings: refuse it when the model registers."""
+    """Refuse a parameter named like a run option (one flag, two meanings)."""
     taken = {f.name for f in FIELDS} - set(SHARED_WITH_RUN)
     clash = [p.name for p in info.params if p.name in taken]
     if clash:

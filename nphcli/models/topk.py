@@ -1,14 +1,8 @@
 """Top-k modern Hopfield retrieval: softmax over each query's k highest-scoring memories.
 
-All other memories get weight exactly 0. (The paper's released code sets their logits to 0
-instead, which still gives them weight exp(0) / Z; this is the model as the paper defines it.)
-`--k` is a count or a fraction of M (`masks.resolve_k`); ties at the k-th score go to the
-lower memory index. The support is always k.
-
-Blockwise: a running top-k (`TopKAccumulator`) over memory blocks keeps each query's k best
-scores and their indices, then the softmax runs over those k and the k value rows are summed.
-No (Q, M) matrix is formed beyond one block of scores. On CPUs with the `ann` extra, FAISS's
-flat search finds the same k (`engine/exact_search.py`).
+All other memories get weight exactly 0 (the paper's released code sets their logits to 0,
+which still weighs them). Ties at the k-th score go to the lower index. The k best come from a
+running top-k over memory blocks, or FAISS's flat search (`engine/exact_search.py`).
 """
 
 from __future__ import annotations
@@ -68,8 +62,7 @@ class TopK(HopfieldModel):
         return Update(patterns, support=support)
 
     def candidate_rule(self, num_memories: int) -> CandidateRule:
-        """Softmax over the k best candidates (ties: lower index, as candidates arrive in index
-        order); exact when every other memory scores below the k-th."""
+        """Softmax over the k best candidates; exact when all others score below the k-th."""
         k = resolve_k(self.k, num_memories)
 
         def apply(scores: Tensor) -> tuple[Tensor, Tensor]:

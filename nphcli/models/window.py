@@ -1,16 +1,8 @@
 """Sliding-window Hopfield retrieval (Longformer-like): softmax over memories near the query.
 
-The query at position p (its row in the query set, or the `positions` given to `retrieve`)
-attends only to memories with index μ in [p − w, p + w]; all others get weight exactly 0.
-This is only meaningful when query p is a corrupted copy of stored pattern p: then the window
-contains the target by construction and the model chooses among it and its 2w index
-neighbours. For queries unrelated to the memory order the window is an arbitrary subset.
-A query whose window holds no memory (p − w > M − 1 or p + w < 0) is an error. The reported
-support is the number of memories inside the window.
-
-Only the band of memories around each query is needed, so it is gathered and scored, with no
-work over the other memories; a band covering much of the memory (w ≥ M/16) is cheaper as masked
-blocks of scores instead.
+The query at position p attends only to memories μ in [p − w, p + w]: meaningful when query p
+is a corrupted copy of stored pattern p. An empty window is an error. The band is gathered, or
+for wide windows scored as masked blocks.
 """
 
 from __future__ import annotations
@@ -86,8 +78,7 @@ class Window(HopfieldModel):
         return Update(patterns, support=support)
 
     def weights(self, scores: Tensor, valid: Tensor, positions: Tensor) -> Tensor:
-        """Softmax over the keys μ with |μ − p| ≤ w that are not padding, (B, H, N, M); key
-        indices are those of the padded set, as in `update`."""
+        """Softmax over the unpadded keys μ with |μ − p| ≤ w (B, H, N, M)."""
         keep = window_mask(positions, scores.shape[-1], self.window)[None, None]  # (1, 1, N, M)
         keep = keep & valid[:, None, None, :]  # (B, 1, N, M)
         if not bool(keep.any(dim=-1).all()):
@@ -107,5 +98,5 @@ class Window(HopfieldModel):
 
 
 def _gathers(window: int, num_memories: int) -> bool:
-    """Read each query's band of 2w + 1 memories by index unless it covers much of the memory."""
+    """Gather each query's band of 2w + 1 memories unless it covers much of the memory."""
     return (2 * window + 1) * GATHER_LIMIT <= num_memories
