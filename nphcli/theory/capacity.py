@@ -28,10 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from nphcli.core.defaults import (
     CAPACITY_BETA,
@@ -45,6 +42,11 @@ from nphcli.core.defaults import (
     CAPACITY_TRIALS,
 )
 from nphcli.core.errors import NphError
+from nphcli.schema.option import setting
+
+if TYPE_CHECKING:  # torch is imported where it computes: the CLI reads the options torch-free
+    import torch
+    from torch import Tensor
 
 
 def lambert_w0(z: float) -> float:
@@ -94,6 +96,8 @@ def capacity_bound(d: int, radius: float, beta: float, p: float) -> dict[str, An
 
 def sphere_patterns(M: int, d: int, radius: float, generator: torch.Generator) -> Tensor:
     """M patterns (M, d) uniform on the sphere of `radius` (normalised Gaussians, float64)."""
+    import torch
+
     X = torch.randn(M, d, generator=generator, dtype=torch.float64)
     return X * (radius / torch.linalg.vector_norm(X, dim=1, keepdim=True))
 
@@ -101,6 +105,8 @@ def sphere_patterns(M: int, d: int, radius: float, generator: torch.Generator) -
 def separation_premise(X: Tensor, beta: float) -> Tensor:
     """(M,) bool: Lemma A5's well-separation Δ_μ ≥ 2/(βM) + (1/β)·ln(2(M − 1)Mβm²), the premise
     under which Ramsauer et al. prove S_μ is mapped into itself (m = max ‖ξ_μ‖)."""
+    import torch
+
     M = X.shape[0]
     if M < 2:
         return torch.ones(M, dtype=torch.bool)
@@ -119,6 +125,8 @@ def stored_and_retrieved(
     """Per pattern (M,) bools of the module docstring's test for `model` (any nph model whose
     values are its keys) on patterns X (M, d): `stored` (both runs at one fixed point in S_μ)
     and `at_target` (the end point from the boundary is nearer ξ_μ than any other pattern)."""
+    import torch
+
     M, d = X.shape
     m = float(torch.linalg.vector_norm(X, dim=1).max())
     radius = 1 / (model.beta * M * m)  # S_μ of Ramsauer et al., Definition 3
@@ -141,18 +149,40 @@ def stored_and_retrieved(
     }
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CapacityRequest:
-    """The experiment's settings; the fields mirror `nph analyze --capacity`'s options."""
+    """The experiment's settings; those declared with `setting` are `nph analyze --capacity`'s
+    options (their help states the default, so the options themselves default to unset)."""
 
-    dim: int = CAPACITY_DIM
-    radius: float | None = None  # None: K·√(d − 1) with K = CAPACITY_K_RADIUS
+    dim: int = setting(
+        CAPACITY_DIM, f"With --capacity: pattern dimension d [default: {CAPACITY_DIM}]."
+    )
+    radius: float | None = setting(  # None: K·√(d − 1) with K = CAPACITY_K_RADIUS
+        None,
+        "With --capacity: norm m of every pattern [default: "
+        f"{CAPACITY_K_RADIUS:g}·√(d − 1), i.e. Ramsauer et al.'s K = {CAPACITY_K_RADIUS:g}].",
+    )
+    sizes: tuple[int, ...] = setting(  # the option is the comma list as written
+        CAPACITY_SIZES,
+        "With --capacity: comma list of pattern counts M "
+        f"[default: {','.join(map(str, CAPACITY_SIZES))}].",
+        kind="str",
+    )
+    trials: int = setting(
+        CAPACITY_TRIALS, f"With --capacity: random pattern sets per M [default: {CAPACITY_TRIALS}]."
+    )
+    p: float = setting(
+        CAPACITY_P,
+        f"With --capacity: the failure probability p of the bound [default: {CAPACITY_P:g}].",
+        name="failure_p",
+    )
+    epsilon: float = setting(
+        CAPACITY_EPSILON,
+        "With --capacity: ε of 'retrieved': fixed-point residual "
+        f"and agreement tolerance [default: {CAPACITY_EPSILON:g}].".replace("e-0", "e-"),
+    )
     beta: float = CAPACITY_BETA
-    p: float = CAPACITY_P
-    sizes: tuple[int, ...] = CAPACITY_SIZES
-    trials: int = CAPACITY_TRIALS
     steps: int = CAPACITY_STEPS
-    epsilon: float = CAPACITY_EPSILON
     seed: int = 0
     models: tuple[str, ...] = CAPACITY_MODELS
     params: dict[str, Any] = field(default_factory=dict)  # e.g. {"k": 0.2} for topk
@@ -235,6 +265,8 @@ def _rows_for_size(request, models, M: int, radius: float, bound) -> list[dict[s
     """One row per model at size M: over `trials` pattern sets (the same sets for every model,
     drawn from seed (seed, M, trial)), the fraction of sets where every pattern is stored and
     retrieved, the mean fraction of patterns, and the same two numbers for the premise."""
+    import torch
+
     counts = {name: {"all": 0, "stored": 0.0, "at_target": 0.0} for name in models}
     premise_all, premise_mean = 0, 0.0
     for trial in range(request.trials):
