@@ -20,6 +20,7 @@ from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.schema.fields import fields, get_field
 from nphcli.schema.option import Field, output_field
 from nphcli.sweeps.config import list_presets, own_field
+from nphcli.sweeps.grid import KEYED
 from nphcli.sweeps.session import DEFAULT_OUT
 
 # The retrieval fields a sweep takes: every one that no reason in `Field.refused` rules out.
@@ -142,23 +143,23 @@ def sweep_command(
 
 def _print_summary(summary, *, theory: bool, title: str) -> None:
     """One row per setting. Grid axes with a single value go into the title, not a column."""
-    axes = [("M", "size"), ("mask", "mask"), ("noise σ", "noise"), ("β", "beta")]
+    titles = {"M": "M", **KEYED}  # the grid's axes, each a column where it varies
     # A model without the axis (β of a baseline) has None there: it varies nothing.
-    seen = {attr: {getattr(i.setting, attr) for i in summary} - {None} for _, attr in axes}
-    varying = [(name, attr) for name, attr in axes if len(seen[attr]) > 1]
+    seen = {name: {i.setting.axes[name] for i in summary} - {None} for name in titles}
+    varying = [name for name in titles if len(seen[name]) > 1]
     fixed = [
-        f"{name} {format_value(next(iter(seen[attr])))}"
-        for name, attr in axes
-        if (name, attr) not in varying and seen[attr]
+        f"{titles[name]} {format_value(next(iter(seen[name])))}"
+        for name in titles
+        if name not in varying and seen[name]
     ]
-    columns = ["model setting", *(name for name, _ in varying), "trials", "SSE", "success"]
+    columns = ["model setting", *(titles[name] for name in varying), "trials", "SSE", "success"]
     columns.append("µs/query")
     if theory:
         columns += ["Thm 4.1 premises", "Thm 4.1 support", "Cor 4.1"]
     rows = []
     for item in summary:
-        s = item.setting
-        row = [_shown_label(s), *(getattr(s, attr) for _, attr in varying), item.trials]
+        axes = item.setting.axes
+        row = [_shown_label(item.setting), *(axes[name] for name in varying), item.trials]
         row += [_pm(item.metrics.get("sse")), _pm(item.metrics.get("success")), item.us_per_query]
         if theory:
             t = item.theory

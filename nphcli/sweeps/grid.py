@@ -30,8 +30,9 @@ from nphcli.core.errors import NphError
 if TYPE_CHECKING:  # the grid reads a config; the config checks its models through the grid
     from nphcli.sweeps.config import SweepConfig
 
-# Fields with their own place in a setting's key (so never in its label).
-KEYED = ("mask", "noise", "beta")
+# The settings with their own place in a setting's key (so never in its label), by option name,
+# each with the title of its column in the sweep's summary (after M).
+KEYED = {"mask": "mask", "noise": "noise σ", "beta": "β"}
 
 
 @dataclass(frozen=True)
@@ -52,20 +53,12 @@ class Setting:
         return tuple((k, v) for k, v in self.shown if k in self.settings.params)
 
     @property
-    def mask(self) -> float:
-        return self.settings.corruption.mask
+    def axes(self) -> dict[str, Any]:
+        """M and the KEYED settings' values, by name (β None: the model takes none)."""
+        from nphcli.evaluation.settings import setting_values
 
-    @property
-    def mask_mode(self) -> str | None:
-        return self.settings.corruption.mask_mode
-
-    @property
-    def noise(self) -> float:
-        return self.settings.corruption.noise
-
-    @property
-    def beta(self) -> float | None:
-        return self.settings.params.get("beta")
+        values = {**setting_values(self.settings), **self.settings.params}
+        return {"M": self.size, **{name: values.get(name) for name in KEYED}}
 
     @property
     def label(self) -> str:
@@ -75,11 +68,11 @@ class Setting:
     @property
     def key(self) -> str:
         """The setting's identity in a results file (with the trial, a row's key)."""
-        mode = self.mask_mode or "default"
-        beta = "" if self.beta is None else f" | beta={_text(self.beta)}"  # None: takes no β
+        a, mode = self.axes, self.settings.corruption.mask_mode or "default"
+        beta = "" if a["beta"] is None else f" | beta={_text(a['beta'])}"
         return (
-            f"{self.label} | M={self.size} | mask={_text(self.mask)} {mode} | "
-            f"noise={_text(self.noise)}{beta}"
+            f"{self.label} | M={self.size} | mask={_text(a['mask'])} {mode} | "
+            f"noise={_text(a['noise'])}{beta}"
         )
 
 

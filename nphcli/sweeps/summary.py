@@ -29,17 +29,17 @@ class SummaryRow:
 
     def to_json(self) -> dict[str, Any]:
         """The row for `nph sweep --json`."""
-        s = self.setting
+        s, axes = self.setting, self.setting.axes
         out = {
             "setting": s.key,
             "label": s.label,
             "model": s.model,
             "params": dict(s.params),
             "M": s.size,
-            "mask": s.mask,
-            "mask_mode": s.mask_mode,
-            "noise": s.noise,
-            "beta": s.beta,
+            "mask": axes["mask"],
+            "mask_mode": s.settings.corruption.mask_mode,
+            "noise": axes["noise"],
+            "beta": axes["beta"],
             "trials": self.trials,
             "metrics": self.metrics,
             "us_per_query": self.us_per_query,
