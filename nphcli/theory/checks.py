@@ -30,7 +30,7 @@ The two bounds agree at x = ξ_μ. Elsewhere the stated one uses ⟨ξ_μ, ξ_ν
 has ⟨ξ_μ, x⟩ − Max_{ν≠μ}⟨ξ_μ, ξ_ν⟩); they differ by ⟨x − ξ_μ, ξ_ν⟩, up to m‖x − ξ_μ‖, which inside
 S_μ can outweigh the constant's slack: `stated_bound_counterexample` is a well-separated,
 in-sphere, in-support query on which the stated bound fails while the query-gap bound holds;
-`theory.counterexamples` has a sparse (top-3) one that fails 136-fold, one for the reading whose
+`tests/counterexamples.py` has a sparse (top-3) one that fails 136-fold, one for the reading whose
 max includes ν = μ, and the bounds that do hold are in `nphcli.theory.bounds`.
 
 - Corollary 4.1, read per query: when μ ∈ S(x), the sparse-structured error is at most the dense
