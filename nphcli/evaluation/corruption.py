@@ -78,10 +78,6 @@ def image_shape(item_shape: tuple[int, ...] | None, dim: int) -> tuple[int, int,
     return shape  # type: ignore[return-value]
 
 
-def default_mask_mode(item_shape: tuple[int, ...] | None) -> str:
-    return "bottom" if item_shape else "random"
-
-
 def corrupt(
     patterns: Tensor,
     corruption: Corruption,
@@ -98,7 +94,7 @@ def corrupt(
         raise NphError(f"queries must be a 2-D (Q, d) tensor, got shape {tuple(patterns.shape)}")
     num_queries, dim = patterns.shape
     shape = image_shape(item_shape, dim)
-    mode = corruption.mask_mode or default_mask_mode(shape)
+    mode = corruption.mask_mode or ("bottom" if shape else "random")
     if mode in IMAGE_MODES and shape is None:
         raise NphError(
             f"--mask-mode {mode} needs image memories (an item_shape in the memory file); "

@@ -78,12 +78,6 @@ def id_columns(
     }
 
 
-def pool_provenance(pool: Any, drawn: str) -> dict[str, Any]:
-    """The memory columns of a sweep row: the pool's content hash as `memory_sha256`, the drawn
-    memory's (`drawn`) as `drawn_sha256` (see the module docstring)."""
-    return {"memory_sha256": pool.content_sha256(), "drawn_sha256": drawn}
-
-
 def theory_columns(memory: Any, report: Any) -> dict[str, Any]:
     """The THEORY_FIELDS of one run: separation of its memory always, the per-query checks when
     Theorem 4.1 covers the model (else empty)."""
@@ -118,11 +112,6 @@ def run_settings(setting: Setting) -> dict[str, Any]:
     out.update(raw)
     out["tf32"] = out.pop("tf32")  # last: the cell reads as in files written before
     return json.loads(json.dumps(out, default=str))  # as a row read back holds it
-
-
-def run_settings_text(setting: Setting) -> str:
-    """`run_settings` as the text of the row's `run_settings` column."""
-    return json.dumps(run_settings(setting), separators=(",", ":"))
 
 
 def check_settings(rows: list[dict[str, Any]], tasks: list[Any], path: Any) -> None:

@@ -149,35 +149,34 @@ def list_presets() -> list[str]:
     return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
-def preset_text(name: str) -> str:
-    """The TOML text of preset `name`; NphError naming the presets when there is none."""
-    if name not in list_presets():
-        raise NphError(
-            f"unknown preset {name!r}; choose one of: {', '.join(list_presets())} "
-            "(or give your own file with --config)"
-        )
-    return (_preset_folder() / f"{name}.toml").read_text(encoding="utf-8")
-
-
-def config_text(path: str | Path) -> str:
-    """The text of a user's sweep file; NphError when it is missing or unreadable."""
-    path = Path(path)
+def _source(preset: str | None, config: str | Path | None) -> tuple[str, str] | None:
+    """(text, origin) of the --preset or --config file (not both); None when neither is given."""
+    if preset is not None and config is not None:
+        raise NphError("choose one of --preset and --config")
+    if preset is not None:
+        if preset not in list_presets():
+            raise NphError(
+                f"unknown preset {preset!r}; choose one of: {', '.join(list_presets())} "
+                "(or give your own file with --config)"
+            )
+        return (_preset_folder() / f"{preset}.toml").read_text(encoding="utf-8"), f"preset {preset}"
+    if config is None:
+        return None
+    path = Path(config)
     if not path.is_file():
         raise NphError(f"config file {path} not found")
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8"), str(config)
     except (OSError, UnicodeDecodeError) as error:
         raise NphError(f"cannot read config file {path}: {error}") from None
 
 
 def source_text(preset: str | None, config: str | Path | None) -> str:
     """The text of the --preset or --config file (`--print-config`), ending in a newline."""
-    if preset is None and config is None:
+    source = _source(preset, config)
+    if source is None:
         raise NphError("--print-config shows a --preset or --config file; name one")
-    if preset is not None and config is not None:
-        raise NphError("choose one of --preset and --config")
-    text = preset_text(preset) if preset is not None else config_text(config)
-    return text if text.endswith("\n") else text + "\n"
+    return source[0] if source[0].endswith("\n") else source[0] + "\n"
 
 
 def parse(text: str, origin: str) -> dict[str, Any]:
@@ -217,14 +216,8 @@ def _check_table_keys(table: dict, where: str, *, own, model: bool = True) -> No
 def load(preset: str | None = None, config: str | Path | None = None) -> tuple[dict, str]:
     """The parsed file of `preset` or `config` (not both), and its origin; ({}, "options")
     when neither is given."""
-    if preset is not None and config is not None:
-        raise NphError("choose one of --preset and --config")
-    if preset is not None:
-        origin = f"preset {preset}"
-        return parse(preset_text(preset), origin), origin
-    if config is not None:
-        return parse(config_text(config), str(config)), str(config)
-    return {}, "options"
+    source = _source(preset, config)
+    return ({}, "options") if source is None else (parse(*source), source[1])
 
 
 def resolve(

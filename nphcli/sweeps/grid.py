@@ -128,15 +128,6 @@ def distinct_models(config: SweepConfig) -> list[Any]:
     return list(found.values())
 
 
-def check_models(config: SweepConfig) -> None:
-    """Build each distinct model of the grid once: its own checks (e.g. k > 0), before any
-    data is read."""
-    from nphcli.evaluation.settings import build_model
-
-    for settings in distinct_models(config):
-        build_model(settings)
-
-
 @dataclass(frozen=True)
 class Task:
     """One run: a setting in one trial."""

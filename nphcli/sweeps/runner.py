@@ -9,6 +9,7 @@ row's columns in `nphcli.sweeps.columns`, the results file in `nphcli.sweeps.res
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -19,8 +20,7 @@ from nphcli.core.notices import notice
 from nphcli.sweeps.columns import (
     check_settings,
     id_columns,
-    pool_provenance,
-    run_settings_text,
+    run_settings,
     theory_columns,
 )
 from nphcli.sweeps.config import SweepConfig
@@ -46,8 +46,9 @@ def run(
         settings = replace(setting.settings, seed=run_seed(config.seed, trial))
         report = evaluate(memory, settings, sources={"memory": config.dataset})
         row = {**id_columns(config, setting, trial, pool.normalize, m_seed), **report.to_row()}
-        row.update(pool_provenance(pool, row["memory_sha256"]))
-        row["run_settings"] = run_settings_text(setting)
+        # memory_sha256 names the pool, drawn_sha256 this trial's draw (`nphcli.sweeps.columns`)
+        row.update(memory_sha256=pool.content_sha256(), drawn_sha256=row["memory_sha256"])
+        row["run_settings"] = json.dumps(run_settings(setting), separators=(",", ":"))
         if theory:
             row.update(theory_columns(memory, report))
         yield row

@@ -65,12 +65,14 @@ def run_sweep(
 ) -> SweepReport:
     """Resolve the grid, check the outputs, run, summarise and plot (`progress` as in
     `nphcli.sweeps.runner.execute`)."""
+    from nphcli.evaluation.settings import build_model
     from nphcli.sweeps.config import load, resolve
-    from nphcli.sweeps.grid import check_models
+    from nphcli.sweeps.grid import distinct_models
 
     data, origin = load(request.preset, request.config)
     grid = resolve(data, origin, request.given, root=request.root)
-    check_models(grid)
+    for settings in distinct_models(grid):  # each model's own checks, before data is read
+        build_model(settings)
     _check_outputs(request, grid.dataset)
     from nphcli.app.threads import use_threads
 

@@ -49,6 +49,7 @@ the sparse-structured models define), so nothing here knows a model by its name.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -158,25 +159,9 @@ class QueryCheck:
         }
 
     def per_query(self) -> dict[str, list]:
-        names = (
-            "target",
-            "k",
-            "in_support",
-            "distance",
-            "in_sphere",
-            "well_separated",
-            "error",
-            "model_error",
-            "impl_gap",
-            "stated_bound",
-            "query_bound",
-            "dense_error",
-            "stated_self_bound",
-            "lemma_bound",
-            "tight_bound",
-            "weight_bound",
-        )
-        out = {name: getattr(self, name).tolist() for name in names}
+        """Every per-query field (the tensors, in declaration order) and the three verdicts."""
+        tensors = [f.name for f in dataclasses.fields(self) if f.type == "Tensor"]
+        out = {name: getattr(self, name).tolist() for name in tensors}
         out["stated_holds"] = self.stated_holds.tolist()
         out["query_holds"] = self.query_holds.tolist()
         out["corollary_holds"] = self.corollary_holds.tolist()
