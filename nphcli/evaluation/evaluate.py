@@ -1,16 +1,9 @@
 """Evaluate retrieval: choose and corrupt queries, retrieve them with a model, measure, time.
 
-This is the library behind `nph retrieve` (and `nph sweep`, which calls `evaluate` on memory
-subsets it draws itself). Which queries and targets a run uses: `nphcli.evaluation.queries`.
-The memory is any `MemoryBank` (in RAM, or streamed from its file): the same steps run on both.
-
-Timing (seconds, `time.perf_counter`): `load` reads the files; `corrupt` builds the queries;
-`transfer` copies memories and queries to the device (with the dtype cast) and the results back;
-`warmup` is one retrieval of the first batch (at most WARMUP_QUERIES queries), run before timing
-so that one-off costs (lazy initialisation, kernel loading, allocation) stay out of `retrieve`;
-`retrieve` is the model alone over all batches, with the device synchronised before and after,
-measured `repeat` times (min and median reported; throughput uses the median); `metrics`
-computes the metrics; `total` is the wall time of everything, repeats included.
+The library behind `nph retrieve` (and `nph sweep`, which calls `evaluate` on memories it draws
+itself); the memory is any `MemoryBank`, in RAM or streamed. The timings (seconds,
+`time.perf_counter`, the device synchronised around each) are described in docs/retrieving.md;
+an untimed warm-up retrieval keeps one-off costs out of `retrieve`.
 """
 
 from __future__ import annotations

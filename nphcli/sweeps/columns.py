@@ -1,19 +1,10 @@
-"""The columns of a sweep's results rows.
-
-One row per (setting, trial): `ID_FIELDS`, then the fields of `RetrievalReport.to_row()` (the
-flat row of `nph retrieve --csv`), then with `--theory` the `THEORY_FIELDS`. The theory fields
-are the sweep's reading of `theory.checks`: the separation of the run's memory, and the counts of
-the `QueryCheck` that `theory.check_report` returns, counted over the run's queries so that
-trials add up. Fields that do not apply (a model Theorem 4.1 does not cover) are empty.
-
-A sweep's memories are drawn from its pool (a new draw per trial, by design), so in its rows
-`memory_sha256` is the pool's content hash (`nphcli.memory.provenance`; the same for every row
-of one sweep) and `drawn_sha256`, a trial column like `memory_seed`, the drawn memory's.
-
-`run_settings` records, in every row, what decided the run besides its memory and seeds: the
-setting's whole `RetrieveSettings` (model and parameters, corruption, queries, dtype, batch
-size, ...) as one compact JSON object. A resumed file is checked against it (`check_settings`),
-so a row made with other settings is never reported as this sweep's.
+"""The columns of a sweep's results rows: `ID_FIELDS`, then those of `RetrievalReport.to_row()`
+(`nph retrieve --csv`'s), `drawn_sha256` and `run_settings` (docs/sweeps.md, "Results"), then
+with `--theory` the `THEORY_FIELDS`: the separation of the run's memory and the counts of the
+`QueryCheck` that `theory.check_report` returns, counted over the run's queries so that trials
+add up (empty where Theorem 4.1 does not cover the model). A sweep draws its memories from a
+pool, so its `memory_sha256` is the pool's content hash, `drawn_sha256` the drawn memory's;
+`run_settings` is the setting's whole `RetrieveSettings`, which `--resume` checks.
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """What a sweep runs: a grid read from a preset, a TOML file or command-line options.
 
-A sweep evaluates its models (each with its own parameter values) at every memory size and
-every combination of the retrieval values it is given, for a number of trials. Its setting keys
-are the retrieval fields (`nphcli.schema.fields`: mask, noise, fill, dtype, ... and model
-parameters such as beta or k), read and checked exactly as `nph retrieve` and `nph batch` read
-them: one value, or a list for several. The same TOML format serves the shipped presets
-(`nphcli/presets/*.toml`, listed by `list_presets`) and the user's own `--config FILE`;
-`nph sweep --preset NAME --print-config` prints a preset to copy and edit. Every key is optional:
-
-    description = "text"                # shown nowhere but the file; for people
-    dataset     = "mnist"               # a source name (mnist, fashion-mnist, cifar10, random)
-                                        # or a file nph store reads
-    normalize   = "minmax"              # as `nph store --normalize` (default: the source's own)
-    sizes       = [10, 50, 100]         # memory sizes M
-    trials      = 50                    # memories drawn per size
-    seed        = 0                     # the sweep's one seed (see nphcli.sweeps.grid)
-    noise_variance = [0.1, 1.4]         # noise as variances v (σ = √v), instead of `noise`
-    mask        = [0.5]                 # any retrieval field: a value or a list of values
-    beta        = [0.01]                # any model parameter: for every model that takes it
-    model       = ["dense", "topk"]     # the models by name, or one table per model:
-
-    [[models]]                          # every other key is one of the model's parameters
-    name = "topk"                       # (`nph models`), a value or a list; it replaces a
-    k = [0.2, 0.5, 0.8]                 # top-level value for this model
-
-    [datasets.cifar10]                  # keys that apply only when the dataset is cifar10
-    beta = [0.1]
-
-Precedence, lowest first: defaults, the file's top level, its `[datasets.<name>]` table for the
-chosen dataset, command-line options (a model parameter given there replaces the tables' values).
-Reading a file imports no torch; `resolve` builds each model once to run its own checks.
+Its keys (docs/sweeps.md, "Grids") are the sweep's own (`OWN_FIELDS`), the retrieval fields and
+the model parameters, read and checked exactly as `nph retrieve` and `nph batch` read them: one
+value, or a list for several. Precedence, lowest first: defaults, the file's top level, its
+`[datasets.<name>]` table for the chosen dataset, command-line options (a model parameter given
+there replaces the [[models]] tables' values). Reading a file imports no torch.
 """
 
 from __future__ import annotations

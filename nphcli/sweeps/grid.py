@@ -1,22 +1,11 @@
 """The sweep grid: its settings, the (setting, trial) tasks in run order, and their seeds.
 
-The grid (`nphcli.sweeps.config.SweepConfig`) expands into settings: for each memory size M,
-each combination of the values of the retrieval fields given (in their declared order: mask
-before noise), then of the model parameters given for every model (beta, ...), and each model
-with each combination of its own [[models]] values (the last varies fastest). A model that does
-not take a parameter, or sets it in its own table, has one value on that parameter's axis. Each
-setting is one `RetrieveSettings` (built by `nphcli.evaluation.settings.settings_from`, exactly
-what `nph retrieve` would be given) and runs once per trial.
-
-Seeds. Everything follows from the sweep's one `seed` and the trial index t:
-
-    memory_seed(t) = SeedSequence([seed, t, 0]),  run_seed(t) = SeedSequence([seed, t, 1])
-
-each the first 64-bit word of numpy's `SeedSequence(...).generate_state`, with the top bit
-cleared (seeds stay below 2⁶³, which every model accepts). The memory seed picks the trial's
-memories (`nphcli.sweeps.pool.draw_memory`); the run seed drives `evaluate` (query choice, mask
-and noise, and the model's own seed for `random` and `random-feature`), so all models of a
-trial see the same memory and the same corrupted queries.
+For each memory size M, each combination of the values of the retrieval fields given (in their
+declared order: mask before noise), then of the model parameters given for every model, and
+each model with each combination of its own [[models]] values (the last varies fastest). A model
+that does not take a parameter, or sets it in its own table, has one value on that parameter's
+axis. Each setting is one `RetrieveSettings` (`settings_from`, as `nph retrieve` builds it) and
+runs once per trial, with the trial's seeds (docs/sweeps.md, "Seeds").
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The results file of a sweep: its formats, reading it back, appending rows, resuming.
 
-Results files are JSON Lines (.jsonl, .ndjson) or CSV (.csv). Rows are appended as they finish,
-each written whole, flushed and fsynced, so an interrupted sweep keeps every finished row and
-`resume` continues it; a last line cut short by a kill is dropped and its run done again. An
-existing file is replaced only with `force`: the new rows then go to NAME.partial.EXT beside
-it (results.jsonl → results.partial.jsonl), renamed over the old file when the sweep completes,
-so the old file survives an interruption (the notice says how to continue from the partial
-file). Every other file nph writes is replaced atomically; this one grows row by row on purpose.
+Rows are appended as they finish, each written whole, flushed and fsynced; with `force` they go
+to NAME.partial.EXT, renamed over the old file when the sweep completes (docs/sweeps.md,
+"Results"). Every other file nph writes is replaced atomically; this one grows row by row on
+purpose.
 """
 
 from __future__ import annotations

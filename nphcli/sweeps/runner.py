@@ -1,11 +1,5 @@
-"""Running a sweep: each (setting, trial) evaluated in order, its row appended as it finishes.
-
-A run draws a memory of M patterns from the sweep's pool (`nphcli.sweeps.pool`) and calls
-`nphcli.evaluation.evaluate.evaluate` on it with the setting's `RetrieveSettings` (its seed the
-trial's run seed): every stored pattern (or `queries` of them) is corrupted and retrieved,
-exactly as `nph retrieve` does. Seeds are in `nphcli.sweeps.grid`, the
-row's columns in `nphcli.sweeps.columns`, the results file in `nphcli.sweeps.results`.
-"""
+"""Running a sweep: each (setting, trial) evaluated in order, as `nph retrieve` evaluates it, on
+a memory drawn from the pool; its row appended as it finishes."""
 
 from __future__ import annotations
 
