@@ -18,20 +18,13 @@ from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.schema.fields import fields, get_field
-from nphcli.schema.option import Field, output_field
-from nphcli.sweeps.config import list_presets, own_field
+from nphcli.schema.option import Field, arguments, options_of
+from nphcli.sweeps.config import own_field
 from nphcli.sweeps.grid import KEYED
-from nphcli.sweeps.session import DEFAULT_OUT
+from nphcli.sweeps.session import SweepRequest
 
 # The retrieval fields a sweep takes: every one that no reason in `Field.refused` rules out.
 SWEEP_FIELDS = [f.name for f in fields(surface="sweep")]
-
-
-def _preset_help() -> str:
-    return (
-        f"A shipped grid: {', '.join(list_presets())} (the paper's experiments; "
-        "--print-config shows one to copy and edit)."
-    )
 
 
 # The grid's own keys the command line overrides (their defaults are the grid's, else the
@@ -40,47 +33,18 @@ GRID_OPTIONS = tuple(
     dataclasses.replace(f, default=None, help=f"{f.help} [default: the grid's, else {f.default}].")
     for f in (own_field(name) for name in ("dataset", "sizes", "trials", "normalize"))
 )
+REQUEST_FIELDS = options_of(SweepRequest)  # --preset, --config, --root, --out, ...
+PRINT_CONFIG = Field(
+    "print_config",
+    "bool",
+    False,
+    "Print the --preset or --config file and exit, to copy it.",
+    group="output",
+)
 COMMAND_FIELDS = (
-    Field("preset", "str", None, _preset_help(), group="input"),
-    Field(
-        "config",
-        "path",
-        None,
-        'A sweep grid in the presets\' TOML format (README, "Sweeps").',
-        group="input",
-    ),
-    Field(
-        "print_config",
-        "bool",
-        False,
-        "Print the --preset or --config file and exit, to copy it.",
-        group="output",
-    ),
-    Field("root", "path", None, "Dataset root folder, as in nph store.", group="input"),
-    output_field("Results file, one row per run: .jsonl (JSON Lines) or .csv.", str(DEFAULT_OUT)),
-    Field("resume", "bool", False, "Continue --out: skip the runs already in it.", group="output"),
-    Field(
-        "force",
-        "bool",
-        False,
-        "Replace an existing --out (and --plot); the old file stays until the sweep completes.",
-        group="output",
-    ),
-    Field(
-        "plot",
-        "path",
-        None,
-        "Also draw mean SSE against the varying axis to this file (.png, .svg or .pdf).",
-        group="output",
-    ),
-    Field(
-        "theory",
-        "bool",
-        False,
-        "Add the paper's §4 checks to every row (separation, "
-        'Theorem 4.1 bound, Corollary 4.1; README, "Sweeps").',
-        group="output",
-    ),
+    *REQUEST_FIELDS[:2],  # --print-config shows their file
+    PRINT_CONFIG,
+    *REQUEST_FIELDS[2:],
     get_field("threads"),
     get_field("json"),
 )
@@ -114,7 +78,7 @@ def sweep_command(
     """
     from nphcli.core.errors import NphError
     from nphcli.sweeps.config import source_text
-    from nphcli.sweeps.session import SweepRequest, run_sweep
+    from nphcli.sweeps.session import run_sweep
 
     if models is not None:
         raise NphError(
@@ -130,8 +94,7 @@ def sweep_command(
         if f.name in given:
             parsed = f.from_text(str(given[f.name]))
             values[f.name] = parsed if f.setting else parsed[0]
-    request = SweepRequest(o["preset"], o["config"], values, o["root"], o["out"], o["resume"],
-                           o["force"], o["plot"], o["theory"], o["threads"])  # fmt: skip
+    request = SweepRequest(**arguments(SweepRequest, o), given=values, threads=o["threads"])
     with ProgressBar("sweep") as progress:
         report = run_sweep(request, progress)
     if o["json"]:
