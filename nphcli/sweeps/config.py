@@ -305,16 +305,9 @@ def _check_params(values: dict[str, list], models: list[ModelSpec], where: str) 
 
 
 def _card(name: str):
-    from nphcli.schema.catalog import get_card, model_cards
+    from nphcli.schema.catalog import model_card
 
-    card = get_card(str(name).strip())
-    if card is None:
-        names = [c.name for c in model_cards()]
-        raise NphError(
-            f"unknown model {name!r}{did_you_mean(name, names)}; choose one of: "
-            f"{', '.join(names)} (see `nph models`)"
-        )
-    return card
+    return model_card(name.strip())
 
 
 def _noise_from(table: dict[str, Any], where: str) -> dict[str, Any]:

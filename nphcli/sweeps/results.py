@@ -149,7 +149,7 @@ def _looks_like_header(cells: list[str], header: list[str]) -> bool:
     """Whether a CSV line is a header (of any grid): mostly names of this file's columns and
     no numbers, as a data row of nph is mostly numbers."""
     named = sum(1 for cell in cells if cell in header)
-    numbers = sum(1 for cell in cells if isinstance(_cell(cell), (int, float)))
+    numbers = sum(1 for cell in cells if isinstance(cell_value(cell), (int, float)))
     return numbers == 0 and named >= min(3, len(cells))
 
 
@@ -186,10 +186,10 @@ def _parse_line(line: bytes, fmt: str, header: list[str] | None):
         return cells
     if len(cells) != len(header):
         return None
-    return {key: _cell(value) for key, value in zip(header, cells, strict=True)}
+    return {key: cell_value(value) for key, value in zip(header, cells, strict=True)}
 
 
-def _cell(text: str) -> Any:
+def cell_value(text: str) -> Any:
     if text == "":
         return None
     try:

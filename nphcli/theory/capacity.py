@@ -1,26 +1,14 @@
-"""The capacity experiment of issue 15: success against M for random patterns on a sphere,
-beside the stated capacity (Hu et al. 2025, Proposition 4.1; Ramsauer et al. 2021, Theorem 3).
-
-The statement checked (Ramsauer et al., Theorem 3, which Proposition 4.1 extends to the
-sparse-structured models with a bound of the same form √p·C^((d−1)/4); docs/reproduction.md
-quotes both and says which constants of Proposition 4.1 could not be recovered): for a failure
-probability 0 < p ≤ 1 and patterns drawn uniformly on the sphere of radius m = K·√(d − 1),
+"""The capacity experiment: success against M for random patterns on a sphere, beside the
+stated capacity (Hu et al. 2025, Proposition 4.1; Ramsauer et al. 2021, Theorem 3). The
+statement, its constants and the reading tested are in docs/reproduction.md, "Proposition 4.1";
+in short, for patterns of norm m = K·√(d − 1) and a failure probability p,
 
     a = 2/(d − 1)·(1 + ln(2βK²p(d − 1))),  b = 2K²β/5,  c = b / W₀(exp(a + ln b)),
 
 and provided c ≥ (2/√p)^(4/(d − 1)), with probability 1 − p at least M* = √p·c^((d − 1)/4)
-random patterns are stored and retrieved.
-
-"Stored and retrieved" (Ramsauer et al., Definition 1, with the spheres S_μ of their proof,
-Definition 3: ‖x − ξ_μ‖ ≤ 1/(βMm)): a single fixed point x*_μ ∈ S_μ to which every point of
-S_μ converges, and the iteration reaches it within ε. Testable form used here, per pattern μ:
-iterate x ← T(x) `steps` times from ξ_μ and from one point on the boundary of S_μ (a seeded
-uniform direction); μ counts as stored and retrieved when both runs end at a fixed point
-(‖T(x) − x‖ ≤ ε), the two end points agree within ε, and the end point lies in S_μ. One
-boundary point per pattern samples "every point of S_μ"; it cannot prove it.
-
-The premise the proof rests on (Lemma A5: Δ_μ ≥ 2/(βM) + (1/β)·ln(2(M − 1)Mβm²)) is counted
-for the same patterns, so a table shows whether the random patterns met it.
+random patterns are stored and retrieved. Pattern μ counts as stored and retrieved when x ← T(x)
+iterated from ξ_μ and from one point on the boundary of its sphere S_μ (radius 1/(βMm)) ends at
+one fixed point (within ε) inside S_μ; Lemma A5's premise is counted for the same patterns.
 """
 
 from __future__ import annotations
