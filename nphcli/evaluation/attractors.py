@@ -65,13 +65,6 @@ def classify(
     return {"attractor": kind, "attractor_size": size}
 
 
-def kind_shares(kind: Tensor) -> dict[str, Tensor]:
-    """(Q,) float indicators per kind, whose means are the shares of queries of each kind."""
-    return {
-        f"at_{name}": (kind == code).to(torch.float64) for code, name in enumerate(ATTRACTOR_KINDS)
-    }
-
-
 def diagnose(
     model,
     final: Tensor,
@@ -94,7 +87,8 @@ def diagnose(
     _, nearest_rows = bank.gather(nearest_index.to(bank.device))  # (Q, d)
     near_cos = cosine(final, nearest_rows.to(final.device))  # (Q,)
     out = classify(final, bank, float(getattr(model, "beta", 1.0)), near_cos, **blocks)
-    out.update(kind_shares(out["attractor"]))
+    for code, name in enumerate(ATTRACTOR_KINDS):  # (Q,) indicators: their means are shares
+        out[f"at_{name}"] = (out["attractor"] == code).to(torch.float64)
     resident = bank.resident()
     if resident is not None and hasattr(model, "energy"):  # (one process: see above)
         energy = model.energy(final, resident[0], positions)

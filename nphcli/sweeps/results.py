@@ -265,16 +265,9 @@ class Results:
         """Keys (setting, trial) of the rows already in the file."""
         return {(str(row["setting"]), row["trial"]) for row in self.existing}
 
-    def check_compatible(self, config: SweepConfig, pool_normalize: str, *, theory: bool) -> None:
+    def check_compatible(self, config: SweepConfig, pool_normalize: str, *, theory: bool):
         """A resumed file must come from the same sweep: dataset, seed, normalisation, and
         theory fields (present or not) as now, in every row (files may be merged ones)."""
-        try:
-            self._check_compatible(config, pool_normalize, theory=theory)
-        except NphError:
-            self.release()
-            raise
-
-    def _check_compatible(self, config: SweepConfig, pool_normalize: str, *, theory: bool):
         for row in self.existing:
             for key, value in (
                 ("dataset", config.dataset),

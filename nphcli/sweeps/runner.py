@@ -76,10 +76,10 @@ def execute(
     start = time.perf_counter()
     pool = load_pool(config)
     check_pool(config, pool)
-    results.check_compatible(config, pool.normalize, theory=theory)
-    settings = expand(config)
-    tasks = plan(config)
-    try:
+    try:  # the file is locked: released before any error
+        results.check_compatible(config, pool.normalize, theory=theory)
+        settings = expand(config)
+        tasks = plan(config)
         check_settings(results.existing, tasks, results.path)
     except NphError:
         results.release()

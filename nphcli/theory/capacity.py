@@ -204,15 +204,16 @@ class CapacityRequest:
 
 def run_capacity(request: CapacityRequest) -> dict[str, Any]:
     """Success against M per model, with M* and the premise counts (JSON-ready)."""
-    from nphcli.models import create_model
+    from nphcli.models import create_model, get_model_info
 
     request.check()
     radius = request.resolved_radius()
     bound = capacity_bound(request.dim, radius, request.beta, request.p)
     models = {}
-    for name in request.models:
-        params = {key: value for key, value in request.params.items() if key != "beta"}
-        models[name] = _model(create_model, name, request.beta, params)
+    for name in request.models:  # each model gets the parameters it takes: --k reaches topk alone
+        takes = {p.name for p in get_model_info(name).params} - {"beta"}
+        params = {key: value for key, value in request.params.items() if key in takes}
+        models[name] = create_model(name, beta=request.beta, **params)
     rows = []
     for M in request.sizes:
         rows.extend(_rows_for_size(request, models, M, radius, bound))
@@ -233,14 +234,6 @@ def run_capacity(request: CapacityRequest) -> dict[str, Any]:
             "rows": rows,
         }
     }
-
-
-def _model(create_model, name: str, beta: float, params: dict[str, Any]):
-    """Build one model, keeping only the parameters it takes (so --k reaches topk alone)."""
-    from nphcli.models import get_model_info
-
-    accepted = {p.name for p in get_model_info(name).params}
-    return create_model(name, beta=beta, **{k: v for k, v in params.items() if k in accepted})
 
 
 def _describe(model) -> dict[str, Any]:
