@@ -55,8 +55,7 @@ OWN_FIELDS = (*ANALYSIS_FIELDS, *CAPACITY_FIELDS, get_field("json"), get_field("
 )
 def analyze_command(
     file: Annotated[
-        Path | None,
-        typer.Argument(help="Memory file to analyse (required unless --capacity)."),
+        Path | None, typer.Argument(help="Memory file to analyse (required unless --capacity).")
     ] = None,
     *,
     given: dict[str, Any],
@@ -134,10 +133,7 @@ def _print(result: dict) -> None:
         ("patterns", f"M = {result['M']}, d = {result['d']}"),
         ("m = max ‖ξ_μ‖", ws["m"]),
         ("R = ½ min ‖ξ_μ − ξ_ν‖", ws["R"] if ws["R"] is not None else "- (M < 2)"),
-        (
-            "Δ_μ",
-            ", ".join(f"{key} {format_value(delta[key])}" for key in delta) or "-",
-        ),
+        ("Δ_μ", ", ".join(f"{key} {format_value(delta[key])}" for key in delta) or "-"),
         ("β, k", f"{format_value(ws['beta'])}, {ws['k']}"),
         ("threshold", ws["threshold"] if ws["threshold"] is not None else "inf (R = 0)"),
         (

@@ -66,12 +66,7 @@ def classify(
 
 
 def diagnose(
-    model,
-    final: Tensor,
-    bank: MemoryBank,
-    nearest_index: Tensor,
-    positions: Tensor,
-    **blocks: int,
+    model, final: Tensor, bank: MemoryBank, nearest_index: Tensor, positions: Tensor, **blocks: int
 ) -> dict[str, Tensor]:
     """The attractor diagnostics of an iterated run (`steps` > 1, auto-associative), per query
     (Q,): `attractor`, `attractor_size`, the shares `at_pattern`, `at_metastable`, `at_global`,

@@ -16,12 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.core.devices import (
-    resolve_device,
-    resolve_dtype,
-    synchronize,
-    tf32_matmuls,
-)
+from nphcli.core.devices import resolve_device, resolve_dtype, synchronize, tf32_matmuls
 from nphcli.core.errors import NphError
 from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.attractors import diagnose

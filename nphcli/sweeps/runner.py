@@ -11,12 +11,7 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
-from nphcli.sweeps.columns import (
-    check_settings,
-    id_columns,
-    run_settings,
-    theory_columns,
-)
+from nphcli.sweeps.columns import check_settings, id_columns, run_settings, theory_columns
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.grid import Setting, Task, expand, memory_seed, plan, run_seed
 from nphcli.sweeps.pool import Pool, check_pool, draw_memory, load_pool
@@ -61,11 +56,7 @@ class Outcome:
 
 
 def execute(
-    config: SweepConfig,
-    results: Results,
-    *,
-    theory: bool = False,
-    progress: Any = None,
+    config: SweepConfig, results: Results, *, theory: bool = False, progress: Any = None
 ) -> Outcome:
     """Load the pool, run every task not yet in `results`, append each row as it finishes.
 

@@ -131,10 +131,7 @@ def stored_and_retrieved(
     agree = torch.linalg.vector_norm(x_p - x_b, dim=1) <= epsilon
     inside = torch.linalg.vector_norm(x_b - X, dim=1) <= radius
     nearest = torch.cdist(x_b, X).argmin(dim=1)  # (M,)
-    return {
-        "stored": fixed_p & fixed_b & agree & inside,
-        "at_target": nearest == torch.arange(M),
-    }
+    return {"stored": fixed_p & fixed_b & agree & inside, "at_target": nearest == torch.arange(M)}
 
 
 @dataclass(frozen=True, kw_only=True)

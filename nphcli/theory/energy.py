@@ -75,9 +75,7 @@ def trace(
     if e is not None:
         energies.append(e)
     return Trace(
-        energy=torch.stack(energies) if energies else None,
-        residual=torch.stack(residuals),
-        final=x,
+        energy=torch.stack(energies) if energies else None, residual=torch.stack(residuals), final=x
     )
 
 
