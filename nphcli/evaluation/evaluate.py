@@ -22,7 +22,6 @@ from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.attractors import diagnose
 from nphcli.evaluation.corruption import corrupt, image_shape
 from nphcli.evaluation.guards import (
-    MemoryScale,
     check_default_beta,
     check_finite,
     check_noise_clip,
@@ -30,6 +29,7 @@ from nphcli.evaluation.guards import (
     memory_scale,
 )
 from nphcli.evaluation.inputs import Inputs
+from nphcli.evaluation.metrics import summarize
 from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport, run_config
 from nphcli.evaluation.settings import build_model
@@ -114,7 +114,11 @@ def evaluate(
     given = settings.params.get("beta") is not None
     check_default_beta(given, takes_beta, scale.mean_norm2, memory.meta.get("recall"))
 
-    stored_range = _stored_range(scale, dtype)
+    # The stored values' range as retrieval sees them, from the scale pass, so the metrics need no
+    # second pass over the memory (rounding is monotone: the cast values' extremes are the cast
+    # extremes).
+    extremes = torch.tensor([scale.value_min, scale.value_max], dtype=torch.float64).to(dtype)
+    stored_range = (float(extremes[0]), float(extremes[1]))
     measured = _run_on_device(
         model, memory, chosen, corrupted.queries, settings, device, dtype, stored_range
     )
@@ -134,16 +138,12 @@ def evaluate(
             chosen.targets,
             seed=settings.seed,
         )
+    per_query = measured.per_query
     return RetrievalReport(
         config=config,
-        metrics={
-            name: metric_fns.summarize(measured.per_query[name])
-            if name in measured.per_query
-            else None
-            for name in METRICS
-        },
+        metrics={m: summarize(per_query[m]) if m in per_query else None for m in METRICS},
         timing=timing,
-        per_query=measured.per_query,
+        per_query=per_query,
         retrieved=measured.retrieved,
         queries=corrupted.queries,
         targets=None if chosen.targets is None else chosen.targets.cpu(),
@@ -289,14 +289,6 @@ def _timed_retrieve(
         support=None if any(s is None for s in supports) else torch.cat(supports),  # (Q,)
     )
     return result, warmup_s, times
-
-
-def _stored_range(scale: MemoryScale, dtype: torch.dtype) -> tuple[float, float]:
-    """The stored values' (min, max) as retrieval sees them, from the scale pass, so the metrics
-    need no second pass over the memory (rounding is monotone: the min and max of the cast
-    values are the cast min and max)."""
-    extremes = torch.tensor([scale.value_min, scale.value_max], dtype=torch.float64).to(dtype)
-    return float(extremes[0]), float(extremes[1])
 
 
 def _scan_rows(bank: MemoryBank, budget: int) -> int:

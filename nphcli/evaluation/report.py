@@ -214,7 +214,6 @@ def save_results(path: str | os.PathLike, report: RetrievalReport, *, force: boo
     tensors = {key: value.contiguous() for key, value in tensors.items()}
     if suffix == ".npz":
         import numpy as np
-        import torch
 
         arrays = {
             key: (value.float() if value.dtype == torch.bfloat16 else value).numpy()

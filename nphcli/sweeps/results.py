@@ -368,12 +368,6 @@ class Results:
         if self._lock is not None:
             self._lock.release()
 
-    def __enter__(self) -> Results:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
 
 def _csv_line(values: list[Any]) -> str:
     buffer = io.StringIO()
