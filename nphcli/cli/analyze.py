@@ -198,11 +198,6 @@ def _print_queries(result: dict) -> None:
 
 def _tightness(summary: dict) -> str:
     names = ("stated", "query", "lemma", "tight")
-    return (
-        ", ".join(
-            f"{name} {format_value(summary[f'{name}_tightness_min'])}"
-            for name in names
-            if summary.get(f"{name}_tightness_min") is not None
-        )
-        or "-"
-    )
+    mins = {name: summary.get(f"{name}_tightness_min") for name in names}
+    shown = [f"{name} {format_value(value)}" for name, value in mins.items() if value is not None]
+    return ", ".join(shown) or "-"

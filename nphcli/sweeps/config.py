@@ -203,15 +203,15 @@ def resolve(
     where = origin if origin == "options" else f"{origin} or the options"
     _check_table_keys(given, "the options", own=list(_OWN))
     top = {k: v for k, v in data.items() if k not in ("description", "datasets")}
-    dataset = str(given.get("dataset", top.get("dataset", default_own("dataset"))))
+    dataset = str(given.get("dataset", top.get("dataset", _OWN["dataset"].default)))
     table = data.get("datasets", {}).get(dataset, {})
     merged: dict[str, Any] = {}
     for layer, name in ((top, origin), (table, f"{origin} [datasets.{dataset}]"), (given, where)):
         merged.update(_noise_from(layer, name))
     tables = merged.pop("models", None)
     models = _models(merged.pop("model", None), tables, given, where)
-    sizes = _own_values(merged.pop("sizes", [default_own("sizes")]), "sizes", where)
-    (trials,) = _own_values(merged.pop("trials", default_own("trials")), "trials", where)
+    sizes = _own_values(merged.pop("sizes", [_OWN["sizes"].default]), "sizes", where)
+    (trials,) = _own_values(merged.pop("trials", _OWN["trials"].default), "trials", where)
     normalize = _own_values(merged.pop("normalize", None), "normalize", where)[0]
     variance = merged.pop("noise_variance", None)
     merged.pop("dataset", None)
@@ -242,10 +242,6 @@ def resolve(
         noise_variance=variance,
     )
     return config
-
-
-def default_own(name: str) -> Any:
-    return _OWN[name].default
 
 
 def _own_values(value: Any, key: str, where: str) -> list[Any]:
