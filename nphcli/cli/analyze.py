@@ -127,7 +127,7 @@ def _single(values: dict[str, list[Any]]) -> dict[str, Any]:
 
 
 def _print(result: dict) -> None:
-    ws = result["well_separation"]
+    ws, support = result["well_separation"], result["well_separation_support"]
     delta = ws["delta"] or {}
     rows = [
         ("patterns", f"M = {result['M']}, d = {result['d']}"),
@@ -141,15 +141,12 @@ def _print(result: dict) -> None:
             f"{ws['well_separated']} of {ws['patterns_checked']} patterns"
             + (" (sampled)" if ws["sampled"] else ""),
         ),
-    ]
-    support = result["well_separation_support"]
-    rows.append(
         (
             "well separated, R over the support",
             f"{support['well_separated']} of {support['patterns_checked']} patterns "
             f"(k = {support['k']})",
-        )
-    )
+        ),
+    ]
     print_table("Separation (Hu et al. 2025, §4)", ["quantity", "value"], rows)
     if ws.get("per_pattern"):
         per = ws["per_pattern"]

@@ -255,11 +255,7 @@ def _timed_retrieve(
     settings: RetrieveSettings,
 ) -> tuple[Retrieval, float, list[float]]:
     """Warm up on the first batch (≤ WARMUP_QUERIES queries), then time `settings.repeat` full
-    retrievals in batches of `batch`, each within `settings.memory_budget`.
-
-    Returns the last retrieval (batches concatenated), the warm-up seconds and each repeat's
-    seconds; the device is synchronised before and after every timed span.
-    """
+    retrievals in batches of `batch`: the last retrieval, the warm-up and each repeat's seconds."""
     device = queries.device
     t0 = time.perf_counter()
     first = min(batch, WARMUP_QUERIES)

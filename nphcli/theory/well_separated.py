@@ -73,8 +73,6 @@ def well_separation(
     sep = separation(patterns, max_rows=max_rows, seed=seed)
     M = sep.num_memories
     count = M if k is None else resolve_k(k, M)
-    if sep.R is None:
-        threshold = math.inf
-    else:
-        threshold = well_separation_threshold(beta, M, count, sep.m, sep.R)
+    R = sep.R
+    threshold = math.inf if R is None else well_separation_threshold(beta, M, count, sep.m, R)
     return WellSeparation(beta, count, threshold, sep, sep.delta >= threshold)
