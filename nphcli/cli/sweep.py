@@ -115,7 +115,7 @@ def _print_summary(summary, *, theory: bool, title: str) -> None:
         for name in titles
         if name not in varying and seen[name]
     ]
-    columns = ["model setting", *(titles[name] for name in varying), "trials", "SSE", "success"]
+    columns = ["model setting", *(titles[n] for n in varying), "trials", "SSE", "success"]
     columns.append("µs/query")
     if theory:
         columns += ["Thm 4.1 premises", "Thm 4.1 support", "Cor 4.1"]

@@ -58,15 +58,8 @@ def id_columns(
     config: SweepConfig, setting: Setting, trial: int, normalize: str, memory_seed: int
 ) -> dict[str, Any]:
     """The ID_FIELDS of one run: which setting and trial, and what a resumed file must match."""
-    return {
-        "setting": setting.key,
-        "label": setting.label,
-        "trial": trial,
-        "dataset": config.dataset,
-        "normalize": normalize,
-        "sweep_seed": config.seed,
-        "memory_seed": memory_seed,
-    }
+    values = (setting.key, setting.label, trial, config.dataset, normalize, config.seed)
+    return dict(zip(ID_FIELDS, (*values, memory_seed), strict=True))
 
 
 def theory_columns(memory: Any, report: Any) -> dict[str, Any]:
