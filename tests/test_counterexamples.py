@@ -8,11 +8,12 @@ from __future__ import annotations
 import itertools
 import math
 
+import counterexamples as cx
 import pytest
 import torch
 
 from nphcli.theory import checks as theory
-from nphcli.theory import counterexamples as cx
+from nphcli.theory.well_separated import well_separation
 
 
 def reference(X, x, mu, beta, support):
@@ -196,5 +197,7 @@ def test_closest_pair_is_never_well_separated_with_R_over_all_pairs(seed):
     generator = torch.Generator().manual_seed(seed)
     X = torch.randn(9, 4, generator=generator, dtype=torch.float64)
     for beta in (0.1, 1.0, 10.0, 1000.0):
-        a, b = cx.closest_pair_well_separated(X, beta)
-        assert not (a and b)
+        distances = torch.cdist(X, X).fill_diagonal_(math.inf)  # (M, M)
+        a, b = divmod(int(distances.argmin()), X.shape[0])  # the two closest patterns
+        separated = well_separation(X, beta).well_separated
+        assert not (separated[a] and separated[b])

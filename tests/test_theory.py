@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import counterexamples as cx
 import pytest
 import torch
 from conftest import assert_one_error_line
@@ -14,7 +15,6 @@ from nphcli.memory.file import Memory, save_memory
 from nphcli.models import create_model
 from nphcli.schema.settings import RetrieveSettings
 from nphcli.theory import checks as theory
-from nphcli.theory import counterexamples as cx
 from nphcli.theory.well_separated import well_separation
 
 

@@ -9,6 +9,7 @@ Parsing and rendering only; `nphcli.app.analyze` does the work.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,22 +19,14 @@ from nphcli.app.analyze import RETRIEVAL_FIELDS
 from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.core.defaults import (
-    CAPACITY_BETA,
-    CAPACITY_DIM,
-    CAPACITY_EPSILON,
-    CAPACITY_K_RADIUS,
-    CAPACITY_MODELS,
-    CAPACITY_P,
-    CAPACITY_SIZES,
-    CAPACITY_TRIALS,
-)
+from nphcli.core.defaults import CAPACITY_BETA, CAPACITY_MODELS
 from nphcli.core.errors import NphError
 from nphcli.schema.fields import ANALYSIS_FIELDS, get_field
-from nphcli.schema.option import Field
+from nphcli.schema.option import Field, arguments, options_of
+from nphcli.theory.capacity import CapacityRequest
 
-# `nph analyze --capacity`'s own options, one field each; the help reads the experiment's
-# defaults from `nphcli.core.defaults`, where `nphcli.theory.capacity.CapacityRequest` takes them.
+# `nph analyze --capacity`: the switch, then the experiment's settings as `CapacityRequest`
+# declares them, unset unless given (the request holds the defaults their help states).
 CAPACITY_FIELDS = (
     Field(
         "capacity",
@@ -45,51 +38,7 @@ CAPACITY_FIELDS = (
         f"to {CAPACITY_BETA:g} (Ramsauer et al.'s example). Takes no FILE.",
         group="analysis",
     ),
-    Field(
-        "dim",
-        "int",
-        None,
-        f"With --capacity: pattern dimension d [default: {CAPACITY_DIM}].",
-        group="analysis",
-    ),
-    Field(
-        "radius",
-        "float",
-        None,
-        "With --capacity: norm m of every pattern [default: "
-        f"{CAPACITY_K_RADIUS:g}·√(d − 1), i.e. Ramsauer et al.'s K = {CAPACITY_K_RADIUS:g}].",
-        group="analysis",
-    ),
-    Field(
-        "sizes",
-        "str",
-        None,
-        "With --capacity: comma list of pattern counts M "
-        f"[default: {','.join(map(str, CAPACITY_SIZES))}].",
-        group="analysis",
-    ),
-    Field(
-        "trials",
-        "int",
-        None,
-        f"With --capacity: random pattern sets per M [default: {CAPACITY_TRIALS}].",
-        group="analysis",
-    ),
-    Field(
-        "failure_p",
-        "float",
-        None,
-        f"With --capacity: the failure probability p of the bound [default: {CAPACITY_P:g}].",
-        group="analysis",
-    ),
-    Field(
-        "epsilon",
-        "float",
-        None,
-        "With --capacity: ε of 'retrieved': fixed-point residual "
-        f"and agreement tolerance [default: {CAPACITY_EPSILON:g}].".replace("e-0", "e-"),
-        group="analysis",
-    ),
+    *(dataclasses.replace(f, default=None) for f in options_of(CapacityRequest, "analysis")),
 )
 OWN_FIELDS = (*ANALYSIS_FIELDS, *CAPACITY_FIELDS, get_field("json"), get_field("threads"))
 
@@ -106,8 +55,7 @@ OWN_FIELDS = (*ANALYSIS_FIELDS, *CAPACITY_FIELDS, get_field("json"), get_field("
 )
 def analyze_command(
     file: Annotated[
-        Path | None,
-        typer.Argument(help="Memory file to analyse (required unless --capacity)."),
+        Path | None, typer.Argument(help="Memory file to analyse (required unless --capacity).")
     ] = None,
     *,
     given: dict[str, Any],
@@ -138,7 +86,7 @@ def analyze_command(
         raise NphError(
             "nph analyze needs a memory FILE (or --capacity for the experiment on random patterns)"
         )
-    stray = [get_field(name, CAPACITY_FIELDS).flag for name, v in own.items() if v is not None]
+    stray = [f.flag for f in CAPACITY_FIELDS if f.name in given]
     if stray:
         raise NphError(f"{', '.join(stray)} go with --capacity")
     from nphcli.app.analyze import AnalysisRequest, analyze
@@ -166,9 +114,7 @@ def _capacity(file, analysis: dict, capacity: dict, values: dict, as_json: bool)
     refused = {"--theorem-k": analysis["theorem_k"], "--per-pattern": analysis["per_pattern"]}
     refused.update({"--per-query": analysis["per_query"]})
     refused["--sample"] = analysis["sample"] != get_field("sample", ANALYSIS_FIELDS).default
-    settings = {"dim": capacity["dim"], "radius": capacity["radius"], "p": capacity["failure_p"]}
-    settings.update({"sizes": capacity["sizes"], "trials": capacity["trials"]})
-    settings.update({"steps": analysis["fixed_point"] or None, "epsilon": capacity["epsilon"]})
+    settings = {**arguments(CapacityRequest, capacity), "steps": analysis["fixed_point"] or None}
     capacity_mode(file=file, refused=refused, settings=settings, values=values, as_json=as_json)
 
 
@@ -181,16 +127,13 @@ def _single(values: dict[str, list[Any]]) -> dict[str, Any]:
 
 
 def _print(result: dict) -> None:
-    ws = result["well_separation"]
+    ws, support = result["well_separation"], result["well_separation_support"]
     delta = ws["delta"] or {}
     rows = [
         ("patterns", f"M = {result['M']}, d = {result['d']}"),
         ("m = max ‖ξ_μ‖", ws["m"]),
         ("R = ½ min ‖ξ_μ − ξ_ν‖", ws["R"] if ws["R"] is not None else "- (M < 2)"),
-        (
-            "Δ_μ",
-            ", ".join(f"{key} {format_value(delta[key])}" for key in delta) or "-",
-        ),
+        ("Δ_μ", ", ".join(f"{key} {format_value(delta[key])}" for key in delta) or "-"),
         ("β, k", f"{format_value(ws['beta'])}, {ws['k']}"),
         ("threshold", ws["threshold"] if ws["threshold"] is not None else "inf (R = 0)"),
         (
@@ -198,15 +141,12 @@ def _print(result: dict) -> None:
             f"{ws['well_separated']} of {ws['patterns_checked']} patterns"
             + (" (sampled)" if ws["sampled"] else ""),
         ),
-    ]
-    support = result["well_separation_support"]
-    rows.append(
         (
             "well separated, R over the support",
             f"{support['well_separated']} of {support['patterns_checked']} patterns "
             f"(k = {support['k']})",
-        )
-    )
+        ),
+    ]
     print_table("Separation (Hu et al. 2025, §4)", ["quantity", "value"], rows)
     if ws.get("per_pattern"):
         per = ws["per_pattern"]
@@ -255,11 +195,6 @@ def _print_queries(result: dict) -> None:
 
 def _tightness(summary: dict) -> str:
     names = ("stated", "query", "lemma", "tight")
-    return (
-        ", ".join(
-            f"{name} {format_value(summary[f'{name}_tightness_min'])}"
-            for name in names
-            if summary.get(f"{name}_tightness_min") is not None
-        )
-        or "-"
-    )
+    mins = {name: summary.get(f"{name}_tightness_min") for name in names}
+    shown = [f"{name} {format_value(value)}" for name, value in mins.items() if value is not None]
+    return ", ".join(shown) or "-"

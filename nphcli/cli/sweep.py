@@ -18,19 +18,13 @@ from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.progress import ProgressBar
 from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.schema.fields import fields, get_field
-from nphcli.schema.option import Field, output_field
-from nphcli.sweeps.config import list_presets, own_field
-from nphcli.sweeps.session import DEFAULT_OUT
+from nphcli.schema.option import Field, arguments, options_of
+from nphcli.sweeps.config import own_field
+from nphcli.sweeps.grid import KEYED
+from nphcli.sweeps.session import SweepRequest
 
 # The retrieval fields a sweep takes: every one that no reason in `Field.refused` rules out.
 SWEEP_FIELDS = [f.name for f in fields(surface="sweep")]
-
-
-def _preset_help() -> str:
-    return (
-        f"A shipped grid: {', '.join(list_presets())} (the paper's experiments; "
-        "--print-config shows one to copy and edit)."
-    )
 
 
 # The grid's own keys the command line overrides (their defaults are the grid's, else the
@@ -39,47 +33,18 @@ GRID_OPTIONS = tuple(
     dataclasses.replace(f, default=None, help=f"{f.help} [default: the grid's, else {f.default}].")
     for f in (own_field(name) for name in ("dataset", "sizes", "trials", "normalize"))
 )
+REQUEST_FIELDS = options_of(SweepRequest)  # --preset, --config, --root, --out, ...
+PRINT_CONFIG = Field(
+    "print_config",
+    "bool",
+    False,
+    "Print the --preset or --config file and exit, to copy it.",
+    group="output",
+)
 COMMAND_FIELDS = (
-    Field("preset", "str", None, _preset_help(), group="input"),
-    Field(
-        "config",
-        "path",
-        None,
-        'A sweep grid in the presets\' TOML format (README, "Sweeps").',
-        group="input",
-    ),
-    Field(
-        "print_config",
-        "bool",
-        False,
-        "Print the --preset or --config file and exit, to copy it.",
-        group="output",
-    ),
-    Field("root", "path", None, "Dataset root folder, as in nph store.", group="input"),
-    output_field("Results file, one row per run: .jsonl (JSON Lines) or .csv.", str(DEFAULT_OUT)),
-    Field("resume", "bool", False, "Continue --out: skip the runs already in it.", group="output"),
-    Field(
-        "force",
-        "bool",
-        False,
-        "Replace an existing --out (and --plot); the old file stays until the sweep completes.",
-        group="output",
-    ),
-    Field(
-        "plot",
-        "path",
-        None,
-        "Also draw mean SSE against the varying axis to this file (.png, .svg or .pdf).",
-        group="output",
-    ),
-    Field(
-        "theory",
-        "bool",
-        False,
-        "Add the paper's §4 checks to every row (separation, "
-        'Theorem 4.1 bound, Corollary 4.1; README, "Sweeps").',
-        group="output",
-    ),
+    *REQUEST_FIELDS[:2],  # --print-config shows their file
+    PRINT_CONFIG,
+    *REQUEST_FIELDS[2:],
     get_field("threads"),
     get_field("json"),
 )
@@ -113,7 +78,7 @@ def sweep_command(
     """
     from nphcli.core.errors import NphError
     from nphcli.sweeps.config import source_text
-    from nphcli.sweeps.session import SweepRequest, run_sweep
+    from nphcli.sweeps.session import run_sweep
 
     if models is not None:
         raise NphError(
@@ -129,8 +94,7 @@ def sweep_command(
         if f.name in given:
             parsed = f.from_text(str(given[f.name]))
             values[f.name] = parsed if f.setting else parsed[0]
-    request = SweepRequest(o["preset"], o["config"], values, o["root"], o["out"], o["resume"],
-                           o["force"], o["plot"], o["theory"], o["threads"])  # fmt: skip
+    request = SweepRequest(**arguments(SweepRequest, o), given=values, threads=o["threads"])
     with ProgressBar("sweep") as progress:
         report = run_sweep(request, progress)
     if o["json"]:
@@ -142,23 +106,23 @@ def sweep_command(
 
 def _print_summary(summary, *, theory: bool, title: str) -> None:
     """One row per setting. Grid axes with a single value go into the title, not a column."""
-    axes = [("M", "size"), ("mask", "mask"), ("noise σ", "noise"), ("β", "beta")]
+    titles = {"M": "M", **KEYED}  # the grid's axes, each a column where it varies
     # A model without the axis (β of a baseline) has None there: it varies nothing.
-    seen = {attr: {getattr(i.setting, attr) for i in summary} - {None} for _, attr in axes}
-    varying = [(name, attr) for name, attr in axes if len(seen[attr]) > 1]
+    seen = {name: {i.setting.axes[name] for i in summary} - {None} for name in titles}
+    varying = [name for name in titles if len(seen[name]) > 1]
     fixed = [
-        f"{name} {format_value(next(iter(seen[attr])))}"
-        for name, attr in axes
-        if (name, attr) not in varying and seen[attr]
+        f"{titles[name]} {format_value(next(iter(seen[name])))}"
+        for name in titles
+        if name not in varying and seen[name]
     ]
-    columns = ["model setting", *(name for name, _ in varying), "trials", "SSE", "success"]
+    columns = ["model setting", *(titles[n] for n in varying), "trials", "SSE", "success"]
     columns.append("µs/query")
     if theory:
         columns += ["Thm 4.1 premises", "Thm 4.1 support", "Cor 4.1"]
     rows = []
     for item in summary:
-        s = item.setting
-        row = [_shown_label(s), *(getattr(s, attr) for _, attr in varying), item.trials]
+        axes = item.setting.axes
+        row = [_shown_label(item.setting), *(axes[name] for name in varying), item.trials]
         row += [_pm(item.metrics.get("sse")), _pm(item.metrics.get("success")), item.us_per_query]
         if theory:
             t = item.theory

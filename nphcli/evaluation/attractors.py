@@ -1,11 +1,5 @@
-"""What iterated retrieval converged to: the kind of fixed point each query reached.
-
-Ramsauer et al. (2021, "Hopfield Networks is All You Need", §3 and their analysis of attention
-heads) name three kinds of fixed points of the update ξ ← Xᵀ softmax(β X ξ): a fixed point near
-a single stored pattern, a metastable state (an average over a few similar patterns), and the
-global fixed point (an average over all patterns). They measure a state by k, the number of the
-largest softmax weights that together hold 90 % of the mass. nph classifies each final state y
-the same way, whatever the model that produced it:
+"""What iterated retrieval converged to: the kind of fixed point each query reached, in the
+taxonomy of Ramsauer et al. (2021, §3), whatever the model (docs/retrieving.md):
 
     w      = softmax(β · X · y)                 over all M stored patterns (the model's β)
     s      = min { k : sum of the k largest w_μ ≥ MASS }             (MASS = 0.9, Ramsauer et al.)
@@ -13,12 +7,7 @@ the same way, whatever the model that produced it:
              "global"      else if s ≥ GLOBAL_SHARE · M                 (GLOBAL_SHARE = 1/2)
              "metastable"  else, a metastable state of size s
 
-PATTERN_EPSILON = 1e-3 and GLOBAL_SHARE = 1/2 are nph's choices (the paper states no numbers for
-them): the cosine test names a state "pattern" when it is a stored pattern to three digits even
-where β is too small for the softmax to say so (sparse models reach stored patterns exactly);
-the global share calls a state an average over all memories once half of them are needed to hold
-90 % of the weight. For the baselines β is nominal: nearest neighbour always returns a stored
-pattern, and a classical network's spurious mixture states count as metastable or global.
+PATTERN_EPSILON and GLOBAL_SHARE are nph's choices (the paper states no numbers for them).
 """
 
 from __future__ import annotations
@@ -76,20 +65,8 @@ def classify(
     return {"attractor": kind, "attractor_size": size}
 
 
-def kind_shares(kind: Tensor) -> dict[str, Tensor]:
-    """(Q,) float indicators per kind, whose means are the shares of queries of each kind."""
-    return {
-        f"at_{name}": (kind == code).to(torch.float64) for code, name in enumerate(ATTRACTOR_KINDS)
-    }
-
-
 def diagnose(
-    model,
-    final: Tensor,
-    bank: MemoryBank,
-    nearest_index: Tensor,
-    positions: Tensor,
-    **blocks: int,
+    model, final: Tensor, bank: MemoryBank, nearest_index: Tensor, positions: Tensor, **blocks: int
 ) -> dict[str, Tensor]:
     """The attractor diagnostics of an iterated run (`steps` > 1, auto-associative), per query
     (Q,): `attractor`, `attractor_size`, the shares `at_pattern`, `at_metastable`, `at_global`,
@@ -105,7 +82,8 @@ def diagnose(
     _, nearest_rows = bank.gather(nearest_index.to(bank.device))  # (Q, d)
     near_cos = cosine(final, nearest_rows.to(final.device))  # (Q,)
     out = classify(final, bank, float(getattr(model, "beta", 1.0)), near_cos, **blocks)
-    out.update(kind_shares(out["attractor"]))
+    for code, name in enumerate(ATTRACTOR_KINDS):  # (Q,) indicators: their means are shares
+        out[f"at_{name}"] = (out["attractor"] == code).to(torch.float64)
     resident = bank.resident()
     if resident is not None and hasattr(model, "energy"):  # (one process: see above)
         energy = model.energy(final, resident[0], positions)

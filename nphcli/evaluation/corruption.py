@@ -1,40 +1,7 @@
-"""Seeded corruption of queries in the stored space: masking, occlusion, salt-and-pepper, bit
-flips, then additive Gaussian noise.
-
-Order: first `mask` hides a fraction of each query (hidden entries are set to `fill`), then
-`occlude` hides a square at a random place (also set to `fill`), then `salt_pepper` and `flip`
-change a fraction of the entries, then `noise` adds i.i.d. Gaussian noise N(0, σ²) to every
-element, hidden entries included. So `--mask 0.5 --noise 0.1` is a half-masked query with noise
-over the whole pattern.
-
-`occlude` (`--occlude s`, images only): a square of side ⌊s·min(H, W) + ½⌋ pixels (all channels),
-its top-left corner drawn uniformly per query among the places where it fits whole. Its entries
-count as hidden.
-
-`salt_pepper` (`--salt-pepper p`): exactly ⌊p·d + ½⌋ entries per query, drawn uniformly, each set
-with probability ½ to the largest ("salt") or the smallest ("pepper") entry of that clean query
-(0 and 1 for images in [0, 1], −1 and +1 for ±1 patterns).
-
-`flip` (`--flip p`, ±1 or 0/1 patterns): exactly ⌊p·d + ½⌋ entries per query, drawn uniformly,
-are flipped: x_i ← −x_i for ±1 patterns, x_i ← 1 − x_i for 0/1 patterns. Other queries are
-refused: flipping a real value has no meaning; use `noise` or `salt_pepper` there.
-
-Mask modes (the fraction f = `mask`, rounded half up to whole rows, columns or entries):
-- images (memory metadata `item_shape` (C, H, W) or (H, W)):
-  `bottom` hides the last ⌊f·H + ½⌋ rows, `top` the first ⌊f·H + ½⌋ rows, `left` the first
-  ⌊f·W + ½⌋ columns, `right` the last ⌊f·W + ½⌋ columns (all channels);
-  `random` hides ⌊f·H·W + ½⌋ whole pixels (all channels of a pixel), chosen per query;
-- plain vectors (no image shape): `random` hides exactly ⌊f·d + ½⌋ entries per query.
-The default mode is `bottom` for images (the paper's half-masked digit is `--mask 0.5`) and
-`random` for plain vectors.
-
-`noise` is the standard deviation σ. The paper states its noise levels as a variance σ²: a
-variance v is `--noise √v` (variance 0.5 → σ ≈ 0.7071; variance 1.4 → σ ≈ 1.1832).
-
-`noise_clip` (`--noise-clip`): after the noise, every entry of the query is clamped to [0, 1],
-x_i ← min(1, max(0, x_i)), as the paper's released code does with its noisy images; it is meant
-for pixels stored in [0, 1] (`--normalize minmax`). Without noise it changes
-nothing (the query is left as masked).
+"""Seeded corruption of queries in the stored space, in this order: the mask (hidden entries set
+to `fill`), the occluding square (images), salt-and-pepper, bit flips (±1 or 0/1 patterns), then
+Gaussian noise N(0, σ²) on every entry and the optional clamp to [0, 1] (`noise_clip`). Counts
+round half up: ⌊f·n + ½⌋. docs/retrieving.md, "Corruption", defines each exactly.
 
 All randomness comes from the `torch.Generator` passed in and is drawn on the CPU, so the same
 seed gives the same queries on every device.
@@ -78,10 +45,6 @@ def image_shape(item_shape: tuple[int, ...] | None, dim: int) -> tuple[int, int,
     return shape  # type: ignore[return-value]
 
 
-def default_mask_mode(item_shape: tuple[int, ...] | None) -> str:
-    return "bottom" if item_shape else "random"
-
-
 def corrupt(
     patterns: Tensor,
     corruption: Corruption,
@@ -98,7 +61,7 @@ def corrupt(
         raise NphError(f"queries must be a 2-D (Q, d) tensor, got shape {tuple(patterns.shape)}")
     num_queries, dim = patterns.shape
     shape = image_shape(item_shape, dim)
-    mode = corruption.mask_mode or default_mask_mode(shape)
+    mode = corruption.mask_mode or ("bottom" if shape else "random")
     if mode in IMAGE_MODES and shape is None:
         raise NphError(
             f"--mask-mode {mode} needs image memories (an item_shape in the memory file); "
@@ -146,7 +109,7 @@ def mask_entries(
     shape: tuple[int, int, int] | None,
     generator: torch.Generator,
 ) -> Tensor:
-    """Boolean (Q, d): which entries of each query are hidden (see the module docstring)."""
+    """Boolean (Q, d): which entries of each query are hidden (docs/retrieving.md)."""
     if fraction == 0:
         return torch.zeros(num_queries, dim, dtype=torch.bool)
     if shape is None:  # plain vectors: `fraction` of the entries, drawn per query

@@ -1,16 +1,9 @@
 """Evaluate retrieval: choose and corrupt queries, retrieve them with a model, measure, time.
 
-This is the library behind `nph retrieve` (and `nph sweep`, which calls `evaluate` on memory
-subsets it draws itself). Which queries and targets a run uses: `nphcli.evaluation.queries`.
-The memory is any `MemoryBank` (in RAM, or streamed from its file): the same steps run on both.
-
-Timing (seconds, `time.perf_counter`): `load` reads the files; `corrupt` builds the queries;
-`transfer` copies memories and queries to the device (with the dtype cast) and the results back;
-`warmup` is one retrieval of the first batch (at most WARMUP_QUERIES queries), run before timing
-so that one-off costs (lazy initialisation, kernel loading, allocation) stay out of `retrieve`;
-`retrieve` is the model alone over all batches, with the device synchronised before and after,
-measured `repeat` times (min and median reported; throughput uses the median); `metrics`
-computes the metrics; `total` is the wall time of everything, repeats included.
+The library behind `nph retrieve` (and `nph sweep`, which calls `evaluate` on memories it draws
+itself); the memory is any `MemoryBank`, in RAM or streamed. The timings (seconds,
+`time.perf_counter`, the device synchronised around each) are described in docs/retrieving.md;
+an untimed warm-up retrieval keeps one-off costs out of `retrieve`.
 """
 
 from __future__ import annotations
@@ -23,18 +16,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.core.devices import (
-    resolve_device,
-    resolve_dtype,
-    synchronize,
-    tf32_matmuls,
-)
+from nphcli.core.devices import resolve_device, resolve_dtype, synchronize, tf32_matmuls
 from nphcli.core.errors import NphError
 from nphcli.evaluation import metrics as metric_fns
 from nphcli.evaluation.attractors import diagnose
 from nphcli.evaluation.corruption import corrupt, image_shape
 from nphcli.evaluation.guards import (
-    MemoryScale,
     check_default_beta,
     check_finite,
     check_noise_clip,
@@ -42,6 +29,7 @@ from nphcli.evaluation.guards import (
     memory_scale,
 )
 from nphcli.evaluation.inputs import Inputs
+from nphcli.evaluation.metrics import summarize
 from nphcli.evaluation.queries import Selection, select
 from nphcli.evaluation.report import METRICS, RetrievalReport, run_config
 from nphcli.evaluation.settings import build_model
@@ -126,7 +114,11 @@ def evaluate(
     given = settings.params.get("beta") is not None
     check_default_beta(given, takes_beta, scale.mean_norm2, memory.meta.get("recall"))
 
-    stored_range = _stored_range(scale, dtype)
+    # The stored values' range as retrieval sees them, from the scale pass, so the metrics need no
+    # second pass over the memory (rounding is monotone: the cast values' extremes are the cast
+    # extremes).
+    extremes = torch.tensor([scale.value_min, scale.value_max], dtype=torch.float64).to(dtype)
+    stored_range = (float(extremes[0]), float(extremes[1]))
     measured = _run_on_device(
         model, memory, chosen, corrupted.queries, settings, device, dtype, stored_range
     )
@@ -146,16 +138,12 @@ def evaluate(
             chosen.targets,
             seed=settings.seed,
         )
+    per_query = measured.per_query
     return RetrievalReport(
         config=config,
-        metrics={
-            name: metric_fns.summarize(measured.per_query[name])
-            if name in measured.per_query
-            else None
-            for name in METRICS
-        },
+        metrics={m: summarize(per_query[m]) if m in per_query else None for m in METRICS},
         timing=timing,
-        per_query=measured.per_query,
+        per_query=per_query,
         retrieved=measured.retrieved,
         queries=corrupted.queries,
         targets=None if chosen.targets is None else chosen.targets.cpu(),
@@ -267,11 +255,7 @@ def _timed_retrieve(
     settings: RetrieveSettings,
 ) -> tuple[Retrieval, float, list[float]]:
     """Warm up on the first batch (≤ WARMUP_QUERIES queries), then time `settings.repeat` full
-    retrievals in batches of `batch`, each within `settings.memory_budget`.
-
-    Returns the last retrieval (batches concatenated), the warm-up seconds and each repeat's
-    seconds; the device is synchronised before and after every timed span.
-    """
+    retrievals in batches of `batch`: the last retrieval, the warm-up and each repeat's seconds."""
     device = queries.device
     t0 = time.perf_counter()
     first = min(batch, WARMUP_QUERIES)
@@ -301,14 +285,6 @@ def _timed_retrieve(
         support=None if any(s is None for s in supports) else torch.cat(supports),  # (Q,)
     )
     return result, warmup_s, times
-
-
-def _stored_range(scale: MemoryScale, dtype: torch.dtype) -> tuple[float, float]:
-    """The stored values' (min, max) as retrieval sees them, from the scale pass, so the metrics
-    need no second pass over the memory (rounding is monotone: the min and max of the cast
-    values are the cast min and max)."""
-    extremes = torch.tensor([scale.value_min, scale.value_max], dtype=torch.float64).to(dtype)
-    return float(extremes[0]), float(extremes[1])
 
 
 def _scan_rows(bank: MemoryBank, budget: int) -> int:

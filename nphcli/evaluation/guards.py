@@ -40,11 +40,8 @@ def memory_scale(bank: MemoryBank, rows: int = 1 << 13) -> MemoryScale:
         low, high, peak = float(values.min()), float(values.max()), float(keys.abs().max())
         if math.isnan(low) or math.isnan(peak):  # min() and max() of floats would hide a NaN
             _name_nan_row(start, keys, values)
-        value_min, value_max, key_abs = (
-            min(value_min, low),
-            max(value_max, high),
-            max(key_abs, peak),
-        )
+        value_min, value_max = min(value_min, low), max(value_max, high)
+        key_abs = max(key_abs, peak)
         norm2 = keys.to(metric_dtype(keys)).square().sum(dim=1)  # (b,)
         if not bool(torch.isfinite(norm2).all()):  # beyond float32: exact in float64
             norm2 = keys.to(torch.float64).square().sum(dim=1)

@@ -52,9 +52,7 @@ def read_inputs(spec: InputSpec, memory: MemoryBank | None = None) -> Inputs:
 
         queries = embed_queries([spec.query_text], memory.meta, spec.memory)  # (1, d)
         source = "--query-text"
-    targets = None
-    if spec.targets_file is not None:
-        targets = read_rows(spec.targets_file, "targets", memory)
+    targets = None if spec.targets_file is None else read_rows(spec.targets_file, "targets", memory)
     indices = None
     if spec.target_indices is not None:
         indices = torch.tensor(spec.target_indices, dtype=torch.int64)

@@ -1,23 +1,8 @@
-"""Retrieval metrics per query, and their summaries.
-
-For a retrieved pattern y = T(x) (d_v entries), its target t and the stored patterns in the
-output space s_1 … s_M (the values for a hetero-associative memory, else the patterns):
-- `sse`     = ‖y − t‖² = Σ_i (y_i − t_i)², the paper's sum-of-squares retrieval error;
-- `mse`     = sse / d_v;
-- `cosine`  = ⟨y, t⟩ / (‖y‖·‖t‖), defined as 0 when y or t is the zero vector;
-- `nearest` = argmin_μ ‖y − s_μ‖ (ties: the lowest index μ), `nearest_distance` = ‖y − s_nearest‖;
-- `success` = 1 if the stored row at `nearest` equals the target's stored row, else 0 (top-1
-  retrieval accuracy): the target's own index, or any row identical to it, since identical rows
-  cannot be told apart (hetero-association with one-hot label values repeats each class's row);
-- `pixel_success` = 1 if max_i |clamp(y_i, lo, hi) − t_i| ≤ 0.1, else 0, where [lo, hi] is the
-  range of the stored values (min and max over every entry of s_1 … s_M): every entry of the
-  clamped retrieval within 0.1 of the target, the success criterion of the paper's released
-  code (there with standardised pixels and [lo, hi] their range); for image memories only
-  (an item shape, and values that are the images), not plain vectors;
-- `support` = memories with non-zero weight at the last step (models with exact zeros only);
-- `steps`   = update steps applied.
-All of them are computed in float32 (float64 for float64 inputs), whatever the retrieval dtype,
-and the nearest-pattern search runs over blocks of memories, never forming a full (Q, M) matrix.
+"""Retrieval metrics per query, and their summaries: `sse`, `mse`, `cosine`, `nearest` and
+`nearest_distance`, `success`, `pixel_success`, `support` and `steps`, defined in
+docs/retrieving.md, "Metrics" (each function below states its formula). All are computed in
+float32 (float64 for float64 inputs), whatever the retrieval dtype, and the nearest-pattern
+search runs over blocks of memories, never forming a full (Q, M) matrix.
 """
 
 from __future__ import annotations
@@ -204,7 +189,7 @@ def per_query(
     stored_range: tuple[float, float] | None = None,
     pixels: bool = True,
 ) -> dict[str, Tensor]:
-    """Every metric of the module docstring per query, as (Q,) tensors on `retrieved`'s device.
+    """Every metric (module docstring) per query, as (Q,) tensors on `retrieved`'s device.
 
     `stored` (M, d_v) are the memories in the output space, as a tensor or as the values of a
     `MemoryBank` (`block_rows`, `block_elements`: see `nearest`). Error metrics need `targets`

@@ -175,12 +175,7 @@ def param_columns() -> list[str]:
     """Every parameter name any registered model takes, in registry order (the CSV columns)."""
     from nphcli.models import list_models
 
-    names: list[str] = []
-    for info in list_models():
-        for p in info.params:
-            if p.name not in names:
-                names.append(p.name)
-    return names
+    return list(dict.fromkeys(p.name for info in list_models() for p in info.params))
 
 
 def csv_value(value: Any) -> Any:
@@ -219,7 +214,6 @@ def save_results(path: str | os.PathLike, report: RetrievalReport, *, force: boo
     tensors = {key: value.contiguous() for key, value in tensors.items()}
     if suffix == ".npz":
         import numpy as np
-        import torch
 
         arrays = {
             key: (value.float() if value.dtype == torch.bfloat16 else value).numpy()

@@ -1,19 +1,10 @@
-"""The columns of a sweep's results rows.
-
-One row per (setting, trial): `ID_FIELDS`, then the fields of `RetrievalReport.to_row()` (the
-flat row of `nph retrieve --csv`), then with `--theory` the `THEORY_FIELDS`. The theory fields
-are the sweep's reading of `theory.checks`: the separation of the run's memory, and the counts of
-the `QueryCheck` that `theory.check_report` returns, counted over the run's queries so that
-trials add up. Fields that do not apply (a model Theorem 4.1 does not cover) are empty.
-
-A sweep's memories are drawn from its pool (a new draw per trial, by design), so in its rows
-`memory_sha256` is the pool's content hash (`nphcli.memory.provenance`; the same for every row
-of one sweep) and `drawn_sha256`, a trial column like `memory_seed`, the drawn memory's.
-
-`run_settings` records, in every row, what decided the run besides its memory and seeds: the
-setting's whole `RetrieveSettings` (model and parameters, corruption, queries, dtype, batch
-size, ...) as one compact JSON object. A resumed file is checked against it (`check_settings`),
-so a row made with other settings is never reported as this sweep's.
+"""The columns of a sweep's results rows: `ID_FIELDS`, then those of `RetrievalReport.to_row()`
+(`nph retrieve --csv`'s), `drawn_sha256` and `run_settings` (docs/sweeps.md, "Results"), then
+with `--theory` the `THEORY_FIELDS`: the separation of the run's memory and the counts of the
+`QueryCheck` that `theory.check_report` returns, counted over the run's queries so that trials
+add up (empty where Theorem 4.1 does not cover the model). A sweep draws its memories from a
+pool, so its `memory_sha256` is the pool's content hash, `drawn_sha256` the drawn memory's;
+`run_settings` is the setting's whole `RetrieveSettings`, which `--resume` checks.
 """
 
 from __future__ import annotations
@@ -67,21 +58,8 @@ def id_columns(
     config: SweepConfig, setting: Setting, trial: int, normalize: str, memory_seed: int
 ) -> dict[str, Any]:
     """The ID_FIELDS of one run: which setting and trial, and what a resumed file must match."""
-    return {
-        "setting": setting.key,
-        "label": setting.label,
-        "trial": trial,
-        "dataset": config.dataset,
-        "normalize": normalize,
-        "sweep_seed": config.seed,
-        "memory_seed": memory_seed,
-    }
-
-
-def pool_provenance(pool: Any, drawn: str) -> dict[str, Any]:
-    """The memory columns of a sweep row: the pool's content hash as `memory_sha256`, the drawn
-    memory's (`drawn`) as `drawn_sha256` (see the module docstring)."""
-    return {"memory_sha256": pool.content_sha256(), "drawn_sha256": drawn}
+    values = (setting.key, setting.label, trial, config.dataset, normalize, config.seed)
+    return dict(zip(ID_FIELDS, (*values, memory_seed), strict=True))
 
 
 def theory_columns(memory: Any, report: Any) -> dict[str, Any]:
@@ -118,11 +96,6 @@ def run_settings(setting: Setting) -> dict[str, Any]:
     out.update(raw)
     out["tf32"] = out.pop("tf32")  # last: the cell reads as in files written before
     return json.loads(json.dumps(out, default=str))  # as a row read back holds it
-
-
-def run_settings_text(setting: Setting) -> str:
-    """`run_settings` as the text of the row's `run_settings` column."""
-    return json.dumps(run_settings(setting), separators=(",", ":"))
 
 
 def check_settings(rows: list[dict[str, Any]], tasks: list[Any], path: Any) -> None:

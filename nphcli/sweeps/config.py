@@ -1,35 +1,10 @@
 """What a sweep runs: a grid read from a preset, a TOML file or command-line options.
 
-A sweep evaluates its models (each with its own parameter values) at every memory size and
-every combination of the retrieval values it is given, for a number of trials. Its setting keys
-are the retrieval fields (`nphcli.schema.fields`: mask, noise, fill, dtype, ... and model
-parameters such as beta or k), read and checked exactly as `nph retrieve` and `nph batch` read
-them: one value, or a list for several. The same TOML format serves the shipped presets
-(`nphcli/presets/*.toml`, listed by `list_presets`) and the user's own `--config FILE`;
-`nph sweep --preset NAME --print-config` prints a preset to copy and edit. Every key is optional:
-
-    description = "text"                # shown nowhere but the file; for people
-    dataset     = "mnist"               # a source name (mnist, fashion-mnist, cifar10, random)
-                                        # or a file nph store reads
-    normalize   = "minmax"              # as `nph store --normalize` (default: the source's own)
-    sizes       = [10, 50, 100]         # memory sizes M
-    trials      = 50                    # memories drawn per size
-    seed        = 0                     # the sweep's one seed (see nphcli.sweeps.grid)
-    noise_variance = [0.1, 1.4]         # noise as variances v (σ = √v), instead of `noise`
-    mask        = [0.5]                 # any retrieval field: a value or a list of values
-    beta        = [0.01]                # any model parameter: for every model that takes it
-    model       = ["dense", "topk"]     # the models by name, or one table per model:
-
-    [[models]]                          # every other key is one of the model's parameters
-    name = "topk"                       # (`nph models`), a value or a list; it replaces a
-    k = [0.2, 0.5, 0.8]                 # top-level value for this model
-
-    [datasets.cifar10]                  # keys that apply only when the dataset is cifar10
-    beta = [0.1]
-
-Precedence, lowest first: defaults, the file's top level, its `[datasets.<name>]` table for the
-chosen dataset, command-line options (a model parameter given there replaces the tables' values).
-Reading a file imports no torch; `resolve` builds each model once to run its own checks.
+Its keys (docs/sweeps.md, "Grids") are the sweep's own (`OWN_FIELDS`), the retrieval fields and
+the model parameters, read and checked exactly as `nph retrieve` and `nph batch` read them: one
+value, or a list for several. Precedence, lowest first: defaults, the file's top level, its
+`[datasets.<name>]` table for the chosen dataset, command-line options (a model parameter given
+there replaces the [[models]] tables' values). Reading a file imports no torch.
 """
 
 from __future__ import annotations
@@ -149,35 +124,34 @@ def list_presets() -> list[str]:
     return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
-def preset_text(name: str) -> str:
-    """The TOML text of preset `name`; NphError naming the presets when there is none."""
-    if name not in list_presets():
-        raise NphError(
-            f"unknown preset {name!r}; choose one of: {', '.join(list_presets())} "
-            "(or give your own file with --config)"
-        )
-    return (_preset_folder() / f"{name}.toml").read_text(encoding="utf-8")
-
-
-def config_text(path: str | Path) -> str:
-    """The text of a user's sweep file; NphError when it is missing or unreadable."""
-    path = Path(path)
+def _source(preset: str | None, config: str | Path | None) -> tuple[str, str] | None:
+    """(text, origin) of the --preset or --config file (not both); None when neither is given."""
+    if preset is not None and config is not None:
+        raise NphError("choose one of --preset and --config")
+    if preset is not None:
+        if preset not in list_presets():
+            raise NphError(
+                f"unknown preset {preset!r}; choose one of: {', '.join(list_presets())} "
+                "(or give your own file with --config)"
+            )
+        return (_preset_folder() / f"{preset}.toml").read_text(encoding="utf-8"), f"preset {preset}"
+    if config is None:
+        return None
+    path = Path(config)
     if not path.is_file():
         raise NphError(f"config file {path} not found")
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8"), str(config)
     except (OSError, UnicodeDecodeError) as error:
         raise NphError(f"cannot read config file {path}: {error}") from None
 
 
 def source_text(preset: str | None, config: str | Path | None) -> str:
     """The text of the --preset or --config file (`--print-config`), ending in a newline."""
-    if preset is None and config is None:
+    source = _source(preset, config)
+    if source is None:
         raise NphError("--print-config shows a --preset or --config file; name one")
-    if preset is not None and config is not None:
-        raise NphError("choose one of --preset and --config")
-    text = preset_text(preset) if preset is not None else config_text(config)
-    return text if text.endswith("\n") else text + "\n"
+    return source[0] if source[0].endswith("\n") else source[0] + "\n"
 
 
 def parse(text: str, origin: str) -> dict[str, Any]:
@@ -217,14 +191,8 @@ def _check_table_keys(table: dict, where: str, *, own, model: bool = True) -> No
 def load(preset: str | None = None, config: str | Path | None = None) -> tuple[dict, str]:
     """The parsed file of `preset` or `config` (not both), and its origin; ({}, "options")
     when neither is given."""
-    if preset is not None and config is not None:
-        raise NphError("choose one of --preset and --config")
-    if preset is not None:
-        origin = f"preset {preset}"
-        return parse(preset_text(preset), origin), origin
-    if config is not None:
-        return parse(config_text(config), str(config)), str(config)
-    return {}, "options"
+    source = _source(preset, config)
+    return ({}, "options") if source is None else (parse(*source), source[1])
 
 
 def resolve(
@@ -235,15 +203,15 @@ def resolve(
     where = origin if origin == "options" else f"{origin} or the options"
     _check_table_keys(given, "the options", own=list(_OWN))
     top = {k: v for k, v in data.items() if k not in ("description", "datasets")}
-    dataset = str(given.get("dataset", top.get("dataset", default_own("dataset"))))
+    dataset = str(given.get("dataset", top.get("dataset", _OWN["dataset"].default)))
     table = data.get("datasets", {}).get(dataset, {})
     merged: dict[str, Any] = {}
     for layer, name in ((top, origin), (table, f"{origin} [datasets.{dataset}]"), (given, where)):
         merged.update(_noise_from(layer, name))
     tables = merged.pop("models", None)
     models = _models(merged.pop("model", None), tables, given, where)
-    sizes = _own_values(merged.pop("sizes", [default_own("sizes")]), "sizes", where)
-    (trials,) = _own_values(merged.pop("trials", default_own("trials")), "trials", where)
+    sizes = _own_values(merged.pop("sizes", [_OWN["sizes"].default]), "sizes", where)
+    (trials,) = _own_values(merged.pop("trials", _OWN["trials"].default), "trials", where)
     normalize = _own_values(merged.pop("normalize", None), "normalize", where)[0]
     variance = merged.pop("noise_variance", None)
     merged.pop("dataset", None)
@@ -274,10 +242,6 @@ def resolve(
         noise_variance=variance,
     )
     return config
-
-
-def default_own(name: str) -> Any:
-    return _OWN[name].default
 
 
 def _own_values(value: Any, key: str, where: str) -> list[Any]:
@@ -337,16 +301,9 @@ def _check_params(values: dict[str, list], models: list[ModelSpec], where: str) 
 
 
 def _card(name: str):
-    from nphcli.schema.catalog import get_card, model_cards
+    from nphcli.schema.catalog import model_card
 
-    card = get_card(str(name).strip())
-    if card is None:
-        names = [c.name for c in model_cards()]
-        raise NphError(
-            f"unknown model {name!r}{did_you_mean(name, names)}; choose one of: "
-            f"{', '.join(names)} (see `nph models`)"
-        )
-    return card
+    return model_card(name.strip())
 
 
 def _noise_from(table: dict[str, Any], where: str) -> dict[str, Any]:

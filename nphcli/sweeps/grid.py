@@ -1,22 +1,11 @@
 """The sweep grid: its settings, the (setting, trial) tasks in run order, and their seeds.
 
-The grid (`nphcli.sweeps.config.SweepConfig`) expands into settings: for each memory size M,
-each combination of the values of the retrieval fields given (in their declared order: mask
-before noise), then of the model parameters given for every model (beta, ...), and each model
-with each combination of its own [[models]] values (the last varies fastest). A model that does
-not take a parameter, or sets it in its own table, has one value on that parameter's axis. Each
-setting is one `RetrieveSettings` (built by `nphcli.evaluation.settings.settings_from`, exactly
-what `nph retrieve` would be given) and runs once per trial.
-
-Seeds. Everything follows from the sweep's one `seed` and the trial index t:
-
-    memory_seed(t) = SeedSequence([seed, t, 0]),  run_seed(t) = SeedSequence([seed, t, 1])
-
-each the first 64-bit word of numpy's `SeedSequence(...).generate_state`, with the top bit
-cleared (seeds stay below 2⁶³, which every model accepts). The memory seed picks the trial's
-memories (`nphcli.sweeps.pool.draw_memory`); the run seed drives `evaluate` (query choice, mask
-and noise, and the model's own seed for `random` and `random-feature`), so all models of a
-trial see the same memory and the same corrupted queries.
+For each memory size M, each combination of the values of the retrieval fields given (in their
+declared order: mask before noise), then of the model parameters given for every model, and
+each model with each combination of its own [[models]] values (the last varies fastest). A model
+that does not take a parameter, or sets it in its own table, has one value on that parameter's
+axis. Each setting is one `RetrieveSettings` (`settings_from`, as `nph retrieve` builds it) and
+runs once per trial, with the trial's seeds (docs/sweeps.md, "Seeds").
 """
 
 from __future__ import annotations
@@ -30,8 +19,9 @@ from nphcli.core.errors import NphError
 if TYPE_CHECKING:  # the grid reads a config; the config checks its models through the grid
     from nphcli.sweeps.config import SweepConfig
 
-# Fields with their own place in a setting's key (so never in its label).
-KEYED = ("mask", "noise", "beta")
+# The settings with their own place in a setting's key (so never in its label), by option name,
+# each with the title of its column in the sweep's summary (after M).
+KEYED = {"mask": "mask", "noise": "noise σ", "beta": "β"}
 
 
 @dataclass(frozen=True)
@@ -52,20 +42,12 @@ class Setting:
         return tuple((k, v) for k, v in self.shown if k in self.settings.params)
 
     @property
-    def mask(self) -> float:
-        return self.settings.corruption.mask
+    def axes(self) -> dict[str, Any]:
+        """M and the KEYED settings' values, by name (β None: the model takes none)."""
+        from nphcli.evaluation.settings import setting_values
 
-    @property
-    def mask_mode(self) -> str | None:
-        return self.settings.corruption.mask_mode
-
-    @property
-    def noise(self) -> float:
-        return self.settings.corruption.noise
-
-    @property
-    def beta(self) -> float | None:
-        return self.settings.params.get("beta")
+        values = {**setting_values(self.settings), **self.settings.params}
+        return {"M": self.size, **{name: values.get(name) for name in KEYED}}
 
     @property
     def label(self) -> str:
@@ -75,11 +57,11 @@ class Setting:
     @property
     def key(self) -> str:
         """The setting's identity in a results file (with the trial, a row's key)."""
-        mode = self.mask_mode or "default"
-        beta = "" if self.beta is None else f" | beta={_text(self.beta)}"  # None: takes no β
+        a, mode = self.axes, self.settings.corruption.mask_mode or "default"
+        beta = "" if a["beta"] is None else f" | beta={_text(a['beta'])}"
         return (
-            f"{self.label} | M={self.size} | mask={_text(self.mask)} {mode} | "
-            f"noise={_text(self.noise)}{beta}"
+            f"{self.label} | M={self.size} | mask={_text(a['mask'])} {mode} | "
+            f"noise={_text(a['noise'])}{beta}"
         )
 
 
@@ -133,15 +115,6 @@ def distinct_models(config: SweepConfig) -> list[Any]:
         run = setting.settings
         found.setdefault(f"{run.model} {sorted(run.params.items())!r}", run)
     return list(found.values())
-
-
-def check_models(config: SweepConfig) -> None:
-    """Build each distinct model of the grid once: its own checks (e.g. k > 0), before any
-    data is read."""
-    from nphcli.evaluation.settings import build_model
-
-    for settings in distinct_models(config):
-        build_model(settings)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,5 @@
 """The pattern pool of a sweep (its source, loaded and normalised once) and the memories drawn
-from it.
-
-The memory of size M in trial t is the first M indices of a permutation of the pool drawn by a
-torch generator seeded with the trial's memory seed (`nphcli.sweeps.grid.memory_seed`), sorted
-into pool order; so within a trial the memories of the different sizes are nested, and every
-model, mask, noise level and β of trial t sees the same memory.
-"""
+from it (nested within a trial: docs/sweeps.md, "Seeds")."""
 
 from __future__ import annotations
 

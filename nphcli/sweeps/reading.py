@@ -13,7 +13,7 @@ from nphcli.core.jsontext import parse_json
 from nphcli.core.notices import notice
 from nphcli.evaluation.report import provenance_columns
 from nphcli.presentation.plot_data import is_setting, matching, short
-from nphcli.sweeps.results import read_results
+from nphcli.sweeps.results import cell_value, read_results
 
 
 def read_inputs(
@@ -108,7 +108,7 @@ def refuse_foreign(path: Path, row: dict[str, Any]) -> None:
             "retrieve --csv --no-header`); put the header first: write the first run with "
             "`nph retrieve --csv > FILE` and append the others with --no-header"
         )
-    if columns and all(_is_number(c) for c in columns):
+    if columns and all(isinstance(cell_value(c), (int, float)) for c in columns):
         looks = f"a table of numbers without a header row (its first line: {','.join(columns)})"
     elif path.suffix.lower() == ".csv":
         looks = f"a CSV file with the columns {', '.join(columns[:8])}"
@@ -119,14 +119,6 @@ def refuse_foreign(path: Path, row: dict[str, Any]) -> None:
     raise NphError(
         f"{path} is not a results file of nph (sweep, retrieve or batch): it looks like {looks}"
     )
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _holds_retrieve_records(path: Path) -> bool:

@@ -1,12 +1,9 @@
 """The results file of a sweep: its formats, reading it back, appending rows, resuming.
 
-Results files are JSON Lines (.jsonl, .ndjson) or CSV (.csv). Rows are appended as they finish,
-each written whole, flushed and fsynced, so an interrupted sweep keeps every finished row and
-`resume` continues it; a last line cut short by a kill is dropped and its run done again. An
-existing file is replaced only with `force`: the new rows then go to NAME.partial.EXT beside
-it (results.jsonl → results.partial.jsonl), renamed over the old file when the sweep completes,
-so the old file survives an interruption (the notice says how to continue from the partial
-file). Every other file nph writes is replaced atomically; this one grows row by row on purpose.
+Rows are appended as they finish, each written whole, flushed and fsynced; with `force` they go
+to NAME.partial.EXT, renamed over the old file when the sweep completes (docs/sweeps.md,
+"Results"). Every other file nph writes is replaced atomically; this one grows row by row on
+purpose.
 """
 
 from __future__ import annotations
@@ -152,7 +149,7 @@ def _looks_like_header(cells: list[str], header: list[str]) -> bool:
     """Whether a CSV line is a header (of any grid): mostly names of this file's columns and
     no numbers, as a data row of nph is mostly numbers."""
     named = sum(1 for cell in cells if cell in header)
-    numbers = sum(1 for cell in cells if isinstance(_cell(cell), (int, float)))
+    numbers = sum(1 for cell in cells if isinstance(cell_value(cell), (int, float)))
     return numbers == 0 and named >= min(3, len(cells))
 
 
@@ -189,10 +186,10 @@ def _parse_line(line: bytes, fmt: str, header: list[str] | None):
         return cells
     if len(cells) != len(header):
         return None
-    return {key: _cell(value) for key, value in zip(header, cells, strict=True)}
+    return {key: cell_value(value) for key, value in zip(header, cells, strict=True)}
 
 
-def _cell(text: str) -> Any:
+def cell_value(text: str) -> Any:
     if text == "":
         return None
     try:
@@ -268,16 +265,9 @@ class Results:
         """Keys (setting, trial) of the rows already in the file."""
         return {(str(row["setting"]), row["trial"]) for row in self.existing}
 
-    def check_compatible(self, config: SweepConfig, pool_normalize: str, *, theory: bool) -> None:
+    def check_compatible(self, config: SweepConfig, pool_normalize: str, *, theory: bool):
         """A resumed file must come from the same sweep: dataset, seed, normalisation, and
         theory fields (present or not) as now, in every row (files may be merged ones)."""
-        try:
-            self._check_compatible(config, pool_normalize, theory=theory)
-        except NphError:
-            self.release()
-            raise
-
-    def _check_compatible(self, config: SweepConfig, pool_normalize: str, *, theory: bool):
         for row in self.existing:
             for key, value in (
                 ("dataset", config.dataset),
@@ -377,12 +367,6 @@ class Results:
         self.close()
         if self._lock is not None:
             self._lock.release()
-
-    def __enter__(self) -> Results:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def _csv_line(values: list[Any]) -> str:

@@ -1,14 +1,9 @@
-"""Running a sweep: each (setting, trial) evaluated in order, its row appended as it finishes.
-
-A run draws a memory of M patterns from the sweep's pool (`nphcli.sweeps.pool`) and calls
-`nphcli.evaluation.evaluate.evaluate` on it with the setting's `RetrieveSettings` (its seed the
-trial's run seed): every stored pattern (or `queries` of them) is corrupted and retrieved,
-exactly as `nph retrieve` does. Seeds are in `nphcli.sweeps.grid`, the
-row's columns in `nphcli.sweeps.columns`, the results file in `nphcli.sweeps.results`.
-"""
+"""Running a sweep: each (setting, trial) evaluated in order, as `nph retrieve` evaluates it, on
+a memory drawn from the pool; its row appended as it finishes."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -16,13 +11,7 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
-from nphcli.sweeps.columns import (
-    check_settings,
-    id_columns,
-    pool_provenance,
-    run_settings_text,
-    theory_columns,
-)
+from nphcli.sweeps.columns import check_settings, id_columns, run_settings, theory_columns
 from nphcli.sweeps.config import SweepConfig
 from nphcli.sweeps.grid import Setting, Task, expand, memory_seed, plan, run_seed
 from nphcli.sweeps.pool import Pool, check_pool, draw_memory, load_pool
@@ -46,8 +35,9 @@ def run(
         settings = replace(setting.settings, seed=run_seed(config.seed, trial))
         report = evaluate(memory, settings, sources={"memory": config.dataset})
         row = {**id_columns(config, setting, trial, pool.normalize, m_seed), **report.to_row()}
-        row.update(pool_provenance(pool, row["memory_sha256"]))
-        row["run_settings"] = run_settings_text(setting)
+        # memory_sha256 names the pool, drawn_sha256 this trial's draw (`nphcli.sweeps.columns`)
+        row.update(memory_sha256=pool.content_sha256(), drawn_sha256=row["memory_sha256"])
+        row["run_settings"] = json.dumps(run_settings(setting), separators=(",", ":"))
         if theory:
             row.update(theory_columns(memory, report))
         yield row
@@ -66,11 +56,7 @@ class Outcome:
 
 
 def execute(
-    config: SweepConfig,
-    results: Results,
-    *,
-    theory: bool = False,
-    progress: Any = None,
+    config: SweepConfig, results: Results, *, theory: bool = False, progress: Any = None
 ) -> Outcome:
     """Load the pool, run every task not yet in `results`, append each row as it finishes.
 
@@ -81,10 +67,10 @@ def execute(
     start = time.perf_counter()
     pool = load_pool(config)
     check_pool(config, pool)
-    results.check_compatible(config, pool.normalize, theory=theory)
-    settings = expand(config)
-    tasks = plan(config)
-    try:
+    try:  # the file is locked: released before any error
+        results.check_compatible(config, pool.normalize, theory=theory)
+        settings = expand(config)
+        tasks = plan(config)
         check_settings(results.existing, tasks, results.path)
     except NphError:
         results.release()

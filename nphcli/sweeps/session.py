@@ -12,24 +12,48 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.schema.option import output_field_setting, setting
+from nphcli.sweeps.config import list_presets
 
 DEFAULT_OUT = Path("sweep.jsonl")
 SWEEP_THREADS = 1  # torch threads of a sweep unless --threads or $NPH_THREADS says otherwise
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepRequest:
-    """What `nph sweep` was asked for."""
+    """What `nph sweep` was asked for; the fields declared with `setting` are its own options."""
 
-    preset: str | None = None  # a shipped grid, or
-    config: Path | None = None  # a TOML grid file (not both)
+    preset: str | None = setting(
+        None,
+        f"A shipped grid: {', '.join(list_presets())} (the paper's experiments; "
+        "--print-config shows one to copy and edit).",
+        group="input",
+    )
+    config: Path | None = setting(
+        None, 'A sweep grid in the presets\' TOML format (README, "Sweeps").', group="input"
+    )
+    root: Path | None = setting(None, "Dataset root folder, as in nph store.", group="input")
+    out: Path = output_field_setting(
+        "Results file, one row per run: .jsonl (JSON Lines) or .csv.", DEFAULT_OUT
+    )
+    resume: bool = setting(False, "Continue --out: skip the runs already in it.", group="output")
+    force: bool = setting(
+        False,
+        "Replace an existing --out (and --plot); the old file stays until the sweep completes.",
+        group="output",
+    )
+    plot: Path | None = setting(
+        None,
+        "Also draw mean SSE against the varying axis to this file (.png, .svg or .pdf).",
+        group="output",
+    )
+    theory: bool = setting(
+        False,
+        "Add the paper's §4 checks to every row (separation, "
+        'Theorem 4.1 bound, Corollary 4.1; README, "Sweeps").',
+        group="output",
+    )
     given: dict[str, Any] = field(default_factory=dict)  # keys given as options (file values)
-    root: Path | None = None  # dataset root folder
-    out: Path = DEFAULT_OUT  # results file, .jsonl or .csv
-    resume: bool = False  # continue `out`, skipping the runs in it
-    force: bool = False  # replace `out` (and `plot`) when the sweep completes
-    plot: Path | None = None  # also draw mean SSE against the varying axis
-    theory: bool = False  # add the §4 checks to every row
     threads: int | None = None  # CPU threads for torch; None: $NPH_THREADS, else SWEEP_THREADS
 
 
@@ -65,12 +89,14 @@ def run_sweep(
 ) -> SweepReport:
     """Resolve the grid, check the outputs, run, summarise and plot (`progress` as in
     `nphcli.sweeps.runner.execute`)."""
+    from nphcli.evaluation.settings import build_model
     from nphcli.sweeps.config import load, resolve
-    from nphcli.sweeps.grid import check_models
+    from nphcli.sweeps.grid import distinct_models
 
     data, origin = load(request.preset, request.config)
     grid = resolve(data, origin, request.given, root=request.root)
-    check_models(grid)
+    for settings in distinct_models(grid):  # each model's own checks, before data is read
+        build_model(settings)
     _check_outputs(request, grid.dataset)
     from nphcli.app.threads import use_threads
 

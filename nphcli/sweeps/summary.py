@@ -29,17 +29,17 @@ class SummaryRow:
 
     def to_json(self) -> dict[str, Any]:
         """The row for `nph sweep --json`."""
-        s = self.setting
+        s, axes = self.setting, self.setting.axes
         out = {
             "setting": s.key,
             "label": s.label,
             "model": s.model,
             "params": dict(s.params),
             "M": s.size,
-            "mask": s.mask,
-            "mask_mode": s.mask_mode,
-            "noise": s.noise,
-            "beta": s.beta,
+            "mask": axes["mask"],
+            "mask_mode": s.settings.corruption.mask_mode,
+            "noise": axes["noise"],
+            "beta": axes["beta"],
             "trials": self.trials,
             "metrics": self.metrics,
             "us_per_query": self.us_per_query,
@@ -71,15 +71,8 @@ def summarize_settings(rows: list[dict[str, Any]], settings: list[Setting]) -> l
             continue
         metrics = {name: mean_std(_numbers(group, f"{name}_mean")) for name in SUMMARY_METRICS}
         timing = _numbers(group, "us_per_query")
-        out.append(
-            SummaryRow(
-                setting=setting,
-                trials=len(group),
-                metrics=metrics,
-                us_per_query=sum(timing) / len(timing) if timing else None,
-                theory=_theory_summary(group),
-            )
-        )
+        mean_time = sum(timing) / len(timing) if timing else None
+        out.append(SummaryRow(setting, len(group), metrics, mean_time, _theory_summary(group)))
     return out
 
 
@@ -104,9 +97,6 @@ def _theory_summary(group: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _numbers(rows: list[dict[str, Any]], key: str) -> list[float]:
-    values = []
-    for row in rows:
-        value = row.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            values.append(float(value))
-    return values
+    values = [row.get(key) for row in rows]
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return [float(v) for v in numbers if math.isfinite(v)]

@@ -45,12 +45,6 @@ def tight_bound(beta: float, k: Tensor, m: float, gap: Tensor) -> Tensor:
     return 2 * m * factor * torch.exp(-beta * gap.to(torch.float64))
 
 
-def tightness(error: Tensor, bound: Tensor) -> Tensor:
-    """bound / error for the queries with a non-zero error (float64, flattened)."""
-    keep = error > 0
-    return (bound[keep] / error[keep]).to(torch.float64)
-
-
 def bound_summary(check: Any) -> dict[str, Any]:
     """Counts of the valid bounds holding on in-support queries, the stated bound with ν = μ
     in its max on queries meeting Theorem 4.1's premises, and each bound's tightness
@@ -61,8 +55,9 @@ def bound_summary(check: Any) -> dict[str, Any]:
         out[f"{name.removesuffix('_bound')}_holds"] = int((check.holds(name) & support).sum())
     self_holds = check.holds("stated_self_bound") & check.premises
     out["stated_self_holds_premises"] = int(self_holds.sum())
-    for name in TIGHTNESS_BOUNDS:
-        ratio = tightness(check.error[support], getattr(check, name)[support])
+    error = check.error[support]
+    for name in TIGHTNESS_BOUNDS:  # bound / error where the error is not 0
+        ratio = (getattr(check, name)[support][error > 0] / error[error > 0]).to(torch.float64)
         short = name.removesuffix("_bound")
         out[f"{short}_tightness_min"] = float(ratio.min()) if ratio.numel() else None
         out[f"{short}_tightness_median"] = float(ratio.median()) if ratio.numel() else None

@@ -1,26 +1,14 @@
-"""The capacity experiment of issue 15: success against M for random patterns on a sphere,
-beside the stated capacity (Hu et al. 2025, Proposition 4.1; Ramsauer et al. 2021, Theorem 3).
-
-The statement checked (Ramsauer et al., Theorem 3, which Proposition 4.1 extends to the
-sparse-structured models with a bound of the same form √p·C^((d−1)/4); docs/reproduction.md
-quotes both and says which constants of Proposition 4.1 could not be recovered): for a failure
-probability 0 < p ≤ 1 and patterns drawn uniformly on the sphere of radius m = K·√(d − 1),
+"""The capacity experiment: success against M for random patterns on a sphere, beside the
+stated capacity (Hu et al. 2025, Proposition 4.1; Ramsauer et al. 2021, Theorem 3). The
+statement, its constants and the reading tested are in docs/reproduction.md, "Proposition 4.1";
+in short, for patterns of norm m = K·√(d − 1) and a failure probability p,
 
     a = 2/(d − 1)·(1 + ln(2βK²p(d − 1))),  b = 2K²β/5,  c = b / W₀(exp(a + ln b)),
 
 and provided c ≥ (2/√p)^(4/(d − 1)), with probability 1 − p at least M* = √p·c^((d − 1)/4)
-random patterns are stored and retrieved.
-
-"Stored and retrieved" (Ramsauer et al., Definition 1, with the spheres S_μ of their proof,
-Definition 3: ‖x − ξ_μ‖ ≤ 1/(βMm)): a single fixed point x*_μ ∈ S_μ to which every point of
-S_μ converges, and the iteration reaches it within ε. Testable form used here, per pattern μ:
-iterate x ← T(x) `steps` times from ξ_μ and from one point on the boundary of S_μ (a seeded
-uniform direction); μ counts as stored and retrieved when both runs end at a fixed point
-(‖T(x) − x‖ ≤ ε), the two end points agree within ε, and the end point lies in S_μ. One
-boundary point per pattern samples "every point of S_μ"; it cannot prove it.
-
-The premise the proof rests on (Lemma A5: Δ_μ ≥ 2/(βM) + (1/β)·ln(2(M − 1)Mβm²)) is counted
-for the same patterns, so a table shows whether the random patterns met it.
+random patterns are stored and retrieved. Pattern μ counts as stored and retrieved when x ← T(x)
+iterated from ξ_μ and from one point on the boundary of its sphere S_μ (radius 1/(βMm)) ends at
+one fixed point (within ε) inside S_μ; Lemma A5's premise is counted for the same patterns.
 """
 
 from __future__ import annotations
@@ -28,10 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from nphcli.core.defaults import (
     CAPACITY_BETA,
@@ -45,6 +30,11 @@ from nphcli.core.defaults import (
     CAPACITY_TRIALS,
 )
 from nphcli.core.errors import NphError
+from nphcli.schema.option import setting
+
+if TYPE_CHECKING:  # torch is imported where it computes: the CLI reads the options torch-free
+    import torch
+    from torch import Tensor
 
 
 def lambert_w0(z: float) -> float:
@@ -94,6 +84,8 @@ def capacity_bound(d: int, radius: float, beta: float, p: float) -> dict[str, An
 
 def sphere_patterns(M: int, d: int, radius: float, generator: torch.Generator) -> Tensor:
     """M patterns (M, d) uniform on the sphere of `radius` (normalised Gaussians, float64)."""
+    import torch
+
     X = torch.randn(M, d, generator=generator, dtype=torch.float64)
     return X * (radius / torch.linalg.vector_norm(X, dim=1, keepdim=True))
 
@@ -101,6 +93,8 @@ def sphere_patterns(M: int, d: int, radius: float, generator: torch.Generator) -
 def separation_premise(X: Tensor, beta: float) -> Tensor:
     """(M,) bool: Lemma A5's well-separation Δ_μ ≥ 2/(βM) + (1/β)·ln(2(M − 1)Mβm²), the premise
     under which Ramsauer et al. prove S_μ is mapped into itself (m = max ‖ξ_μ‖)."""
+    import torch
+
     M = X.shape[0]
     if M < 2:
         return torch.ones(M, dtype=torch.bool)
@@ -119,6 +113,8 @@ def stored_and_retrieved(
     """Per pattern (M,) bools of the module docstring's test for `model` (any nph model whose
     values are its keys) on patterns X (M, d): `stored` (both runs at one fixed point in S_μ)
     and `at_target` (the end point from the boundary is nearer ξ_μ than any other pattern)."""
+    import torch
+
     M, d = X.shape
     m = float(torch.linalg.vector_norm(X, dim=1).max())
     radius = 1 / (model.beta * M * m)  # S_μ of Ramsauer et al., Definition 3
@@ -135,24 +131,43 @@ def stored_and_retrieved(
     agree = torch.linalg.vector_norm(x_p - x_b, dim=1) <= epsilon
     inside = torch.linalg.vector_norm(x_b - X, dim=1) <= radius
     nearest = torch.cdist(x_b, X).argmin(dim=1)  # (M,)
-    return {
-        "stored": fixed_p & fixed_b & agree & inside,
-        "at_target": nearest == torch.arange(M),
-    }
+    return {"stored": fixed_p & fixed_b & agree & inside, "at_target": nearest == torch.arange(M)}
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CapacityRequest:
-    """The experiment's settings; the fields mirror `nph analyze --capacity`'s options."""
+    """The experiment's settings; those declared with `setting` are `nph analyze --capacity`'s
+    options (their help states the default, so the options themselves default to unset)."""
 
-    dim: int = CAPACITY_DIM
-    radius: float | None = None  # None: K·√(d − 1) with K = CAPACITY_K_RADIUS
+    dim: int = setting(
+        CAPACITY_DIM, f"With --capacity: pattern dimension d [default: {CAPACITY_DIM}]."
+    )
+    radius: float | None = setting(  # None: K·√(d − 1) with K = CAPACITY_K_RADIUS
+        None,
+        "With --capacity: norm m of every pattern [default: "
+        f"{CAPACITY_K_RADIUS:g}·√(d − 1), i.e. Ramsauer et al.'s K = {CAPACITY_K_RADIUS:g}].",
+    )
+    sizes: tuple[int, ...] = setting(  # the option is the comma list as written
+        CAPACITY_SIZES,
+        "With --capacity: comma list of pattern counts M "
+        f"[default: {','.join(map(str, CAPACITY_SIZES))}].",
+        kind="str",
+    )
+    trials: int = setting(
+        CAPACITY_TRIALS, f"With --capacity: random pattern sets per M [default: {CAPACITY_TRIALS}]."
+    )
+    p: float = setting(
+        CAPACITY_P,
+        f"With --capacity: the failure probability p of the bound [default: {CAPACITY_P:g}].",
+        name="failure_p",
+    )
+    epsilon: float = setting(
+        CAPACITY_EPSILON,
+        "With --capacity: ε of 'retrieved': fixed-point residual "
+        f"and agreement tolerance [default: {CAPACITY_EPSILON:g}].".replace("e-0", "e-"),
+    )
     beta: float = CAPACITY_BETA
-    p: float = CAPACITY_P
-    sizes: tuple[int, ...] = CAPACITY_SIZES
-    trials: int = CAPACITY_TRIALS
     steps: int = CAPACITY_STEPS
-    epsilon: float = CAPACITY_EPSILON
     seed: int = 0
     models: tuple[str, ...] = CAPACITY_MODELS
     params: dict[str, Any] = field(default_factory=dict)  # e.g. {"k": 0.2} for topk
@@ -186,15 +201,16 @@ class CapacityRequest:
 
 def run_capacity(request: CapacityRequest) -> dict[str, Any]:
     """Success against M per model, with M* and the premise counts (JSON-ready)."""
-    from nphcli.models import create_model
+    from nphcli.models import create_model, get_model_info
 
     request.check()
     radius = request.resolved_radius()
     bound = capacity_bound(request.dim, radius, request.beta, request.p)
     models = {}
-    for name in request.models:
-        params = {key: value for key, value in request.params.items() if key != "beta"}
-        models[name] = _model(create_model, name, request.beta, params)
+    for name in request.models:  # each model gets the parameters it takes: --k reaches topk alone
+        takes = {p.name for p in get_model_info(name).params} - {"beta"}
+        params = {key: value for key, value in request.params.items() if key in takes}
+        models[name] = create_model(name, beta=request.beta, **params)
     rows = []
     for M in request.sizes:
         rows.extend(_rows_for_size(request, models, M, radius, bound))
@@ -217,14 +233,6 @@ def run_capacity(request: CapacityRequest) -> dict[str, Any]:
     }
 
 
-def _model(create_model, name: str, beta: float, params: dict[str, Any]):
-    """Build one model, keeping only the parameters it takes (so --k reaches topk alone)."""
-    from nphcli.models import get_model_info
-
-    accepted = {p.name for p in get_model_info(name).params}
-    return create_model(name, beta=beta, **{k: v for k, v in params.items() if k in accepted})
-
-
 def _describe(model) -> dict[str, Any]:
     """The parameters a model ran with, for the JSON (β and any k, α, window...)."""
     skip = {"steps", "tol"}
@@ -235,6 +243,8 @@ def _rows_for_size(request, models, M: int, radius: float, bound) -> list[dict[s
     """One row per model at size M: over `trials` pattern sets (the same sets for every model,
     drawn from seed (seed, M, trial)), the fraction of sets where every pattern is stored and
     retrieved, the mean fraction of patterns, and the same two numbers for the premise."""
+    import torch
+
     counts = {name: {"all": 0, "stored": 0.0, "at_target": 0.0} for name in models}
     premise_all, premise_mean = 0, 0.0
     for trial in range(request.trials):

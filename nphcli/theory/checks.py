@@ -5,50 +5,31 @@ Notation (Hu et al., "Nonparametric Modern Hopfield Models", ICML 2025, §4): st
 ξ_1 … ξ_M (rows of X (M, d)), a query x (one row of (Q, d)) whose target is ξ_μ, and a
 sparse-structured model: softmax over a support set S(x) ⊆ {1 … M} of k memories,
 
-    T(x) = Σ_{ν∈S} p_ν ξ_ν,   p_ν = exp(β⟨x, ξ_ν⟩) / Σ_{ρ∈S} exp(β⟨x, ξ_ρ⟩).
+    T(x) = Σ_{ν∈S} p_ν ξ_ν,   p_ν = exp(β⟨x, ξ_ν⟩) / Σ_{ρ∈S} exp(β⟨x, ξ_ρ⟩)
 
-Dense retrieval is the case S = everything (k = M); top-k, random and window are the others.
+(dense retrieval is S = everything); m, R and Δ_μ as in `nphcli.theory.separation`.
 
-- m = max_μ ‖ξ_μ‖, R = ½ min_{μ≠ν} ‖ξ_μ − ξ_ν‖, Δ_μ = ⟨ξ_μ, ξ_μ⟩ − max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩
-  (computed by `nphcli.theory.separation`);
-- well-separation of pattern μ:  Δ_μ ≥ (1/β)·ln((M + k − 2)·m / R) + 2mR;
-- Theorem 4.1 as stated (the bound read from the paper and issue 5), for x in the sphere
-  S_μ = {x : ‖x − ξ_μ‖ ≤ R} and μ ∈ S(x):
-
-      ‖T(x) − ξ_μ‖ ≤ m(M + k − 2)·exp(−β(⟨ξ_μ, x⟩ − max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩));
-
-- the query-gap bound, the same with the gap measured at the query,
-
-      ‖T(x) − ξ_μ‖ ≤ m(M + k − 2)·exp(−β Δ̃_μ(x)),   Δ̃_μ(x) = ⟨x, ξ_μ⟩ − max_{ν≠μ} ⟨x, ξ_ν⟩,
-
-  which holds for every x with μ ∈ S(x): T(x) − ξ_μ = Σ_{ν∈S, ν≠μ} p_ν (ξ_ν − ξ_μ), so
-  ‖T(x) − ξ_μ‖ ≤ 2m·(1 − p_μ) ≤ 2m·Σ_{ν∈S, ν≠μ} exp(−β(⟨x, ξ_μ⟩ − ⟨x, ξ_ν⟩))
-  ≤ 2m(k − 1)·exp(−β Δ̃_μ(x)), and 2(k − 1) ≤ M + k − 2 because k ≤ M.
-
-The two bounds agree at x = ξ_μ. Elsewhere the stated one uses ⟨ξ_μ, ξ_ν⟩ where the proof has
-⟨x, ξ_ν⟩ (the paper's proof ends with the query's own gap ⟨x, ξ_μ⟩ − Max_ν⟨x, ξ_ν⟩; its statement
-has ⟨ξ_μ, x⟩ − Max_{ν≠μ}⟨ξ_μ, ξ_ν⟩); they differ by ⟨x − ξ_μ, ξ_ν⟩, up to m‖x − ξ_μ‖, which inside
-S_μ can outweigh the constant's slack: `stated_bound_counterexample` is a well-separated,
-in-sphere, in-support query on which the stated bound fails while the query-gap bound holds;
-`theory.counterexamples` has a sparse (top-3) one that fails 136-fold, one for the reading whose
-max includes ν = μ, and the bounds that do hold are in `nphcli.theory.bounds`.
-
+- Theorem 4.1 as stated, for x in the sphere S_μ = {x : ‖x − ξ_μ‖ ≤ R} and μ ∈ S(x):
+  ‖T(x) − ξ_μ‖ ≤ m(M + k − 2)·exp(−β(⟨ξ_μ, x⟩ − max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩));
+- the query-gap bound, the same with the gap at the query, Δ̃_μ(x) = ⟨x, ξ_μ⟩ − max_{ν≠μ}
+  ⟨x, ξ_ν⟩, which holds for every x with μ ∈ S(x) (derived in `nphcli.theory.bounds`, with the
+  other bounds that hold). The stated bound uses ⟨ξ_μ, ξ_ν⟩ where the proof has ⟨x, ξ_ν⟩; inside
+  S_μ the difference can outweigh the constant's slack, and it fails on well-separated,
+  in-sphere, in-support queries (docs/reproduction.md; `tests/counterexamples.py`);
 - Corollary 4.1, read per query: when μ ∈ S(x), the sparse-structured error is at most the dense
-  error ‖T_dense(x) − ξ_μ‖. The bounds obey this (M + k − 2 ≤ 2(M − 1)); the errors need not,
-  because removing memories from a softmax can undo cancellations between the remaining
-  error terms (`corollary_counterexample`). nph counts how often it holds.
+  error ‖T_dense(x) − ξ_μ‖. The errors need not obey it: removing memories from a softmax can
+  undo cancellations between the remaining error terms. nph counts how often it holds.
 
-Every check recomputes T(x) here in float64 from the support set (an implementation independent
-of the models' blockwise code) and reports how far the model's own output is from it
-(`impl_gap`), so a failure can be told apart: a large gap is an implementation problem, a
-failure with a small gap is a problem with the statement being checked.
-
-Which memories a model's support holds is asked of the model itself (`support_mask`, which only
-the sparse-structured models define), so nothing here knows a model by its name.
+Every check recomputes T(x) here in float64 from the support set (independent of the models'
+blockwise code) and reports how far the model's own output is from it (`impl_gap`): a large gap
+is an implementation problem, a failure with a small gap a problem with the statement. Which
+memories a model's support holds is asked of the model (`support_mask`, which only the
+sparse-structured models define), so nothing here knows a model by its name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -158,25 +139,9 @@ class QueryCheck:
         }
 
     def per_query(self) -> dict[str, list]:
-        names = (
-            "target",
-            "k",
-            "in_support",
-            "distance",
-            "in_sphere",
-            "well_separated",
-            "error",
-            "model_error",
-            "impl_gap",
-            "stated_bound",
-            "query_bound",
-            "dense_error",
-            "stated_self_bound",
-            "lemma_bound",
-            "tight_bound",
-            "weight_bound",
-        )
-        out = {name: getattr(self, name).tolist() for name in names}
+        """Every per-query field (the tensors, in declaration order) and the three verdicts."""
+        tensors = [f.name for f in dataclasses.fields(self) if f.type == "Tensor"]
+        out = {name: getattr(self, name).tolist() for name in tensors}
         out["stated_holds"] = self.stated_holds.tolist()
         out["query_holds"] = self.query_holds.tolist()
         out["corollary_holds"] = self.corollary_holds.tolist()

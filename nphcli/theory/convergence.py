@@ -10,7 +10,7 @@ runs `steps` iterations of the model and of dense retrieval with the same β (bo
 - `at_target`: the stored pattern nearest to x_T is the target;
 - `error_le_dense`: ‖x_T − ξ_μ‖ ≤ ‖x_T^dense − ξ_μ‖ (to 1e-9 relative), the corollary's
   comparison, which leans on Corollary 4.1 (a per-query counterexample to it is
-  `counterexamples.corollary_top_scoring`).
+  `tests/counterexamples.py`).
 """
 
 from __future__ import annotations
@@ -45,15 +45,15 @@ def fixed_point_check(
     x = queries.to(torch.float64)
     targets = targets.to(torch.int64)
     instance = create_model(model, **{**params, "steps": 1, "tol": 0.0})
-    dense = create_model("dense", beta=instance.beta)
-    runs = {}
-    for name, m in (("model", instance), ("dense", dense)):
-        # One step beyond `steps` gives the residual at x_T.
-        runs[name] = trace(m, x, X, steps + 1, positions=positions)
+    models = {"model": instance, "dense": create_model("dense", beta=instance.beta)}
+    # One step beyond `steps` gives the residual at x_T.
+    runs = {name: trace(m, x, X, steps + 1, positions=positions) for name, m in models.items()}
     out: dict[str, Any] = {"steps": steps, "tol": tol, "queries": int(x.shape[0])}
     errors = {}
     for name, run in runs.items():
-        x_T = _state(run, steps, x, X, positions, instance if name == "model" else dense)
+        # x_T itself (the trace keeps only its last state, after steps + 1)
+        one = dataclasses.replace(models[name], steps=steps, tol=0.0)
+        x_T = one.retrieve(x, X, positions=positions).patterns  # (Q, d)
         errors[name] = torch.linalg.vector_norm(x_T - X[targets], dim=1)  # (Q,)
         nearest = torch.cdist(x_T, X).argmin(dim=1)  # (Q,)
         prefix = "" if name == "model" else "dense_"
@@ -69,9 +69,3 @@ def fixed_point_check(
         out[f"{prefix}error_mean"] = float(errors[name].mean())
     out["error_le_dense"] = int((errors["model"] <= errors["dense"] * (1 + ERROR_SLACK)).sum())
     return out
-
-
-def _state(run, steps, x, X, positions, model) -> Tensor:
-    """x_T after `steps` iterations (the trace ran steps + 1 and kept only the last state)."""
-    one = dataclasses.replace(model, steps=steps, tol=0.0)
-    return one.retrieve(x, X, positions=positions).patterns

@@ -35,12 +35,10 @@ class Trace:
                 e = self.energy[t]
                 item["energy_mean"] = float(e.mean())
                 item["energy_max"] = float(e.max())
-                rise = None if t == 0 else float((e - self.energy[t - 1]).max())
-                item["energy_rise_max"] = rise
+                item["energy_rise_max"] = None if t == 0 else float((e - self.energy[t - 1]).max())
             else:
                 item["energy_mean"] = item["energy_max"] = item["energy_rise_max"] = None
-            last = t == self.residual.shape[0]
-            r = None if last else self.residual[t]
+            r = None if t == self.residual.shape[0] else self.residual[t]  # none after the last
             item["residual_mean"] = None if r is None else float(r.mean())
             item["residual_max"] = None if r is None else float(r.max())
             if per_query:
@@ -75,9 +73,7 @@ def trace(
     if e is not None:
         energies.append(e)
     return Trace(
-        energy=torch.stack(energies) if energies else None,
-        residual=torch.stack(residuals),
-        final=x,
+        energy=torch.stack(energies) if energies else None, residual=torch.stack(residuals), final=x
     )
 
 

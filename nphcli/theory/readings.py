@@ -111,12 +111,3 @@ def _support_R(X: Tensor, rows: Tensor, k: int) -> Tensor:
         closest = torch.minimum(within.amin(dim=(1, 2)), to_mu.amin(dim=1))  # (B,)
         out[start : start + mu.numel()] = 0.5 * closest
     return out
-
-
-def closest_pair(patterns: Tensor) -> tuple[int, int]:
-    """The indices (a, b) of the two closest stored patterns (ties: the first pair found)."""
-    X = patterns.to(torch.float64)
-    dist = torch.cdist(X, X)  # (M, M)
-    dist.fill_diagonal_(math.inf)
-    a, b = divmod(int(dist.argmin()), X.shape[0])
-    return a, b

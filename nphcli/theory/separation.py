@@ -80,11 +80,6 @@ def row_norms(patterns: Patterns, *, block_rows: int = 4096) -> Tensor:
     return norms
 
 
-def _rows(bank: MemoryBank, index: Tensor) -> Tensor:
-    """Patterns `index` (S,) of a bank, (S, d)."""
-    return bank.gather(index)[0]
-
-
 def nearest_competitors(
     patterns: Patterns, rows: Tensor | None = None, *, block_elements: int = DEFAULT_BLOCK_ELEMENTS
 ) -> tuple[Tensor, Tensor]:
@@ -114,7 +109,7 @@ def nearest_competitors(
     best_d2_at = torch.zeros(S, dtype=torch.int64, device=device)
     for r0 in range(0, S, b):
         block_rows = rows[r0 : r0 + b]  # (b,)
-        queries = _rows(bank, block_rows).to(work)  # (b, d)
+        queries = bank.gather(block_rows)[0].to(work)  # (b, d)
         for c0, block in bank.key_blocks(c):
             keys = block.to(work)  # (c, d)
             gram = queries @ keys.T  # (b, c)
@@ -165,9 +160,9 @@ def separation(
         return Separation(m, None, empty, rows, M, False, None)
     rows = rows.to(bank.device)
     similar, closest = nearest_competitors(bank, rows, block_elements=block_elements)
-    own = _rows(bank, rows).double()  # (S, d)
-    delta = (own * own).sum(1) - (own * _rows(bank, similar).double()).sum(1)  # (S,)
-    distance = torch.linalg.vector_norm(own - _rows(bank, closest).double(), dim=1)  # (S,)
+    own = bank.gather(rows)[0].double()  # (S, d)
+    delta = (own * own).sum(1) - (own * bank.gather(similar)[0].double()).sum(1)  # (S,)
+    distance = torch.linalg.vector_norm(own - bank.gather(closest)[0].double(), dim=1)  # (S,)
     R = 0.5 * float(distance.min())
     return Separation(m, R, delta.cpu(), rows.cpu(), M, sampled, seed if sampled else None)
 

@@ -46,7 +46,7 @@ class WellSeparation:
             "M": sep.num_memories,
             "m": sep.m,
             "R": sep.R,
-            "threshold": _finite(self.threshold),
+            "threshold": self.threshold if math.isfinite(self.threshold) else None,
             "condition": "Δ_μ ≥ (1/β)·ln((M + k − 2)·m/R) + 2mR",
             "delta": sep.delta_summary(),
             "patterns_checked": int(sep.delta.numel()),
@@ -73,12 +73,6 @@ def well_separation(
     sep = separation(patterns, max_rows=max_rows, seed=seed)
     M = sep.num_memories
     count = M if k is None else resolve_k(k, M)
-    if sep.R is None:
-        threshold = math.inf
-    else:
-        threshold = well_separation_threshold(beta, M, count, sep.m, sep.R)
+    R = sep.R
+    threshold = math.inf if R is None else well_separation_threshold(beta, M, count, sep.m, R)
     return WellSeparation(beta, count, threshold, sep, sep.delta >= threshold)
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None

@@ -1,4 +1,5 @@
-"""Small exact counterexamples to §4 of Hu et al. 2025 as stated (docs/reproduction.md).
+"""Small exact counterexamples to §4 of Hu et al. 2025 as stated (docs/reproduction.md), for
+the tests (test data, not part of the nph package).
 
 Each function returns float64 `patterns` (M, d), one `query` (1, d), its `target` μ (0-based),
 `beta`, the model and its parameters (`model`, `params`), and a one-line `claim` saying what the
@@ -168,20 +169,3 @@ def check(example: dict[str, Any]) -> QueryCheck:
     params = {"steps": 1, **example["params"]}
     y = create_model(example["model"], **params).retrieve(x, X, positions=target).patterns
     return check_queries(X, x, y, target, target, model=example["model"], params=params)
-
-
-def closest_pair_well_separated(
-    patterns: torch.Tensor, beta: float, k: int | None = None
-) -> tuple[bool, bool]:
-    """Whether each of the two closest patterns (a, b) is well separated with R over all pairs.
-
-    Never (True, True) when the threshold's log term is ≥ 0: ‖ξ_a − ξ_b‖ = 2R gives
-    Δ_a ≤ ⟨ξ_a, ξ_a − ξ_b⟩ ≤ 2mR, below (1/β)·ln((M + k − 2)m/R) + 2mR, and the same for b.
-    """
-    from nphcli.theory.readings import closest_pair
-    from nphcli.theory.well_separated import well_separation
-
-    X = patterns.to(torch.float64)
-    a, b = closest_pair(X)
-    ws = well_separation(X, beta, k)
-    return bool(ws.well_separated[a]), bool(ws.well_separated[b])
