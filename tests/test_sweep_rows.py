@@ -138,3 +138,18 @@ def test_resume_recognises_a_file_written_before(invoke, tmp_path, name):
     assert result.exit_code == 0, result.stderr
     assert "runs are already in" in result.stderr and "nothing to run" in result.stderr
     assert out.read_bytes() == (DATA / name).read_bytes()
+
+
+@pytest.mark.parametrize("option", ["--salt-pepper", "--occlude"])
+def test_a_csv_sweep_may_vary_a_corruption_from_zero(invoke, tmp_path, option):
+    """A corruption set in one row and unset in the next keeps its column's place, so the rows
+    share one header (they did not: the set one moved forward and the sweep stopped)."""
+    out = tmp_path / "sweep.csv"
+    grid = ("--dataset", "mnist", "--sizes", "6", "--queries", "3", "--model", "dense")
+    result = invoke("sweep", *grid, option, "0,0.2", "--out", out)
+    assert result.exit_code == 0, result.stderr
+    rows = read_results(out).rows
+    assert len(rows) == 2 and all(list(row) == list(rows[0]) for row in rows)
+    plain = tmp_path / "plain.csv"
+    assert invoke("sweep", *grid, "--out", plain).exit_code == 0
+    assert list(read_results(plain).rows[0]) == list(rows[0])

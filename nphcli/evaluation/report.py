@@ -110,11 +110,11 @@ class RetrievalReport:
                 "d": config["memory"]["d"],
                 "Q": config["queries"]["Q"],
                 "queries": config["queries"]["source"],
-                **config["corruption"],  # mask, mask_mode, fill, noise
-                "noise_clip": config["corruption"].get("noise_clip", False),
+                # Corruption's declared order, unset ones at their default: every row of a
+                # sweep has the same columns whichever corruptions it sets.
                 **{
-                    name: config["corruption"].get(name, 0.0)
-                    for name in ("occlude", "salt_pepper", "flip")
+                    field.name: config["corruption"].get(field.name, field.default)
+                    for field in dataclasses.fields(Corruption)
                 },
                 "batch_size": config["batch_size"],
                 "repeat": config["repeat"],
