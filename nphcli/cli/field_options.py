@@ -43,7 +43,7 @@ def with_fields(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: the command gets the fields `names` (all declared fields when None; `()` for
     none), with `params` every model parameter, and its own fields `own` (a command's options
-    declared as fields, e.g. `STORE_FIELDS` in `nphcli.cli.store`) as options; it must take a
+    declared as fields, e.g. from `StoreOptions` in `nphcli.cli.store`) as options; it must take a
     `given: dict` keyword. `help` replaces a field's help text (default note included) where
     one command means it otherwise, e.g. a model that analyze only runs when asked."""
 
