@@ -12,7 +12,7 @@ Defaults: the model and β the memory's metadata records (`recall`), else sparse
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -44,15 +44,7 @@ class Recalled:
     memory: dict[str, Any] = field(default_factory=dict)  # what it came from: sha256, path, M
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "model": self.model,
-            "params": self.params,
-            "support": self.support,
-            "items": self.items,
-            "memory": self.memory,
-            "nph_version": __version__,
-        }
+        return {**asdict(self), "nph_version": __version__}
 
 
 class Recaller:

@@ -271,7 +271,6 @@ class RetrieveSettings:
             )
         if self.index is not None and not isinstance(self.index, IndexSettings):
             raise NphError(f"index must be an IndexSettings or None, got {self.index!r}")
-        model_card(self.model)
 
     @property
     def budget(self) -> int:
