@@ -1,12 +1,9 @@
 """`nph attractors`: what iterated retrieval converged to, per setting, with three pictures.
 
-For every setting of the request (typically one model over several β), on the memory read once:
-the attractor diagnostics of every query (`evaluation.attractors`: the kind of state and its
-size s), the energy E(x_t) along the iterations of the first `traced` queries (`theory.energy`),
-and a basin picture: queries on the plane x(u, v) = ξ_a + u(ξ_b − ξ_a) + v(ξ_c − ξ_a) through
-three stored patterns, u, v ∈ [−¼, 1¼], each labelled by the stored pattern it converged to, or
-as metastable (−1) or global (−2). Writes `sizes.png`, `energy.png`, `basins.png` and
-`attractors.json` into a folder and returns what the JSON holds.
+On the memory read once: the attractor diagnostics of every query (`evaluation.attractors`), the
+energy along the iterations of the first `traced` queries, and a basin picture of the plane
+x(u, v) = ξ_a + u(ξ_b − ξ_a) + v(ξ_c − ξ_a), u, v ∈ [−¼, 1¼]. Writes sizes.png, energy.png,
+basins.png and attractors.json into a folder and returns what the JSON holds.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """`nph doctor`: what nph runs on, and whether the parts fit together.
 
-The first thing to break on a fresh install is the torch/torchvision pair: pip may install a
-torchvision built for another torch (e.g. when PyTorch's own index is unreachable), and then
-`import torchvision` fails deep inside with `operator torchvision::nms does not exist`. The
-checks here name that (`sources.vision.import_torchvision` turns it into one error line wherever
-nph needs torchvision). Every check returns plain values (the CLI renders them; `--json` prints
-them).
+The first thing to break on a fresh install is the torch/torchvision pair (a torchvision built
+for another torch fails deep inside with `operator torchvision::nms does not exist`); the checks
+name that. Every check returns plain values for the CLI to render.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Recalling stored items from a text (what `nph recall` and `nph serve`'s `recall` tool do,
-and `nph.recall` in Python): the query, then the items the rule weighs, heaviest first.
+"""Recalling stored items from a text (`nph recall`, `nph serve`'s `recall` tool, `nph.recall`).
 
-For a query x (embedded with the memory's own embedder, unit length) and stored keys K (M, d),
-the rule gives weights w = rule(β·K·x) over every stored row (`evaluation.recall`); each item
-recalled is a row with w > 0, listed with its id, text, weight w_j and score ⟨x, ξ_j⟩ (a cosine
-for unit vectors). A rule that forms no weights lists the k highest scores with weight None.
-Defaults: the model and β the memory's metadata records (`recall`), else sparsemax at β = 30
-(`core.defaults.ITEM_RECALL`): a peaked answer that says when two items compete.
+For a query x (embedded as the memory's rows were) the rule weighs every stored row,
+w = rule(β·K·x); each row with w > 0 is listed with its id, text, weight and score ⟨x, ξ_j⟩. A
+rule that forms no weights lists the k highest scores. Defaults: the memory's `recall` record,
+else sparsemax at β = 30 (`core.defaults.ITEM_RECALL`): a peaked answer that shows competition.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Command-line options generated from the retrieval fields and the model catalog.
 
-A command decorated with `with_fields(...)` gets one `--FLAG` option per field named (and one
-per model parameter), shown in `--help` under its group's panel, unless the command declares
-that option itself; so a new field or a newly registered model's parameter is an option with no
-edit here. The command receives the options given as one dict, `given` (name → the text, or
-True for a switch), and `field_values(given)` parses it into the lists of values that
-`nphcli.app.request.request_from` takes. Reads no torch.
+`with_fields(...)` gives a command one `--FLAG` per field named and per model parameter, so a new
+field or model parameter is an option with no edit here. The command receives the options given
+as one dict, `given`, which `field_values` parses for `nphcli.app.request.request_from`. Reads
+no torch.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The one progress bar of the CLI, for long commands (`nph sweep`, `nph mil`).
-
-The library never draws: a long job takes a `progress` callable and calls it as
-progress(total) once, then progress(None) after each unit of work (optionally with a label
-naming the work in hand). This bar is that callable: drawn on stderr with an ETA, and only
-when stderr is a terminal and --quiet is off; otherwise it is silent and costs nothing.
+"""The one progress bar of the CLI. A long job takes a `progress` callable and calls it as
+progress(total) once, then progress(None) after each unit of work (optionally with a label);
+this bar draws it on stderr with an ETA, only on a terminal and without --quiet.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
-"""Picture of retrieval runs: corrupted queries, what each setting returned, and what should
-have come back.
+"""Picture of retrieval runs: one column per query; rows of corrupted queries (one per distinct
+corruption), one row per setting with what it retrieved, then the targets (or, for own queries
+without targets, the stored pattern nearest to T(x) of the first setting).
 
-One column per query (the first `count` queries, the same queries for every setting). The rows,
-top to bottom: the corrupted queries (one row per distinct corruption among the settings, each
-named by it when there are several), one row per setting with what it retrieved, T(x) (named by
-its model and parameters, and its corruption when that differs between settings), and the
-targets (for own queries without targets: the stored pattern nearest to T(x) of the first
-setting). With one setting the rows are simply "corrupted query", "retrieved", "target".
-
-Patterns are mapped back to pixel space with the memory's recorded normalisation (files without a
-record: each pattern stretched from its own minimum to maximum), clipped to [0, 1] and written as
-8-bit grayscale (one channel) or RGB (three channels), each cell enlarged `scale` times with
-nearest-neighbour sampling. Hetero-associative values are drawn as images when they have an image
-shape: the memory's `value_shape` record, else the keys' shape when they have the keys' size;
-other values are drawn as a near-square block of their d_v entries, stretched from the smallest
-to the largest value shown.
-
-Size: width = scale·(n·W + (n + 1)·pad), height = scale·(R·H + (R + 1)·pad) pixels for n
-columns and R rows of cells H × W (the largest item drawn; a smaller item sits top-left on
-white), with grey `pad`-pixel gutters between cells; then a white band on the right names each
-row. The file's extension picks the format: .png (lossless), .jpg/.jpeg or .webp (lossy: only
-for a quick look).
+Patterns are mapped back to pixels with the memory's recorded normalisation; values that are not
+images are drawn as near-square blocks of their entries. Grey gutters part the cells, a white
+band on the right names each row. .png is lossless; .jpg and .webp are for a quick look.
 """
 
 from __future__ import annotations

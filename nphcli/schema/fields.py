@@ -1,10 +1,6 @@
-"""Every option of a retrieval, derived from the settings classes and the model catalog.
-
-`FIELDS` lists, in `--help` order, the options of `InputSpec`, `RetrieveSettings` (its
-`Corruption` and `IndexSettings` in their place), `Spread` and `OutputSpec`
-(`nphcli.schema.settings`); `ANALYSIS_FIELDS` those of `AnalysisOptions`; model parameters come
-from the catalog (`param_fields`). The options of `nph retrieve`, the keys of an `nph batch` job
-and of a sweep file are these, so no surface keeps a list of its own. Torch-free.
+"""Every option of a retrieval, derived from the settings classes and the model catalog: `FIELDS`
+in `--help` order, `ANALYSIS_FIELDS`, and model parameters (`param_fields`). `nph retrieve`'s
+options and the keys of a batch job or sweep file are these, so no surface keeps its own list.
 """
 
 from __future__ import annotations

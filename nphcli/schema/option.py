@@ -1,17 +1,10 @@
-"""A command-line option, and the declaration of a setting that gives one.
+"""A command-line option (`Field`), and the declaration of a setting that gives one.
 
-A setting is a field of an ordinary dataclass, declared with `setting(default, help, ...)`:
-its default, range and help are written once, beside the attribute that receives the value
-(`nphcli.schema.settings`). `options_of(cls)` reads those declarations back as `Field`s, the
-description every surface derives from: the `--FLAG` of a command (`nphcli.cli.field_options`),
-the key of an `nph batch` job or a sweep file, and the check that a value is of the right type
-and range. The class itself checks its values with one visible call, `check_settings(self)`.
-
-Many values, one syntax: a field that decides a setting takes several values, as a comma list on
-the command line (`--k 1,5 --noise 0,0.5`) or as a list in a JSON job or a sweep file
-(`"k": [1, 5]`, `k = [1, 5]`); every combination is one setting (`nphcli.evaluation.settings`).
-
-Torch-free, so that building the command line reads no torch.
+A setting is a field of an ordinary dataclass, declared with `setting(default, help, ...)` beside
+the attribute that receives it; `options_of(cls)` reads those declarations back as `Field`s, from
+which every surface derives: a command's `--FLAG`, an `nph batch` job's key, a sweep file's key.
+A setting field takes many values (a comma list, or a JSON/TOML list): every combination is one
+setting. Torch-free, so that building the command line reads no torch.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The settings of a retrieval, each declared once on the plain dataclass that receives it.
 
-A request is a few typed objects, built alike by the command line, an `nph batch` job, a sweep
-and the Python API, and passed down whole: `InputSpec` (what is read), `RetrieveSettings` (what
-decides one setting, with its `Corruption` and optional `IndexSettings`), `Spread` (processes
-and threads), `OutputSpec` (what is written); `AnalysisOptions` are `nph analyze`'s own. Each
-setting's default, range and help sit beside its attribute (`setting(...)`); every surface's
-options are derived from these classes (`nphcli.schema.fields`). Torch-free.
+The command line, an `nph batch` job, a sweep and the Python API build the same objects and pass
+them down whole: `InputSpec` (what is read), `RetrieveSettings` (one setting, with its
+`Corruption` and optional `IndexSettings`), `Spread` (processes, threads), `OutputSpec` (what is
+written); `AnalysisOptions` are `nph analyze`'s own. Torch-free.
 """
 
 from __future__ import annotations
