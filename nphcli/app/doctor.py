@@ -109,14 +109,8 @@ def _sample_data() -> dict[str, Any]:
         folder = sample.sample_data_dir()
     except Exception as error:
         return {"ok": False, "path": None, "error": _first_line(error)}
-    missing = [
-        name
-        for name in (
-            *(f"MNIST/raw/{f}.gz" for f in sample.MNIST_FILES),
-            sample.CIFAR10_FILE,
-        )
-        if not (folder / name).is_file()
-    ]
+    names = [*(f"MNIST/raw/{f}.gz" for f in sample.MNIST_FILES), sample.CIFAR10_FILE]
+    missing = [name for name in names if not (folder / name).is_file()]
     if missing:
         return {"ok": False, "path": str(folder), "error": f"missing: {', '.join(missing)}"}
     return {"ok": True, "path": str(folder)}

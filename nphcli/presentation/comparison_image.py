@@ -81,7 +81,12 @@ def save_comparison_grid(
     """Write one picture of the first `count` queries of every report (settings evaluated on
     the same memory and queries), atomically, in the format the extension of `path` names."""
     labels, rows = comparison_rows(reports, memory, count=count)
-    return save_image_rows(path, rows, force=force, pad=pad, scale=scale, labels=labels)
+    file_format = check_image_output(path, scale=scale)
+    image = render_rows(rows, pad=pad, scale=scale, labels=labels)
+    options = {"quality": 95} if file_format in ("JPEG", "WEBP") else {}
+    with atomic_write(path, force=force) as tmp:
+        image.save(tmp, format=file_format, **options)
+    return Path(path)
 
 
 def comparison_rows(
@@ -193,30 +198,11 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def save_image_rows(
-    path: str | os.PathLike,
-    rows: list[Tensor],
-    *,
-    force: bool = False,
-    pad: int = 2,
-    scale: int = 2,
-    labels: list[str] | None = None,
-) -> Path:
-    """Tile `rows` (each (n, C, h, w) in [0, 1], C = 1 or 3; items may differ in size between
-    rows) into one image, each row named by `labels` in a band on the right, written atomically
-    in the format of `path`'s extension."""
-    file_format = check_image_output(path, scale=scale)
-    image = render_rows(rows, pad=pad, scale=scale, labels=labels)
-    options = {"quality": 95} if file_format in ("JPEG", "WEBP") else {}
-    with atomic_write(path, force=force) as tmp:
-        image.save(tmp, format=file_format, **options)
-    return Path(path)
-
-
 def render_rows(
     rows: list[Tensor], *, pad: int = 2, scale: int = 2, labels: list[str] | None = None
 ):
-    """The pillow image of `save_image_rows` (for writing elsewhere, e.g. into a report)."""
+    """`rows` (each (n, C, h, w) in [0, 1], C = 1 or 3; items may differ in size between rows)
+    tiled into one pillow image, each row named by `labels` in a band on the right."""
     from PIL import Image
 
     channel_counts = {row.shape[1] for row in rows}
@@ -228,14 +214,8 @@ def render_rows(
     columns = rows[0].shape[0]
     height = max(row.shape[2] for row in rows)
     width = max(row.shape[3] for row in rows)
-    canvas = torch.full(
-        (
-            channels,
-            len(rows) * height + (len(rows) + 1) * pad,
-            columns * width + (columns + 1) * pad,
-        ),
-        GUTTER,
-    )  # (C, image H, image W)
+    tall, wide = len(rows) * height + (len(rows) + 1) * pad, columns * width + (columns + 1) * pad
+    canvas = torch.full((channels, tall, wide), GUTTER)  # (C, image H, image W)
     for r, row in enumerate(rows):
         top = pad + r * (height + pad)
         _, _, h, w = row.shape
