@@ -76,11 +76,7 @@ def add_items(
         own = {key: meta[key] for key in ("source", "kind", "normalize", "embedder") if key in meta}
         own["items"] = write_items(segment, prepared.items)
         save_memory(
-            segment,
-            prepared.patterns,
-            meta=own,
-            dtype=torch_dtype(prepared.dtype),
-            force=True,
+            segment, prepared.patterns, meta=own, dtype=torch_dtype(prepared.dtype), force=True
         )
         rows = prepared.patterns.shape[0]
         forgotten = _forget(current.forgotten, [located[key] for key in stored])

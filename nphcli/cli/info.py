@@ -25,9 +25,7 @@ INFO_FIELDS = (get_field("sample", ANALYSIS_FIELDS), get_field("seed"), get_fiel
 @app.command("info")
 @with_fields((), params=False, own=INFO_FIELDS)
 def info_command(
-    file: Annotated[Path, typer.Argument(help="Memory file to describe.")],
-    *,
-    given: dict[str, Any],
+    file: Annotated[Path, typer.Argument(help="Memory file to describe.")], *, given: dict[str, Any]
 ) -> None:
     """Show a memory file's shape, dtype, metadata, value range, norms and separation.
 

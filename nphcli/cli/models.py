@@ -10,9 +10,7 @@ from nphcli.cli.render import print_json, print_table
 
 
 @app.command("models")
-def models_command(
-    as_json: JsonOutput = False,
-) -> None:
+def models_command(as_json: JsonOutput = False) -> None:
     """List every retrieval model with its formula, parameters and cost."""
     from nphcli.schema.catalog import model_cards
 

@@ -13,13 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
-from nphcli.presentation.plot_data import (
-    choose_x,
-    independent,
-    is_setting,
-    natural,
-    short,
-)
+from nphcli.presentation.plot_data import choose_x, independent, is_setting, natural, short
 
 LINES = 10  # lines in one figure's legend that a reader tells apart
 PANELS = 9  # panels in one figure

@@ -11,13 +11,7 @@ from typing import Any
 from nphcli.core.errors import NphError
 from nphcli.core.suggest import did_you_mean
 from nphcli.schema.option import Field, options_of
-from nphcli.schema.settings import (
-    AnalysisOptions,
-    InputSpec,
-    OutputSpec,
-    RetrieveSettings,
-    Spread,
-)
+from nphcli.schema.settings import AnalysisOptions, InputSpec, OutputSpec, RetrieveSettings, Spread
 
 FIELDS: tuple[Field, ...] = (
     *options_of(InputSpec, "input"),

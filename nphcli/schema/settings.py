@@ -25,13 +25,7 @@ from nphcli.core.defaults import (
 from nphcli.core.dtypes import COMPUTE_DTYPES
 from nphcli.core.errors import NphError
 from nphcli.schema.catalog import model_card
-from nphcli.schema.option import (
-    Limits,
-    check_settings,
-    nested,
-    output_field_setting,
-    setting,
-)
+from nphcli.schema.option import Limits, check_settings, nested, output_field_setting, setting
 
 # Why a surface refuses an option (`Field.refused`).
 _SWEEP_DRAWS = "a sweep draws its memories and queries from its dataset"
@@ -299,10 +293,7 @@ class Spread:
         refused={"batch": _ONE_PROCESS, "sweep": _SWEEP_DRAWS},
     )
     threads: int | None = setting(
-        None,
-        THREADS_HELP,
-        minimum=1,
-        refused={"batch": _WHOLE_PROCESS, "sweep": _WHOLE_PROCESS},
+        None, THREADS_HELP, minimum=1, refused={"batch": _WHOLE_PROCESS, "sweep": _WHOLE_PROCESS}
     )
 
     def __post_init__(self) -> None:
