@@ -68,30 +68,22 @@ def attractor_study(
 
 
 def _row(model, settings, report, memory, corners, resolution, traced) -> dict[str, Any]:
+    from nphcli.presentation.plot_data import short
     from nphcli.theory.energy import trace
 
     per_query = report.per_query
-    from nphcli.presentation.plot_data import short
-
     given = {k: v for k, v in settings.params.items() if k != "steps" and v is not None}
     # the model first: a row of `--model dense,sparse` is never just `beta=0.1`
     name = " ".join([settings.model, *(f"{k}={short(v)}" for k, v in given.items())])
-    shown = trace(
-        model,
-        report.queries[:traced],
-        memory.patterns,
-        model.steps,
-        positions=per_query["query_row"][:traced],
-    )
+    queries, rows = report.queries[:traced], per_query["query_row"][:traced]
+    shown = trace(model, queries, memory.patterns, model.steps, positions=rows)
     metrics = report.metrics
     return {
         "model": settings.model,
         "params": given,
         "short": name,
         "success": metrics["success"]["mean"] if metrics.get("success") else None,
-        "at_pattern": metrics["at_pattern"]["mean"],
-        "at_metastable": metrics["at_metastable"]["mean"],
-        "at_global": metrics["at_global"]["mean"],
+        **{kind: metrics[kind]["mean"] for kind in ("at_pattern", "at_metastable", "at_global")},
         "sizes": per_query["attractor_size"].tolist(),
         "steps": per_query["steps"].tolist(),
         "energy_trace": None if shown.energy is None else shown.energy.tolist(),
