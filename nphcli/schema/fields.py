@@ -52,20 +52,14 @@ def default(name: str) -> Any:
     return _BY_NAME[name].default
 
 
-def refusal(name: str, surface: str) -> str | None:
-    """Why `surface` refuses the field `name`, or None if it takes it."""
-    found = _BY_NAME.get(name)
-    return None if found is None else found.refused.get(surface)
-
-
 def check_keys(keys: Iterable[str], surface: str, where: str) -> None:
     """Refuse, by name, keys that are no field or model parameter, and fields `surface` refuses
     (with the reason)."""
     params = _param_fields()
     for key in keys:
-        reason = refusal(key, surface)
-        if reason is not None:
-            raise NphError(f"{where} does not take {key!r}: {reason}")
+        field = _BY_NAME.get(key)
+        if field is not None and surface in field.refused:
+            raise NphError(f"{where} does not take {key!r}: {field.refused[surface]}")
         if key not in _BY_NAME and key not in params:
             taken = [f.name for f in fields(surface=surface)]
             hint = did_you_mean(key, [*taken, *params])
