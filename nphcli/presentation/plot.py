@@ -92,14 +92,9 @@ def results_figure(
         for name, series in lines.items():
             xs = [p[0] for p in series]
             colour, marker, style = looks[name]
+            ys = [p[1] for p in series]
             (handles[name],) = axes.plot(
-                xs,
-                [p[1] for p in series],
-                color=colour,
-                marker=marker,
-                linestyle=style,
-                markersize=4,
-                label=name,
+                xs, ys, color=colour, marker=marker, linestyle=style, markersize=4, label=name
             )
             low = [p[1] - p[2] for p in series]
             high = [p[1] + p[2] for p in series]
@@ -113,13 +108,10 @@ def results_figure(
     figure.supxlabel(data.x_label, fontsize=9)
     figure.supylabel(METRIC_LABELS.get(metric_name, metric_name), fontsize=9)
     per_column = max(1, int((height - 40) / 13))  # legend entries that fit the height
+    columns = math.ceil(len(names) / per_column)
+    corner = "outside right upper"
     figure.legend(
-        [handles[n] for n in names],
-        names,
-        loc="outside right upper",
-        fontsize=7,
-        frameon=False,
-        ncols=math.ceil(len(names) / per_column),
+        [handles[n] for n in names], names, loc=corner, fontsize=7, frameon=False, ncols=columns
     )
     heading(figure, title or partial(_title, data, metric_name))
     return figure
