@@ -21,22 +21,15 @@ class ProgressBar:
 
     def __enter__(self) -> ProgressBar:
         if sys.stderr.isatty() and not quiet():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich import progress as rp
 
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
+            self._bar = rp.Progress(
+                rp.TextColumn("{task.description}"),
+                rp.BarColumn(),
+                rp.MofNCompleteColumn(),
+                rp.TimeElapsedColumn(),
+                rp.TextColumn("ETA"),
+                rp.TimeRemainingColumn(),
                 console=stderr_console(),
                 transient=True,
             )

@@ -102,8 +102,6 @@ def results_figure(
         axes.grid(True, alpha=0.3)
         if panel:
             _panel_title(axes, panel, width, grid.shape[1])
-    for axes in grid.flat[len(data.panels) :]:
-        axes.set_visible(False)
     metric_name = data.column.removesuffix("_mean")
     figure.supxlabel(data.x_label, fontsize=9)
     figure.supylabel(METRIC_LABELS.get(metric_name, metric_name), fontsize=9)
@@ -184,8 +182,6 @@ def phase_figure(
         axes.set_yticks(range(len(data.ys)), [f"{v:.3g}" for v in data.ys], fontsize=7)
         if name:
             _panel_title(axes, name, width, grid.shape[1])
-    for axes in grid.flat[len(data.panels) :]:
-        axes.set_visible(False)
     figure.supxlabel(data.x_label, fontsize=9)
     figure.supylabel(data.y_label, fontsize=9)
     bar = figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9)
@@ -300,7 +296,8 @@ def _matplotlib():
 
 
 def _figure(size: tuple[int, int], panels: int):
-    """A figure of `size` pixels with a near-square grid of `panels` axes sharing x and y."""
+    """A figure of `size` pixels with a near-square grid of `panels` axes sharing x and y (the
+    grid's cells past `panels` hidden)."""
     figure_cls, canvas_cls = _matplotlib()
     width, height = size
     figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
@@ -309,4 +306,6 @@ def _figure(size: tuple[int, int], panels: int):
     grid = figure.subplots(
         math.ceil(panels / columns), columns, squeeze=False, sharex=True, sharey=True
     )
+    for axes in grid.flat[panels:]:
+        axes.set_visible(False)
     return figure, grid
