@@ -34,13 +34,8 @@ Where = Annotated[
         "for several conditions.",
     ),
 ]
-FACET = Field(
-    "facet",
-    "str",
-    None,
-    "One panel per value of this setting (e.g. model, M, noise).",
-    group="output",
-)
+FACET_HELP = "One panel per value of this setting (e.g. model, M, noise)."
+FACET = Field("facet", "str", None, FACET_HELP, group="output")
 
 # Pictures shown in a report (nph report): repeatable, so not a field's comma list.
 Grids = Annotated[

@@ -86,6 +86,5 @@ def _param_fields() -> dict[str, Field]:
             None,
             f"{text} [model default: {card.default}; taken by {takers}].",
             group="model",
-            metavar={"float": "NUMBER", "int": "INTEGER", "bool": "BOOLEAN"}.get(card.type, "TEXT"),
         )
     return out
