@@ -126,15 +126,8 @@ class Recaller:
         listed = []
         for i, (row, weight) in enumerate(found):
             item = {"id": row, "text": None} if named is None else named[i]
-            listed.append(
-                {
-                    "id": item["id"],
-                    "text": item.get("text"),
-                    "weight": weight,
-                    "score": float(scores[row]),
-                    "row": row,
-                }
-            )
+            scored = {"weight": weight, "score": float(scores[row]), "row": row}
+            listed.append({"id": item["id"], "text": item.get("text"), **scored})
         beta_used = {"beta": rule.beta} if hasattr(rule, "beta") else {}  # baselines take none
         used = beta_used | {key: getattr(rule, key) for key in chosen if key != "beta"}
         origin = provenance(memory)
