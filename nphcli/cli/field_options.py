@@ -94,10 +94,8 @@ class _WithFields:
     ):
         self._command, self._names, self._params, self._help = command, names, params, help
         self._own_fields = own
-        self.__name__ = command.__name__
-        self.__qualname__ = command.__qualname__
-        self.__module__ = command.__module__
-        self.__doc__ = command.__doc__
+        for name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            setattr(self, name, getattr(command, name))
 
     def _own(self) -> inspect.Signature:
         signature = inspect.signature(self._command, eval_str=True)
@@ -123,7 +121,7 @@ class _WithFields:
             inspect.Parameter(
                 f.name,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=_empty(f),
+                default=False if f.kind == "bool" else None,
                 annotation=_option(f, self._help.get(f.name)),
             )
             for f in self._fields()
@@ -144,10 +142,6 @@ class _WithFields:
                 if value is not None and value is not False:
                     given[name] = value
         return self._command(**kwargs, given=given)
-
-
-def _empty(field: Field) -> Any:
-    return False if field.kind == "bool" else None
 
 
 def _option(field: Field, help_text: str | None = None) -> Any:
