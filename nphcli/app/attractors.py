@@ -1,12 +1,9 @@
 """`nph attractors`: what iterated retrieval converged to, per setting, with three pictures.
 
-For every setting of the request (typically one model over several β), on the memory read once:
-the attractor diagnostics of every query (`evaluation.attractors`: the kind of state and its
-size s), the energy E(x_t) along the iterations of the first `traced` queries (`theory.energy`),
-and a basin picture: queries on the plane x(u, v) = ξ_a + u(ξ_b − ξ_a) + v(ξ_c − ξ_a) through
-three stored patterns, u, v ∈ [−¼, 1¼], each labelled by the stored pattern it converged to, or
-as metastable (−1) or global (−2). Writes `sizes.png`, `energy.png`, `basins.png` and
-`attractors.json` into a folder and returns what the JSON holds.
+On the memory read once: the attractor diagnostics of every query (`evaluation.attractors`), the
+energy along the iterations of the first `traced` queries, and a basin picture of the plane
+x(u, v) = ξ_a + u(ξ_b − ξ_a) + v(ξ_c − ξ_a), u, v ∈ [−¼, 1¼]. Writes sizes.png, energy.png,
+basins.png and attractors.json into a folder and returns what the JSON holds.
 """
 
 from __future__ import annotations
@@ -71,30 +68,22 @@ def attractor_study(
 
 
 def _row(model, settings, report, memory, corners, resolution, traced) -> dict[str, Any]:
+    from nphcli.presentation.plot_data import short
     from nphcli.theory.energy import trace
 
     per_query = report.per_query
-    from nphcli.presentation.plot_data import short
-
     given = {k: v for k, v in settings.params.items() if k != "steps" and v is not None}
     # the model first: a row of `--model dense,sparse` is never just `beta=0.1`
     name = " ".join([settings.model, *(f"{k}={short(v)}" for k, v in given.items())])
-    shown = trace(
-        model,
-        report.queries[:traced],
-        memory.patterns,
-        model.steps,
-        positions=per_query["query_row"][:traced],
-    )
+    queries, rows = report.queries[:traced], per_query["query_row"][:traced]
+    shown = trace(model, queries, memory.patterns, model.steps, positions=rows)
     metrics = report.metrics
     return {
         "model": settings.model,
         "params": given,
         "short": name,
         "success": metrics["success"]["mean"] if metrics.get("success") else None,
-        "at_pattern": metrics["at_pattern"]["mean"],
-        "at_metastable": metrics["at_metastable"]["mean"],
-        "at_global": metrics["at_global"]["mean"],
+        **{kind: metrics[kind]["mean"] for kind in ("at_pattern", "at_metastable", "at_global")},
         "sizes": per_query["attractor_size"].tolist(),
         "steps": per_query["steps"].tolist(),
         "energy_trace": None if shown.energy is None else shown.energy.tolist(),

@@ -1,17 +1,9 @@
 """Batch jobs: retrieval requests as JSON objects, evaluated one after another in one process.
 
-A script that runs many evaluations pays for start-up (importing torch) once, and for a memory
-file once per run of jobs on it: the `MemoryCache.KEEP` memories used last are kept between
-jobs, keyed by file and `stream`, so a job file naming many memories holds at most that many in
-RAM (jobs grouped by memory read each file once). A job that cannot
-run gives an error object on its own line and the others go on, so one bad line in a long job
-file costs only itself.
-
-A job is one JSON object whose keys are the retrieval fields (`nphcli.schema.fields`: the
-options of `nph retrieve` with `_` for `-`) and model parameters by name (`k`, `beta`, ...); a
-list is several values, as a comma list is on the command line. The fields `nph batch` cannot
-take (`--out`, `--workers`, ...) are refused by name with the reason. Each setting of a job gives
-exactly the object `nph retrieve --json` prints for it, one line each.
+Start-up (importing torch) is paid once, and a memory file once per run of jobs on it (the
+`MemoryCache.KEEP` memories used last are kept). A job's keys are the retrieval fields and model
+parameters; each setting gives exactly the object `nph retrieve --json` prints. A job that cannot
+run gives an error object on its own line and the others go on.
 """
 
 from __future__ import annotations

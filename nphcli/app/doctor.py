@@ -1,11 +1,8 @@
 """`nph doctor`: what nph runs on, and whether the parts fit together.
 
-The first thing to break on a fresh install is the torch/torchvision pair: pip may install a
-torchvision built for another torch (e.g. when PyTorch's own index is unreachable), and then
-`import torchvision` fails deep inside with `operator torchvision::nms does not exist`. The
-checks here name that (`sources.vision.import_torchvision` turns it into one error line wherever
-nph needs torchvision). Every check returns plain values (the CLI renders them; `--json` prints
-them).
+The first thing to break on a fresh install is the torch/torchvision pair (a torchvision built
+for another torch fails deep inside with `operator torchvision::nms does not exist`); the checks
+name that. Every check returns plain values for the CLI to render.
 """
 
 from __future__ import annotations
@@ -112,14 +109,8 @@ def _sample_data() -> dict[str, Any]:
         folder = sample.sample_data_dir()
     except Exception as error:
         return {"ok": False, "path": None, "error": _first_line(error)}
-    missing = [
-        name
-        for name in (
-            *(f"MNIST/raw/{f}.gz" for f in sample.MNIST_FILES),
-            sample.CIFAR10_FILE,
-        )
-        if not (folder / name).is_file()
-    ]
+    names = [*(f"MNIST/raw/{f}.gz" for f in sample.MNIST_FILES), sample.CIFAR10_FILE]
+    missing = [name for name in names if not (folder / name).is_file()]
     if missing:
         return {"ok": False, "path": str(folder), "error": f"missing: {', '.join(missing)}"}
     return {"ok": True, "path": str(folder)}

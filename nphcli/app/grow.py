@@ -1,10 +1,8 @@
-"""Adding to, forgetting from and compacting a memory without rewriting what it stores (what
-`nph add`, `nph forget` and `nph compact` do; the files are `nphcli.memory.segments`).
+"""Adding to, forgetting from and compacting a memory without rewriting it (`nph add`, `nph
+forget`, `nph compact`; the files are `nphcli.memory.segments`).
 
-One writer at a time: each change holds the lock that follows the memory file's identity
-(`core.lock`), so a second writer is refused with one line. Each change writes new files only,
-then switches the segments manifest atomically: a process killed at any point leaves the
-memory as it was before the change or after it, and a change whose command exited 0 is kept.
+One writer at a time (`core.lock`). A change writes new files only, then switches the segments
+manifest atomically: a process killed at any point leaves the memory before or after the change.
 """
 
 from __future__ import annotations
@@ -78,11 +76,7 @@ def add_items(
         own = {key: meta[key] for key in ("source", "kind", "normalize", "embedder") if key in meta}
         own["items"] = write_items(segment, prepared.items)
         save_memory(
-            segment,
-            prepared.patterns,
-            meta=own,
-            dtype=torch_dtype(prepared.dtype),
-            force=True,
+            segment, prepared.patterns, meta=own, dtype=torch_dtype(prepared.dtype), force=True
         )
         rows = prepared.patterns.shape[0]
         forgotten = _forget(current.forgotten, [located[key] for key in stored])

@@ -1,12 +1,6 @@
-"""Many retrieval settings in one process (`nphcli.evaluation.settings.expand_settings`),
-evaluated on inputs read once.
-
-Start-up (importing torch) costs seconds, the retrieval of a small memory milliseconds, so a
-script that compares settings should pay for start-up and for reading the memory once. Each
-setting is an ordinary `RetrieveSettings`, so its report is exactly what a single run gives;
-with one seed every setting draws the same queries and (for equal mask and noise) the same
-corruption. Not to be confused with `nphcli.sweeps.grid`, the sweep's grid over memory sizes and
-trials.
+"""Many retrieval settings in one process, evaluated on inputs read once: start-up and reading the
+memory cost seconds, a small retrieval milliseconds. Each setting is an ordinary
+`RetrieveSettings`, so its report is exactly what a single run gives.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
-"""Recalling stored items from a text (what `nph recall` and `nph serve`'s `recall` tool do,
-and `nph.recall` in Python): the query, then the items the rule weighs, heaviest first.
+"""Recalling stored items from a text (`nph recall`, `nph serve`'s `recall` tool, `nph.recall`).
 
-For a query x (embedded with the memory's own embedder, unit length) and stored keys K (M, d),
-the rule gives weights w = rule(β·K·x) over every stored row (`evaluation.recall`); each item
-recalled is a row with w > 0, listed with its id, text, weight w_j and score ⟨x, ξ_j⟩ (a cosine
-for unit vectors). A rule that forms no weights lists the k highest scores with weight None.
-Defaults: the model and β the memory's metadata records (`recall`), else sparsemax at β = 30
-(`core.defaults.ITEM_RECALL`): a peaked answer that says when two items compete.
+For a query x (embedded as the memory's rows were) the rule weighs every stored row,
+w = rule(β·K·x); each row with w > 0 is listed with its id, text, weight and score ⟨x, ξ_j⟩. A
+rule that forms no weights lists the k highest scores. Defaults: the memory's `recall` record,
+else sparsemax at β = 30 (`core.defaults.ITEM_RECALL`): a peaked answer that shows competition.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -44,15 +41,7 @@ class Recalled:
     memory: dict[str, Any] = field(default_factory=dict)  # what it came from: sha256, path, M
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "model": self.model,
-            "params": self.params,
-            "support": self.support,
-            "items": self.items,
-            "memory": self.memory,
-            "nph_version": __version__,
-        }
+        return {**asdict(self), "nph_version": __version__}
 
 
 class Recaller:
@@ -137,15 +126,8 @@ class Recaller:
         listed = []
         for i, (row, weight) in enumerate(found):
             item = {"id": row, "text": None} if named is None else named[i]
-            listed.append(
-                {
-                    "id": item["id"],
-                    "text": item.get("text"),
-                    "weight": weight,
-                    "score": float(scores[row]),
-                    "row": row,
-                }
-            )
+            scored = {"weight": weight, "score": float(scores[row]), "row": row}
+            listed.append({"id": item["id"], "text": item.get("text"), **scored})
         beta_used = {"beta": rule.beta} if hasattr(rule, "beta") else {}  # baselines take none
         used = beta_used | {key: getattr(rule, key) for key in chosen if key != "beta"}
         origin = provenance(memory)

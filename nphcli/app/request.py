@@ -64,10 +64,9 @@ def request_from(values: Mapping[str, Sequence[Any]]) -> RetrieveRequest:
     output = arguments(OutputSpec, single)
     paths = [f.name for f in options_of(OutputSpec) if f.kind == "path"]
     output.update({key: Path(output[key]) for key in paths if output.get(key) is not None})
-    inputs = {key: _plain(value) for key, value in arguments(InputSpec, single).items()}
     return RetrieveRequest(
         settings=expand_settings({k: v for k, v in values.items() if k not in others}),
-        inputs=InputSpec(**inputs),
+        inputs=InputSpec(**arguments(InputSpec, single)),
         output=OutputSpec(**output),
         spread=Spread(**arguments(Spread, single)),
     )
@@ -213,7 +212,3 @@ def save_outputs(request: RetrieveRequest, outcome: Outcome) -> None:
         save_comparison_grid(
             output.save_grid, reports, outcome.memory, force=output.force, scale=output.scale
         )
-
-
-def _plain(value: Any) -> Any:
-    return str(value) if isinstance(value, Path) else value

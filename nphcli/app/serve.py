@@ -1,15 +1,9 @@
 """`nph serve MEMORY`: a memory as a long-lived Model Context Protocol server for agents.
 
-Tools: `remember` (a text or an embedding, with an optional id and meta), `recall` (a text or
-an embedding; k, model and β default to the memory's own), `forget` (ids) and `info`. The memory
-and its embedder load once; `remember` and `forget` go through `nph add` / `nph forget`
-(`app.grow`: a new segment or forgotten list, the manifest switched atomically, under the
-writer's lock), so whatever a call acknowledged survives a crash of the server. A bad request
-(an empty query, an unknown id, a wrong argument) is answered with an MCP tool error of one
-line; the server keeps serving.
-
-Built on the official `mcp` SDK (`pip install 'nph[serve]'`): `MCPServer` (mcp ≥ 2), or
-`FastMCP`, its name in mcp 1.
+Tools `remember`, `recall`, `forget` and `info`. `remember` and `forget` go through `app.grow`
+(new files, the manifest switched atomically under the writer's lock), so whatever a call
+acknowledged survives a crash of the server. A bad request is answered with a one-line tool
+error; the server keeps serving. Built on the `mcp` SDK (`MCPServer`, or `FastMCP` in mcp 1).
 """
 
 from __future__ import annotations

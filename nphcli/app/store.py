@@ -103,15 +103,8 @@ def store_memory(
     found = count_unretrievable(prepared.patterns)
     meta = {**meta, RETRIEVABLE_KEY: found}
     replaced = _items_file(out)  # the sidecar the memory being replaced names, if any
-    write = functools.partial(
-        save_memory,
-        out,
-        prepared.patterns,
-        labels=stored_labels,
-        values=stored_values,
-        dtype=torch_dtype(prepared.dtype),
-        force=force,
-    )
+    kept = {"labels": stored_labels, "values": stored_values, "dtype": torch_dtype(prepared.dtype)}
+    write = functools.partial(save_memory, out, prepared.patterns, force=force, **kept)
     if items is None:
         write(meta=meta)
     else:  # the sidecar is placed under a new name right before the memory switches to it

@@ -65,6 +65,7 @@ def print_capacity(result: dict[str, Any]) -> None:
     """The bound's constants, then success against M per model with M* marked."""
     bound = result["bound"]
     m_star = bound["M_star"]
+    run = (result["steps"], result["epsilon"], result["trials"], result["seed"])
     rows = [
         (
             "d, m (K)",
@@ -78,11 +79,7 @@ def print_capacity(result: dict[str, Any]) -> None:
         ),
         ("M* = √p·c^((d−1)/4)", _m_star(m_star, bound["log10_M_star"])),
         ("sphere S_μ", result["sphere"]),
-        (
-            "steps, ε, trials, seed",
-            f"{result['steps']}, {format_value(result['epsilon'])}, "
-            f"{result['trials']}, {result['seed']}",
-        ),
+        ("steps, ε, trials, seed", ", ".join(map(format_value, run))),
     ]
     print_table(
         "Capacity (Ramsauer et al. Theorem 3; Hu et al. 2025 Prop. 4.1)",
@@ -90,29 +87,15 @@ def print_capacity(result: dict[str, Any]) -> None:
         rows,
         width=120,
     )
+    fractions = ("stored_fraction", "at_target_fraction", "premise_all", "premise_fraction")
+    above = "> M*" if bound["condition_met"] else "(vacuous)"
     table = [
-        (
-            row["model"],
-            row["M"],
-            "≤ M*" if row["below_bound"] else "> M*" if bound["condition_met"] else "(vacuous)",
-            row["all_stored"],
-            row["stored_fraction"],
-            row["at_target_fraction"],
-            row["premise_all"],
-            row["premise_fraction"],
-        )
+        [row["model"], row["M"], "≤ M*" if row["below_bound"] else above, row["all_stored"]]
+        + [row[k] for k in fractions]
         for row in result["rows"]
     ]
-    columns = [
-        "model",
-        "M",
-        "vs M*",
-        "all stored",
-        "stored",
-        "nearest is target",
-        "premise, all",
-        "premise",
-    ]
+    columns = ["model", "M", "vs M*", "all stored", "stored", "nearest is target", "premise, all"]
+    columns.append("premise")
     print_table("Success against M (fractions over trials / patterns)", columns, table, width=120)
 
 

@@ -5,37 +5,33 @@ Parsing and rendering only; `nphcli.app.attractors` does the work.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from nphcli.cli.app import app
 from nphcli.cli.field_options import field_values, own_values, with_fields
 from nphcli.cli.render import print_json, print_table
 from nphcli.schema.fields import get_field
-from nphcli.schema.option import Field
+from nphcli.schema.option import options_of, setting
 
 STUDY_FIELDS = (
     *("memory", "model", "seed", "queries", "mask", "mask_mode", "fill", "noise", "noise_clip"),
     *("occlude", "salt_pepper", "flip", "dtype", "memory_budget"),
 )
-ATTRACTOR_FIELDS = (
-    Field(
-        "pictures",
-        "path",
-        ".",
-        "Existing folder for sizes.png, energy.png, basins.png and attractors.json.",
-        group="output",
-    ),
-    Field(
-        "basin", "str", "0,1,2", "Three stored rows a,b,c spanning the basin plane.", group="output"
-    ),
-    Field(
-        "resolution", "int", 41, "Cells per side of the basin picture.", group="output", minimum=2
-    ),
-    Field(
-        "traced", "int", 20, "Queries whose energy is traced per step.", group="output", minimum=1
-    ),
-    get_field("json"),
-)
+
+
+@dataclass(frozen=True)
+class AttractorOptions:
+    pictures: Path = setting(
+        Path("."), "Existing folder for sizes.png, energy.png, basins.png and attractors.json."
+    )
+    basin: str = setting("0,1,2", "Three stored rows a,b,c spanning the basin plane.")
+    resolution: int = setting(41, "Cells per side of the basin picture.", minimum=2)
+    traced: int = setting(20, "Queries whose energy is traced per step.", minimum=1)
+
+
+ATTRACTOR_FIELDS = (*options_of(AttractorOptions, "output"), get_field("json"))
 
 
 @app.command("attractors")
@@ -68,18 +64,9 @@ def attractors_command(*, given: dict[str, Any]) -> None:
             {**result, "settings": [{k: v for k, v in r.items() if k != "basin"} for r in rows]}
         )
         return
+    shown = ("short", "success", "at_pattern", "at_metastable", "at_global")
     print_table(
         f"attractors of {result['memory']} (M = {result['M']}); pictures in {own['pictures']}",
         ["setting", "success", "pattern", "metastable", "global", "median s"],
-        [
-            [
-                r["short"],
-                r["success"],
-                r["at_pattern"],
-                r["at_metastable"],
-                r["at_global"],
-                sorted(r["sizes"])[len(r["sizes"]) // 2],
-            ]
-            for r in rows
-        ],
+        [[r[c] for c in shown] + [sorted(r["sizes"])[len(r["sizes"]) // 2]] for r in rows],
     )

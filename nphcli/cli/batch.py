@@ -24,7 +24,7 @@ def batch_command(
             help="JSON Lines file of jobs, one JSON object per line, or - for stdin. Keys: the "
             "options of `nph retrieve` with _ for - and model parameters by name (k, beta, "
             "...); a list is several values, one result line each. Not taken here: "
-            f"{', '.join(f.name for f in fields() if 'batch' in f.refused)}.",
+            f"{', '.join(f.name for f in fields() if 'batch' in f.refused)}."
         ),
     ],
     threads: Threads = None,

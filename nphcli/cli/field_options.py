@@ -1,11 +1,9 @@
 """Command-line options generated from the retrieval fields and the model catalog.
 
-A command decorated with `with_fields(...)` gets one `--FLAG` option per field named (and one
-per model parameter), shown in `--help` under its group's panel, unless the command declares
-that option itself; so a new field or a newly registered model's parameter is an option with no
-edit here. The command receives the options given as one dict, `given` (name → the text, or
-True for a switch), and `field_values(given)` parses it into the lists of values that
-`nphcli.app.request.request_from` takes. Reads no torch.
+`with_fields(...)` gives a command one `--FLAG` per field named and per model parameter, so a new
+field or model parameter is an option with no edit here. The command receives the options given
+as one dict, `given`, which `field_values` parses for `nphcli.app.request.request_from`. Reads
+no torch.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ def with_fields(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: the command gets the fields `names` (all declared fields when None; `()` for
     none), with `params` every model parameter, and its own fields `own` (a command's options
-    declared as fields, e.g. `STORE_FIELDS` in `nphcli.cli.store`) as options; it must take a
+    declared as fields, e.g. from `StoreOptions` in `nphcli.cli.store`) as options; it must take a
     `given: dict` keyword. `help` replaces a field's help text (default note included) where
     one command means it otherwise, e.g. a model that analyze only runs when asked."""
 
@@ -96,10 +94,8 @@ class _WithFields:
     ):
         self._command, self._names, self._params, self._help = command, names, params, help
         self._own_fields = own
-        self.__name__ = command.__name__
-        self.__qualname__ = command.__qualname__
-        self.__module__ = command.__module__
-        self.__doc__ = command.__doc__
+        for name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            setattr(self, name, getattr(command, name))
 
     def _own(self) -> inspect.Signature:
         signature = inspect.signature(self._command, eval_str=True)
@@ -125,7 +121,7 @@ class _WithFields:
             inspect.Parameter(
                 f.name,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=_empty(f),
+                default=False if f.kind == "bool" else None,
                 annotation=_option(f, self._help.get(f.name)),
             )
             for f in self._fields()
@@ -146,10 +142,6 @@ class _WithFields:
                 if value is not None and value is not False:
                     given[name] = value
         return self._command(**kwargs, given=given)
-
-
-def _empty(field: Field) -> Any:
-    return False if field.kind == "bool" else None
 
 
 def _option(field: Field, help_text: str | None = None) -> Any:

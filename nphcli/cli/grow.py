@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,25 +12,24 @@ from nphcli.cli.app import app
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import print_json, print_table
 from nphcli.schema.fields import Field, get_field
+from nphcli.schema.option import options_of, setting
 
 MEMORY = Annotated[Path, typer.Argument(help="Memory file (written by `nph store`).")]
-ADD_FIELDS = (
-    Field(
-        "ids",
-        "path",
+
+
+@dataclass(frozen=True)
+class AddOptions:
+    ids: Path | None = setting(
         None,
         "For a .npy SOURCE: a file of its rows' ids (one a line, or .jsonl with id and text).",
         group="input",
-    ),
-    Field(
-        "upsert",
-        "bool",
-        False,
-        "Replace a stored item that has an added id (without it, such an id is refused).",
-        group="output",
-    ),
-    get_field("json"),
-)
+    )
+    upsert: bool = setting(
+        False, "Replace a stored item that has an added id (without it, such an id is refused)."
+    )
+
+
+ADD_FIELDS = (*options_of(AddOptions, "output"), get_field("json"))
 FORGET_FIELDS = (
     Field("ids", "str", None, "Comma list of the ids to forget.", group="input"),
     get_field("json"),
@@ -74,14 +74,8 @@ def compact_command(memory: MEMORY, *, given: dict[str, Any]) -> None:
     _show(compact_memory(memory), own_values(given, COMPACT_FIELDS)["json"])
 
 
-def _show(change, as_json: bool) -> None:
-    fields = {
-        "memory": str(change.memory),
-        "added": change.added,
-        "forgotten": change.forgotten,
-        "items": change.items,
-        "segments": change.segments,
-    }
+def _show(change: Any, as_json: bool) -> None:
+    fields = {**asdict(change), "memory": str(change.memory)}
     if as_json:
         print_json(fields)
         return

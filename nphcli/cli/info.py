@@ -25,9 +25,7 @@ INFO_FIELDS = (get_field("sample", ANALYSIS_FIELDS), get_field("seed"), get_fiel
 @app.command("info")
 @with_fields((), params=False, own=INFO_FIELDS)
 def info_command(
-    file: Annotated[Path, typer.Argument(help="Memory file to describe.")],
-    *,
-    given: dict[str, Any],
+    file: Annotated[Path, typer.Argument(help="Memory file to describe.")], *, given: dict[str, Any]
 ) -> None:
     """Show a memory file's shape, dtype, metadata, value range, norms and separation.
 
@@ -60,32 +58,17 @@ def _rows(report: dict) -> list[tuple[str, str]]:
         ("labels", f"{labels['count']} ({labels['distinct']} distinct)" if labels else "none"),
         ("values", "×".join(str(s) for s in report["values_shape"] or []) or "none"),
         ("value range", f"[{format_value(low)}, {format_value(high)}]"),
-        (
-            "norms ‖ξ‖",
-            f"min {format_value(norms['min'])}, mean {format_value(norms['mean'])}, "
-            f"max {format_value(norms['max'])}",
-        ),
+        ("norms ‖ξ‖", ", ".join(f"{k} {format_value(norms[k])}" for k in ("min", "mean", "max"))),
         ("m = max ‖ξ‖", format_value(sep["m"])),
         ("R = ½ min ‖ξ_μ−ξ_ν‖", format_value(sep["R"]) if sep["R"] is not None else "- (M < 2)"),
     ]
     delta = sep["delta"]
     if delta:
-        rows.append(
-            (
-                "Δ_μ",
-                ", ".join(
-                    f"{k} {format_value(delta[k])}" for k in ("min", "mean", "median", "max")
-                ),
-            )
-        )
+        stats = ", ".join(f"{k} {format_value(delta[k])}" for k in ("min", "mean", "median", "max"))
+        rows.append(("Δ_μ", stats))
     if sep["sampled"]:
-        rows.append(
-            (
-                "sampled",
-                f"R and Δ over {sep['rows_used']} of {report['M']} patterns (seed {sep['seed']}), "
-                "each against all; R is then an upper bound",
-            )
-        )
+        used = f"R and Δ over {sep['rows_used']} of {report['M']} patterns (seed {sep['seed']})"
+        rows.append(("sampled", used + ", each against all; R is then an upper bound"))
     meta = report["meta"]
     keys = [k for k in _ORDER if k in meta] + sorted(k for k in meta if k not in _ORDER)
     for key in keys:

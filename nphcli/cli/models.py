@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from nphcli.cli.app import app
 from nphcli.cli.options import JsonOutput
 from nphcli.cli.render import print_json, print_table
 
 
 @app.command("models")
-def models_command(
-    as_json: JsonOutput = False,
-) -> None:
+def models_command(as_json: JsonOutput = False) -> None:
     """List every retrieval model with its formula, parameters and cost."""
     from nphcli.schema.catalog import model_cards
 
     infos = model_cards()
     if as_json:
-        print_json(
-            {
-                "models": [
-                    {
-                        "name": info.name,
-                        "summary": info.summary,
-                        "formula": info.formula,
-                        "cost": info.cost,
-                        "params": [
-                            {
-                                "name": p.name,
-                                "type": p.type,
-                                "default": p.default,
-                                "help": p.help,
-                            }
-                            for p in info.params
-                        ],
-                    }
-                    for info in infos
-                ]
-            }
-        )
+        print_json({"models": [asdict(info) for info in infos]})
         return
     rows = []
     for info in infos:

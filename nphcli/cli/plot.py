@@ -6,6 +6,7 @@ the work.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,42 +18,35 @@ from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.options import FACET, Where
 from nphcli.cli.render import stderr_console
 from nphcli.schema.fields import get_field
-from nphcli.schema.option import Field, output_field
+from nphcli.schema.option import options_of, output_field_setting, setting
 
-PLOT_FIELDS = (
-    output_field("Plot file to write: .png, .svg or .pdf.", "sweep.png"),
-    Field(
-        "metric",
-        "str",
+
+@dataclass(frozen=True)
+class PlotOptions:
+    out: Path = output_field_setting("Plot file to write: .png, .svg or .pdf.", Path("sweep.png"))
+    metric: str | None = setting(
         None,
         "sse, mse, success, cosine, nearest_distance, support, steps, us_per_query, or the "
         "attractor shares and sizes at_pattern, at_metastable, at_global, attractor_size, "
         "energy [default: sse; success with --y].",
-        group="output",
-    ),
-    Field(
-        "x",
-        "str",
+    )
+    x: str = setting(
         "auto",
-        "x axis: size (M), noise (σ), variance (σ²), mask, beta, any "
-        "numeric setting of the rows (k, alpha, ...), or auto (the first of size, noise, "
-        "mask, beta, then the other settings, that varies).",
-        group="output",
-    ),
-    Field(
-        "y",
-        "str",
+        "x axis: size (M), noise (σ), variance (σ²), mask, beta, any numeric setting of the rows "
+        "(k, alpha, ...), or auto (the first of size, noise, mask, beta, then the other "
+        "settings, that varies).",
+    )
+    y: str | None = setting(
         None,
-        "Draw a phase diagram: a heatmap of the metric over --x and this "
-        "setting (e.g. --x beta --y noise), one panel per model, the success = 0.5 boundary "
-        "outlined.",
-        group="output",
-    ),
-    FACET,
-    Field("size", "str", "800x500", "Image size WIDTHxHEIGHT in pixels.", group="output"),
-    Field("title", "str", None, "Plot title [default: from the results].", group="output"),
-    get_field("force"),
-)
+        "Draw a phase diagram: a heatmap of the metric over --x and this setting (e.g. --x beta "
+        "--y noise), one panel per model, the success = 0.5 boundary outlined.",
+    )
+    size: str = setting("800x500", "Image size WIDTHxHEIGHT in pixels.")
+    title: str | None = setting(None, "Plot title [default: from the results].")
+
+
+_OWN = options_of(PlotOptions, "output")
+PLOT_FIELDS = (*_OWN[:4], FACET, *_OWN[4:], get_field("force"))
 
 
 @app.command("plot")
@@ -86,16 +80,8 @@ def plot_command(
     check_writable(out, force=force)
     rows, _ = read_inputs(results)
     draw = plot_results if y is None else partial(plot_phase, y=y)
-    draw(
-        rows,
-        out,
-        metric=o["metric"] or ("sse" if y is None else "success"),
-        x=o["x"],
-        where=where,
-        facet=o["facet"],
-        size=pixels,
-        title=o["title"],
-        force=force,
-    )
+    metric = o["metric"] or ("sse" if y is None else "success")
+    shared = {name: o[name] for name in ("x", "facet", "title")}
+    draw(rows, out, metric=metric, where=where, size=pixels, force=force, **shared)
     if not quiet():
         stderr_console().print(f"wrote {out}", highlight=False)

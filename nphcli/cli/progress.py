@@ -1,9 +1,6 @@
-"""The one progress bar of the CLI, for long commands (`nph sweep`, `nph mil`).
-
-The library never draws: a long job takes a `progress` callable and calls it as
-progress(total) once, then progress(None) after each unit of work (optionally with a label
-naming the work in hand). This bar is that callable: drawn on stderr with an ETA, and only
-when stderr is a terminal and --quiet is off; otherwise it is silent and costs nothing.
+"""The one progress bar of the CLI. A long job takes a `progress` callable and calls it as
+progress(total) once, then progress(None) after each unit of work (optionally with a label);
+this bar draws it on stderr with an ETA, only on a terminal and without --quiet.
 """
 
 from __future__ import annotations
@@ -24,22 +21,15 @@ class ProgressBar:
 
     def __enter__(self) -> ProgressBar:
         if sys.stderr.isatty() and not quiet():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich import progress as rp
 
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
+            self._bar = rp.Progress(
+                rp.TextColumn("{task.description}"),
+                rp.BarColumn(),
+                rp.MofNCompleteColumn(),
+                rp.TimeElapsedColumn(),
+                rp.TextColumn("ETA"),
+                rp.TimeRemainingColumn(),
                 console=stderr_console(),
                 transient=True,
             )

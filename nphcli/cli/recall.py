@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,27 +11,25 @@ import typer
 from nphcli.cli.app import app
 from nphcli.cli.field_options import own_values, with_fields
 from nphcli.cli.render import format_value, print_json, print_table
-from nphcli.schema.fields import Field, get_field
+from nphcli.schema.fields import get_field
+from nphcli.schema.option import options_of, setting
 
-RECALL_FIELDS = (
-    Field("top", "int", 5, "Items listed at most (k).", group="output", minimum=1),
-    Field(
-        "model",
-        "str",
-        None,
-        "Retrieval rule [default: the memory's `recall` record, else sparse].",
-        group="output",
-    ),
-    Field("beta", "float", None, "Inverse temperature β [default: the model's].", above=0),
-    Field(
-        "verbose",
-        "bool",
-        False,
-        "Let the embedding libraries print their own progress and load reports.",
-        group="output",
-    ),
-    get_field("json"),
-)
+
+@dataclass(frozen=True)
+class RecallOptions:
+    top: int = setting(5, "Items listed at most (k).", minimum=1)
+    model: str | None = setting(
+        None, "Retrieval rule [default: the memory's `recall` record, else sparse]."
+    )
+    beta: float | None = setting(
+        None, "Inverse temperature β [default: the model's].", above=0, group="run"
+    )
+    verbose: bool = setting(
+        False, "Let the embedding libraries print their own progress and load reports."
+    )
+
+
+RECALL_FIELDS = (*options_of(RecallOptions, "output"), get_field("json"))
 
 
 @app.command("recall")

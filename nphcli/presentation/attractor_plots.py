@@ -14,6 +14,8 @@ from nphcli.core.atomic import atomic_write
 from nphcli.presentation.plot import DPI, _matplotlib
 
 KIND_COLOURS = {"metastable": "#808080", "global": "#000000"}
+DOTS = {"cmap": "viridis", "edgecolors": "none"}
+CELLS = {"origin": "lower", "interpolation": "nearest"}
 
 
 COLUMNS = 4  # panels a row of energy.png and basins.png
@@ -55,16 +57,8 @@ def plot_sizes(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
         total = len(row["sizes"])
         sizes = sorted(counts)
         shares = [counts[s] / total for s in sizes]
-        axes.scatter(
-            [column] * len(sizes),
-            sizes,
-            s=[400 * share for share in shares],
-            c=shares,
-            cmap="viridis",
-            vmin=0,
-            vmax=1,
-            edgecolors="none",
-        )
+        area = [400 * share for share in shares]
+        axes.scatter([column] * len(sizes), sizes, s=area, c=shares, vmin=0, vmax=1, **DOTS)
         axes.text(column, largest * 1.6, f"{row['at_pattern']:.0%}", ha="center", fontsize=7)
     axes.set_yscale("log")
     axes.set_ylim(0.7, largest * 2.5)
@@ -119,35 +113,18 @@ def plot_basins(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
         code = {-2: 0, -1: 1, **{p: 2 + i for i, p in enumerate(patterns)}}
         image = [[code[cell] for cell in line] for line in labels]
         low, high = basin["range"]
-        axes.imshow(
-            image,
-            origin="lower",
-            extent=(low, high, low, high),
-            cmap=ListedColormap(colours),
-            vmin=-0.5,
-            vmax=len(colours) - 0.5,
-            interpolation="nearest",
-        )
+        cmap, top = ListedColormap(colours), len(colours) - 0.5
+        axes.imshow(image, extent=(low, high, low, high), cmap=cmap, vmin=-0.5, vmax=top, **CELLS)
         for (u, v), name in zip(((0, 0), (1, 0), (0, 1)), basin["corners"], strict=True):
             axes.plot(u, v, "w+", markersize=8)
-            axes.annotate(
-                f"ξ{name}",
-                (u, v),
-                color="white",
-                fontsize=7,
-                xytext=(3, 3),
-                textcoords="offset points",
-            )
+            at = {"xytext": (3, 3), "textcoords": "offset points"}
+            axes.annotate(f"ξ{name}", (u, v), color="white", fontsize=7, **at)
         from matplotlib.patches import Patch
 
         names = ["global", "metastable", *(f"ξ{p}" for p in patterns)]
         used = sorted({c for line in image for c in line})
-        axes.legend(
-            handles=[Patch(color=colours[c], label=names[c]) for c in used],
-            fontsize=6,
-            loc="upper right",
-            framealpha=0.7,
-        )
+        handles = [Patch(color=colours[c], label=names[c]) for c in used]
+        axes.legend(handles=handles, fontsize=6, loc="upper right", framealpha=0.7)
         axes.set_title(row["short"], fontsize=8)
         corner = basin["corners"]
         axes.set_xlabel(f"u (from ξ{corner[0]} towards ξ{corner[1]})")

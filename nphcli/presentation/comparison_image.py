@@ -1,26 +1,10 @@
-"""Picture of retrieval runs: corrupted queries, what each setting returned, and what should
-have come back.
+"""Picture of retrieval runs: one column per query; rows of corrupted queries (one per distinct
+corruption), one row per setting with what it retrieved, then the targets (or, for own queries
+without targets, the stored pattern nearest to T(x) of the first setting).
 
-One column per query (the first `count` queries, the same queries for every setting). The rows,
-top to bottom: the corrupted queries (one row per distinct corruption among the settings, each
-named by it when there are several), one row per setting with what it retrieved, T(x) (named by
-its model and parameters, and its corruption when that differs between settings), and the
-targets (for own queries without targets: the stored pattern nearest to T(x) of the first
-setting). With one setting the rows are simply "corrupted query", "retrieved", "target".
-
-Patterns are mapped back to pixel space with the memory's recorded normalisation (files without a
-record: each pattern stretched from its own minimum to maximum), clipped to [0, 1] and written as
-8-bit grayscale (one channel) or RGB (three channels), each cell enlarged `scale` times with
-nearest-neighbour sampling. Hetero-associative values are drawn as images when they have an image
-shape: the memory's `value_shape` record, else the keys' shape when they have the keys' size;
-other values are drawn as a near-square block of their d_v entries, stretched from the smallest
-to the largest value shown.
-
-Size: width = scale·(n·W + (n + 1)·pad), height = scale·(R·H + (R + 1)·pad) pixels for n
-columns and R rows of cells H × W (the largest item drawn; a smaller item sits top-left on
-white), with grey `pad`-pixel gutters between cells; then a white band on the right names each
-row. The file's extension picks the format: .png (lossless), .jpg/.jpeg or .webp (lossy: only
-for a quick look).
+Patterns are mapped back to pixels with the memory's recorded normalisation; values that are not
+images are drawn as near-square blocks of their entries. Grey gutters part the cells, a white
+band on the right names each row. .png is lossless; .jpg and .webp are for a quick look.
 """
 
 from __future__ import annotations
@@ -97,7 +81,12 @@ def save_comparison_grid(
     """Write one picture of the first `count` queries of every report (settings evaluated on
     the same memory and queries), atomically, in the format the extension of `path` names."""
     labels, rows = comparison_rows(reports, memory, count=count)
-    return save_image_rows(path, rows, force=force, pad=pad, scale=scale, labels=labels)
+    file_format = check_image_output(path, scale=scale)
+    image = render_rows(rows, pad=pad, scale=scale, labels=labels)
+    options = {"quality": 95} if file_format in ("JPEG", "WEBP") else {}
+    with atomic_write(path, force=force) as tmp:
+        image.save(tmp, format=file_format, **options)
+    return Path(path)
 
 
 def comparison_rows(
@@ -209,30 +198,11 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def save_image_rows(
-    path: str | os.PathLike,
-    rows: list[Tensor],
-    *,
-    force: bool = False,
-    pad: int = 2,
-    scale: int = 2,
-    labels: list[str] | None = None,
-) -> Path:
-    """Tile `rows` (each (n, C, h, w) in [0, 1], C = 1 or 3; items may differ in size between
-    rows) into one image, each row named by `labels` in a band on the right, written atomically
-    in the format of `path`'s extension."""
-    file_format = check_image_output(path, scale=scale)
-    image = render_rows(rows, pad=pad, scale=scale, labels=labels)
-    options = {"quality": 95} if file_format in ("JPEG", "WEBP") else {}
-    with atomic_write(path, force=force) as tmp:
-        image.save(tmp, format=file_format, **options)
-    return Path(path)
-
-
 def render_rows(
     rows: list[Tensor], *, pad: int = 2, scale: int = 2, labels: list[str] | None = None
 ):
-    """The pillow image of `save_image_rows` (for writing elsewhere, e.g. into a report)."""
+    """`rows` (each (n, C, h, w) in [0, 1], C = 1 or 3; items may differ in size between rows)
+    tiled into one pillow image, each row named by `labels` in a band on the right."""
     from PIL import Image
 
     channel_counts = {row.shape[1] for row in rows}
@@ -244,14 +214,8 @@ def render_rows(
     columns = rows[0].shape[0]
     height = max(row.shape[2] for row in rows)
     width = max(row.shape[3] for row in rows)
-    canvas = torch.full(
-        (
-            channels,
-            len(rows) * height + (len(rows) + 1) * pad,
-            columns * width + (columns + 1) * pad,
-        ),
-        GUTTER,
-    )  # (C, image H, image W)
+    tall, wide = len(rows) * height + (len(rows) + 1) * pad, columns * width + (columns + 1) * pad
+    canvas = torch.full((channels, tall, wide), GUTTER)  # (C, image H, image W)
     for r, row in enumerate(rows):
         top = pad + r * (height + pad)
         _, _, h, w = row.shape

@@ -1,19 +1,9 @@
-"""Plots of results: a metric's mean against a setting (memory size, noise, mask, β, k, ...).
+"""Plots of results: a metric's mean (±1 std over trials) against a setting, or with `--y` a
+phase diagram (a heatmap over two settings, the success = 0.5 boundary outlined in white).
 
-`nphcli.presentation.plot_data` decides what is drawn: one line per combination of the settings
-that vary (model parameters included), one panel per value of a facet, each point the mean over
-trials with a band of ±1 standard deviation over trials (population). The legend sits outside the
-axes, and lines differ in colour, then marker, then line style. matplotlib is an optional dependency
-(`pip install -e ".[plot]"`); it is imported only here, and only its object-oriented API with the
-Agg canvas is used, so no global backend is switched and no display is needed.
-
-A phase diagram (`plot_phase`, `nph plot --y`) is a heatmap of the metric's mean over two
-settings, one panel per combination of the other settings that vary (one per model), on a
-shared colour scale; the retrieval boundary, where the success rate's mean crosses 0.5, is
-outlined in white; where a cell averages several trials, it is annotated with ±1 std over them.
-
-The file's extension picks its format (.png, .svg or .pdf); it is written atomically and a PNG
-has exactly the requested size in pixels (SVG and PDF the same size at 100 dpi).
+`nphcli.presentation.plot_data` decides what is drawn. matplotlib is optional and imported only
+here, through its object-oriented API on the Agg canvas: no global backend, no display. The
+file's extension picks the format; a PNG has exactly the requested size in pixels.
 """
 
 from __future__ import annotations
@@ -28,18 +18,8 @@ from typing import Any
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
 from nphcli.presentation.figure_text import heading, plain
-from nphcli.presentation.plot_data import METRIC_LABELS, X_AXES, Curves, Surfaces, curves, surfaces
+from nphcli.presentation.plot_data import METRIC_LABELS, Curves, Surfaces, curves, surfaces
 from nphcli.schema.catalog import param_cards
-
-__all__ = [
-    "X_AXES",
-    "check_plot_output",
-    "curves",
-    "parse_pixels",
-    "plot_phase",
-    "plot_results",
-    "surfaces",
-]
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}  # extension → matplotlib format
 DEFAULT_SIZE = (800, 500)
@@ -52,6 +32,7 @@ TITLE_SETTINGS = ("model", "dataset", "memory", "memory_normalize", "memory_sha2
 TITLE_SETTINGS += ("mask", "noise")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
 STYLES = ("-", "--", ":", "-.")
+FRACTIONS = ("success", "pixel_success", "cosine", "at_pattern", "at_metastable", "at_global")
 
 
 def parse_pixels(text: str) -> tuple[int, int]:
@@ -77,24 +58,11 @@ def check_plot_output(out: str | os.PathLike) -> str:
 
 
 def plot_results(
-    rows: list[dict[str, Any]],
-    out: str | os.PathLike,
-    *,
-    metric: str = "sse",
-    x: str = "auto",
-    where: list[str] | None = None,
-    facet: str | None = None,
-    size: tuple[int, int] = DEFAULT_SIZE,
-    title: str | None = None,
-    force: bool = False,
+    rows: list[dict[str, Any]], out: str | os.PathLike, *, force: bool = False, **options: Any
 ) -> Path:
-    """Draw `metric` against `x` for result rows (filtered by `where`, one panel per value of
-    `facet`) and save it as the extension of `out` says (PNG, SVG or PDF) at `size` pixels."""
+    """Draw `results_figure(rows, **options)` and save it as `out`'s extension says."""
     file_format = check_plot_output(out)
-    figure = results_figure(
-        rows, metric=metric, x=x, where=where, facet=facet, size=size, title=title
-    )
-    return _save(figure, out, file_format, force)
+    return _save(results_figure(rows, **options), out, file_format, force)
 
 
 def results_figure(
@@ -107,7 +75,8 @@ def results_figure(
     size: tuple[int, int] = DEFAULT_SIZE,
     title: str | None = None,
 ) -> Any:
-    """The matplotlib figure `plot_results` saves."""
+    """`metric` against `x` for result rows (filtered by `where`, one panel per value of
+    `facet`) at `size` pixels."""
     data = curves(rows, metric=metric, x=x, where=where, facet=facet)
     names = list(dict.fromkeys(name for panel in data.panels.values() for name in panel))
     if len(names) > MAX_LINES:
@@ -123,14 +92,9 @@ def results_figure(
         for name, series in lines.items():
             xs = [p[0] for p in series]
             colour, marker, style = looks[name]
+            ys = [p[1] for p in series]
             (handles[name],) = axes.plot(
-                xs,
-                [p[1] for p in series],
-                color=colour,
-                marker=marker,
-                linestyle=style,
-                markersize=4,
-                label=name,
+                xs, ys, color=colour, marker=marker, linestyle=style, markersize=4, label=name
             )
             low = [p[1] - p[2] for p in series]
             high = [p[1] + p[2] for p in series]
@@ -138,45 +102,25 @@ def results_figure(
         axes.grid(True, alpha=0.3)
         if panel:
             _panel_title(axes, panel, width, grid.shape[1])
-    for axes in grid.flat[len(data.panels) :]:
-        axes.set_visible(False)
     metric_name = data.column.removesuffix("_mean")
     figure.supxlabel(data.x_label, fontsize=9)
     figure.supylabel(METRIC_LABELS.get(metric_name, metric_name), fontsize=9)
     per_column = max(1, int((height - 40) / 13))  # legend entries that fit the height
+    columns = math.ceil(len(names) / per_column)
+    corner = "outside right upper"
     figure.legend(
-        [handles[n] for n in names],
-        names,
-        loc="outside right upper",
-        fontsize=7,
-        frameon=False,
-        ncols=math.ceil(len(names) / per_column),
+        [handles[n] for n in names], names, loc=corner, fontsize=7, frameon=False, ncols=columns
     )
     heading(figure, title or partial(_title, data, metric_name))
     return figure
 
 
 def plot_phase(
-    rows: list[dict[str, Any]],
-    out: str | os.PathLike,
-    *,
-    metric: str = "success",
-    x: str = "auto",
-    y: str,
-    where: list[str] | None = None,
-    facet: str | None = None,
-    size: tuple[int, int] = DEFAULT_SIZE,
-    title: str | None = None,
-    force: bool = False,
+    rows: list[dict[str, Any]], out: str | os.PathLike, *, force: bool = False, **options: Any
 ) -> Path:
-    """Draw `metric` as a heatmap over `x` and `y` for result rows (one panel per model, or per
-    other varying setting and `facet` value), outline the success = 0.5 boundary, and save it
-    as the extension of `out` says at `size` pixels."""
+    """Draw `phase_figure(rows, **options)` and save it as `out`'s extension says."""
     file_format = check_plot_output(out)
-    figure = phase_figure(
-        rows, metric=metric, x=x, y=y, where=where, facet=facet, size=size, title=title
-    )
-    return _save(figure, out, file_format, force)
+    return _save(phase_figure(rows, **options), out, file_format, force)
 
 
 def phase_figure(
@@ -190,7 +134,8 @@ def phase_figure(
     size: tuple[int, int] = DEFAULT_SIZE,
     title: str | None = None,
 ) -> Any:
-    """The matplotlib figure `plot_phase` saves."""
+    """`metric` as a heatmap over `x` and `y` (one panel per model, or per other varying
+    setting and `facet` value), the success = 0.5 boundary outlined."""
     import numpy as np
 
     data = surfaces(rows, metric=metric, x=x, y=y, where=where, facet=facet)
@@ -203,15 +148,9 @@ def phase_figure(
     figure, grid = _figure(size, len(data.panels))
     metric_name = data.column.removesuffix("_mean")
     values = [cell[0] for panel in data.panels.values() for cell in panel.values()]
-    bounded = metric_name in (
-        "success",
-        "pixel_success",
-        "cosine",
-        "at_pattern",
-        "at_metastable",
-        "at_global",
+    low, high = (
+        (0.0, 1.0) if metric_name in FRACTIONS and min(values) >= 0 else (min(values), max(values))
     )
-    low, high = (0.0, 1.0) if bounded and min(values) >= 0 else (min(values), max(values))
     spread = max(data.trials()) > 1
     font = _cell_font(size, grid.shape, (len(data.xs), len(data.ys)))
     image = None
@@ -239,12 +178,10 @@ def phase_figure(
 
                 axes.add_collection(LineCollection(edges, colors="white", linewidths=2))
                 boundary = True
-        axes.set_xticks(range(len(data.xs)), [_tick(v) for v in data.xs], fontsize=7)
-        axes.set_yticks(range(len(data.ys)), [_tick(v) for v in data.ys], fontsize=7)
+        axes.set_xticks(range(len(data.xs)), [f"{v:.3g}" for v in data.xs], fontsize=7)
+        axes.set_yticks(range(len(data.ys)), [f"{v:.3g}" for v in data.ys], fontsize=7)
         if name:
             _panel_title(axes, name, width, grid.shape[1])
-    for axes in grid.flat[len(data.panels) :]:
-        axes.set_visible(False)
     figure.supxlabel(data.x_label, fontsize=9)
     figure.supylabel(data.y_label, fontsize=9)
     bar = figure.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9)
@@ -296,24 +233,35 @@ def _cell_font(size: tuple[int, int], grid: tuple[int, int], cells: tuple[int, i
     return max(4.0, min(8.0, cell_w / 3.2, cell_h / 3.0))
 
 
-def _tick(value: float) -> str:
-    return f"{value:.3g}"
-
-
 def _phase_title(data: Surfaces, metric: str, width: int, *, boundary: bool) -> str:
-    fixed = title_settings(data.fixed)
-    trials = data.trials()
-    if trials == [1]:
-        spread = "one run per cell, its value written in it"
-    else:
-        counts = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
-        spread = f"mean over {counts} trials in each cell, ±1 std below it"
+    what = f"{_named(metric)} over {data.x_label} and {data.y_label}"
     line = "; white line: success = 0.5" if boundary else ""
-    detail = "; ".join(part for part in (", ".join(fixed), spread) if part) + line
-    name = metric.upper() if metric in ("sse", "mse") else metric
-    return f"{name} over {data.x_label} and {data.y_label}\n" + "\n".join(
-        textwrap.wrap(detail, width)
+    one, several = "one run per cell, its value written in it", "mean over {} trials in each cell"
+    return _heading(what, data, width, one, several + ", ±1 std below it", line)
+
+
+def _title(data: Curves, metric: str, width: int) -> str:
+    several = "mean ± 1 std over {} trials"
+    return _heading(
+        f"{_named(metric)} vs {data.x_label}", data, width, "one run per point", several
     )
+
+
+def _named(metric: str) -> str:
+    return metric.upper() if metric in ("sse", "mse") else metric
+
+
+def _heading(
+    what: str, data: Curves | Surfaces, width: int, one: str, several: str, line: str = ""
+) -> str:
+    """What is plotted, then the settings every line shares and what a point averages (`one`
+    run, or `several` trials), wrapped at `width` characters."""
+    trials = data.trials()
+    counts = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
+    spread = one if trials == [1] else several.format(counts)
+    fixed = ", ".join(title_settings(data.fixed))
+    detail = "; ".join(part for part in (fixed, spread) if part) + line
+    return what + "\n" + "\n".join(textwrap.wrap(detail, width))
 
 
 def title_settings(fixed: list[str]) -> list[str]:
@@ -335,21 +283,6 @@ def _look(i: int, count: int) -> tuple[Any, str, str]:
     )
 
 
-def _title(data: Curves, metric: str, width: int) -> str:
-    """What is plotted, then the settings every line shares and what a point averages, wrapped
-    at `width` characters."""
-    fixed = title_settings(data.fixed)
-    trials = data.trials()
-    if trials == [1]:
-        spread = "one run per point"
-    else:
-        counts = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}–{trials[-1]}"
-        spread = f"mean ± 1 std over {counts} trials"
-    name = metric.upper() if metric in ("sse", "mse") else metric
-    detail = "; ".join(part for part in (", ".join(fixed), spread) if part)
-    return f"{name} vs {data.x_label}\n" + "\n".join(textwrap.wrap(detail, width))
-
-
 def _matplotlib():
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -363,7 +296,8 @@ def _matplotlib():
 
 
 def _figure(size: tuple[int, int], panels: int):
-    """A figure of `size` pixels with a near-square grid of `panels` axes sharing x and y."""
+    """A figure of `size` pixels with a near-square grid of `panels` axes sharing x and y (the
+    grid's cells past `panels` hidden)."""
     figure_cls, canvas_cls = _matplotlib()
     width, height = size
     figure = figure_cls(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
@@ -372,4 +306,6 @@ def _figure(size: tuple[int, int], panels: int):
     grid = figure.subplots(
         math.ceil(panels / columns), columns, squeeze=False, sharex=True, sharey=True
     )
+    for axes in grid.flat[panels:]:
+        axes.set_visible(False)
     return figure, grid

@@ -1,12 +1,8 @@
 """What a plot of results rows shows: filtered rows grouped into panels, lines and points.
 
-Rows come from `nph sweep` (one per setting and trial) or `nph retrieve --csv` (one per
-setting). Every column is one of: a metric or timing (`*_mean`, `*_std`, `*_median`, `*_s`,
-`us_per_query`, `theory_*`), a trial column (`trial`, `memory_seed`, `run_seed`: rows that differ
-only there are repeats of one setting), a derived name (`setting`, `label`), or a setting
-(everything else: model, its parameters, M, mask, noise, β, device, ...). A point averages rows
-that agree on every setting; each setting that varies is the x axis, the facet, or part of the
-line's name, so values of k are never averaged as if they were trials.
+A column is a measurement (`*_mean`, `*_std`, `*_median`, `*_s`, `us_per_query`, `theory_*`), a
+trial column (repeats of one setting), a derived name, or a setting (everything else). A point
+averages rows that agree on every setting, so values of k are never averaged as if trials.
 """
 
 from __future__ import annotations

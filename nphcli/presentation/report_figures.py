@@ -1,13 +1,7 @@
-"""The figures of one report section, each kept legible however many settings vary.
-
-Line plots show success and SSE against the first numeric setting that varies (M, noise, mask,
-β, then the others). A figure holds at most LINES lines in its legend: beyond that the lines are
-split into panels by one setting (`--facet`, else the one that splits best), then into one
-figure per value of the next setting, and so on. A phase diagram (over the first two of β,
-noise, mask, M, k, α that vary) holds at most PANELS panels: beyond that, one figure per value
-of the setting that splits best. Every panel is in natural order and every cell shows its value.
-When more than FIGURES figures would be needed, none is drawn and the note says which `--where`
-would narrow the rows.
+"""The figures of one report section, each kept legible however many settings vary: a figure
+holds at most LINES lines (beyond that: panels by one setting, then one figure per value of the
+next) and a phase diagram at most PANELS panels. Past FIGURES figures none is drawn, and the
+note says which `--where` would narrow the rows.
 """
 
 from __future__ import annotations
@@ -19,13 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
-from nphcli.presentation.plot_data import (
-    choose_x,
-    independent,
-    is_setting,
-    natural,
-    short,
-)
+from nphcli.presentation.plot_data import choose_x, independent, is_setting, natural, short
 
 LINES = 10  # lines in one figure's legend that a reader tells apart
 PANELS = 9  # panels in one figure

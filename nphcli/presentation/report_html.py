@@ -1,13 +1,7 @@
-"""One self-contained HTML page of a study, read in a minute: one section per experiment (input
-file, split by memory: `report_sections`), each with its figures first (`report_figures`), then
-the settings every row shares, stated once, a compact table of what varies, and where the rows
-came from; then the comparison pictures.
-
-Inputs are results files of `nph sweep` (.jsonl, .csv), `nph retrieve --csv` rows, and JSON Lines
-of `nph retrieve --json` or `nph batch` (one object with `config` and `metrics` per setting);
-comparison pictures are `--save-grid` images. The page needs nothing else: figures are inline
-PNG (base64), the style sheet is inline (with a print style), and it has no script, font or
-link to load, so it opens offline, in a mail attachment, or printed.
+"""One self-contained HTML page of a study: one section per experiment (`report_sections`), its
+figures first (`report_figures`), the settings every row shares stated once, a compact table of
+what varies, provenance; then the comparison pictures. Figures and style are inline and nothing
+is loaded, so the page opens offline, in a mail attachment, or printed.
 """
 
 from __future__ import annotations

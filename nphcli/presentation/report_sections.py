@@ -1,10 +1,6 @@
-"""What a report says about its rows: one section per experiment, and each section's compact table.
-
-A section is the rows of one input file and one memory: a file holding rows of several memories
-(a merged sweep) is split, one section per memory, and rows of different inputs are never put
-together, so nothing is averaged across memories or experiments. A section's table has one
-column per setting that varies within it, and one per metric; what is the same in every row of
-the section (settings, provenance, even a metric) is stated once above it instead.
+"""What a report says about its rows: one section per input file and memory (rows of different
+memories or inputs are never averaged together), each with a compact table of the settings that
+vary and the metrics; what every row of a section shares is stated once above it.
 """
 
 from __future__ import annotations

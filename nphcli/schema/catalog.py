@@ -1,12 +1,9 @@
 """The model catalog: what each registered model is called, computes and takes, without torch.
 
-Static commands (`nph models`, every `--help`) and the CLI's model options read the catalog, so
-they never pay for importing torch. It is the model registry (`nphcli.models.registry`) when the
-models are loaded in this process, and otherwise the registry's snapshot in `model_catalog.json`.
-The model reference in README.md and docs/models.md is rendered from the same cards, between the
-markers below. `python -m nphcli.cli.reference --write`, the one command for every generated
-page, regenerates all three; a test fails while any of them differs from the registry
-(`stale_files`).
+Static commands (`nph models`, every `--help`) read it so they never import torch: the live
+registry (`nphcli.models.registry`) when the models are loaded, else its snapshot in
+`model_catalog.json`. The model reference in README.md and docs/models.md is rendered from the
+same cards; `python -m nphcli.cli.reference --write` regenerates all three (`stale_files`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Every option of a retrieval, derived from the settings classes and the model catalog.
-
-`FIELDS` lists, in `--help` order, the options of `InputSpec`, `RetrieveSettings` (its
-`Corruption` and `IndexSettings` in their place), `Spread` and `OutputSpec`
-(`nphcli.schema.settings`); `ANALYSIS_FIELDS` those of `AnalysisOptions`; model parameters come
-from the catalog (`param_fields`). The options of `nph retrieve`, the keys of an `nph batch` job
-and of a sweep file are these, so no surface keeps a list of its own. Torch-free.
+"""Every option of a retrieval, derived from the settings classes and the model catalog: `FIELDS`
+in `--help` order, `ANALYSIS_FIELDS`, and model parameters (`param_fields`). `nph retrieve`'s
+options and the keys of a batch job or sweep file are these, so no surface keeps its own list.
 """
 
 from __future__ import annotations
@@ -15,13 +11,7 @@ from typing import Any
 from nphcli.core.errors import NphError
 from nphcli.core.suggest import did_you_mean
 from nphcli.schema.option import Field, options_of
-from nphcli.schema.settings import (
-    AnalysisOptions,
-    InputSpec,
-    OutputSpec,
-    RetrieveSettings,
-    Spread,
-)
+from nphcli.schema.settings import AnalysisOptions, InputSpec, OutputSpec, RetrieveSettings, Spread
 
 FIELDS: tuple[Field, ...] = (
     *options_of(InputSpec, "input"),
@@ -62,20 +52,14 @@ def default(name: str) -> Any:
     return _BY_NAME[name].default
 
 
-def refusal(name: str, surface: str) -> str | None:
-    """Why `surface` refuses the field `name`, or None if it takes it."""
-    found = _BY_NAME.get(name)
-    return None if found is None else found.refused.get(surface)
-
-
 def check_keys(keys: Iterable[str], surface: str, where: str) -> None:
     """Refuse, by name, keys that are no field or model parameter, and fields `surface` refuses
     (with the reason)."""
     params = _param_fields()
     for key in keys:
-        reason = refusal(key, surface)
-        if reason is not None:
-            raise NphError(f"{where} does not take {key!r}: {reason}")
+        field = _BY_NAME.get(key)
+        if field is not None and surface in field.refused:
+            raise NphError(f"{where} does not take {key!r}: {field.refused[surface]}")
         if key not in _BY_NAME and key not in params:
             taken = [f.name for f in fields(surface=surface)]
             hint = did_you_mean(key, [*taken, *params])
@@ -102,6 +86,5 @@ def _param_fields() -> dict[str, Field]:
             None,
             f"{text} [model default: {card.default}; taken by {takers}].",
             group="model",
-            metavar={"float": "NUMBER", "int": "INTEGER", "bool": "BOOLEAN"}.get(card.type, "TEXT"),
         )
     return out

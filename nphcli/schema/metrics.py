@@ -1,11 +1,6 @@
-"""The metrics a run reports, described once: name, what a reader is told it is, which way is
-better, and the tables that show it. The per-query metrics (`evaluation.metrics`) compute them;
-reports, plot axes, "best" notes, the comparison and summary tables read them from here.
-
-`better` is "higher" or "lower" where one value is plainly better, None for a description of
-the run (steps taken, the energy reached). `shown` names the tables with a column of it:
-"compare" (`nph retrieve` with several settings), "summary" (`nph sweep`'s table and JSON) and
-"report" (`nph report`'s tables, with the best value of each column marked). Torch-free.
+"""The metrics a run reports, described once: name, label, which way is better (None: a
+description of the run), and the tables that show it ("compare": `nph retrieve` with several
+settings; "summary": `nph sweep`; "report": `nph report`, best value marked). Torch-free.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""A command-line option, and the declaration of a setting that gives one.
+"""A command-line option (`Field`), and the declaration of a setting that gives one.
 
-A setting is a field of an ordinary dataclass, declared with `setting(default, help, ...)`:
-its default, range and help are written once, beside the attribute that receives the value
-(`nphcli.schema.settings`). `options_of(cls)` reads those declarations back as `Field`s, the
-description every surface derives from: the `--FLAG` of a command (`nphcli.cli.field_options`),
-the key of an `nph batch` job or a sweep file, and the check that a value is of the right type
-and range. The class itself checks its values with one visible call, `check_settings(self)`.
-
-Many values, one syntax: a field that decides a setting takes several values, as a comma list on
-the command line (`--k 1,5 --noise 0,0.5`) or as a list in a JSON job or a sweep file
-(`"k": [1, 5]`, `k = [1, 5]`); every combination is one setting (`nphcli.evaluation.settings`).
-
-Torch-free, so that building the command line reads no torch.
+A setting is a field of an ordinary dataclass, declared with `setting(default, help, ...)` beside
+the attribute that receives it; `options_of(cls)` reads those declarations back as `Field`s, from
+which every surface derives: a command's `--FLAG`, an `nph batch` job's key, a sweep file's key.
+A setting field takes many values (a comma list, or a JSON/TOML list): every combination is one
+setting. Torch-free, so that building the command line reads no torch.
 """
 
 from __future__ import annotations
@@ -19,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -223,8 +217,6 @@ def _indices(text: str, flag: str) -> list[int]:
 
 
 def _index_file(name: str, flag: str) -> str:
-    import os
-
     try:
         if os.path.getsize(name) > INDEX_FILE_LIMIT:
             raise NphError(f"{flag} @{name}: the file is over {INDEX_FILE_LIMIT >> 20} MiB")
@@ -235,19 +227,18 @@ def _index_file(name: str, flag: str) -> str:
         raise NphError(f"{flag} @{name}: cannot read it ({reason})") from None
 
 
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def _boolean(text: str, flag: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise NphError(f"{flag} takes true or false, got {text!r}")
+    if text.lower() not in _BOOLEANS:
+        raise NphError(f"{flag} takes true or false, got {text!r}")
+    return _BOOLEANS[text.lower()]
 
 
 def output_field(help_text: str, default: Any = None, *, name: str = "out", **extra: Any) -> Field:
-    """The file or folder a command writes, the same option in every command: `-o, --out PATH`
-    (`name` for a flag of its own, e.g. shard's --out-dir), in the output panel. `help_text`
-    says what is written there; `extra` are further Field settings (e.g. `refused`)."""
+    """The file or folder a command writes, `-o, --out PATH` in every command (`name` for a
+    flag of its own, e.g. shard's --out-dir); `extra` are further `Field` settings."""
     return Field(name, "path", default, help_text, group="output", short="-o", **extra)
 
 
@@ -280,14 +271,10 @@ def setting(
     name: str | None = None,
     **limits: Unpack[Limits],
 ) -> Any:
-    """Declare a setting: a dataclass field with its default and the option it gives.
-
-    `help` is the sentence `--help` shows; `kind` is read from the annotation (int, float,
-    bool, str, Path, list[int]) unless given (`size`: bytes, written as 64M); `group` is the
-    help panel (default: the class's, see `options_of`); `name` is the option's name where it
-    differs from the attribute's. `limits` are `Field`'s: minimum, maximum, above, choices,
-    meaning, hint, metavar, short, refused.
-    """
+    """Declare a setting: a dataclass field with its default and the option it gives. `kind`
+    is read from the annotation unless given (`size`: bytes, written as 64M); `group` defaults
+    to the class's (`options_of`); `name` is the option's where it differs from the attribute's;
+    `limits` are `Field`'s."""
     declared = {"help": help, "kind": kind, "group": group, "name": name, **limits}
     return field(default=default, metadata={_OPTION: declared})
 
@@ -327,39 +314,30 @@ def options_of(cls: type, group: str = "run") -> tuple[Field, ...]:
     return tuple(out)
 
 
-def arguments(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of `cls` among option values (option name → value): each setting
-    `cls` declares itself (not those of the classes it nests), under its attribute's name."""
-    out = {}
+def _declared(cls: Any) -> Iterator[tuple[str, str]]:
+    """(attribute, option name) of each setting `cls` declares itself (not those it nests)."""
     for f in dataclasses.fields(cls):
-        declared = f.metadata.get(_OPTION)
-        if declared is not None and (declared["name"] or f.name) in values:
-            out[f.name] = values[declared["name"] or f.name]
-    return out
+        if _OPTION in f.metadata:
+            yield f.name, f.metadata[_OPTION]["name"] or f.name
+
+
+def arguments(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `cls` among option values (option name → value)."""
+    return {attr: values[name] for attr, name in _declared(cls) if name in values}
 
 
 def values_of(obj: Any) -> dict[str, Any]:
     """The values of the settings `obj` declares itself, by option name (`arguments`' inverse)."""
-    out = {}
-    for f in dataclasses.fields(obj):
-        declared = f.metadata.get(_OPTION)
-        if declared is not None:
-            out[declared["name"] or f.name] = getattr(obj, f.name)
-    return out
+    return {name: getattr(obj, attr) for attr, name in _declared(obj)}
 
 
 def check_settings(obj: Any) -> None:
     """Check every declared setting of a settings object against its option (type, range,
     choices); NphError naming the Python argument (`noise=`) else."""
-    for f in dataclasses.fields(obj):
-        declared = f.metadata.get(_OPTION)
-        if declared is not None:
-            option = _option_named(type(obj), declared["name"] or f.name)
-            option.check(getattr(obj, f.name), f"{f.name}=")
-
-
-def _option_named(cls: type, name: str) -> Field:
-    return next(o for o in options_of(cls) if o.name == name)
+    cls: type = type(obj)
+    options = {option.name: option for option in options_of(cls)}
+    for attr, name in _declared(obj):
+        options[name].check(getattr(obj, attr), f"{attr}=")
 
 
 def _kind(hint: Any, name: str) -> str:

@@ -1,11 +1,9 @@
 """The settings of a retrieval, each declared once on the plain dataclass that receives it.
 
-A request is a few typed objects, built alike by the command line, an `nph batch` job, a sweep
-and the Python API, and passed down whole: `InputSpec` (what is read), `RetrieveSettings` (what
-decides one setting, with its `Corruption` and optional `IndexSettings`), `Spread` (processes
-and threads), `OutputSpec` (what is written); `AnalysisOptions` are `nph analyze`'s own. Each
-setting's default, range and help sit beside its attribute (`setting(...)`); every surface's
-options are derived from these classes (`nphcli.schema.fields`). Torch-free.
+The command line, an `nph batch` job, a sweep and the Python API build the same objects and pass
+them down whole: `InputSpec` (what is read), `RetrieveSettings` (one setting, with its
+`Corruption` and optional `IndexSettings`), `Spread` (processes, threads), `OutputSpec` (what is
+written); `AnalysisOptions` are `nph analyze`'s own. Torch-free.
 """
 
 from __future__ import annotations
@@ -27,13 +25,7 @@ from nphcli.core.defaults import (
 from nphcli.core.dtypes import COMPUTE_DTYPES
 from nphcli.core.errors import NphError
 from nphcli.schema.catalog import model_card
-from nphcli.schema.option import (
-    Limits,
-    check_settings,
-    nested,
-    output_field_setting,
-    setting,
-)
+from nphcli.schema.option import Limits, check_settings, nested, output_field_setting, setting
 
 # Why a surface refuses an option (`Field.refused`).
 _SWEEP_DRAWS = "a sweep draws its memories and queries from its dataset"
@@ -271,7 +263,6 @@ class RetrieveSettings:
             )
         if self.index is not None and not isinstance(self.index, IndexSettings):
             raise NphError(f"index must be an IndexSettings or None, got {self.index!r}")
-        model_card(self.model)
 
     @property
     def budget(self) -> int:
@@ -302,10 +293,7 @@ class Spread:
         refused={"batch": _ONE_PROCESS, "sweep": _SWEEP_DRAWS},
     )
     threads: int | None = setting(
-        None,
-        THREADS_HELP,
-        minimum=1,
-        refused={"batch": _WHOLE_PROCESS, "sweep": _WHOLE_PROCESS},
+        None, THREADS_HELP, minimum=1, refused={"batch": _WHOLE_PROCESS, "sweep": _WHOLE_PROCESS}
     )
 
     def __post_init__(self) -> None:
