@@ -49,6 +49,6 @@ if [ "$device" = cuda ]; then
     -p no:cacheprovider
 else
   TAIL=3 step pytest "${TEST_S:-150}" python3 -m pytest -q -x -n 0 -p no:cacheprovider \
-    tests/test_entmax_any_alpha.py
+    tests/models/test_entmax_any_alpha.py
 fi
 echo "== all steps in $(( $(date +%s) - began )) s; results in $OUT"

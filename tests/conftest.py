@@ -3,11 +3,14 @@ a GPU. Test modules import the plain helpers (`from conftest import assert_one_e
 
 from __future__ import annotations
 
+import json
 import os
+import weakref
+from pathlib import Path
 
 # Triton reads this when it is first imported: on a CPU run its kernels
-# (tests/test_triton_kernels.py) run in its interpreter; a CUDA run compiles them. Nothing else
-# on the CPU path uses Triton.
+# (tests/devices/test_triton_kernels.py) run in its interpreter; a CUDA run compiles them.
+# Nothing else on the CPU path uses Triton.
 if not os.environ.get("NPH_TEST_DEVICE", "cpu").startswith("cuda"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -16,6 +19,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import typer.main  # noqa: E402
 import typer.testing  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 _built_commands: dict[tuple, object] = {}
@@ -55,6 +60,23 @@ def fmix32_reference(x: int) -> int:
     x ^= x >> 13
     x = (x * 0xC2B2AE35) % 2**32
     return x ^ (x >> 16)
+
+
+def entmax_reference(scores: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The independent reference for α-entmax (`engine.functional.entmax`): row-wise, in float64,
+    by 64 halvings of τ on [max x − 1, max x], x = (α−1)·s; for α − 1 < 1e-6 (where the power
+    loses every digit) its limit, softmax, which it is within O((α−1)·s²) of."""
+    s = scores.double()
+    if alpha - 1 < 1e-6:
+        return torch.softmax(s, dim=-1)
+    x = (alpha - 1) * (s - s.amax(dim=-1, keepdim=True))
+    lo, hi = torch.full_like(x[:, :1], -1.0), torch.zeros_like(x[:, :1])
+    for _ in range(64):
+        mid = (lo + hi) / 2
+        mass = (x - mid).clamp(min=0).pow(1 / (alpha - 1)).sum(dim=-1, keepdim=True)
+        lo, hi = torch.where(mass >= 1, mid, lo), torch.where(mass >= 1, hi, mid)
+    p = (x - lo).clamp(min=0).pow(1 / (alpha - 1))
+    return p / p.sum(dim=-1, keepdim=True)
 
 
 def _test_device() -> torch.device:
@@ -111,15 +133,25 @@ def _gaussian(rows: int, dim: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).normal(size=(rows, dim)).astype(np.float32)
 
 
+def write_memory(
+    path: Path, patterns: torch.Tensor | tuple[int, int], *, seed: int = 0, **options
+) -> Path:
+    """A memory file at `path` (a folder gets `m.safetensors`) for a test about something else than
+    the file format: `patterns` as given, or `(M, d)` seeded Gaussian rows (`seed=0`). Other
+    keywords go to `save_memory` (values, labels, meta, dtype, force). Returns the file's path."""
+    from nphcli.memory.file import save_memory
+
+    if isinstance(patterns, tuple):
+        patterns = torch.from_numpy(_gaussian(*patterns, seed=seed))
+    path = Path(path)
+    return save_memory(path / "m.safetensors" if path.is_dir() else path, patterns, **options)
+
+
 @pytest.fixture(scope="session")
 def memory_file(tmp_path_factory):
     """40 Gaussian patterns of 16 values (seeded) as a memory file: the small memory most CLI
     tests read. Session-wide, so tests must not write to it."""
-    from nphcli.memory.file import save_memory
-
-    path = tmp_path_factory.mktemp("memory") / "memory.safetensors"
-    save_memory(path, torch.from_numpy(_gaussian(40, 16, seed=3)))
-    return path
+    return write_memory(tmp_path_factory.mktemp("memory") / "memory.safetensors", (40, 16), seed=3)
 
 
 @pytest.fixture(scope="session")
@@ -133,12 +165,9 @@ def pool(tmp_path_factory):
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory):
     """20 random 28 × 28 grey images in [0, 1] as a memory file (fast: no dataset is read)."""
-    from nphcli.memory.file import save_memory
-
-    path = tmp_path_factory.mktemp("digits") / "memory.safetensors"
     images = torch.rand(20, 784, generator=torch.Generator().manual_seed(0))
-    save_memory(path, images, meta={"kind": "image", "item_shape": [1, 28, 28]})
-    return path
+    meta = {"kind": "image", "item_shape": [1, 28, 28]}
+    return write_memory(tmp_path_factory.mktemp("digits") / "memory.safetensors", images, meta=meta)
 
 
 @pytest.fixture(scope="session")
@@ -157,7 +186,8 @@ def mnist(tmp_path_factory):
 
 def real_valued_models() -> list[str]:
     """The registered models that take any real-valued memories: all but the classical networks
-    (`binary`), which store ±1 patterns only and have their own tests (tests/test_baselines.py)."""
+    (`binary`), which store ±1 patterns only and have their own tests
+    (tests/models/test_baselines.py)."""
     from nphcli.models import get_model_info, model_names
 
     return [name for name in model_names() if not get_model_info(name).cls.binary]
@@ -175,3 +205,65 @@ def family_params(name: str, **params):
 def beta_flag(name: str, beta) -> list[str]:
     """`--beta BETA` for a model that takes β, nothing for one that does not."""
     return ["--beta", str(beta)] if family_params(name, beta=beta) else []
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def phase_rows(trials=(0, 1)):
+    """Two models over β × noise; success falls with noise and rises with β (dense shifted)."""
+    rows = []
+    for model, shift in (("dense", 0.0), ("sparse", 0.3)):
+        for beta in (0.1, 1.0, 10.0):
+            for noise in (0.0, 0.5, 1.0):
+                for trial in trials:
+                    success = min(1.0, max(0.0, 0.5 + shift + 0.1 * beta - noise + 0.1 * trial))
+                    rows.append(
+                        {
+                            "label": model, "model": model, "trial": trial, "M": 100,
+                            "beta": beta, "noise": noise, "mask": 0.0,
+                            "success_mean": success, "sse_mean": 10 * (1 - success),
+                        }
+                    )  # fmt: skip
+    return rows
+
+
+class PeakTracker(TorchDispatchMode):
+    """Peak bytes of tensor storages alive at once among those allocated while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._seen: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.is_view:  # a view shares its input's storage: nothing allocated
+            return out
+        given = {
+            t.untyped_storage().data_ptr()
+            for t in tree_flatten((args, kwargs))[0]
+            if isinstance(t, torch.Tensor)
+        }
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                if storage.data_ptr() not in given:  # in-place and out= ops write into inputs
+                    self._count(storage)
+        return out
+
+    def _count(self, storage) -> None:
+        key = storage.data_ptr()
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.live += storage.nbytes()
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(storage, self._release, key, storage.nbytes())
+
+    def _release(self, key: int, nbytes: int) -> None:
+        self._seen.discard(key)
+        self.live -= nbytes

@@ -10,7 +10,7 @@ runs `steps` iterations of the model and of dense retrieval with the same β (bo
 - `at_target`: the stored pattern nearest to x_T is the target;
 - `error_le_dense`: ‖x_T − ξ_μ‖ ≤ ‖x_T^dense − ξ_μ‖ (to 1e-9 relative), the corollary's
   comparison, which leans on Corollary 4.1 (a per-query counterexample to it is
-  `tests/counterexamples.py`).
+  `tests/theory/counterexamples.py`).
 """
 
 from __future__ import annotations
