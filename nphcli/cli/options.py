@@ -1,7 +1,7 @@
 """Options that mean the same in every command, declared once from their fields
 (`nphcli.schema.fields`), for commands whose options `with_fields` does not generate, e.g.
 `as_json: JsonOutput = False`; besides `field_options` and the global flags, the only place an
-option is declared by hand (`tests/test_one_schema.py` checks).
+option is declared by hand (`tests/schema/test_one_schema.py` checks).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """docs/cli.md, the command reference, generated from the click tree typer builds for `nph`: every
 command, option, type and help text is the one `--help` prints, independent of the terminal.
 `python -m nphcli.cli.reference --write` regenerates it and the model reference
-(`nphcli.schema.catalog`); `tests/test_docs.py` fails while any is stale. Typer may carry its
+(`nphcli.schema.catalog`); `tests/docs/test_docs.py` fails while any is stale. Typer may carry its
 own copy of click, so objects are told apart by their attributes, not by click's classes.
 """
 

@@ -15,7 +15,7 @@ sparse-structured model: softmax over a support set S(x) ⊆ {1 … M} of k memo
   ⟨x, ξ_ν⟩, which holds for every x with μ ∈ S(x) (derived in `nphcli.theory.bounds`, with the
   other bounds that hold). The stated bound uses ⟨ξ_μ, ξ_ν⟩ where the proof has ⟨x, ξ_ν⟩; inside
   S_μ the difference can outweigh the constant's slack, and it fails on well-separated,
-  in-sphere, in-support queries (docs/reproduction.md; `tests/counterexamples.py`);
+  in-sphere, in-support queries (docs/reproduction.md; `tests/theory/counterexamples.py`);
 - Corollary 4.1, read per query: when μ ∈ S(x), the sparse-structured error is at most the dense
   error ‖T_dense(x) − ξ_μ‖. The errors need not obey it: removing memories from a softmax can
   undo cancellations between the remaining error terms. nph counts how often it holds.
