@@ -187,6 +187,15 @@ def _attractor_table(scratch: Path) -> str:
 # ---------------------------------------------------------------- the items
 
 _BL = "docs/results/baselines"
+BASELINE_PLOTS = (  # results file, options, picture: the pictures baselines.md shows
+    ("mnist-mask", "--metric success --x size", "baselines-mnist-mask-success.png"),
+    ("mnist-noise", "--metric success --x noise", "baselines-mnist-noise-success.png"),
+    ("mnist-mask-beta", "--metric success --x beta", "baselines-mnist-mask-beta-success.png"),
+    ("cifar10-mask", "--metric success --x size", "baselines-cifar10-mask-success.png"),
+    ("capacity-pm1-d200", "--metric mse --x size --where flip=0", "capacity-pm1-d200-mse.png"),
+    ("capacity-pm1-d500", "--metric mse --x size", "capacity-pm1-d500-mse.png"),
+    ("pm1-flip", "--metric success --x size --facet flip", "baselines-pm1-flip-success.png"),
+)
 ITEMS = (
     Item(
         "comparison-mnist",
@@ -252,6 +261,10 @@ ITEMS = (
             "--sizes 40,50,60,70,80,90,100,120 --trials 3 --model hebbian --order sync --steps 30 "
             f"--noise 0 --threads 1 --out {_BL}/capacity-pm1-d500.jsonl "
             "--plot docs/img/capacity-pm1-d500.png",
+            *(
+                f"nph plot {_BL}/{name}.jsonl {options} --out docs/img/{picture}"
+                for name, options, picture in BASELINE_PLOTS
+            ),
         ),
         {
             **{
@@ -376,13 +389,13 @@ COMMENT = re.compile(r"<!--.*?-->", re.S)
 
 def page_text(page: str) -> str:
     """The page as a reader sees its commands: comments dropped, `\\` continuations joined,
-    runs of blanks one space."""
+    every run of white space (a line break in prose too) one space."""
     text = COMMENT.sub("", (DOCS / page).read_text(encoding="utf-8"))
-    return re.sub(r"[ \t]+", " ", re.sub(r"\\\n\s*", " ", text))
+    return re.sub(r"\s+", " ", re.sub(r"\\\n", " ", text))
 
 
 def printed(command: str, text: str) -> bool:
-    return re.sub(r"[ \t]+", " ", command) in text
+    return re.sub(r"\s+", " ", command) in text
 
 
 def problems() -> list[str]:
