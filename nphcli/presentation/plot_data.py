@@ -76,7 +76,10 @@ def short(value: Any) -> str:
 
 
 def filter_rows(rows: list[dict[str, Any]], where: list[str]) -> list[dict[str, Any]]:
-    """Rows matching every `COLUMN=VALUE[,VALUE...]` of `where` (values as `short` writes them)."""
+    """Rows matching every `COLUMN=VALUE[,VALUE...]` of `where` (values as `short` writes them).
+    A `seed` the sweep derived per trial (equal to the row's `run_seed`) is a trial column, not
+    a setting: it is dropped, so the trials of `random` and `random-feature` average."""
+    rows = [_without_trial_seed(row) for row in rows]
     columns = {c for row in rows for c in row}
     for condition in where:
         column, _ = parse_condition(condition)
@@ -89,6 +92,12 @@ def filter_rows(rows: list[dict[str, Any]], where: list[str]) -> list[dict[str, 
         if not rows:
             raise NphError(f"no rows match --where {condition!r}")
     return rows
+
+
+def _without_trial_seed(row: dict[str, Any]) -> dict[str, Any]:
+    if row.get("seed") is None or row.get("seed") != row.get("run_seed"):
+        return row
+    return {c: v for c, v in row.items() if c != "seed"}
 
 
 def parse_condition(condition: str) -> tuple[str, set[str]]:

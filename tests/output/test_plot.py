@@ -63,6 +63,16 @@ def test_plot_reads_csv(invoke, tmp_path):
     assert out.stat().st_size > 1000
 
 
+def test_a_seed_the_sweep_drew_per_trial_is_a_trial_not_a_line():
+    rows = [
+        {"model": "random", "k": 0.2, "M": 10, "trial": t, "seed": s, "run_seed": s, "sse_mean": v}
+        for t, s, v in ((0, 11, 1.0), (1, 22, 3.0))
+    ]
+    assert curves(rows, x="size").lines == {"random": [(10.0, 2.0, 1.0, 2)]}
+    given = [{**row, "seed": 5 + row["trial"]} for row in rows]  # seeds the user chose: settings
+    assert list(curves(given, x="size").lines) == ["random seed=5", "random seed=6"]
+
+
 def test_curves_are_means_and_population_stds_over_trials():
     data = curves(result_rows(), metric="sse")
     assert (data.x, data.column) == ("M", "sse_mean")
