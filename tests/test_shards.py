@@ -254,3 +254,26 @@ def test_a_manifest_without_checksums_is_refused(tmp_path):
     _edit(manifest, lambda d: d.update(format_version=1))
     with pytest.raises(NphError, match="older nph"):
         read_manifest(manifest)
+
+
+def test_shard_reads_and_writes_one_block_at_a_time(tmp_path, monkeypatch):
+    """`nph shard` holds one block of rows in RAM, not a shard: the rows it asks for stay within
+    BLOCK_BYTES, and the shards still join back exactly (keys, values, labels)."""
+    import nphcli.memory.shards as shards
+    from nphcli.memory.streamed import StreamedBank
+
+    path = _memory(tmp_path, values=True)
+    asked = []
+    rows = StreamedBank.rows
+    monkeypatch.setattr(shards, "BLOCK_BYTES", 3 * 6 * 8)  # three float64 rows of d = 6
+
+    def counted(self, start, stop, *, values=False):
+        asked.append((stop - start) * (4 if values else 6) * 8)  # bytes: d_v = 4, d = 6
+        return rows(self, start, stop, values=values)
+
+    monkeypatch.setattr(StreamedBank, "rows", counted)
+    manifest = write_shards(path, tmp_path / "out", sizes=SPLITS["uneven"])
+    assert len(asked) > 10 and max(asked) <= shards.BLOCK_BYTES
+    original, joined = load_memory(path), open_memory(manifest)
+    for name in ("patterns", "values", "labels"):
+        assert torch.equal(getattr(joined, name), getattr(original, name)), name

@@ -38,7 +38,7 @@ def tensors_digest(tensors: dict[str, Tensor]) -> str:
     digest = hashlib.sha256()
     for name in sorted(tensors):
         tensor = tensors[name].detach().to("cpu").contiguous()
-        digest.update(json.dumps([name, _code(tensor.dtype), list(tensor.shape)]).encode())
+        digest.update(json.dumps([name, dtype_code(tensor.dtype), list(tensor.shape)]).encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # no copy of the bytes
     return digest.hexdigest()
 
@@ -94,6 +94,7 @@ def provenance(bank: Any) -> dict[str, Any]:
     }
 
 
-def _code(dtype: torch.dtype) -> str:
+def dtype_code(dtype: torch.dtype) -> str:
+    """safetensors' code for `dtype` ("F32", "I64", ...)."""
     name = str(dtype).removeprefix("torch.")
     return DTYPE_CODES.get(name) or _INTEGER_CODES[dtype]

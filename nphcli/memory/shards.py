@@ -45,7 +45,7 @@ from nphcli.core.errors import NphError
 from nphcli.core.jsontext import read_json_file
 from nphcli.core.lock import WriterLock
 from nphcli.core.notices import notice
-from nphcli.memory.file import save_memory
+from nphcli.memory.file import write_memory
 from nphcli.memory.format import (
     FORMAT_NAME,
     is_manifest,
@@ -62,6 +62,7 @@ MANIFEST_FORMAT = "nph-shards"
 MANIFEST_VERSION = 2  # 2: each part records its tensors' sha256
 # A manifest lists about 200 bytes per shard: 16 MiB holds 80,000 shards; read no more.
 MAX_MANIFEST_BYTES = 16 << 20
+BLOCK_BYTES = 16 << 20  # rows `nph shard` holds in RAM at a time
 # Metadata keys `save_memory` writes itself; a shard's other metadata is the source's.
 _OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dtype", "shard"}
 _OWN_KEYS |= {"content_sha256"}  # each shard records its own; the manifest, the source's
@@ -202,12 +203,11 @@ def _write_manifest(manifest_path, bank, source, set_id, content, listed) -> Non
 
 
 def _write_parts(bank, out_dir, names, sizes, meta, set_id) -> list[dict]:
-    """Write each shard file; the manifest's part records."""
+    """Write each shard file, one block of rows in RAM at a time; the manifest's part records."""
     total, labels = sum(sizes), bank.labels
     offset = 0
     listed = []
     for index, (name, rows) in enumerate(zip(names, sizes, strict=True)):
-        keys, values = bank.gather(torch.arange(offset, offset + rows))  # (rows, d), (rows, d_v)
         shard_meta = {
             **meta,
             "shard": {
@@ -219,19 +219,26 @@ def _write_parts(bank, out_dir, names, sizes, meta, set_id) -> list[dict]:
                 "total_M": total,
             },
         }
-        shard_path = save_memory(
-            out_dir / name,
-            keys,
-            labels=None if labels is None else labels[offset : offset + rows],
-            values=values if bank.hetero else None,
-            meta=shard_meta,
-            dtype=bank.dtype,
-            force=True,  # a file of this set's name holds these very rows
-        )
-        digest = tensors_sha256(shard_path)
+        shapes = {"patterns": (bank.dtype, (rows, bank.dim))}
+        blocks = {"patterns": _blocks(bank, offset, rows, values=False)}
+        if bank.hetero:
+            shapes["values"] = (bank.dtype, (rows, bank.value_dim))
+            blocks["values"] = _blocks(bank, offset, rows, values=True)
+        if labels is not None:
+            shapes["labels"] = (torch.int64, (rows,))
+            blocks["labels"] = [labels[offset : offset + rows]]
+        digest = write_memory(out_dir / name, shapes, blocks, meta=shard_meta, force=True)
         listed.append({"file": name, "offset": offset, "rows": rows, "sha256": digest})
         offset += rows
     return listed
+
+
+def _blocks(bank: StreamedBank, start: int, rows: int, *, values: bool):
+    """Rows start…start+rows-1 of the keys (or values), BLOCK_BYTES at a time."""
+    width = bank.value_dim if values else bank.dim
+    step = max(1, BLOCK_BYTES // (width * bank.dtype.itemsize))
+    for first in range(start, start + rows, step):
+        yield bank.rows(first, min(start + rows, first + step), values=values)
 
 
 def _set_id(source: Path, sizes: list[int]) -> str:

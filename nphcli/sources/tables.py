@@ -18,14 +18,17 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nphcli.core.bounded import MAX_TEXT_CHARS, cut_texts, read_lines
+from nphcli.core import bounded
+from nphcli.core.bounded import LINE_COST, MAX_TEXT_CHARS, cut_texts, read_lines
 from nphcli.core.defaults import ITEM_RECALL
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.core.notices import notice
+from nphcli.core.resources import check_allocation, human_bytes
 from nphcli.memory.items import check_items
 from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, register_source
 from nphcli.sources.embedders import check_same_embedder, resolve_embedder
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".feather")
+BATCH_ROWS = 4096  # rows of a Parquet table read at a time
 
 
 def holds_embeddings(path: Path) -> bool:
@@ -46,8 +50,10 @@ def holds_embeddings(path: Path) -> bool:
     if suffix == ".jsonl":
         first = next(((n, line) for n, line in _lines(spec) if line.strip()), None)
         return first is not None and _object(spec, *first).get("embedding") is not None
-    rows = _arrow_rows(spec)
-    return bool(rows) and rows[0].get("embedding") is not None
+    first = next(_arrow_batches(spec), None)
+    return (
+        first is not None and "embedding" in first.schema.names and first["embedding"][0].is_valid
+    )
 
 
 def embed_queries(texts: list[str], memory_meta: dict[str, Any], memory_name: str) -> Tensor:
@@ -74,13 +80,14 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
     spec = str(path)
     if path.suffix.lower() == ".txt":
         rows = [{"text": line.strip()} for _, line in _lines(spec, texts=True) if line.strip()]
+        vectors = None
     elif path.suffix.lower() == ".jsonl":
-        rows = [_object(spec, n, line) for n, line in _lines(spec) if line.strip()]
+        rows, vectors = [_object(spec, n, line) for n, line in _lines(spec) if line.strip()], None
     else:
-        rows = _arrow_rows(spec)
+        rows, vectors = _arrow_table(spec)
     if not rows:
         raise NphError(f"{what} file {path} holds no rows")
-    if all(row.get("embedding") is not None for row in rows):
+    if vectors is not None or all(row.get("embedding") is not None for row in rows):
         named = {str(row["embedder"]) for row in rows if row.get("embedder") is not None}
         record = memory_meta.get("embedder")
         record = record if isinstance(record, dict) else {}
@@ -89,6 +96,8 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
                 f"{what} file {path} was embedded with {', '.join(sorted(map(str, named)))}, "
                 f"the memory with {record.get('name', 'no named embedder')}: use the same model"
             )
+        if vectors is not None:
+            return vectors
         return _vectors(spec, [row["embedding"] for row in rows], rows)
     missing = next((i for i, row in enumerate(rows) if not row.get("text")), None)
     if missing is not None:
@@ -104,7 +113,7 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
 )
 def load_jsonl(spec: str, options: SourceOptions) -> Loaded:
     rows = [_object(spec, number, line) for number, line in _lines(spec) if line.strip()]
-    return table_source(spec, rows, options)
+    return table_source(spec, rows, None, options)
 
 
 @register_source(
@@ -116,7 +125,7 @@ def load_jsonl(spec: str, options: SourceOptions) -> Loaded:
 def load_txt(spec: str, options: SourceOptions) -> Loaded:
     lines = _lines(spec, texts=True)
     rows = [{"id": number, "text": line.strip()} for number, line in lines if line.strip()]
-    return table_source(spec, rows, options)
+    return table_source(spec, rows, None, options)
 
 
 @register_source(
@@ -126,34 +135,121 @@ def load_txt(spec: str, options: SourceOptions) -> Loaded:
     suffixes=(".parquet", ".arrow", ".feather"),
 )
 def load_arrow(spec: str, options: SourceOptions) -> Loaded:
-    return table_source(spec, _arrow_rows(spec), options)
+    return table_source(spec, *_arrow_table(spec), options)
 
 
-def _arrow_rows(spec: str) -> list[dict[str, Any]]:
+def _arrow_batches(spec: str, columns: list[str] | None = None) -> Iterator[Any]:
+    """The record batches of a Parquet or Arrow (IPC file, Feather 2) table, one at a time."""
     try:
-        import pyarrow.feather
+        import pyarrow
+        import pyarrow.ipc
         import pyarrow.parquet
     except ImportError:
         raise NphError(f"reading {spec} needs pyarrow: pip install pyarrow") from None
     try:
         if spec.lower().endswith(".parquet"):
-            table = pyarrow.parquet.read_table(spec)
-        else:
-            table = pyarrow.feather.read_table(spec)
+            # Streamed a page at a time: a row group (often the whole file) is never held whole.
+            table = pyarrow.parquet.ParquetFile(spec, buffer_size=1 << 20, pre_buffer=False)
+            yield from table.iter_batches(batch_size=BATCH_ROWS, columns=columns)
+            return
+        with pyarrow.memory_map(spec) as source:
+            reader = pyarrow.ipc.open_file(source)
+            for number in range(reader.num_record_batches):
+                batch = reader.get_batch(number)
+                yield batch if columns is None else batch.select(columns)
     except (OSError, ValueError) as error:  # pyarrow.ArrowInvalid is a ValueError
         raise NphError(f"cannot read {spec} as a table ({str(error).splitlines()[0]})") from None
-    columns = set(table.column_names)
-    if not ({"embedding", "text"} & columns):
+
+
+def _arrow_table(spec: str) -> tuple[list[dict[str, Any]], Tensor | None]:
+    """A Parquet or Arrow table read a record batch at a time: its items (id, text, meta,
+    embedder) and its embeddings, each batch's straight into a float32 tensor (M, d) (None
+    without an `embedding` column). The items may take `text_input_limit()` bytes in RAM."""
+    import torch
+
+    names = next(_arrow_batches(spec), None)
+    names = [] if names is None else names.schema.names
+    if not ({"embedding", "text"} & set(names)):
         raise NphError(
-            f"{spec} has columns {', '.join(table.column_names)}; nph reads `id` and `embedding` "
+            f"{spec} has columns {', '.join(names)}; nph reads `id` and `embedding` "
             "(or `text`, embedded with --embed), and `text` if present"
         )
-    keep = [name for name in ("id", "embedding", "text", "meta", "embedder") if name in columns]
-    rows = table.select(keep).to_pylist()
-    for row in rows:
-        if row.get("meta") is not None:
-            row["meta"] = _json_meta(row["meta"], spec)
-    return rows
+    keep = [name for name in ("id", "text", "meta", "embedder") if name in names]
+    rows: list[dict[str, Any]] = []
+    blocks: list[Tensor] = []
+    cost, limit = 0, bounded.text_input_limit()
+    for batch in _arrow_batches(spec, keep + ["embedding"] * ("embedding" in names)):
+        items = batch.select(keep).to_pylist()
+        cost += batch.select(keep).nbytes + LINE_COST * len(items)
+        if cost > limit:
+            raise NphError(
+                f"{spec}: its ids, texts and meta take more than the {human_bytes(limit)} nph "
+                "reads of a table (docs/errors.md); store it in parts"
+            )
+        for row in items:
+            if row.get("meta") is not None:
+                row["meta"] = _json_meta(row["meta"], spec)
+        if "embedding" in names:
+            block = _arrow_vectors(spec, batch["embedding"], rows, items, blocks)
+            blocks += [block] if block is not None else []
+        rows += items
+    return rows, (torch.cat(blocks) if blocks else None)
+
+
+def _arrow_vectors(spec, column, rows, items, blocks) -> Tensor | None:
+    """One batch's `embedding` column as float32 (B, d), after the batches `blocks` of the
+    `rows` before it; None for a batch of texts only. Refuses what `_vectors` refuses."""
+    import numpy as np
+    import pyarrow
+    import pyarrow.compute
+    import torch
+
+    def where(index: int) -> str:
+        return f"{spec}: row {len(rows) + index + 1} (id {items[index].get('id')!r})"
+
+    present = column.is_valid().to_numpy(zero_copy_only=False)  # (B,) bool
+    if not len(present):
+        return None
+    first = bool(blocks) if rows else bool(present[0])  # whether the table's first row has one
+    differs = np.flatnonzero(present != first)
+    if len(differs):
+        other = "no embedding while others have one" if first else "an embedding, rows before none"
+        raise NphError(
+            f"{where(int(differs[0]))} has {other}; give every row an embedding, or none and "
+            "--embed MODEL"
+        )
+    if not first:
+        return None
+    kind = column.type
+    listed = pyarrow.types.is_list(kind) or pyarrow.types.is_large_list(kind)
+    values = column.flatten() if listed or pyarrow.types.is_fixed_size_list(kind) else None
+    numeric = values is not None and not values.null_count
+    numeric = numeric and (
+        pyarrow.types.is_integer(values.type) or pyarrow.types.is_floating(values.type)
+    )
+    if not numeric:
+        raise NphError(f"{where(0)}: embedding is not a list of numbers")
+    lengths = pyarrow.compute.list_value_length(column).to_numpy(zero_copy_only=False)
+    dim = blocks[0].shape[1] if blocks else int(lengths[0])
+    wrong = np.flatnonzero((lengths != dim) | (lengths == 0))
+    if len(wrong):
+        index = int(wrong[0])
+        if lengths[index] == 0:
+            raise NphError(f"{where(index)}: embedding is not a list of numbers")
+        raise NphError(
+            f"{where(index)} has {lengths[index]} values, the first row {dim}: every "
+            "embedding needs the same dimension"
+        )
+    array = values.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~(np.abs(array) <= FLOAT32_MAX))  # NaN compares False too
+    if len(bad):
+        problem = _number_problem(array[int(bad[0])].item())
+        raise NphError(f"{where(int(bad[0]) // dim)} has {problem} in its embedding")
+    check_allocation(
+        (len(rows) + len(items), dim), 4, what=f"{spec}'s embeddings", reduce="store it in parts"
+    )
+    return torch.from_numpy(array.astype(np.float32)).reshape(len(items), dim)  # (B, d)
 
 
 def _json_meta(value: Any, spec: str) -> Any:
@@ -186,11 +282,14 @@ def read_ids(path: str | Path, rows: int) -> list[dict[str, Any]]:
     return items
 
 
-def table_source(spec: str, rows: list[dict[str, Any]], options: SourceOptions) -> Loaded:
-    """Rows of a table (each with id, and embedding or text) as raw patterns and items."""
+def table_source(
+    spec: str, rows: list[dict[str, Any]], vectors: Tensor | None, options: SourceOptions
+) -> Loaded:
+    """Rows of a table (each with id, and embedding or text) as raw patterns and items; or
+    `vectors` (M, d), the rows' embeddings already read."""
     if not rows:
         raise NphError(f"{spec} holds no rows")
-    embedded = [row.get("embedding") is not None for row in rows]
+    embedded = [vectors is not None or row.get("embedding") is not None for row in rows]
     if any(embedded) and not all(embedded):
         row = embedded.index(False) if embedded[0] else embedded.index(True)
         raise NphError(
@@ -216,7 +315,10 @@ def table_source(spec: str, rows: list[dict[str, Any]], options: SourceOptions) 
     if all(embedded):
         if options.embed is not None:
             raise NphError(f"{spec} holds embeddings already; --embed embeds texts only")
-        patterns = _vectors(spec, [row["embedding"] for row in rows], rows)
+        if vectors is None:
+            patterns = _vectors(spec, [row["embedding"] for row in rows], rows)
+        else:
+            patterns = vectors if indices is None else vectors[indices]
     else:
         patterns, meta["embedder"] = _embedded(spec, items, options)
     return Loaded(patterns, None, meta, items)
