@@ -35,7 +35,7 @@ from nphcli.memory.format import (
     layout_of,
     open_safetensors,
 )
-from nphcli.memory.provenance import META_KEY, dtype_code, tensors_digest
+from nphcli.memory.provenance import META_KEY, dtype_code, stamp, tensors_digest
 from nphcli.version import __version__
 
 
@@ -155,10 +155,13 @@ def load_memory(path: str | os.PathLike) -> Memory:
         read = {"patterns": patterns, "values": values, "labels": labels}
         check_identity(path, layout.meta, {k: v for k, v in read.items() if v is not None})
     layout.announce()  # only once the file proved usable: a failing command prints one line
-    return Memory(
+    memory = Memory(
         patterns,
         values,
         labels=None if labels is None else labels.to(torch.int64),
         meta=layout.meta,
         path=path,
     )
+    if not layout.foreign and layout.meta.get(META_KEY) is not None:
+        stamp(memory, layout.meta[META_KEY])  # checked above: edits in place are seen
+    return memory
