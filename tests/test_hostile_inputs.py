@@ -733,8 +733,9 @@ def _zero(folder: Path, name: str) -> Path:
         lambda f, m: ["retrieve", "--memory", m, "--queries-file", _zero(f, "q.jsonl")],
         lambda f, m: ["batch", _zero(f, "jobs.jsonl")],
         lambda f, m: ["paper", "timeseries", _zero(f, "s.csv"), "--dataset", "ETTh1"],
+        lambda f, m: ["store", "random", "--n", "4", "--labels", _zero(f, "l.txt")],
     ],
-    ids=["txt", "jsonl", "csv", "queries-file", "batch", "time series"],
+    ids=["txt", "jsonl", "csv", "queries-file", "batch", "time series", "labels"],
 )
 def test_an_endless_input_is_refused(invoke, tmp_path, monkeypatch, memory_file, command):
     monkeypatch.chdir(tmp_path)
