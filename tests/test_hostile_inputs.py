@@ -860,3 +860,53 @@ def test_a_hard_link_made_after_the_results_file_was_created_meets_the_lock(tmp_
     again = Results(other, resume=True)  # released: the link resumes
     assert again.done() == {("s", 0)}
     again.finish()
+
+
+@pytest.mark.parametrize("command", ["shard", "index", "attractors", "retrieve", "paper mil"])
+def test_out_of_memory_advice_names_only_options_the_command_takes(command):
+    import re
+
+    import typer.main
+
+    from nphcli.cli import app
+    from nphcli.cli.app import _resource_message
+
+    group = typer.main.get_command(app)
+    flags = group._flags([*command.split(), "x", "--force"])
+    message = _resource_message(MemoryError(), flags)
+    named = set(re.findall(r"--[a-z][a-z-]*", message))
+    assert named <= flags, (named - flags, message)
+    assert named or "free memory" in message
+    if command == "retrieve":
+        assert {"--batch-size", "--memory-budget", "--stream"} <= named
+
+
+def test_advice_on_values_too_large_for_the_dtype_applies(invoke, tmp_path):
+    """ "use --dtype float32" only where the memory is narrower than float32."""
+    import numpy as np
+
+    big, huge = tmp_path / "big.npy", tmp_path / "huge.npy"
+    np.save(big, np.full((4, 3), 1e10))  # beyond float16, within float32
+    np.save(huge, np.full((4, 3), 1e300))  # beyond float32
+    out = ["--normalize", "none", "--out", tmp_path / "m.safetensors"]
+    half = invoke("store", big, "--dtype", "float16", *out)
+    assert_one_error_line(half, "do not fit", "--dtype float32")
+    for source in ("big", "huge"):
+        values = invoke("store", "random", "--n", "4", "--values", tmp_path / f"{source}.npy", *out)
+        assert (values.exit_code == 0) == (source == "big"), values.stderr
+        assert "--dtype float32" not in values.stderr
+
+
+def test_a_missing_source_sidecar_is_named_not_a_write_failure(invoke, tmp_path):
+    memory = _text_memory(tmp_path)
+    sidecar = memory.with_name(_meta_items(memory)["file"])
+    sidecar.unlink()
+    result = invoke("shard", memory, "--parts", "2", "--out-dir", tmp_path / "set")
+    assert_one_error_line(result, sidecar.name, "missing")
+    assert "could not write" not in result.stderr
+
+
+def _meta_items(memory: Path) -> dict:
+    from nphcli.memory.format import read_metadata
+
+    return read_metadata(memory)["items"]

@@ -107,9 +107,11 @@ def in_store_dtype(values: Tensor, dtype: str) -> Tensor:
     from nphcli.core.dtypes import torch_dtype
 
     stored = values.to(torch_dtype(dtype))  # (M, d_v)
+    widest = stored.dtype == torch.float32
     if not torch.isfinite(stored).all():
         raise NphError(
             f"the values do not fit in {dtype} (largest magnitude "
-            f"{float(values.abs().max()):.4g}); use --dtype float32"
+            f"{float(values.abs().max()):.4g}); "
+            + ("scale them down" if widest else "use --dtype float32")
         )
     return stored
