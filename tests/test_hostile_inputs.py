@@ -764,11 +764,11 @@ def test_a_parquet_table_is_read_in_batches_within_the_bound(invoke, tmp_path, m
     """Record batches go straight into one tensor (rows numbered across batches in errors); the
     ids, texts and meta they carry are bounded like a text input."""
     import nphcli.core.bounded as bounded
-    import nphcli.sources.tables as tables
+    import nphcli.sources.arrow as arrow
     from nphcli.memory.file import load_memory
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(tables, "BATCH_ROWS", 2)
+    monkeypatch.setattr(arrow, "BATCH_ROWS", 2)
     rows = torch.randn(7, 3, generator=torch.Generator().manual_seed(0))
     table = _parquet(tmp_path, rows.tolist())
     invoke("store", table, "--out", "m.safetensors")

@@ -15,21 +15,16 @@ name, dimension and normalisation to its metadata, so that text queries use the 
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nphcli.core import bounded
-from nphcli.core.bounded import LINE_COST, MAX_TEXT_CHARS, cut_texts, read_lines
+from nphcli.core.bounded import MAX_TEXT_CHARS, cut_texts, read_lines
 from nphcli.core.defaults import ITEM_RECALL
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.core.notices import notice
-from nphcli.core.resources import check_allocation, human_bytes
 from nphcli.memory.items import check_items
+from nphcli.sources.arrow import arrow_batches, number_problem, read_arrow
 from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, register_source
 from nphcli.sources.embedders import check_same_embedder, resolve_embedder
 
@@ -37,9 +32,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".feather")
-BATCH_ROWS = 4096  # rows of a Parquet table read at a time
 
 
 def holds_embeddings(path: Path) -> bool:
@@ -50,7 +43,7 @@ def holds_embeddings(path: Path) -> bool:
     if suffix == ".jsonl":
         first = next(((n, line) for n, line in _lines(spec) if line.strip()), None)
         return first is not None and _object(spec, *first).get("embedding") is not None
-    first = next(_arrow_batches(spec), None)
+    first = next(arrow_batches(spec), None)
     return (
         first is not None and "embedding" in first.schema.names and first["embedding"][0].is_valid
     )
@@ -84,7 +77,7 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
     elif path.suffix.lower() == ".jsonl":
         rows, vectors = [_object(spec, n, line) for n, line in _lines(spec) if line.strip()], None
     else:
-        rows, vectors = _arrow_table(spec)
+        rows, vectors = read_arrow(spec)
     if not rows:
         raise NphError(f"{what} file {path} holds no rows")
     if vectors is not None or all(row.get("embedding") is not None for row in rows):
@@ -135,139 +128,7 @@ def load_txt(spec: str, options: SourceOptions) -> Loaded:
     suffixes=(".parquet", ".arrow", ".feather"),
 )
 def load_arrow(spec: str, options: SourceOptions) -> Loaded:
-    return table_source(spec, *_arrow_table(spec), options)
-
-
-def _arrow_batches(spec: str, columns: list[str] | None = None) -> Iterator[Any]:
-    """The record batches of a Parquet or Arrow (IPC file, Feather 2) table, one at a time."""
-    try:
-        import pyarrow
-        import pyarrow.ipc
-        import pyarrow.parquet
-    except ImportError:
-        raise NphError(f"reading {spec} needs pyarrow: pip install pyarrow") from None
-    try:
-        if spec.lower().endswith(".parquet"):
-            # Streamed a page at a time: a row group (often the whole file) is never held whole.
-            table = pyarrow.parquet.ParquetFile(spec, buffer_size=1 << 20, pre_buffer=False)
-            yield from table.iter_batches(batch_size=BATCH_ROWS, columns=columns)
-            return
-        with pyarrow.memory_map(spec) as source:
-            reader = pyarrow.ipc.open_file(source)
-            for number in range(reader.num_record_batches):
-                batch = reader.get_batch(number)
-                yield batch if columns is None else batch.select(columns)
-    except (OSError, ValueError) as error:  # pyarrow.ArrowInvalid is a ValueError
-        raise NphError(f"cannot read {spec} as a table ({str(error).splitlines()[0]})") from None
-
-
-def _arrow_table(spec: str) -> tuple[list[dict[str, Any]], Tensor | None]:
-    """A Parquet or Arrow table read a record batch at a time: its items (id, text, meta,
-    embedder) and its embeddings, each batch's straight into a float32 tensor (M, d) (None
-    without an `embedding` column). The items may take `text_input_limit()` bytes in RAM."""
-    import torch
-
-    names = next(_arrow_batches(spec), None)
-    names = [] if names is None else names.schema.names
-    if not ({"embedding", "text"} & set(names)):
-        raise NphError(
-            f"{spec} has columns {', '.join(names)}; nph reads `id` and `embedding` "
-            "(or `text`, embedded with --embed), and `text` if present"
-        )
-    keep = [name for name in ("id", "text", "meta", "embedder") if name in names]
-    rows: list[dict[str, Any]] = []
-    blocks: list[Tensor] = []
-    cost, limit = 0, bounded.text_input_limit()
-    for batch in _arrow_batches(spec, keep + ["embedding"] * ("embedding" in names)):
-        items = batch.select(keep).to_pylist()
-        cost += batch.select(keep).nbytes + LINE_COST * len(items)
-        if cost > limit:
-            raise NphError(
-                f"{spec}: its ids, texts and meta take more than the {human_bytes(limit)} nph "
-                "reads of a table (docs/errors.md); store it in parts"
-            )
-        for row in items:
-            if row.get("meta") is not None:
-                row["meta"] = _json_meta(row["meta"], spec)
-        if "embedding" in names:
-            block = _arrow_vectors(spec, batch["embedding"], rows, items, blocks)
-            blocks += [block] if block is not None else []
-        rows += items
-    return rows, (torch.cat(blocks) if blocks else None)
-
-
-def _arrow_vectors(spec, column, rows, items, blocks) -> Tensor | None:
-    """One batch's `embedding` column as float32 (B, d), after the batches `blocks` of the
-    `rows` before it; None for a batch of texts only. Refuses what `_vectors` refuses."""
-    import numpy as np
-    import pyarrow
-    import pyarrow.compute
-    import torch
-
-    def where(index: int) -> str:
-        return f"{spec}: row {len(rows) + index + 1} (id {items[index].get('id')!r})"
-
-    present = column.is_valid().to_numpy(zero_copy_only=False)  # (B,) bool
-    if not len(present):
-        return None
-    first = bool(blocks) if rows else bool(present[0])  # whether the table's first row has one
-    differs = np.flatnonzero(present != first)
-    if len(differs):
-        other = "no embedding while others have one" if first else "an embedding, rows before none"
-        raise NphError(
-            f"{where(int(differs[0]))} has {other}; give every row an embedding, or none and "
-            "--embed MODEL"
-        )
-    if not first:
-        return None
-    kind = column.type
-    listed = pyarrow.types.is_list(kind) or pyarrow.types.is_large_list(kind)
-    values = column.flatten() if listed or pyarrow.types.is_fixed_size_list(kind) else None
-    numeric = values is not None and not values.null_count
-    numeric = numeric and (
-        pyarrow.types.is_integer(values.type) or pyarrow.types.is_floating(values.type)
-    )
-    if not numeric:
-        raise NphError(f"{where(0)}: embedding is not a list of numbers")
-    lengths = pyarrow.compute.list_value_length(column).to_numpy(zero_copy_only=False)
-    dim = blocks[0].shape[1] if blocks else int(lengths[0])
-    wrong = np.flatnonzero((lengths != dim) | (lengths == 0))
-    if len(wrong):
-        index = int(wrong[0])
-        if lengths[index] == 0:
-            raise NphError(f"{where(index)}: embedding is not a list of numbers")
-        raise NphError(
-            f"{where(index)} has {lengths[index]} values, the first row {dim}: every "
-            "embedding needs the same dimension"
-        )
-    array = values.to_numpy(zero_copy_only=False)
-    with np.errstate(invalid="ignore"):
-        bad = np.flatnonzero(~(np.abs(array) <= FLOAT32_MAX))  # NaN compares False too
-    if len(bad):
-        problem = _number_problem(array[int(bad[0])].item())
-        raise NphError(f"{where(int(bad[0]) // dim)} has {problem} in its embedding")
-    check_allocation(
-        (len(rows) + len(items), dim), 4, what=f"{spec}'s embeddings", reduce="store it in parts"
-    )
-    return torch.from_numpy(array.astype(np.float32)).reshape(len(items), dim)  # (B, d)
-
-
-def _json_meta(value: Any, spec: str) -> Any:
-    """An Arrow `meta` value as JSON keeps it: dates and times as ISO text, decimals as their
-    exact digits; bytes are refused (the sidecar holds text)."""
-    if isinstance(value, dict):
-        return {str(key): _json_meta(item, spec) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_meta(item, spec) for item in value]
-    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raise NphError(f"{spec}: a meta value is binary; store it as text (e.g. hex or base64)")
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    return value
+    return table_source(spec, *read_arrow(spec), options)
 
 
 def read_ids(path: str | Path, rows: int) -> list[dict[str, Any]]:
@@ -374,25 +235,13 @@ def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tenso
                 f"values, the first row {dim}: every embedding needs the same dimension"
             )
         for value in vector:
-            problem = _number_problem(value)
+            problem = number_problem(value)
             if problem is not None:
                 raise NphError(
                     f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {problem} in "
                     "its embedding"
                 )
     return torch.tensor(vectors, dtype=torch.float32)  # (M, d)
-
-
-def _number_problem(value: Any) -> str | None:
-    """What keeps `value` from being one float32 entry, or None. Python compares an int of any
-    length with a float exactly, so a 400-digit integer is measured, not converted."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"a non-numeric value {str(value)[:40]!r}"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "a NaN or infinite value"
-    if abs(value) > FLOAT32_MAX:
-        return f"a value beyond float32's range (±{FLOAT32_MAX:.3g})"
-    return None
 
 
 def _lines(path: str, *, texts: bool = False):
