@@ -86,6 +86,15 @@ class NphGroup(TyperGroup):
         except BrokenPipeError:
             raise _BrokenPipe() from None
 
+    def _flags(self, argv: list[str]) -> set[str]:
+        """The options the command `argv` runs takes (advice names only those)."""
+        command: Any = self
+        for word in (w for w in argv if not w.startswith("-")):
+            if not hasattr(command, "get_command"):
+                break
+            command = command.get_command(None, word) or command  # type: ignore[arg-type]
+        return {flag for param in command.params for flag in getattr(param, "opts", [])}
+
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         global _debug_flag, _quiet_flag, _json_errors
         argv = args[0] if args else kwargs.get("args")
@@ -111,7 +120,7 @@ class NphGroup(TyperGroup):
             _silence_stdout()
             code = BROKEN_PIPE_EXIT
         except Exception as error:
-            message = _resource_message(error)
+            message = _resource_message(error, self._flags(argv))
             if message is None:  # a bug: keep its traceback
                 raise
             if _debug():
@@ -146,15 +155,20 @@ def _write_line(text: str) -> None:
         data = data[os.write(fd, data) :]
 
 
-_REDUCE = (
-    "reduce the work: fewer patterns (--n) or values per pattern (--dim), fewer queries "
-    "(--queries, --batch-size), a smaller --memory-budget, or --stream"
-)
+_REDUCE = {  # what to lower when memory runs out, by the option that lowers it
+    "--n": "fewer patterns (--n)",
+    "--dim": "fewer values per pattern (--dim)",
+    "--queries": "fewer queries (--queries)",
+    "--batch-size": "smaller query batches (--batch-size)",
+    "--memory-budget": "a smaller --memory-budget",
+    "--stream": "--stream",
+}
 
 
-def _resource_message(error: BaseException) -> str | None:
+def _resource_message(error: BaseException, flags: set[str] = frozenset()) -> str | None:
     """The one-line message for a failure of the machine rather than of nph or its input: out
-    of memory (CPU or CUDA) or no space left on the disk. None for anything else."""
+    of memory (CPU or CUDA), with advice naming only options of the command (`flags`), or no
+    space left on the disk. None for anything else."""
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         name = f" writing {error.filename}" if error.filename else ""
         return f"no space left on the device{name}; free some space or write elsewhere"
@@ -172,7 +186,10 @@ def _resource_message(error: BaseException) -> str | None:
         )
     ):
         first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-        return f"out of memory ({first[:200]}); {_REDUCE}"
+        reduce = [advice for flag, advice in _REDUCE.items() if flag in flags]
+        if not reduce:
+            return f"out of memory ({first[:200]}); free memory or use a machine with more"
+        return f"out of memory ({first[:200]}); reduce the work: {', '.join(reduce)}"
     return None
 
 

@@ -175,9 +175,10 @@ def _temp_prefix(path: Path) -> str:
     return f".{path.name}.{_host()}-{os.getpid()}."
 
 
-def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
-    """Delete temporary files of `path` left by nph processes of this machine that no longer
-    run (killed before they could clean up); returns what was deleted.
+def remove_stale_temporaries(path: str | os.PathLike, names: str | None = None) -> list[Path]:
+    """Delete temporary files of `path` (or of every file in its folder whose name matches the
+    regular expression `names`) left by nph processes of this machine that no longer run
+    (killed before they could clean up); returns what was deleted.
 
     Only POSIX can ask whether a process exists; files of other machines sharing the folder, and
     of processes still running, are never touched.
@@ -186,12 +187,13 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
     if os.name != "posix":
         return []
     folder = path.parent if str(path.parent) else Path(".")
-    pattern = re.compile(re.escape(f".{path.name}.{_host()}-") + r"(\d+)\.[^.]+\.tmp\Z")
+    name = re.escape(path.name) if names is None else f"(?:{names})"
+    pattern = re.compile(rf"\.{name}\.{re.escape(_host())}-(?P<pid>\d+)\.[^.]+\.tmp\Z")
     removed = []
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
             match = pattern.match(entry.name)
-            if match is None or _running(int(match.group(1))):
+            if match is None or _running(int(match["pid"])):
                 continue
             with contextlib.suppress(OSError):
                 if entry.is_dir(follow_symlinks=False):

@@ -116,15 +116,35 @@ def run_workers(
     started = []  # a signal may arrive while the workers start: only these are stopped
     with _stop_signals_raise():
         try:
-            for process, (_, end) in zip(processes, pipes, strict=True):
-                process.start()
-                started.append(process)
-                end.close()  # the worker has its copy; a dead worker's pipe now reads as closed
+            with _ctrl_c_held():
+                for process, (_, end) in zip(processes, pipes, strict=True):
+                    process.start()
+                    started.append(process)
+                    end.close()  # the worker has its copy; a dead worker's pipe reads as closed
             return _collect(processes, [own for own, _ in pipes], timeout)
         finally:
             _stop(started)
             for own, _ in pipes:
                 own.close()
+
+
+@contextlib.contextmanager
+def _ctrl_c_held():
+    """Hold Ctrl-C (SIGINT) back while the workers start. A terminal sends it to the whole
+    process group: the fork server, importing torch, printed a traceback. Started with SIGINT
+    blocked, the fork server, the resource tracker and the workers keep it blocked; this process
+    alone answers it, once they have started, by stopping them."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # started later, it would unblock SIGINT on its way
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)  # a pending Ctrl-C is raised now
 
 
 @contextlib.contextmanager

@@ -132,7 +132,12 @@ class TensorBank(MemoryBank):
     def to(self, device=None, dtype=None) -> TensorBank:
         keys = self.keys.to(device=device, dtype=dtype)
         values = self.values.to(device=device, dtype=dtype) if self.hetero else None
-        return TensorBank(keys, values, labels=self._labels, meta=self.meta, path=self.path)
+        moved = TensorBank(keys, values, labels=self._labels, meta=self.meta, path=self.path)
+        if hasattr(self, "_nph_content_sha256"):  # the same memory: its hash, fresh if edited
+            from nphcli.memory.provenance import content_sha256, stamp
+
+            stamp(moved, content_sha256(self))
+        return moved
 
     def resident(self) -> tuple[Tensor, Tensor]:
         return self.keys, self.values

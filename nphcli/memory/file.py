@@ -10,15 +10,16 @@ a damaged or foreign file fails here with one clear message instead of deep insi
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import Tensor
 
 from nphcli.core.atomic import atomic_write
@@ -34,7 +35,7 @@ from nphcli.memory.format import (
     layout_of,
     open_safetensors,
 )
-from nphcli.memory.provenance import META_KEY, tensors_digest
+from nphcli.memory.provenance import META_KEY, dtype_code, stamp, tensors_digest
 from nphcli.version import __version__
 
 
@@ -52,31 +53,76 @@ def save_memory(
     """Write a memory file atomically; refuses to replace an existing file unless `force`.
     `before_switch` runs once the file is written, right before it replaces `path`."""
     patterns = check_matrix(patterns, "patterns")
-    tensors = {"patterns": patterns.detach().to("cpu", dtype).contiguous()}
+    tensors = {"patterns": [patterns.detach().to("cpu", dtype)]}
     if labels is not None:
         if labels.shape != (patterns.shape[0],):
             raise NphError(f"{labels.shape[0]} labels for {patterns.shape[0]} patterns")
-        tensors["labels"] = labels.detach().to("cpu", torch.int64).contiguous()
+        tensors["labels"] = [labels.detach().to("cpu", torch.int64)]
     if values is not None:
         values = check_matrix(values, "values")
         if values.shape[0] != patterns.shape[0]:
             raise NphError(f"{values.shape[0]} values for {patterns.shape[0]} patterns")
-        tensors["values"] = values.detach().to("cpu", dtype).contiguous()
+        tensors["values"] = [values.detach().to("cpu", dtype)]
+    shapes = {name: (t[0].dtype, tuple(t[0].shape)) for name, t in tensors.items()}
+    write_memory(path, shapes, tensors, meta=meta, force=force, before_switch=before_switch)
+    return Path(path)
+
+
+def write_memory(
+    path: str | os.PathLike,
+    shapes: dict[str, tuple[torch.dtype, tuple[int, ...]]],
+    blocks: dict[str, Iterable[Tensor]],
+    *,
+    meta: dict[str, Any] | None = None,
+    force: bool = False,
+    before_switch: Callable[[], None] | None = None,
+) -> str:
+    """Write a memory file atomically from its tensors (`shapes`: name → dtype and shape), each
+    handed over as consecutive row blocks (`blocks`), so only one block need be in RAM: the
+    safetensors layout, its tensors in name order, with nph's metadata and the content hash
+    (`provenance.py`) computed as the bytes go out and written into the header last. Returns
+    that hash."""
+    rows, dim = shapes["patterns"][1]
     full_meta = {
-        **(meta or {}),
-        META_KEY: tensors_digest(tensors),  # the content hash results name (`provenance.py`)
+        META_KEY: "0" * 64,  # first in the header: overwritten in place once known
+        **{key: value for key, value in (meta or {}).items() if key != META_KEY},
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "nph_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "M": patterns.shape[0],
-        "d": patterns.shape[1],
-        "dtype": dtype_name(dtype),
+        "M": rows,
+        "d": dim,
+        "dtype": dtype_name(shapes["patterns"][0]),
     }
-    encoded = {key: json.dumps(value) for key, value in full_meta.items()}
+    header, offset = {"__metadata__": {k: json.dumps(v) for k, v in full_meta.items()}}, 0
+    for name in sorted(shapes):
+        dtype, shape = shapes[name]
+        size = math.prod(shape) * dtype.itemsize
+        entry = {"dtype": dtype_code(dtype), "shape": list(shape), "data_offsets": [offset, size]}
+        header[name], offset = entry, offset + size
+        entry["data_offsets"][1] = offset
+    text = json.dumps(header, separators=(",", ":")).encode()  # ASCII: bytes are characters
+    text += b" " * (-len(text) % 8)
+    digest = hashlib.sha256()
     with atomic_write(path, force=force, before_switch=before_switch) as tmp:
-        save_file(tensors, str(tmp), metadata=encoded)
-    return Path(path)
+        with open(tmp, "wb") as handle:
+            handle.write(len(text).to_bytes(8, "little") + text)
+            for name in sorted(shapes):
+                dtype, shape = shapes[name]
+                digest.update(json.dumps([name, dtype_code(dtype), list(shape)]).encode())
+                written = 0
+                for block in blocks[name]:
+                    data = block.detach().to("cpu", dtype).contiguous().reshape(-1)
+                    data = data.view(torch.uint8).numpy()  # its bytes, not a copy
+                    handle.write(data)
+                    digest.update(data)
+                    written += data.nbytes
+                    del block, data  # before the next block is read
+                if written != math.prod(shape) * dtype.itemsize:
+                    raise ValueError(f"'{name}': {written} bytes written for shape {shape}")
+            handle.seek(8 + text.index(b"0" * 64))
+            handle.write(digest.hexdigest().encode())
+    return digest.hexdigest()
 
 
 def check_identity(path: Path, meta: dict[str, Any], tensors: dict[str, Tensor]) -> None:
@@ -109,10 +155,13 @@ def load_memory(path: str | os.PathLike) -> Memory:
         read = {"patterns": patterns, "values": values, "labels": labels}
         check_identity(path, layout.meta, {k: v for k, v in read.items() if v is not None})
     layout.announce()  # only once the file proved usable: a failing command prints one line
-    return Memory(
+    memory = Memory(
         patterns,
         values,
         labels=None if labels is None else labels.to(torch.int64),
         meta=layout.meta,
         path=path,
     )
+    if not layout.foreign and layout.meta.get(META_KEY) is not None:
+        stamp(memory, layout.meta[META_KEY])  # checked above: edits in place are seen
+    return memory

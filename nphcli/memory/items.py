@@ -165,6 +165,11 @@ def copy_items(meta: dict[str, Any], source: Path, out_dir: Path, *, force: bool
     if name is None:
         return
     found = source.with_name(name)
+    if not found.is_file():
+        raise NphError(
+            f"{source} keeps its ids and texts in {name}, which is missing; store the memory "
+            "again or copy that file beside it"
+        )
     wanted = out_dir / found.name
     if wanted.exists() and wanted.resolve() == found.resolve():
         return

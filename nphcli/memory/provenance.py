@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def tensors_digest(tensors: dict[str, Tensor]) -> str:
     digest = hashlib.sha256()
     for name in sorted(tensors):
         tensor = tensors[name].detach().to("cpu").contiguous()
-        digest.update(json.dumps([name, _code(tensor.dtype), list(tensor.shape)]).encode())
+        digest.update(json.dumps([name, dtype_code(tensor.dtype), list(tensor.shape)]).encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy())  # no copy of the bytes
     return digest.hexdigest()
 
@@ -54,15 +55,17 @@ def file_digest(path: str | Path) -> str:
 
 
 def content_sha256(bank: Any) -> str:
-    """The content hash of a `MemoryBank` (see the module docstring)."""
+    """The content hash of a `MemoryBank` (see the module docstring). A bank whose tensors are
+    in RAM is hashed again once they changed in place or were replaced since it was hashed (or
+    loaded: `stamp`), so a memory edited in Python never keeps its first hash."""
     cached = getattr(bank, _ATTRIBUTE, None)
-    if cached is not None:
-        return cached
+    if cached is not None and _current(bank, cached[0]):
+        return cached[1]
     path = getattr(bank, "path", None)
     recorded = (bank.meta or {}).get(META_KEY)
-    if path is not None and recorded:
+    if cached is None and path is not None and recorded:
         digest = str(recorded)
-    elif path is not None and not is_manifest(path):
+    elif cached is None and path is not None and not is_manifest(path):
         digest = file_digest(path)
     else:
         keys, values = bank.resident()
@@ -72,11 +75,27 @@ def content_sha256(bank: Any) -> str:
         if bank.labels is not None:
             tensors["labels"] = bank.labels
         digest = tensors_digest(tensors)
+    stamp(bank, digest)
+    return digest
+
+
+def stamp(bank: Any, digest: str) -> None:
+    """Record `digest` as the content hash of `bank` as its tensors are now (`load_memory`, once
+    it checked them against it; `TensorBank.to`, for the moved copy)."""
+    tensors = [getattr(bank, name, None) for name in ("keys", "values", "_labels")]
+    state = [(weakref.ref(t), t._version) for t in tensors if isinstance(t, Tensor)]
     try:
-        setattr(bank, _ATTRIBUTE, digest)
+        setattr(bank, _ATTRIBUTE, (state, digest))
     except AttributeError:  # a bank that takes no attributes: computed again next time
         pass
-    return digest
+
+
+def _current(bank: Any, state: list) -> bool:
+    """Whether the tensors of `bank` are the ones, unchanged, that `state` recorded."""
+    tensors = [getattr(bank, name, None) for name in ("keys", "values", "_labels")]
+    tensors = [t for t in tensors if isinstance(t, Tensor)]
+    pairs = zip(state, tensors, strict=False)  # of one length, or not current
+    return len(tensors) == len(state) and all(r() is t and v == t._version for (r, v), t in pairs)
 
 
 def provenance(bank: Any) -> dict[str, Any]:
@@ -94,6 +113,7 @@ def provenance(bank: Any) -> dict[str, Any]:
     }
 
 
-def _code(dtype: torch.dtype) -> str:
+def dtype_code(dtype: torch.dtype) -> str:
+    """safetensors' code for `dtype` ("F32", "I64", ...)."""
     name = str(dtype).removeprefix("torch.")
     return DTYPE_CODES.get(name) or _INTEGER_CODES[dtype]

@@ -8,8 +8,14 @@ the total M. The manifest lists the shards in row order, each with the sha256 of
 
     {"format": "nph-shards", "format_version": 2, "set_id": "…", "M": 1000, "d": 784,
      "d_v": 784, "dtype": "float32", "hetero": false,
-     "parts": [{"file": "memory.part-0-of-2.safetensors", "offset": 0, "rows": 500,
-                "sha256": "…"}, …]}
+     "parts": [{"file": "memory.part-0-of-2.5f0c91d2e4a7b3c8.safetensors", "offset": 0,
+                "rows": 500, "sha256": "…"}, …]}
+
+Writing a set is one switch: the shards are written under names of their own (the set id's start
+in each name), then the manifest is renamed over the old one, then the old set's files (shards,
+their indexes, a sidecar no shard names) are deleted. A kill at any point leaves the old set or
+the new one whole; the next `nph shard` into the folder deletes what the killed one left, with a
+note (`remove_unnamed_shards`).
 
 `read_manifest` refuses, before any compute, a shard set with a shard file outside the
 manifest's folder, a missing, duplicated or foreign shard (another set's id), overlapping or
@@ -26,17 +32,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from nphcli.core.atomic import atomic_write, check_folder
+from nphcli.core.atomic import atomic_write, check_folder, remove_stale_temporaries
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import read_json_file
-from nphcli.memory.file import save_memory
+from nphcli.core.lock import WriterLock
+from nphcli.core.notices import notice
+from nphcli.memory.file import write_memory
 from nphcli.memory.format import (
     FORMAT_NAME,
     is_manifest,
@@ -44,7 +53,7 @@ from nphcli.memory.format import (
     read_metadata,
     tensors_sha256,
 )
-from nphcli.memory.items import copy_items
+from nphcli.memory.items import copy_items, remove_unnamed
 from nphcli.memory.provenance import META_KEY as PROVENANCE_KEY
 from nphcli.memory.provenance import content_sha256
 from nphcli.memory.streamed import StreamedBank
@@ -53,6 +62,7 @@ MANIFEST_FORMAT = "nph-shards"
 MANIFEST_VERSION = 2  # 2: each part records its tensors' sha256
 # A manifest lists about 200 bytes per shard: 16 MiB holds 80,000 shards; read no more.
 MAX_MANIFEST_BYTES = 16 << 20
+BLOCK_BYTES = 16 << 20  # rows `nph shard` holds in RAM at a time
 # Metadata keys `save_memory` writes itself; a shard's other metadata is the source's.
 _OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dtype", "shard"}
 _OWN_KEYS |= {"content_sha256"}  # each shard records its own; the manifest, the source's
@@ -123,31 +133,57 @@ def write_shards(
     except OSError as error:
         raise NphError(f"cannot create --out-dir {out_dir}: {error.strerror}") from None
     stem = source.stem
-    count = len(sizes)
-    names = [f"{stem}.part-{i}-of-{count}.safetensors" for i in range(count)]
     manifest_path = out_dir / f"{stem}.shards.json"
-    for target in [manifest_path, *(out_dir / name for name in names)]:
-        check_folder(target)
-        if target.exists() and not force:
-            raise NphError(f"{target} already exists; pass --force to replace it")
-        if target.resolve() == source.resolve():
-            raise NphError(f"{target} is the memory being sharded; choose another --out-dir")
+    check_folder(manifest_path)
+    if manifest_path.exists() and not force:
+        raise NphError(f"{manifest_path} already exists; pass --force to replace it")
     set_id = _set_id(source, sizes)
-    copy_items(bank.meta, source, out_dir, force=force)  # ids and texts travel with the rows
+    # Named after the set: a new set never replaces the files the old manifest names.
+    count = len(sizes)
+    names = [f"{stem}.part-{i}-of-{count}.{set_id[:16]}.safetensors" for i in range(count)]
     content = content_sha256(bank)  # the source file's record, or its tensors hashed once
     meta = {key: value for key, value in bank.meta.items() if key not in _OWN_KEYS}
-    written: list[Path] = []
-    try:  # a failure part-way (a full disk, Ctrl-C) leaves no shards of a set without manifest
-        listed = _write_parts(bank, out_dir, names, sizes, meta, set_id, force, written)
-        _write_manifest(manifest_path, bank, source, set_id, content, listed, force)
-    except BaseException:
-        for shard in written:
-            shard.unlink(missing_ok=True)
-        raise
+    with WriterLock(manifest_path, wait=True):  # `nph index` rewrites the manifest too
+        for left in remove_unnamed_shards(out_dir, stem, keep=[source]):
+            notice(f"removed {left}, which no shard manifest names (left by an interrupted nph)")
+        try:  # the manifest's rename is the switch; then the replaced set's files go
+            copy_items(bank.meta, source, out_dir, force=True)  # ids and texts travel along
+            listed = _write_parts(bank, out_dir, names, sizes, meta, set_id)
+            _write_manifest(manifest_path, bank, source, set_id, content, listed)
+        finally:
+            remove_unnamed_shards(out_dir, stem, keep=[source])
     return manifest_path
 
 
-def _write_manifest(manifest_path, bank, source, set_id, content, listed, force) -> None:
+def remove_unnamed_shards(
+    out_dir: Path, stem: str, keep: Sequence[str | os.PathLike] = ()
+) -> list[Path]:
+    """Delete the files of `stem`'s shard sets in `out_dir` that no manifest there names: shards
+    (older nph: without the set's hash in their name), their indexes, the items sidecar, and
+    temporaries of killed writers; never one of `keep`. Touches nothing while a manifest there
+    cannot be read. Returns what was deleted."""
+    head = re.escape(stem) + r"\.part-\d+-of-\d+(\.[0-9a-f]{16})?"
+    pattern = re.compile(rf"{head}\.(safetensors|[a-z0-9_-]+\.[0-9a-f]{{16}}\.index)\Z")
+    removed = remove_stale_temporaries(
+        out_dir / stem, rf"{head}\.safetensors|{re.escape(stem)}\.items\.[0-9a-f]{{16}}\.jsonl"
+    )
+    named: set[str] = set()
+    for manifest in out_dir.glob("*.shards.json"):
+        try:
+            raw = read_json_file(manifest, what="shard manifest", max_bytes=MAX_MANIFEST_BYTES)
+            records = [raw, *raw.get("indexes", {}).values()]
+            named |= {Path(e["file"]).name for record in records for e in record["parts"]}
+        except (NphError, AttributeError, KeyError, TypeError):
+            return removed
+    kept = {Path(path).resolve() for path in keep}
+    for path in sorted(out_dir.iterdir()):
+        if pattern.match(path.name) and path.name not in named and path.resolve() not in kept:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed + remove_unnamed(out_dir / f"{stem}.safetensors", keep=list(keep))
+
+
+def _write_manifest(manifest_path, bank, source, set_id, content, listed) -> None:
     """Write the manifest of the shards `listed` atomically."""
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -162,17 +198,16 @@ def _write_manifest(manifest_path, bank, source, set_id, content, listed, force)
         "content_sha256": content,
         "parts": listed,
     }
-    with atomic_write(manifest_path, force=force) as tmp:
+    with atomic_write(manifest_path, force=True) as tmp:  # refused before without --force
         Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-def _write_parts(bank, out_dir, names, sizes, meta, set_id, force, written) -> list[dict]:
-    """Write each shard file, appending its path to `written`; the manifest's part records."""
+def _write_parts(bank, out_dir, names, sizes, meta, set_id) -> list[dict]:
+    """Write each shard file, one block of rows in RAM at a time; the manifest's part records."""
     total, labels = sum(sizes), bank.labels
     offset = 0
     listed = []
     for index, (name, rows) in enumerate(zip(names, sizes, strict=True)):
-        keys, values = bank.gather(torch.arange(offset, offset + rows))  # (rows, d), (rows, d_v)
         shard_meta = {
             **meta,
             "shard": {
@@ -184,20 +219,26 @@ def _write_parts(bank, out_dir, names, sizes, meta, set_id, force, written) -> l
                 "total_M": total,
             },
         }
-        shard_path = save_memory(
-            out_dir / name,
-            keys,
-            labels=None if labels is None else labels[offset : offset + rows],
-            values=values if bank.hetero else None,
-            meta=shard_meta,
-            dtype=bank.dtype,
-            force=force,
-        )
-        written.append(shard_path)
-        digest = tensors_sha256(shard_path)
+        shapes = {"patterns": (bank.dtype, (rows, bank.dim))}
+        blocks = {"patterns": _blocks(bank, offset, rows, values=False)}
+        if bank.hetero:
+            shapes["values"] = (bank.dtype, (rows, bank.value_dim))
+            blocks["values"] = _blocks(bank, offset, rows, values=True)
+        if labels is not None:
+            shapes["labels"] = (torch.int64, (rows,))
+            blocks["labels"] = [labels[offset : offset + rows]]
+        digest = write_memory(out_dir / name, shapes, blocks, meta=shard_meta, force=True)
         listed.append({"file": name, "offset": offset, "rows": rows, "sha256": digest})
         offset += rows
     return listed
+
+
+def _blocks(bank: StreamedBank, start: int, rows: int, *, values: bool):
+    """Rows start…start+rows-1 of the keys (or values), BLOCK_BYTES at a time."""
+    width = bank.value_dim if values else bank.dim
+    step = max(1, BLOCK_BYTES // (width * bank.dtype.itemsize))
+    for first in range(start, start + rows, step):
+        yield bank.rows(first, min(start + rows, first + step), values=values)
 
 
 def _set_id(source: Path, sizes: list[int]) -> str:

@@ -81,6 +81,10 @@ class StreamedBank(MemoryBank):
         for start in range(0, self.num_memories, rows):
             yield start, self._read(self.key_name, start, min(self.num_memories, start + rows))
 
+    def rows(self, start: int, stop: int, *, values: bool = False) -> Tensor:
+        """Rows start…stop-1 of the keys, or of the values (the keys when auto-associative)."""
+        return self._read(self.value_name if values and self.hetero else self.key_name, start, stop)
+
     def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
         """Reads only the rows in `index` (and the pages around them), not the whole file."""
         flat = index.reshape(-1).cpu()  # (N,)

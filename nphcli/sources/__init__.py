@@ -69,9 +69,10 @@ def prepare_memory(
     patterns, record = norm.normalize(loaded.patterns, method, pixel_range=pixel_range)
     stored = patterns.to(torch_dtype)  # (M, d)
     if not torch.isfinite(stored).all():
+        wider = "" if torch_dtype == torch.float32 else "--dtype float32 or "  # float32: the widest
         raise NphError(
             f"the {method}-normalised values do not fit in {dtype} (largest magnitude "
-            f"{float(patterns.abs().max()):.4g}); use --dtype float32 or another --normalize"
+            f"{float(patterns.abs().max()):.4g}); use {wider}another --normalize"
         )
     low, high = torch.aminmax(stored.to(torch.float32))
     meta = {**loaded.meta, "normalize": record, "value_range": [float(low), float(high)]}

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nphcli.core.bounded import read_lines
 from nphcli.core.errors import NphError
 from nphcli.sources.base import IMAGE, SourceOptions, choose, load_source
 
@@ -84,8 +85,9 @@ def load_labels(path: str | os.PathLike, meta: dict[str, Any]) -> Tensor:
     try:
         if suffix == ".npy":
             array = np.load(path, allow_pickle=False)
-        else:
-            array = np.loadtxt(path, delimiter=",", ndmin=1, dtype=np.float64)
+        else:  # within the bounds of any text input (`core/bounded.py`)
+            lines = (line for _, line in read_lines(path, what="labels file"))
+            array = np.loadtxt(lines, delimiter=",", ndmin=1, dtype=np.float64)
     except (ValueError, OSError, EOFError) as error:
         raise NphError(f"cannot read labels file {path} ({error})") from None
     if array.ndim == 2 and array.shape[1] == 1:
@@ -105,9 +107,11 @@ def in_store_dtype(values: Tensor, dtype: str) -> Tensor:
     from nphcli.core.dtypes import torch_dtype
 
     stored = values.to(torch_dtype(dtype))  # (M, d_v)
+    widest = stored.dtype == torch.float32
     if not torch.isfinite(stored).all():
         raise NphError(
             f"the values do not fit in {dtype} (largest magnitude "
-            f"{float(values.abs().max()):.4g}); use --dtype float32"
+            f"{float(values.abs().max()):.4g}); "
+            + ("scale them down" if widest else "use --dtype float32")
         )
     return stored

@@ -15,9 +15,6 @@ name, dimension and normalisation to its metadata, so that text queries use the 
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +24,7 @@ from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.core.notices import notice
 from nphcli.memory.items import check_items
+from nphcli.sources.arrow import arrow_batches, number_problem, read_arrow
 from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, register_source
 from nphcli.sources.embedders import check_same_embedder, resolve_embedder
 
@@ -34,7 +32,6 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet", ".arrow", ".feather")
 
 
@@ -46,8 +43,10 @@ def holds_embeddings(path: Path) -> bool:
     if suffix == ".jsonl":
         first = next(((n, line) for n, line in _lines(spec) if line.strip()), None)
         return first is not None and _object(spec, *first).get("embedding") is not None
-    rows = _arrow_rows(spec)
-    return bool(rows) and rows[0].get("embedding") is not None
+    first = next(arrow_batches(spec), None)
+    return (
+        first is not None and "embedding" in first.schema.names and first["embedding"][0].is_valid
+    )
 
 
 def embed_queries(texts: list[str], memory_meta: dict[str, Any], memory_name: str) -> Tensor:
@@ -74,13 +73,14 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
     spec = str(path)
     if path.suffix.lower() == ".txt":
         rows = [{"text": line.strip()} for _, line in _lines(spec, texts=True) if line.strip()]
+        vectors = None
     elif path.suffix.lower() == ".jsonl":
-        rows = [_object(spec, n, line) for n, line in _lines(spec) if line.strip()]
+        rows, vectors = [_object(spec, n, line) for n, line in _lines(spec) if line.strip()], None
     else:
-        rows = _arrow_rows(spec)
+        rows, vectors = read_arrow(spec)
     if not rows:
         raise NphError(f"{what} file {path} holds no rows")
-    if all(row.get("embedding") is not None for row in rows):
+    if vectors is not None or all(row.get("embedding") is not None for row in rows):
         named = {str(row["embedder"]) for row in rows if row.get("embedder") is not None}
         record = memory_meta.get("embedder")
         record = record if isinstance(record, dict) else {}
@@ -89,6 +89,8 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
                 f"{what} file {path} was embedded with {', '.join(sorted(map(str, named)))}, "
                 f"the memory with {record.get('name', 'no named embedder')}: use the same model"
             )
+        if vectors is not None:
+            return vectors
         return _vectors(spec, [row["embedding"] for row in rows], rows)
     missing = next((i for i, row in enumerate(rows) if not row.get("text")), None)
     if missing is not None:
@@ -104,7 +106,7 @@ def read_query_rows(path: Path, memory_meta: dict[str, Any], what: str) -> Tenso
 )
 def load_jsonl(spec: str, options: SourceOptions) -> Loaded:
     rows = [_object(spec, number, line) for number, line in _lines(spec) if line.strip()]
-    return table_source(spec, rows, options)
+    return table_source(spec, rows, None, options)
 
 
 @register_source(
@@ -116,7 +118,7 @@ def load_jsonl(spec: str, options: SourceOptions) -> Loaded:
 def load_txt(spec: str, options: SourceOptions) -> Loaded:
     lines = _lines(spec, texts=True)
     rows = [{"id": number, "text": line.strip()} for number, line in lines if line.strip()]
-    return table_source(spec, rows, options)
+    return table_source(spec, rows, None, options)
 
 
 @register_source(
@@ -126,52 +128,7 @@ def load_txt(spec: str, options: SourceOptions) -> Loaded:
     suffixes=(".parquet", ".arrow", ".feather"),
 )
 def load_arrow(spec: str, options: SourceOptions) -> Loaded:
-    return table_source(spec, _arrow_rows(spec), options)
-
-
-def _arrow_rows(spec: str) -> list[dict[str, Any]]:
-    try:
-        import pyarrow.feather
-        import pyarrow.parquet
-    except ImportError:
-        raise NphError(f"reading {spec} needs pyarrow: pip install pyarrow") from None
-    try:
-        if spec.lower().endswith(".parquet"):
-            table = pyarrow.parquet.read_table(spec)
-        else:
-            table = pyarrow.feather.read_table(spec)
-    except (OSError, ValueError) as error:  # pyarrow.ArrowInvalid is a ValueError
-        raise NphError(f"cannot read {spec} as a table ({str(error).splitlines()[0]})") from None
-    columns = set(table.column_names)
-    if not ({"embedding", "text"} & columns):
-        raise NphError(
-            f"{spec} has columns {', '.join(table.column_names)}; nph reads `id` and `embedding` "
-            "(or `text`, embedded with --embed), and `text` if present"
-        )
-    keep = [name for name in ("id", "embedding", "text", "meta", "embedder") if name in columns]
-    rows = table.select(keep).to_pylist()
-    for row in rows:
-        if row.get("meta") is not None:
-            row["meta"] = _json_meta(row["meta"], spec)
-    return rows
-
-
-def _json_meta(value: Any, spec: str) -> Any:
-    """An Arrow `meta` value as JSON keeps it: dates and times as ISO text, decimals as their
-    exact digits; bytes are refused (the sidecar holds text)."""
-    if isinstance(value, dict):
-        return {str(key): _json_meta(item, spec) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_meta(item, spec) for item in value]
-    if isinstance(value, (datetime.date, datetime.time)):  # datetime is a date
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raise NphError(f"{spec}: a meta value is binary; store it as text (e.g. hex or base64)")
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    return value
+    return table_source(spec, *read_arrow(spec), options)
 
 
 def read_ids(path: str | Path, rows: int) -> list[dict[str, Any]]:
@@ -186,11 +143,14 @@ def read_ids(path: str | Path, rows: int) -> list[dict[str, Any]]:
     return items
 
 
-def table_source(spec: str, rows: list[dict[str, Any]], options: SourceOptions) -> Loaded:
-    """Rows of a table (each with id, and embedding or text) as raw patterns and items."""
+def table_source(
+    spec: str, rows: list[dict[str, Any]], vectors: Tensor | None, options: SourceOptions
+) -> Loaded:
+    """Rows of a table (each with id, and embedding or text) as raw patterns and items; or
+    `vectors` (M, d), the rows' embeddings already read."""
     if not rows:
         raise NphError(f"{spec} holds no rows")
-    embedded = [row.get("embedding") is not None for row in rows]
+    embedded = [vectors is not None or row.get("embedding") is not None for row in rows]
     if any(embedded) and not all(embedded):
         row = embedded.index(False) if embedded[0] else embedded.index(True)
         raise NphError(
@@ -216,7 +176,10 @@ def table_source(spec: str, rows: list[dict[str, Any]], options: SourceOptions) 
     if all(embedded):
         if options.embed is not None:
             raise NphError(f"{spec} holds embeddings already; --embed embeds texts only")
-        patterns = _vectors(spec, [row["embedding"] for row in rows], rows)
+        if vectors is None:
+            patterns = _vectors(spec, [row["embedding"] for row in rows], rows)
+        else:
+            patterns = vectors if indices is None else vectors[indices]
     else:
         patterns, meta["embedder"] = _embedded(spec, items, options)
     return Loaded(patterns, None, meta, items)
@@ -272,25 +235,13 @@ def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tenso
                 f"values, the first row {dim}: every embedding needs the same dimension"
             )
         for value in vector:
-            problem = _number_problem(value)
+            problem = number_problem(value)
             if problem is not None:
                 raise NphError(
                     f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {problem} in "
                     "its embedding"
                 )
     return torch.tensor(vectors, dtype=torch.float32)  # (M, d)
-
-
-def _number_problem(value: Any) -> str | None:
-    """What keeps `value` from being one float32 entry, or None. Python compares an int of any
-    length with a float exactly, so a 400-digit integer is measured, not converted."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"a non-numeric value {str(value)[:40]!r}"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "a NaN or infinite value"
-    if abs(value) > FLOAT32_MAX:
-        return f"a value beyond float32's range (±{FLOAT32_MAX:.3g})"
-    return None
 
 
 def _lines(path: str, *, texts: bool = False):

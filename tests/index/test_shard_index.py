@@ -196,8 +196,11 @@ def test_a_bad_shard_index_is_one_line_naming_it(tmp_path, invoke, fault):
         words = ("shard 1", target.name, "another memory")
     else:  # the set re-sharded from other data, the old record put back: built from other rows
         old = json.loads(manifest.read_text())["indexes"]
+        kept = {e["file"]: (manifest.parent / e["file"]).read_bytes() for e in old["ivf"]["parts"]}
         save_memory(tmp_path / "memory.safetensors", clustered(7, M), force=True)
         write_shards(tmp_path / "memory.safetensors", manifest.parent, parts=PARTS, force=True)
+        for name, data in kept.items():  # re-sharding deleted the replaced set's indexes
+            (manifest.parent / name).write_bytes(data)
         raw = json.loads(manifest.read_text())
         manifest.write_text(json.dumps({**raw, "indexes": old}))
         words = ("shard 0", "stale")

@@ -117,12 +117,14 @@ def test_failed_write_leaves_previous_file_byte_identical(tmp_path, monkeypatch,
     path = save_memory(tmp_path / "m.safetensors", torch.arange(6.0).reshape(2, 3))
     before = path.read_bytes()
 
-    def partial_save(tensors, filename, metadata=None):
-        with open(filename, "wb") as handle:
-            handle.write(b"\x00" * 100)  # some bytes of the new file, then the failure
-        raise failure
+    def partial_open(filename, mode="r", *args, **kwargs):
+        if "w" in mode:
+            with open(filename, "wb") as handle:
+                handle.write(b"\x00" * 100)  # some bytes of the new file, then the failure
+            raise failure
+        return open(filename, mode, *args, **kwargs)
 
-    monkeypatch.setattr(memory_file, "save_file", partial_save)
+    monkeypatch.setattr(memory_file, "open", partial_open, raising=False)
     with pytest.raises(expected or KeyboardInterrupt):
         save_memory(path, torch.zeros(50, 50), force=True)
     assert path.read_bytes() == before

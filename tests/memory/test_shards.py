@@ -100,6 +100,11 @@ def _write_set(tmp_path, sizes=(10, 10, 20), name="memory"):
     return write_shards(path, tmp_path, sizes=list(sizes))
 
 
+def _part(manifest_path, index):
+    """The path of shard `index` of a manifest, read from the manifest alone."""
+    return manifest_path.parent / json.loads(manifest_path.read_text())["parts"][index]["file"]
+
+
 def _edit(manifest_path, change):
     data = json.loads(manifest_path.read_text())
     change(data)
@@ -117,7 +122,7 @@ def _bad_sets(tmp_path):
         return _write_set(where)
 
     missing = fresh("missing")
-    (missing.parent / "memory.part-1-of-3.safetensors").unlink()
+    _part(missing, 1).unlink()
     cases["missing"] = (missing, "is missing")
 
     duplicated = fresh("duplicated")
@@ -132,7 +137,7 @@ def _bad_sets(tmp_path):
     save_memory(other_path, keys, dtype=torch.float64, force=True)
     other_manifest = write_shards(other_path, other, sizes=[10, 10, 20])
     part = read_manifest(other_manifest).parts[1].path
-    (foreign.parent / "memory.part-1-of-3.safetensors").write_bytes(part.read_bytes())
+    _part(foreign, 1).write_bytes(part.read_bytes())
     cases["foreign"] = (foreign, "another shard set")
 
     overlap = fresh("overlap")
@@ -148,7 +153,7 @@ def _bad_sets(tmp_path):
         ("dtype", None),
     ):
         broken = fresh(label)
-        target = broken.parent / "memory.part-2-of-3.safetensors"
+        target = _part(broken, 2)
         shard = load_memory(target)
         keys = shard.patterns if change is None else change(shard.patterns)
         dtype = torch.float32 if change is None else torch.float64
@@ -249,3 +254,26 @@ def test_a_manifest_without_checksums_is_refused(tmp_path):
     _edit(manifest, lambda d: d.update(format_version=1))
     with pytest.raises(NphError, match="older nph"):
         read_manifest(manifest)
+
+
+def test_shard_reads_and_writes_one_block_at_a_time(tmp_path, monkeypatch):
+    """`nph shard` holds one block of rows in RAM, not a shard: the rows it asks for stay within
+    BLOCK_BYTES, and the shards still join back exactly (keys, values, labels)."""
+    import nphcli.memory.shards as shards
+    from nphcli.memory.streamed import StreamedBank
+
+    path = _memory(tmp_path, values=True)
+    asked = []
+    rows = StreamedBank.rows
+    monkeypatch.setattr(shards, "BLOCK_BYTES", 3 * 6 * 8)  # three float64 rows of d = 6
+
+    def counted(self, start, stop, *, values=False):
+        asked.append((stop - start) * (4 if values else 6) * 8)  # bytes: d_v = 4, d = 6
+        return rows(self, start, stop, values=values)
+
+    monkeypatch.setattr(StreamedBank, "rows", counted)
+    manifest = write_shards(path, tmp_path / "out", sizes=SPLITS["uneven"])
+    assert len(asked) > 10 and max(asked) <= shards.BLOCK_BYTES
+    original, joined = load_memory(path), open_memory(manifest)
+    for name in ("patterns", "values", "labels"):
+        assert torch.equal(getattr(joined, name), getattr(original, name)), name

@@ -87,7 +87,7 @@ def test_a_failed_text_store_leaves_no_sidecar_and_keeps_the_old_pair(tmp_path, 
     out = tmp_path / "out" / "m.safetensors"
     out.parent.mkdir()
     with monkeypatch.context() as patch:
-        patch.setattr("nphcli.memory.file.save_file", _full_disk)
+        patch.setattr("nphcli.memory.file.open", _full_disk, raising=False)
         with pytest.raises(NphError, match="no space left"):
             store_memory(texts, out, embed="hash-8")
     assert os.listdir(out.parent) == []
@@ -95,7 +95,7 @@ def test_a_failed_text_store_leaves_no_sidecar_and_keeps_the_old_pair(tmp_path, 
     before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
     texts.write_text("red fish\nblue fish\nold fish\n")
     with monkeypatch.context() as patch:
-        patch.setattr("nphcli.memory.file.save_file", _full_disk)
+        patch.setattr("nphcli.memory.file.open", _full_disk, raising=False)
         with pytest.raises(NphError, match="no space left"):
             store_memory(texts, out, embed="hash-8", force=True)
     assert {path.name: path.read_bytes() for path in out.parent.iterdir()} == before

@@ -127,3 +127,28 @@ def test_evaluate_takes_a_tensor_or_a_path(tmp_path):
     from_bank = nph.evaluate(nph.Memory(X), settings)
     for memory in (X, save_memory(tmp_path / "m.safetensors", X)):
         assert torch.equal(nph.evaluate(memory, settings).retrieved, from_bank.retrieved)
+
+
+def test_a_memory_changed_in_place_gets_a_fresh_hash(tmp_path):
+    """The content hash follows the tensors: a loaded memory edited in place, given new
+    patterns, or moved after an edit names its new rows, not the file it came from."""
+    from nphcli.memory.file import load_memory
+    from nphcli.memory.provenance import content_sha256, tensors_digest
+
+    path = nph.store("random", tmp_path / "m.safetensors", n=6, dim=4).path
+    memory = load_memory(path)
+    first = content_sha256(memory)
+    assert first == memory.meta["content_sha256"]  # as loaded: the file's, verified
+    assert content_sha256(memory.to(dtype=torch.float64)) == first  # the same memory, converted
+    memory.patterns.mul_(2)  # in place: the file's record no longer names these rows
+    edited = content_sha256(memory)
+    assert edited != first and edited == tensors_digest({"patterns": memory.patterns})
+    assert content_sha256(memory.to("cpu")) == edited
+    memory.keys = memory.keys.clone()  # replaced, same rows
+    assert content_sha256(memory) == edited
+    memory.keys[0, 0] = 5.0
+    assert content_sha256(memory) == tensors_digest({"patterns": memory.keys})
+    built = nph.Memory(X.clone())  # built in Python: hashed from RAM, and again once edited
+    before = content_sha256(built)
+    built.patterns[1] += 1
+    assert content_sha256(built) != before

@@ -279,12 +279,21 @@ def test_a_cut_short_last_line_is_still_dropped_and_redone(invoke, swept, tmp_pa
 
 
 def _full_disk(monkeypatch):
-    """safetensors' writer fills the disk: it writes part of the file, then fails as it does on
-    a full disk."""
+    """safetensors' writer, and nph's memory writer, fill the disk: they write part of the file,
+    then fail as they do on a full disk."""
+    import builtins
+    import errno
+
     import safetensors.torch
     from safetensors import SafetensorError
 
     import nphcli.memory.file
+
+    def full(path, mode="r", *args, **kwargs):
+        if "w" in mode:
+            Path(path).write_bytes(b"half a file")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return builtins.open(path, mode, *args, **kwargs)
 
     def save_file(tensors, filename, metadata=None):
         Path(filename).write_bytes(b"half a file")
@@ -293,7 +302,7 @@ def _full_disk(monkeypatch):
         )
 
     monkeypatch.setattr(safetensors.torch, "save_file", save_file)
-    monkeypatch.setattr(nphcli.memory.file, "save_file", save_file)
+    monkeypatch.setattr(nphcli.memory.file, "open", full, raising=False)
 
 
 # (case, the command writing a safetensors file into the folder `out`)
@@ -546,12 +555,47 @@ def _mil_without_instances(folder: Path) -> list:
     return _paper_mil(_mat(folder, features=np.ones((0, 3))))
 
 
+def _parquet(folder: Path, embeddings: list, **columns) -> Path:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet
+
+    ids = [str(i) for i in range(len(embeddings))]
+    path = folder / "t.parquet"
+    pyarrow.parquet.write_table(pa.table({"id": ids, "embedding": embeddings, **columns}), path)
+    return path
+
+
 def _series(folder: Path) -> Path:
     rows = ["date,OT", "2020-01-01 00:00:00,1", "2020-01-01 01:00:00+00:00,2"]
     return _lines(folder, "s.csv", rows)
 
 
 STRICT_CASES = [
+    (
+        "Parquet embedding of strings",
+        lambda f: ["store", _parquet(f, [["a", "b"], ["c", "d"]])],
+        ["row 1", "not a list of numbers"],
+    ),
+    (
+        "Parquet NaN in an embedding",
+        lambda f: ["store", _parquet(f, [[1.0, 2.0], [3.0, float("nan")]])],
+        ["row 2", "NaN"],
+    ),
+    (
+        "Parquet value beyond float32",
+        lambda f: ["store", _parquet(f, [[1.0, 2.0], [1e300, 0.0]])],
+        ["row 2", "beyond float32"],
+    ),
+    (
+        "Parquet rows with and without embeddings",
+        lambda f: ["store", _parquet(f, [[1.0, 2.0], None], text=["a", "b"])],
+        ["row 2", "no embedding while others have one"],
+    ),
+    (
+        "Parquet embeddings of two lengths",
+        lambda f: ["store", _parquet(f, [[1.0, 2.0], [1.0, 2.0, 3.0]])],
+        ["row 2", "same dimension"],
+    ),
     (
         "lone surrogate in an id",
         lambda f: ["store", _table(f, '{"id": "\\ud800", "embedding": [1, 2]}')],
@@ -689,8 +733,9 @@ def _zero(folder: Path, name: str) -> Path:
         lambda f, m: ["retrieve", "--memory", m, "--queries-file", _zero(f, "q.jsonl")],
         lambda f, m: ["batch", _zero(f, "jobs.jsonl")],
         lambda f, m: ["paper", "timeseries", _zero(f, "s.csv"), "--dataset", "ETTh1"],
+        lambda f, m: ["store", "random", "--n", "4", "--labels", _zero(f, "l.txt")],
     ],
-    ids=["txt", "jsonl", "csv", "queries-file", "batch", "time series"],
+    ids=["txt", "jsonl", "csv", "queries-file", "batch", "time series", "labels"],
 )
 def test_an_endless_input_is_refused(invoke, tmp_path, monkeypatch, memory_file, command):
     monkeypatch.chdir(tmp_path)
@@ -713,6 +758,34 @@ def test_inputs_beyond_the_line_and_size_bounds(invoke, tmp_path, monkeypatch, m
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert "line 2 is longer than 1.0 MiB" in result.stderr
     assert len(result.stdout.splitlines()) == 1  # the first job ran
+
+
+def test_a_parquet_table_is_read_in_batches_within_the_bound(invoke, tmp_path, monkeypatch):
+    """Record batches go straight into one tensor (rows numbered across batches in errors); the
+    ids, texts and meta they carry are bounded like a text input."""
+    import nphcli.core.bounded as bounded
+    import nphcli.sources.arrow as arrow
+    from nphcli.memory.file import load_memory
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(arrow, "BATCH_ROWS", 2)
+    rows = torch.randn(7, 3, generator=torch.Generator().manual_seed(0))
+    table = _parquet(tmp_path, rows.tolist())
+    invoke("store", table, "--out", "m.safetensors")
+    assert torch.equal(load_memory(tmp_path / "m.safetensors").patterns, rows)
+    import pyarrow.feather
+    import pyarrow.parquet
+
+    feather = tmp_path / "t.feather"  # Arrow IPC, in record batches of 3 rows
+    pyarrow.feather.write_feather(pyarrow.parquet.read_table(table), feather, chunksize=3)
+    invoke("store", feather, "--out", "f.safetensors")
+    assert torch.equal(load_memory(tmp_path / "f.safetensors").patterns, rows)
+    spoiled = rows.tolist()
+    spoiled[5][1] = float("inf")
+    assert_one_error_line(invoke("store", _parquet(tmp_path, spoiled)), "row 6", "infinite")
+    monkeypatch.setattr(bounded, "text_input_limit", lambda: 1000)
+    assert_one_error_line(invoke("store", _parquet(tmp_path, rows.tolist())), "more than the")
+    assert not (tmp_path / "memory.safetensors").exists()
 
 
 def test_a_long_text_is_cut_with_a_note(invoke, tmp_path, monkeypatch):
@@ -787,3 +860,53 @@ def test_a_hard_link_made_after_the_results_file_was_created_meets_the_lock(tmp_
     again = Results(other, resume=True)  # released: the link resumes
     assert again.done() == {("s", 0)}
     again.finish()
+
+
+@pytest.mark.parametrize("command", ["shard", "index", "attractors", "retrieve", "paper mil"])
+def test_out_of_memory_advice_names_only_options_the_command_takes(command):
+    import re
+
+    import typer.main
+
+    from nphcli.cli import app
+    from nphcli.cli.app import _resource_message
+
+    group = typer.main.get_command(app)
+    flags = group._flags([*command.split(), "x", "--force"])
+    message = _resource_message(MemoryError(), flags)
+    named = set(re.findall(r"--[a-z][a-z-]*", message))
+    assert named <= flags, (named - flags, message)
+    assert named or "free memory" in message
+    if command == "retrieve":
+        assert {"--batch-size", "--memory-budget", "--stream"} <= named
+
+
+def test_advice_on_values_too_large_for_the_dtype_applies(invoke, tmp_path):
+    """ "use --dtype float32" only where the memory is narrower than float32."""
+    import numpy as np
+
+    big, huge = tmp_path / "big.npy", tmp_path / "huge.npy"
+    np.save(big, np.full((4, 3), 1e10))  # beyond float16, within float32
+    np.save(huge, np.full((4, 3), 1e300))  # beyond float32
+    out = ["--normalize", "none", "--out", tmp_path / "m.safetensors"]
+    half = invoke("store", big, "--dtype", "float16", *out)
+    assert_one_error_line(half, "do not fit", "--dtype float32")
+    for source in ("big", "huge"):
+        values = invoke("store", "random", "--n", "4", "--values", tmp_path / f"{source}.npy", *out)
+        assert (values.exit_code == 0) == (source == "big"), values.stderr
+        assert "--dtype float32" not in values.stderr
+
+
+def test_a_missing_source_sidecar_is_named_not_a_write_failure(invoke, tmp_path):
+    memory = _text_memory(tmp_path)
+    sidecar = memory.with_name(_meta_items(memory)["file"])
+    sidecar.unlink()
+    result = invoke("shard", memory, "--parts", "2", "--out-dir", tmp_path / "set")
+    assert_one_error_line(result, sidecar.name, "missing")
+    assert "could not write" not in result.stderr
+
+
+def _meta_items(memory: Path) -> dict:
+    from nphcli.memory.format import read_metadata
+
+    return read_metadata(memory)["items"]

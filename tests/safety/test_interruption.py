@@ -1,12 +1,13 @@
 """Killing nph mid-write (SIGKILL, SIGINT) leaves the old file or the complete new one.
 
 Real `nph` processes are started and signalled. To kill them at exact moments, a small wrapper
-makes safetensors' writer (or a sweep's evaluation) pause at a chosen point and say so by
+makes nph's memory writer (or a sweep's evaluation) pause at a chosen point and say so by
 creating a file; the parent waits for that file, then sends the signal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,20 +57,24 @@ if stage == "evaluate":
         return real_evaluate(*args, **kwargs)
     retrieval.evaluate = evaluate
 else:
-    import safetensors.torch as st
-    real_save = st.save_file
-    def save_file(tensors, filename, metadata=None):
-        if stage == "empty":
-            pause()
-        real_save(tensors, filename, metadata=metadata)
+    import nphcli.core.atomic as atomic
+    import nphcli.memory.file as memory_file
+    real_commit = atomic.Stage.commit
+    def commit(self, *args, **kwargs):
         if stage == "half":
-            size = os.path.getsize(filename)
-            with open(filename, "r+b") as handle:
+            size = os.path.getsize(self.tmp)
+            with open(self.tmp, "r+b") as handle:
                 handle.truncate(size // 2)
+        if stage in ("half", "full"):
             pause()
-        if stage == "full":
+        return real_commit(self, *args, **kwargs)
+    atomic.Stage.commit = commit
+    def opened(path, mode="r", *args, **kwargs):
+        handle = open(path, mode, *args, **kwargs)
+        if stage == "empty" and "w" in mode:
             pause()
-    st.save_file = save_file
+        return handle
+    memory_file.open = opened
 
 from nphcli.cli.app import main
 sys.argv = ["nph", *sys.argv[1:]]
@@ -339,3 +344,51 @@ def test_workers_stop_with_their_parent_however_it_ends(tmp_path):
             assert stderr.splitlines() == [
                 f"Error: stopped by {sig.name}; every worker was stopped, nothing was written"
             ]
+
+
+WRAPPER_INTERRUPT = r"""
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal, even if inherited off
+from nphcli.cli.app import main
+sys.argv = ["nph", *sys.argv[1:]]
+main()
+"""
+
+
+def _fork_server_importing(session: int) -> bool:
+    """Whether the fork server of `session` runs and has begun to load torch."""
+    for pid in _alive_in_session(session):
+        with contextlib.suppress(OSError):
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"forkserver" in command and b"libtorch" in Path(f"/proc/{pid}/maps").read_bytes():
+                return True
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_ctrl_c_while_workers_start_is_one_line(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: sent once the fork server of a
+    `--workers 2` run is loading torch (it printed a traceback there), it ends the run with the one
+    `interrupted` line and exit status 130, without the fork server's traceback, and leaves no
+    process behind."""
+    from nphcli.memory.shards import write_shards
+
+    save_memory(tmp_path / "m.safetensors", torch.randn(50, 8, generator=torch.Generator()))
+    manifest = write_shards(tmp_path / "m.safetensors", tmp_path, parts=2)
+    args = ["retrieve", "--memory", manifest.name, "--workers", "2", "--queries", "4"]
+    process = subprocess.Popen(
+        [sys.executable, "-c", WRAPPER_INTERRUPT, *args, "--out", "r.safetensors"],
+        cwd=tmp_path,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(lambda: _fork_server_importing(process.pid), process)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert stderr.splitlines() == ["Error: interrupted"], stderr
+    assert not (tmp_path / "r.safetensors").exists()
+    wait_for(lambda: not _alive_in_session(process.pid), process)

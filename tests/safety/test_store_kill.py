@@ -1,10 +1,11 @@
-"""`nph store --force` of a text memory killed at every point of its write, and at random moments:
-the old memory and its sidecar stay whole, or the new pair is complete; the next store removes
-whatever the killed one left (nph's temporaries, safetensors' own, an unnamed sidecar).
+"""`nph store --force` of a text memory, and `nph shard --force` of one, killed at every point of
+the write and at random moments: the old memory and its sidecar (the old shard set) stay whole,
+or the new one is complete; the next run removes whatever the killed one left (nph's temporaries,
+safetensors' own, an unnamed sidecar, shards no manifest names) and says so.
 
-One driver process imports nph once and forks a child per store (milliseconds each, so hundreds
+One driver process imports nph once and forks a child per run (milliseconds each, so hundreds
 of rounds fit in seconds). A child is killed with SIGKILL right before its k-th file-system
-call (k = 1, 2, ... until a store completes), or after a random delay.
+call (k = 1, 2, ... until a run completes), or after a random delay.
 """
 
 from __future__ import annotations
@@ -17,18 +18,27 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from nphcli.memory import open_memory
 from nphcli.memory.file import load_memory
 from nphcli.memory.items import open_items
 
 pytestmark = [pytest.mark.skipif(os.name != "posix", reason="fork and signals"), pytest.mark.slow]
 
-# Reads one JSON request a line: {"texts": PATH, "step": k | null, "after": seconds | null,
-# "log": PATH}; stores PATH's texts into m.safetensors (--force) in a forked child, killed
-# before its k-th file-system call or `after` seconds in; answers "killed", "done" or "failed".
+# Reads one JSON request a line: {"call": "store" | "shard", "args": [...], "step": k | null,
+# "after": seconds | null, "log": PATH}; stores texts into a memory (--force) or shards one
+# (--force) in a forked child, killed before its k-th file-system call or `after` seconds in;
+# answers "killed", "done" or "failed".
 DRIVER = r"""
-import json, os, signal, sys, time
+import json, os, signal, sys, time, traceback
 from nphcli.app.store import store_memory
+from nphcli.memory.shards import write_shards
+
+RUN = {
+    "store": lambda texts, out: store_memory(texts, out, embed="hash-16", force=True),
+    "shard": lambda memory, out: write_shards(memory, out, parts=2, force=True),
+}
 
 CALLS = ("replace", "rename", "fsync", "unlink", "rmdir", "mkdir", "chmod", "open")
 
@@ -53,9 +63,9 @@ for line in sys.stdin:
         if request["step"] is not None:
             arm(request["step"])
         try:
-            store_memory(request["texts"], "m.safetensors", embed="hash-16", force=True)
-        except BaseException as error:
-            print(f"{type(error).__name__}: {error}", file=sys.stderr)
+            RUN[request["call"]](*request["args"])
+        except BaseException:
+            traceback.print_exc()
             os._exit(1)
         os._exit(0)
     if request["after"] is not None:
@@ -85,8 +95,12 @@ class Driver:
         )
 
     def store(self, texts: Path, step: int | None = None, after: float | None = None) -> str:
+        return self.run("store", [texts, "m.safetensors"], step, after)
+
+    def run(self, call: str, args: list, step: int | None = None, after: float | None = None):
         log = self.folder.parent / "log.txt"
-        request = {"texts": str(texts), "step": step, "after": after, "log": str(log)}
+        args = [str(arg) for arg in args]
+        request = {"call": call, "args": args, "step": step, "after": after, "log": str(log)}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         answer = self.process.stdout.readline().strip()
@@ -161,5 +175,54 @@ def test_next_store_names_what_it_removed(tmp_path):
         assert "a sidecar no memory names" in driver.log
         assert "killed while writing" in driver.log
         assert set(os.listdir(folder)) == clean
+    finally:
+        driver.close()
+
+
+def shard_state(out: Path) -> tuple[list[str], torch.Tensor]:
+    """The texts and rows of the shard set in `out`, every shard checked against the manifest."""
+    manifest = out / "m.shards.json"
+    memory = open_memory(manifest)
+    items = open_items(manifest, memory.meta)
+    return [item["text"] for item in items.get(range(len(items)))], memory.patterns
+
+
+def test_kill_at_every_point_and_at_random_moments_of_a_shard(tmp_path):
+    folder, out = tmp_path / "work", tmp_path / "work" / "out"
+    (folder / "old").mkdir(parents=True)
+    (folder / "new").mkdir()
+    old, new = tmp_path / "old.txt", tmp_path / "new.txt"
+    old.write_text("\n".join(OLD) + "\n")
+    new.write_text("\n".join(NEW) + "\n")
+    driver = Driver(folder)
+    try:
+        sources = {}
+        for name, texts, rows in (("old", old, OLD), ("new", new, NEW)):
+            memory = folder / name / "m.safetensors"
+            assert driver.run("store", [texts, memory]) == "done"
+            sources[name] = (rows, load_memory(memory).patterns, memory)
+        assert driver.run("shard", [sources["old"][2], out]) == "done"
+        clean = set(os.listdir(out))
+        assert len(clean) == 4, clean  # the manifest, two shards, the sidecar
+        seen, notes = {"old": 0, "new": 0}, set()
+        rounds = [(step, None) for step in range(1, 400)]
+        rounds += [(None, random.Random(seed).uniform(0.0, 0.1)) for seed in range(40)]
+        for step, after in rounds:
+            outcome = driver.run("shard", [sources["new"][2], out], step=step, after=after)
+            texts, rows = shard_state(out)
+            which = "old" if texts == OLD else "new"
+            assert texts == sources[which][0], (step, after, os.listdir(out))
+            assert torch.equal(rows, sources[which][1]), (step, after)
+            seen[which] += 1
+            if outcome == "done" and step is not None:
+                break  # every point before the end was killed
+            assert driver.run("shard", [sources["old"][2], out]) == "done"
+            assert shard_state(out)[0] == OLD
+            assert set(os.listdir(out)) == clean, (step, after, driver.log)
+            notes |= {n for n in ("no shard manifest names", "killed while") if n in driver.log}
+        else:
+            pytest.fail("the shard never completed")
+        assert seen["old"] > 5 and seen["new"] >= 1, seen
+        assert notes == {"no shard manifest names", "killed while"}, notes
     finally:
         driver.close()

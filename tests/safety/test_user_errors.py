@@ -38,8 +38,9 @@ def _disk_full(*args, **kwargs):
 # -- a full disk --------------------------------------------------------------------------------
 
 
-def test_store_on_a_full_disk_safetensors_error(invoke, tmp_path, monkeypatch):
-    """safetensors reports a full disk as its own SafetensorError, not OSError."""
+def test_a_full_disk_safetensors_error(invoke, digits, tmp_path, monkeypatch):
+    """safetensors (writing `retrieve --out`) reports a full disk as its own SafetensorError,
+    not OSError."""
     from safetensors import SafetensorError
 
     def full(tensors, filename, metadata=None):
@@ -49,10 +50,8 @@ def test_store_on_a_full_disk_safetensors_error(invoke, tmp_path, monkeypatch):
             'space left on device" })'
         )
 
-    monkeypatch.setattr("nphcli.memory.file.save_file", full)
-    result = invoke(
-        "store", "random", "--n", "10", "--dim", "4", "--out", tmp_path / "m.safetensors"
-    )
+    monkeypatch.setattr("safetensors.torch.save_file", full)
+    result = invoke("retrieve", "--memory", digits, "--out", tmp_path / "m.safetensors")
     assert_one_error_line(result, "m.safetensors", "no space left", code=1)
     assert _files(tmp_path) == []
 
