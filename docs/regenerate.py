@@ -9,7 +9,7 @@ by bash in a scratch folder, and what they leave there: pictures, copied under d
 rendered from the files and written into the page between `<!-- regenerated NAME {...} -->` and
 `<!-- /regenerated NAME -->`. Each picture item leaves a record beside its pictures
 (docs/img/NAME.json) and each table one in its opening marker: the commands and the nph version
-that made it. `--check` (and tests/test_docs_regenerated.py) checks that every picture the docs
+that made it. `--check` (and tests/docs/test_docs_regenerated.py) checks that every picture the docs
 show has a record, that every record's commands are the item's and appear in its page's text,
 and that its nph version is the package's.
 """
