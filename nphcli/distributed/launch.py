@@ -133,14 +133,16 @@ def _ctrl_c_held():
     """Hold Ctrl-C (SIGINT) back while the workers start. A terminal sends it to the whole
     process group: the fork server, importing torch, printed a traceback. Started with SIGINT
     blocked, the fork server, the resource tracker and the workers keep it blocked; this process
-    alone answers it, once they have started, by stopping them."""
+    alone answers it, once they have started, by stopping them. The stop signals are held too:
+    a forked worker inherits this process's handler, and one stopped before `_worker` resets it
+    raised `Terminated` inside its copy of the caller's stack."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()  # started later, it would unblock SIGINT on its way
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *STOP_SIGNALS})
     try:
         yield
     finally:
@@ -174,6 +176,10 @@ def _stop_signals_raise():
 
 
 def _worker(rank, world_size, address, timeout, threads, device, work, pipe) -> None:
+    for number in STOP_SIGNALS:  # held since the start (`_ctrl_c_held`): a pending one acts now
+        signal.signal(number, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     _exit_with_parent()
     torch.set_num_threads(threads)
     code = 0

@@ -168,6 +168,23 @@ def test_a_signal_while_workers_start_is_one_error(monkeypatch):
     assert not started[0].is_alive()
 
 
+def _report_mask(rank, world_size, address, timeout, threads, device, work, pipe):
+    pipe.send(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+def test_a_forked_worker_starts_with_the_stop_signals_held(monkeypatch):
+    """A forked worker inherits the parent's handler, which raises `Terminated`: a SIGTERM
+    between the fork and `_worker`'s reset ran it in the child's copy of the caller (under
+    pytest, a second report of the test). Held at the fork, the signal waits for the reset."""
+    from nphcli.distributed import launch
+
+    monkeypatch.setattr(launch, "_worker", _report_mask)
+    monkeypatch.setattr(launch, "_collect", lambda processes, pipes, timeout: pipes[0].recv())
+    mask = launch.run_workers(1, _noop, method="fork", timeout=10)
+    assert set(launch.STOP_SIGNALS) <= set(mask)
+
+
 # Results files. One tiny sweep per format, then each case spoils a copy.
 SWEEP = ("--model", "dense", "--sizes", "6", "--trials", "2", "--queries", "4")
 
