@@ -148,12 +148,10 @@ def choose(available: int, n: int | None, seed: int, *, what: str) -> tuple[Tens
     The indices come back in increasing order, so the stored patterns keep the dataset's order.
     `n=None` keeps everything (indices None). Returns (indices, selection metadata).
     """
-    if n is None or n == available:
-        if n is not None and n <= 0:
-            raise NphError(f"--n must be at least 1, got {n}")
-        return None, {"method": "all", "n": available, "of": available}
-    if n <= 0:
+    if n is not None and n <= 0:
         raise NphError(f"--n must be at least 1, got {n}")
+    if n is None or n == available:
+        return None, {"method": "all", "n": available, "of": available}
     if n > available:
         raise NphError(f"--n {n} asks for more than the {available} patterns in {what}")
     import torch

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nphcli.core.errors import NphError
+from nphcli.sources.vision import first_line
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -70,8 +71,7 @@ def resolve_embedder(name: str) -> Embedder:
             shown = name if len(name) <= 40 else f"{name[:40]}… ({len(name):,} characters)"
             raise NphError(f"--embed {shown}: the dimension must be within 2…65536")
         return Embedder(name, dim, lambda texts: hashed_vectors(texts, dim))
-    folder = _model_folder(name)
-    return _sentence_transformer(name, folder)
+    return _sentence_transformer(name, _model_folder(name))
 
 
 def quiet_libraries() -> None:
@@ -155,22 +155,16 @@ def _sentence_transformer(name: str, folder: Path) -> Embedder:
     try:
         model = SentenceTransformer(str(folder), device="cpu")
     except Exception as error:  # a folder that is not a model: many exception types
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise NphError(f"--embed {name}: cannot load a model from {folder} ({first})") from None
+        raise NphError(
+            f"--embed {name}: cannot load a model from {folder} ({first_line(error)})"
+        ) from None
     size = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     dim = int(size())
 
+    # show_progress_bar=False: nph reports its own progress
+    how = dict(convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False)
+
     def embed_batch(texts: Sequence[str]) -> Tensor:
-        return (
-            model.encode(
-                list(texts),
-                convert_to_tensor=True,
-                normalize_embeddings=True,
-                batch_size=BATCH,
-                show_progress_bar=False,  # nph reports its own progress
-            )
-            .float()
-            .cpu()
-        )
+        return model.encode(list(texts), batch_size=BATCH, **how).float().cpu()
 
     return Embedder(Path(name).name if Path(name).is_dir() else name, dim, embed_batch)
