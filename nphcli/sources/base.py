@@ -1,9 +1,7 @@
 """The source registry, the options every source shares, and seeded subset selection.
 
-A source turns a name (`mnist`) or a path (`vectors.npy`) into a `Loaded`: the raw patterns
-(M, d), their labels when known, and metadata saying where they came from. This module imports
-no torch or numpy at load time, so `nph store --help` can list the sources cheaply; the loaders
-import what they need when they run.
+A source turns a name (`mnist`) or a path (`vectors.npy`) into a `Loaded`. No torch or numpy
+at import, so `nph store --help` lists the sources cheaply; the loaders import what they need.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Image datasets read with torchvision's own dataset classes: mnist, fashion-mnist, cifar10.
 
-Data root: `--root`, else `$NPH_DATA`, else `$XDG_CACHE_HOME/nph` (default `~/.cache/nph`).
-Nothing is downloaded unless the user passes `--download`. When a dataset is not on disk, nph
-falls back to real data it can reach offline and says so (notice and metadata):
-
-- MNIST: the 5,000 training / 20 test digits bundled in sample_data/, decompressed into a
-  temporary folder in torchvision's layout and read by `torchvision.datasets.MNIST` itself.
-- Fashion-MNIST: Debian's `dataset-fashion-mnist` files in /usr/share/datasets/fashion-mnist,
-  read the same way by `torchvision.datasets.FashionMNIST`; nph bundles no Fashion-MNIST.
-- CIFAR-10: the 20 bundled test images (sample_data/cifar10_test_first20.npz).
-
-torchvision reads CIFAR-10's python batches with pickle, but only after checking their fixed md5
-sums, so only the genuine dataset files are ever unpickled.
+Nothing is downloaded without `--download`. A dataset not on disk falls back, with a notice, to
+real data reachable offline (docs/memory-files.md): the bundled MNIST digits and CIFAR-10 test
+images (sample_data/), or Debian's dataset-fashion-mnist files; the MNIST-family files are read
+by torchvision itself from a temporary folder in its layout. CIFAR-10's batches are unpickled
+only after torchvision checks their fixed md5 sums.
 """
 
 from __future__ import annotations

