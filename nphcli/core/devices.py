@@ -36,11 +36,7 @@ def resolve_device(name: str) -> torch.device:
     if match is None:
         raise NphError(f"unknown device {name!r}; choose one of: {DEVICE_CHOICES}")
     if text == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        if _mps_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        text = "cuda" if torch.cuda.is_available() else "mps" if _mps_available() else "cpu"
     if text == "cpu":
         return torch.device("cpu")
     if text == "mps":
@@ -77,10 +73,8 @@ def resolve_dtype(name: str, device: torch.device | None = None) -> torch.dtype:
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait until all work queued on `device` is done, so a timer read next measures it all.
-
-    GPU kernels run asynchronously: without this, a timer stops when work is queued, not done.
-    """
+    """Wait until all work queued on `device` is done, so a timer read next measures it all
+    (GPU kernels run asynchronously: a timer would stop when work is queued, not done)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":

@@ -15,12 +15,7 @@ if TYPE_CHECKING:
     import torch
 
 # name → safetensors dtype code, in the order help texts list them.
-DTYPE_CODES: dict[str, str] = {
-    "float32": "F32",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "float64": "F64",
-}
+DTYPE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
 COMPUTE_DTYPES: tuple[str, ...] = tuple(DTYPE_CODES)  # what retrieval runs in
 STORE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")  # what `nph store` writes
 HALF_DTYPES: tuple[str, ...] = ("float16", "bfloat16")  # products accumulate in float32
@@ -55,7 +50,4 @@ def dtype_name(dtype: torch.dtype) -> str:
 def name_from_code(code: str) -> str | None:
     """The dtype name of a safetensors dtype code (`F32`, `BF16`, ...); None for a code that is
     not a float dtype nph reads."""
-    for name, known in DTYPE_CODES.items():
-        if known == code:
-            return name
-    return None
+    return next((name for name, known in DTYPE_CODES.items() if known == code), None)

@@ -12,12 +12,9 @@ otherwise. The methods (`METHODS` holds the same text for --help and the README)
               M·d stored raw values
     l2        x_μ = r_μ / ‖r_μ‖₂ for each pattern μ (all-zero patterns stay zero)
 
-The default is `centered` for images and `none` for other numbers. With pixels in [0, 1]
-(`minmax`, the scaling of the paper's experiments) a bright digit has a larger inner product with
-a brighter one than with itself (Δ_μ < 0), so no β retrieves it: about half of MNIST's first 1000
-digits. Centred pixels make every one of them a fixed point, so the first experiment means
-something; `minmax` stays available and the paper presets name it.
-The record (`meta["normalize"]`) holds the method, its definition, lo, hi, and μ, σ for zscore.
+The default is `centered` for images (with the paper's `minmax` about half of MNIST's digits
+have Δ_μ < 0 and no β retrieves them: docs/models.md) and `none` for other numbers. The record
+(`meta["normalize"]`) holds the method, its definition, lo, hi, and μ, σ for zscore.
 
 Importing this module does not import torch (the CLI reads `METHODS` for its help text).
 """
@@ -128,12 +125,8 @@ def to_raw(x: Tensor, info: Mapping[str, Any]) -> Tensor:
 
 
 def to_pixels(x: Tensor, info: Mapping[str, Any] | None) -> Tensor:
-    """Map patterns (N, d) to display intensities in [0, 1], e.g. to draw them as images.
-
-    Exact inverse then (r − lo)/(hi − lo), clamped to [0, 1], for every method except `l2`.
-    For `l2`, and for files without a record, each pattern is rescaled linearly to [0, 1] by
-    its own minimum and maximum (darkest value → 0, brightest → 1).
-    """
+    """Patterns (N, d) as display intensities in [0, 1]: (to_raw(x) − lo)/(hi − lo), clamped;
+    for `l2` and files without a record, each pattern rescaled by its own min and max."""
     import torch
 
     x = x.to(torch.float32)

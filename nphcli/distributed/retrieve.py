@@ -39,13 +39,12 @@ def evaluate_on_rank(
     inputs.load_s = time.perf_counter() - t0  # opening the shards counts as loading
     report = evaluate_inputs(inputs, settings)
     report.config["memory"]["stream"] = spec.stream
-    sent = collective.bytes_sent
     peak = torch.tensor([[_peak_rss_bytes()]], dtype=torch.int64)
     report.config["distributed"] = {
         "ranks": collective.world_size,
         "backend": collective.backend,
         "rank_rows": bank.local_rows,
-        "bytes_sent": sent,
+        "bytes_sent": collective.bytes_sent,
         "peak_rss_bytes": collective.all_cat(peak, dim=0)[:, 0].tolist(),  # per rank
     }
     return report

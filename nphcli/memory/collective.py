@@ -7,10 +7,8 @@ an element-wise maximum, an element-wise sum and a concatenation. `LOCAL` is the
 case, where each is the identity, so kernels call them unconditionally and never ask which kind
 of memory they read. `GroupCollective` runs them over `torch.distributed` (gloo or NCCL).
 
-Each backend exchanges tensors on one device: NCCL on this rank's GPU, gloo on the host. torch's
-backend table lists gloo's CUDA support as broadcast and all_reduce only (no all_gather), so
-with gloo a CUDA tensor is copied to host memory for the exchange and the result copied back;
-with NCCL, which takes CUDA tensors only, a CPU tensor goes to the GPU and back.
+Each backend exchanges tensors on one device, a tensor elsewhere copied there and back: NCCL on
+this rank's GPU (it takes CUDA tensors only), gloo on the host (its CUDA support lacks all_gather).
 
 Every rank must make the same calls in the same order; kernels guarantee this by deciding
 control flow only on merged values. `bytes_sent` counts what this rank contributed, for the
@@ -60,14 +58,9 @@ class GroupCollective(Collective):
         self.bytes_sent = 0
         self.backend = str(dist.get_backend())
         # The device the backend exchanges tensors on (see the module docstring).
-        self.wire = (
-            torch.device("cuda", torch.cuda.current_device())
-            if self.backend == "nccl"
-            else torch.device("cpu")
-        )
-
-    def _count(self, tensor: Tensor) -> None:
-        self.bytes_sent += tensor.numel() * tensor.element_size()
+        self.wire = torch.device("cpu")
+        if self.backend == "nccl":
+            self.wire = torch.device("cuda", torch.cuda.current_device())
 
     def all_max(self, tensor: Tensor) -> Tensor:
         return self._reduce(tensor, self._dist.ReduceOp.MAX)
@@ -77,7 +70,7 @@ class GroupCollective(Collective):
 
     def all_cat(self, tensor: Tensor, dim: int) -> Tensor:
         sent = tensor.to(self.wire).contiguous()
-        self._count(sent)
+        self.bytes_sent += sent.numel() * sent.element_size()
         parts = [torch.empty_like(sent) for _ in range(self.world_size)]
         self._guarded(lambda: self._dist.all_gather(parts, sent))
         return torch.cat(parts, dim=dim).to(tensor.device)
@@ -85,7 +78,7 @@ class GroupCollective(Collective):
     def _reduce(self, tensor: Tensor, op) -> Tensor:
         # A copy: all_reduce works in place, and the caller's tensor must stay as it was.
         out = tensor.to(self.wire, copy=True, memory_format=torch.contiguous_format)
-        self._count(out)
+        self.bytes_sent += out.numel() * out.element_size()
         self._guarded(lambda: self._dist.all_reduce(out, op=op))
         return out.to(tensor.device)
 

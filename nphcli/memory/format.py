@@ -1,8 +1,7 @@
 """The memory-file format, read in one place: what a file holds and which tensors nph uses.
 
-A memory file is a safetensors file: an 8-byte little-endian header length, a JSON header (each
-tensor's dtype code, shape and byte offsets, and a string→string `__metadata__` map), then the
-tensors' bytes. nph writes `patterns` (M, d) float, optional `labels` (M,) int64 and `values`
+A memory file is a safetensors file (an 8-byte little-endian header length, a JSON header, the
+tensors' bytes) holding `patterns` (M, d) float, optional `labels` (M,) int64 and `values`
 (M, d_v) float, and metadata with `"format": "nph-memory"` and each field a JSON value. A shard
 set is a JSON manifest (`.json`) beside its shard files (`shards.py`).
 
@@ -20,7 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,9 +82,8 @@ class Layout:
 def read_layout(path: str | os.PathLike) -> Layout:
     """Read and check a memory file's header (no rows): NphError for anything a later command
     could trip on, a newer format version included."""
-    path = Path(path)
     with open_safetensors(path) as handle:
-        return layout_of(path, handle)
+        return layout_of(Path(path), handle)
 
 
 def layout_of(path: Path, handle) -> Layout:
@@ -182,10 +183,7 @@ def tensor_spans(path: str | os.PathLike) -> dict[str, tuple[int, int, list[int]
         spans = {}
         for name in handle.keys():
             entry = handle.get_slice(name)
-            count = 1
-            for size in entry.shape:
-                count *= size
-            end = entry.offset + count * entry.dtype.itemsize
+            end = entry.offset + math.prod(entry.shape) * entry.dtype.itemsize
             spans[name] = (entry.offset, end, entry.get_shape(), entry.code)
     return spans
 
@@ -220,7 +218,7 @@ def check_matrix(tensor: Tensor, what: str) -> Tensor:
         raise NphError(
             f"{what} must be floating point, got {str(tensor.dtype).removeprefix('torch.')}"
         )
-    if tensor.shape[0] == 0 or tensor.shape[1] == 0:
+    if 0 in tensor.shape:
         raise NphError(f"{what} is empty (shape {tuple(tensor.shape)})")
     check_finite(tensor, what)
     return tensor
@@ -233,27 +231,21 @@ def check_finite(tensor: Tensor, what: str) -> Tensor:
     return tensor
 
 
-class open_safetensors:  # noqa: N801  (used like the function `open`)
+@contextmanager
+def open_safetensors(path: str | os.PathLike) -> Iterator[SafetensorsFile]:
     """Open a safetensors file for positioned reads (`reader.SafetensorsFile`: nothing is
     memory-mapped, so a file larger than memory opens), turning every way it can be unreadable
     into an NphError."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-
-    def __enter__(self):
-        path = self.path
-        if not path.exists():
-            raise NphError(f"memory file {path} not found; create one with `nph store`")
-        if path.is_dir():
-            raise NphError(f"{path} is a directory, not a memory file")
-        if path.stat().st_size == 0:
-            raise NphError(f"{path} is empty, not a safetensors memory file")
-        try:
-            self._handle = SafetensorsFile(path)
-        except OSError as error:
-            raise NphError(f"{path} is not a readable file ({error.strerror or error})") from None
-        return self._handle
-
-    def __exit__(self, *exc: object) -> None:
-        self._handle.close()
+    path = Path(path)
+    if not path.exists():
+        raise NphError(f"memory file {path} not found; create one with `nph store`")
+    if path.is_dir():
+        raise NphError(f"{path} is a directory, not a memory file")
+    if path.stat().st_size == 0:
+        raise NphError(f"{path} is empty, not a safetensors memory file")
+    try:
+        handle = SafetensorsFile(path)
+    except OSError as error:
+        raise NphError(f"{path} is not a readable file ({error.strerror or error})") from None
+    with handle:
+        yield handle

@@ -1,13 +1,7 @@
 """What the Python API accepts as patterns (queries, memories, values), turned into tensors by
-one rule (docs/python-api.md, "What the functions accept"):
-
-- a torch tensor is used as it is (no copy, its dtype and device kept);
-- a numpy array becomes a tensor sharing its memory (`torch.from_numpy`: its dtype kept, on
-  the CPU), so float64 arrays stay float64 and integer arrays are refused like integer tensors;
-- a list or tuple of numbers becomes a float32 tensor on the CPU (a list carries no dtype, and
-  `[[1, 0], [0, 1]]` means patterns of 1.0 and 0.0);
-- anything else, a ragged list, and a meta-device tensor (which holds no values) are one
-  `NphError` saying what to pass instead.
+one rule (docs/python-api.md, "What the functions accept"): a tensor as it is, a numpy array
+shared (`torch.from_numpy`, its dtype kept), a list or tuple of numbers as float32 on the CPU;
+anything else, a ragged list and a meta-device tensor are one `NphError`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """A safetensors file read with positioned reads, never memory-mapped whole.
 
-The `safetensors` package maps the whole file into the process's address space before it
-returns a single tensor. A file larger than the address space a process may have (RAM without
-swap under the kernel's overcommit heuristics, or a `ulimit -v`) then cannot be opened at all:
-the mapping fails with "Cannot allocate memory" before any row is read, which defeats `--stream`.
-This module parses the header itself (8-byte little-endian length, a JSON header, then the
-tensors' bytes) and reads exactly the byte ranges asked for into fresh tensors, so opening a
-file costs its header and reading rows costs those rows.
+The `safetensors` package maps the whole file first, which fails ("Cannot allocate memory") for
+a file larger than the address space a process may have (RAM without swap, a `ulimit -v`) and
+defeats `--stream`. This module parses the header itself (layout: `format.py`) and reads exactly
+the byte ranges asked for, so opening a file costs its header and reading rows costs those rows.
 
 The header is checked as the safetensors package checks it (dtype codes, shapes, byte offsets
 inside the file and matching each tensor's size), so a damaged file fails here with an NphError.
@@ -14,6 +11,7 @@ inside the file and matching each tensor's size), so a damaged file fails here w
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -27,21 +25,9 @@ from nphcli.core.jsontext import parse_json
 # The safetensors format's own limit on the JSON header.
 MAX_HEADER_BYTES = 100_000_000
 # safetensors dtype code → torch dtype, for every code nph may meet in a memory file.
-DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "U16": torch.uint16,
-    "U32": torch.uint32,
-    "U64": torch.uint64,
-    "BOOL": torch.bool,
-}
+_CODES = "F64 F32 F16 BF16 I64 I32 I16 I8 U8 U16 U32 U64 BOOL".split()
+_TYPES = "float64 float32 float16 bfloat16 int64 int32 int16 int8 uint8 uint16 uint32 uint64 bool"
+DTYPES = {c: getattr(torch, t) for c, t in zip(_CODES, _TYPES.split(), strict=True)}
 _CHUNK = 1 << 28  # bytes per read call (one pread is capped near 2 GiB on Linux)
 
 
@@ -52,10 +38,7 @@ class TensorEntry:
         self._source, self.name, self.code, self.shape = source, name, code, shape
         self.offset = at  # byte of its first element, from the start of the file
         self.dtype = DTYPES[code]
-        inner = 1
-        for size in shape[1:]:
-            inner *= size
-        self.row_bytes = inner * self.dtype.itemsize  # bytes per row of the first dimension
+        self.row_bytes = math.prod(shape[1:]) * self.dtype.itemsize  # bytes per row
 
     def get_shape(self) -> list[int]:
         return list(self.shape)
@@ -106,9 +89,7 @@ class SafetensorsFile:
         if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
             raise NphError(f"{self.path}: its metadata must map names to strings")
         base, data_size = 8 + length, size - 8 - length
-        entries = {}
-        for name, entry in header.items():
-            entries[name] = self._entry(name, entry, base, data_size)
+        entries = {name: self._entry(name, e, base, data_size) for name, e in header.items()}
         return entries, metadata
 
     def _unreadable(self, why: str) -> NphError:
@@ -131,11 +112,8 @@ class SafetensorsFile:
             raise NphError(f"{bad} has an invalid shape {shape!r})")
         if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_whole, offsets)):
             raise NphError(f"{bad} has invalid data offsets {offsets!r})")
-        count = 1
-        for dim in shape:
-            count *= dim
         start, end = offsets
-        if end > data_size or end - start != count * DTYPES[entry["dtype"]].itemsize:
+        if end > data_size or end - start != math.prod(shape) * DTYPES[entry["dtype"]].itemsize:
             raise NphError(
                 f"{bad}: bytes {start}..{end} do not hold shape {shape} or lie past the end)"
             )

@@ -9,18 +9,11 @@ segments in order, minus the rows it lists as forgotten:
                   {"file": "memory.seg-1.safetensors", "rows": 2, "sha256": "…"}, …],
      "forgotten": {"file": "memory.forgotten-3.json", "sha256": "…"}}
 
-Segment 0 is the memory file itself; each later one is a memory file of its own with its items
-sidecar (`items.py`), written by one `nph add`. The forgotten list (a JSON object: segment file →
-its forgotten rows) is replaced, never edited, by each `nph forget`. A change writes its new
-files first, then the manifest atomically (`core.atomic`: temporary file, fsync, rename), so a
-reader sees the manifest before or after a change, each naming files that exist (their sha256
-recorded), and a command killed at any point leaves the previous memory whole.
-
-`nph compact` writes the live rows as one memory file over the memory file (atomically), which
-records the manifest's id and generation (`compacted`); the manifest is then stale and removed.
-A compacted file beside a manifest it names is the memory (a compaction killed before the
-removal). Every name a user gave keeps naming the memory: `open_memory(memory.safetensors)`
-reads the segments (`open.py`).
+Segment 0 is the memory file itself; each later one is a memory file with its items sidecar,
+written by one `nph add`; each `nph forget` replaces the forgotten list (segment file → rows).
+A change writes its new files first, then the manifest atomically, so a command killed at any
+point leaves the previous memory whole. `nph compact` writes the live rows over the memory file,
+recording the manifest's id and generation (`compacted`), then removes the now stale manifest.
 """
 
 from __future__ import annotations
@@ -100,8 +93,7 @@ def read_segments(memory_path: str | os.PathLike) -> Segments | None:
             for s in raw["segments"]
         )
         forgotten: dict[str, list[int]] = {}
-        if raw.get("forgotten") is not None:
-            record = raw["forgotten"]
+        if (record := raw.get("forgotten")) is not None:
             listed = memory.with_name(_name(path, record["file"]))
             if not listed.is_file() or _sha256(listed) != record["sha256"]:
                 raise NphError(f"{path}: its forgotten list {listed.name} is missing or changed")
@@ -139,11 +131,9 @@ def as_single(memory_path: Path) -> Segments:
 def write_segments(segments: Segments) -> None:
     """Switch the memory to `segments`: its forgotten list (a new file) first, then the manifest,
     each atomically. Files of the previous generation that are no longer named are removed."""
-    record = None
+    record, stem = None, segments.memory.stem
     if any(segments.forgotten.values()):
-        listed = segments.memory.with_name(
-            f"{segments.memory.stem}.forgotten-{segments.generation}.json"
-        )
+        listed = segments.memory.with_name(f"{stem}.forgotten-{segments.generation}.json")
         with atomic_write(listed, force=True) as tmp:
             Path(tmp).write_text(json.dumps(segments.forgotten))
         record = {"file": listed.name, "sha256": _sha256(listed)}
@@ -158,7 +148,6 @@ def write_segments(segments: Segments) -> None:
     path = manifest_path(segments.memory)
     with atomic_write(path, force=True) as tmp:
         Path(tmp).write_text(json.dumps(manifest, indent=1) + "\n")
-    stem = segments.memory.stem
     for old in segments.memory.parent.glob(f"{stem}.forgotten-*.json"):
         if record is None or old.name != record["file"]:
             old.unlink(missing_ok=True)
@@ -190,16 +179,11 @@ def load_segments(segments: Segments, *, verify: bool = True) -> Memory:
         raise NphError(f"{segments.memory}: every item is forgotten")
     values = torch.cat([m.values[keep] for m, keep in parts]) if first.hetero else None
     joined_labels = None if any(x is None for x in labels) else torch.cat(labels)  # (M,)
-    tensors = {"patterns": patterns}
-    if values is not None:
-        tensors["values"] = values
-    if joined_labels is not None:
-        tensors["labels"] = joined_labels
-    meta = {key: value for key, value in first.meta.items() if key != "compacted"}
-    meta.update(
-        M=patterns.shape[0], segments={"id": segments.id, "generation": segments.generation}
-    )
-    meta.pop("items", None)
+    named = {"patterns": patterns, "values": values, "labels": joined_labels}
+    tensors = {name: tensor for name, tensor in named.items() if tensor is not None}
+    meta = {key: value for key, value in first.meta.items() if key not in ("compacted", "items")}
+    meta["M"] = patterns.shape[0]
+    meta["segments"] = {"id": segments.id, "generation": segments.generation}
     if len(items) == len(parts):  # else some rows have no ids: the memory has none
         meta["items"] = {"parts": items}
     meta[META_KEY] = tensors_digest(tensors)

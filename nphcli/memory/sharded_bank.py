@@ -1,8 +1,4 @@
-"""`ShardedBank`: a manifest's shards (`nphcli.memory.shards`) read as one `MemoryBank`, rows in
-global order. Given a process group (`collective`) and only some shards, it is one rank's view
-of a memory spread over ranks: blocks come from its own shards, and `gather`/`weighted_sum`
-combine all ranks.
-"""
+"""`ShardedBank`: a manifest's shards (`nphcli.memory.shards`) read as one `MemoryBank`."""
 
 from __future__ import annotations
 
@@ -74,11 +70,7 @@ class ShardedBank(MemoryBank):
     def gather(self, index: Tensor) -> tuple[Tensor, Tensor]:
         flat = index.reshape(-1)  # (N,)
         keys = torch.zeros(flat.numel(), self.dim, device=self.device, dtype=self.dtype)
-        values = (
-            torch.zeros(flat.numel(), self.value_dim, device=self.device, dtype=self.dtype)
-            if self.hetero
-            else None
-        )
+        values = keys.new_zeros(flat.numel(), self.value_dim) if self.hetero else None
         for offset, bank in self.parts:
             inside = ((flat >= offset) & (flat < offset + bank.num_memories)).nonzero()[:, 0]
             if inside.numel() == 0:

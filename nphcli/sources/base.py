@@ -1,9 +1,7 @@
 """The source registry, the options every source shares, and seeded subset selection.
 
-A source turns a name (`mnist`) or a path (`vectors.npy`) into a `Loaded`: the raw patterns
-(M, d), their labels when known, and metadata saying where they came from. This module imports
-no torch or numpy at load time, so `nph store --help` can list the sources cheaply; the loaders
-import what they need when they run.
+A source turns a name (`mnist`) or a path (`vectors.npy`) into a `Loaded`. No torch or numpy
+at import, so `nph store --help` lists the sources cheaply; the loaders import what they need.
 """
 
 from __future__ import annotations
@@ -148,12 +146,10 @@ def choose(available: int, n: int | None, seed: int, *, what: str) -> tuple[Tens
     The indices come back in increasing order, so the stored patterns keep the dataset's order.
     `n=None` keeps everything (indices None). Returns (indices, selection metadata).
     """
-    if n is None or n == available:
-        if n is not None and n <= 0:
-            raise NphError(f"--n must be at least 1, got {n}")
-        return None, {"method": "all", "n": available, "of": available}
-    if n <= 0:
+    if n is not None and n <= 0:
         raise NphError(f"--n must be at least 1, got {n}")
+    if n is None or n == available:
+        return None, {"method": "all", "n": available, "of": available}
     if n > available:
         raise NphError(f"--n {n} asks for more than the {available} patterns in {what}")
     import torch

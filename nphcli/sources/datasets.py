@@ -1,17 +1,10 @@
 """Image datasets read with torchvision's own dataset classes: mnist, fashion-mnist, cifar10.
 
-Data root: `--root`, else `$NPH_DATA`, else `$XDG_CACHE_HOME/nph` (default `~/.cache/nph`).
-Nothing is downloaded unless the user passes `--download`. When a dataset is not on disk, nph
-falls back to real data it can reach offline and says so (notice and metadata):
-
-- MNIST: the 5,000 training / 20 test digits bundled in sample_data/, decompressed into a
-  temporary folder in torchvision's layout and read by `torchvision.datasets.MNIST` itself.
-- Fashion-MNIST: Debian's `dataset-fashion-mnist` files in /usr/share/datasets/fashion-mnist,
-  read the same way by `torchvision.datasets.FashionMNIST`; nph bundles no Fashion-MNIST.
-- CIFAR-10: the 20 bundled test images (sample_data/cifar10_test_first20.npz).
-
-torchvision reads CIFAR-10's python batches with pickle, but only after checking their fixed md5
-sums, so only the genuine dataset files are ever unpickled.
+Nothing is downloaded without `--download`. A dataset not on disk falls back, with a notice, to
+real data reachable offline (docs/memory-files.md): the bundled MNIST digits and CIFAR-10 test
+images (sample_data/), or Debian's dataset-fashion-mnist files; the MNIST-family files are read
+by torchvision itself from a temporary folder in its layout. CIFAR-10's batches are unpickled
+only after torchvision checks their fixed md5 sums.
 """
 
 from __future__ import annotations
@@ -21,30 +14,16 @@ import io
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
 from nphcli.sources import sample
 from nphcli.sources.base import IMAGE, Loaded, SourceOptions, choose, register_source
-from nphcli.sources.vision import import_torchvision
-
-if TYPE_CHECKING:
-    from torch import Tensor
+from nphcli.sources.vision import first_line, import_torchvision
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-CIFAR10_CLASSES = [
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-]
+CIFAR10_CLASSES = "airplane automobile bird cat deer dog frog horse ship truck".split()
 SPLITS = ("train", "test")
 
 
@@ -186,17 +165,15 @@ def _open(cls: Any, root: Path, split: str, download: bool, label: str) -> Any |
         with contextlib.redirect_stdout(_NoticeWriter()):
             return cls(str(root), train=train, download=True)
     except Exception as error:  # network, disk and archive errors all mean the same to the user
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise NphError(
-            f"could not download {label} into {root}: {first}. Check the network, or run "
-            "without --download to use the data nph can find offline"
+            f"could not download {label} into {root}: {first_line(error)}. Check the network, "
+            "or run without --download to use the data nph can find offline"
         ) from None
 
 
 def _damaged(label: str, root: Path, error: Exception) -> NphError:
-    reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
     return NphError(
-        f"could not read {label} under {root} ({reason}); the files there look damaged: "
+        f"could not read {label} under {root} ({first_line(error)}); the files there look damaged: "
         "replace them, or pass --download to fetch them again"
     )
 
@@ -211,17 +188,8 @@ class _NoticeWriter(io.TextIOBase):
         return len(text)
 
 
-def _images(
-    spec: str,
-    images: Tensor,  # (N, C, H, W) uint8
-    labels: Tensor,  # (N,)
-    options: SourceOptions,
-    split: str,
-    origin: str,
-    fallback: bool,
-    classes: list[str],
-    chosen: tuple[Tensor | None, dict] | None = None,
-) -> Loaded:
+def _images(spec, images, labels, options, split, origin, fallback, classes, chosen=None):
+    """Images (N, C, H, W) uint8 and labels (N,) as Loaded; `chosen`: the subset, else chosen."""
     import torch
 
     available = images.shape[0]

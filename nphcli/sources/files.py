@@ -23,6 +23,7 @@ from nphcli.sources.base import (
     choose,
     register_source,
 )
+from nphcli.sources.vision import first_line
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -69,10 +70,8 @@ def load_npz(spec: str, options: SourceOptions) -> Loaded:
 
 @register_source(
     "safetensors",
-    summary=(
-        "a .safetensors file; --key names the tensor (default: its only tensor, or the "
-        "patterns and labels of an nph memory file)"
-    ),
+    summary="a .safetensors file; --key names the tensor (default: its only tensor, or the "
+    "patterns and labels of an nph memory file)",
     options=("key",),
     suffixes=(".safetensors",),
 )
@@ -99,15 +98,9 @@ def load_safetensors(spec: str, options: SourceOptions) -> Loaded:
     if tensor is not None:
         return _from_array(spec, tensor, options, what=f"{spec} ['{key}']", key=key)
     memory = open_memory(spec)
-    return _finish(
-        spec,
-        memory.patterns.float(),
-        memory.labels,
-        options,
-        kind=VECTOR,
-        item_shape=memory.item_shape and list(memory.item_shape),
-        extra={"key": "patterns", "classes": memory.meta.get("classes")},
-    )
+    shape = memory.item_shape and list(memory.item_shape)
+    extra = {"key": "patterns", "classes": memory.meta.get("classes")}
+    return _finish(spec, memory.patterns.float(), memory.labels, options, VECTOR, shape, extra)
 
 
 @register_source(
@@ -122,7 +115,7 @@ def load_pt(spec: str, options: SourceOptions) -> Loaded:
     try:
         content = torch.load(spec, map_location="cpu", weights_only=True)
     except Exception as error:  # unpickling refused, not a torch file, truncated, ...
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        first = first_line(error)
         raise NphError(
             f"cannot read {spec} with torch.load(weights_only=True): {first}. nph loads only "
             "tensors and dicts of tensors from .pt files (never arbitrary pickled objects)"
@@ -152,8 +145,7 @@ def load_csv(spec: str, options: SourceOptions) -> Loaded:
     header, rows, lines = _read_csv(Path(spec))
     patterns = torch.tensor(rows, dtype=torch.float32)  # (M, d)
     check_finite(patterns, spec, row_name=lambda row: f"line {lines[row]}")
-    extra = {"columns": header} if header else {}
-    return _finish(spec, patterns, None, options, kind=VECTOR, item_shape=None, extra=extra)
+    return _finish(spec, patterns, None, options, VECTOR, None, {"columns": header})
 
 
 @register_source(
@@ -188,16 +180,14 @@ def load_folder(spec: str, options: SourceOptions) -> Loaded:
         except (UnidentifiedImageError, OSError) as error:
             raise NphError(f"cannot read image {path} ({error})") from None
     mode = "L" if all(p.mode in _GRAY_MODES for p in pictures) else "RGB"
-    if size is None:
-        sizes = {p.size for p in pictures}
-        if len(sizes) > 1:
-            other = next(i for i, p in enumerate(pictures) if p.size != pictures[0].size)
-            raise NphError(
-                f"the images in {folder} differ in size ({chosen[0].name} is "
-                f"{_wxh(pictures[0].size)}, {chosen[other].name} is "
-                f"{_wxh(pictures[other].size)}); give them one size (`nph store --size WxH` "
-                "resizes them as it stores them)"
-            )
+    if size is None and len({p.size for p in pictures}) > 1:
+        other = next(i for i, p in enumerate(pictures) if p.size != pictures[0].size)
+        raise NphError(
+            f"the images in {folder} differ in size ({chosen[0].name} is "
+            f"{_wxh(pictures[0].size)}, {chosen[other].name} is "
+            f"{_wxh(pictures[other].size)}); give them one size (`nph store --size WxH` "
+            "resizes them as it stores them)"
+        )
     arrays = []
     for picture in pictures:
         picture = picture.convert(mode)
@@ -234,15 +224,12 @@ def _from_array(
             f"{what} has shape {tuple(tensor.shape)}; nph needs one pattern per row, (M, d) "
             "with M, d ≥ 1 (or (M, ...) items to flatten)"
         )
-    item_shape = None
+    item_shape = list(tensor.shape[1:]) if tensor.ndim > 3 else None
     if tensor.ndim == 3:
         item_shape = [1, *tensor.shape[1:]]
-    elif tensor.ndim > 3:
-        item_shape = list(tensor.shape[1:])
     patterns = tensor.reshape(tensor.shape[0], -1)  # (M, d)
     check_finite(patterns, what)
-    extra = {"key": key} if key else {}
-    loaded = _finish(spec, patterns, None, options, kind=kind, item_shape=item_shape, extra=extra)
+    loaded = _finish(spec, patterns, None, options, kind, item_shape, {"key": key or None})
     if options.ids is None:
         return loaded
     from nphcli.sources.tables import read_ids
@@ -254,16 +241,9 @@ def _from_array(
     return loaded._replace(items=items)
 
 
-def _finish(
-    spec: str,
-    patterns: Tensor,  # (N, d) float32
-    labels: Tensor | None,  # (N,)
-    options: SourceOptions,
-    *,
-    kind: str,
-    item_shape: list[int] | None,
-    extra: dict[str, Any],
-) -> Loaded:
+def _finish(spec, patterns: Tensor, labels: Tensor | None, options, kind, item_shape, extra):
+    """The chosen subset of patterns (N, d) float32 and labels (N,), with its metadata (`extra`
+    adds its keys that are not None)."""
     indices, selection = choose(patterns.shape[0], options.n, options.seed, what=spec)
     if indices is not None:
         patterns = patterns[indices]

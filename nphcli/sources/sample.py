@@ -38,11 +38,8 @@ def sample_data_dir() -> Path:
 
 
 def unpack_idx(source: Path, root: Path, folder: str) -> Path:
-    """Lay gzip-compressed IDX files out as torchvision expects: `root/folder/raw/`, uncompressed.
-
-    torchvision's MNIST-family loaders only read uncompressed files, so the four `*.gz` files in
-    `source` are decompressed into the new folder. Returns `root`.
-    """
+    """Decompress the four `*.gz` IDX files in `source` into `root/folder/raw/`, where (and how)
+    torchvision's MNIST-family loaders read them. Returns `root`."""
     raw = root / folder / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for name in MNIST_FILES:

@@ -38,12 +38,8 @@ def load_random(spec: str, options: SourceOptions) -> Loaded:
             f"--distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}"
         )
     # Integer bits take 8 bytes per entry before the float32 copy: check the larger need.
-    check_allocation(
-        (n, dim),
-        4 if distribution == "gaussian" else 12,
-        what="these patterns",
-        reduce="lower --n or --dim",
-    )
+    entry_bytes = 4 if distribution == "gaussian" else 12
+    check_allocation((n, dim), entry_bytes, what="these patterns", reduce="lower --n or --dim")
     generator = torch.Generator().manual_seed(options.seed)
     if distribution == "gaussian":
         patterns = torch.randn(n, dim, generator=generator)  # (M, d)

@@ -7,8 +7,7 @@ from nphcli.core.errors import NphError
 
 
 def import_torchvision():
-    """`torchvision.datasets`, or one NphError saying torchvision does not load and where to
-    look, instead of the traceback a torchvision built for another torch gives."""
+    """`torchvision.datasets`, or one NphError saying it does not load and where to look."""
     try:
         import torchvision.datasets
     except Exception as error:  # ImportError, RuntimeError (missing operators), OSError (libs)
