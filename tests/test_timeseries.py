@@ -173,14 +173,15 @@ def _dense_reference(net: TSNet, x: torch.Tensor, beta: float) -> torch.Tensor:
 
 
 def test_the_network_is_the_papers_architecture_written_out():
-    net = tr.build_net(TINY, tc.VARIANTS[0], 5, seed=3).double()
+    net = tr.build_net(TINY, tc.VARIANTS[0], 5, seed=3).double().eval()  # eval: no dropout
+    assert net.layer.dropout == net.pool.dropout == 0.2  # the released Dense's
     x = torch.randn(7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     assert net(x).shape == (7, 5)
     assert torch.allclose(net(x), _dense_reference(net, x, TINY.beta), atol=1e-10)
 
 
 def test_evaluate_is_the_mean_over_every_predicted_value():
-    net = tr.build_net(TINY, tc.VARIANTS[0], 4, seed=0)
+    net = tr.build_net(TINY, tc.VARIANTS[0], 4, seed=0).eval()
     x, y = torch.randn(37, 4), torch.randn(37, 4)
     with torch.no_grad():
         error = net(x) - y

@@ -39,11 +39,12 @@ class Variant:
     model: str  # registry name
     params: dict[str, Any] = field(default_factory=dict)
     pool_model: str | None = None  # None: the pooling uses `model` with `params`
+    dropout: float = 0.0  # on the layer's and the pooling's weights, as the released code
 
 
 VARIANTS = (
-    Variant("dense", "dense"),
-    Variant("sparse", "sparse"),
+    Variant("dense", "dense", dropout=0.2),
+    Variant("sparse", "sparse", dropout=0.1),
     Variant("topk-20%", "topk", {"k": 0.2}),
     Variant("topk-50%", "topk", {"k": 0.5}),
     Variant("topk-80%", "topk", {"k": 0.8}),
@@ -72,7 +73,7 @@ class TSConfig:
     epochs: int
     runs: int  # independent seeds per (model, horizon)
     target: str = "OT"  # the predicted column
-    split: str = SPLITS[0]  # one of SPLITS
+    split: str = "ratio"  # one of SPLITS; ratio: the released code's (see `timeseries`)
     batch_size: int = 128
     lr: float = 1e-3  # AdamW, cosine-decayed to 0 over the epochs
     weight_decay: float = 1e-2  # AdamW's default

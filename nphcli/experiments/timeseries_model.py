@@ -41,9 +41,12 @@ class TSNet(nn.Module):
         d, heads = config.d_model, config.heads
         self.embed = nn.Linear(1, d)
         self.norm_embed = nn.LayerNorm(d)
-        self.layer = NPH(d, rule=layer_rule, heads=heads, bias=True)
+        drop = variant.dropout
+        self.layer = NPH(d, rule=layer_rule, heads=heads, bias=True, dropout=drop)
         self.norm_layer = nn.LayerNorm(d)
-        self.pool = NPHPooling(d, rule=pool_rule, heads=heads, bias=True, learned="input")
+        self.pool = NPHPooling(
+            d, rule=pool_rule, heads=heads, bias=True, learned="input", dropout=drop
+        )
         self.norm_pool = nn.LayerNorm(d)
         self.head = nn.Linear(d, horizon)
 

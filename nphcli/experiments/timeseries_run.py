@@ -33,7 +33,7 @@ from nphcli.core.notices import notice
 from nphcli.experiments.presets import run_seed
 from nphcli.experiments.records import read_records, write_records
 from nphcli.experiments.timeseries import Prepared, Series, prepare, read_series
-from nphcli.experiments.timeseries_config import TSConfig, Variant, chosen_variants
+from nphcli.experiments.timeseries_config import VARIANTS, TSConfig, Variant, chosen_variants
 from nphcli.experiments.timeseries_model import TSNet
 from nphcli.version import __version__
 
@@ -56,7 +56,23 @@ def train_one(
     seed: int = 0,
     on_epoch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Train one network for `config.epochs`; its record (see the module docstring)."""
+    """Train one network for `config.epochs`; its record (see the module docstring). Dropout
+    draws from torch's global generator, seeded here for the run and restored after it, so a
+    record does not depend on what the process trained before."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(run_seed(seed, run, horizon))
+        return _train(config, variant, horizon, run, data, seed, on_epoch)
+
+
+def _train(
+    config: TSConfig,
+    variant: Variant,
+    horizon: int,
+    run: int,
+    data: Prepared,
+    seed: int,
+    on_epoch: Callable[[int], None] | None,
+) -> dict[str, Any]:
     x_train, y_train = data.parts["train"]
     generator = torch.Generator().manual_seed(run_seed(seed, run, horizon))
     net = build_net(config, variant, horizon, run_seed(seed, run, horizon))
@@ -145,6 +161,7 @@ def protocol(config: TSConfig, series: Series, seed: int) -> dict[str, Any]:
             "horizons": list(config.horizons),
             "variants": list(config.variants),
         },
+        "dropout": {v.label: v.dropout for v in VARIANTS if v.dropout},
         "seed": seed,
         "nph": __version__,
     }
