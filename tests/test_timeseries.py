@@ -174,7 +174,7 @@ def _dense_reference(net: TSNet, x: torch.Tensor, beta: float) -> torch.Tensor:
 
 def test_the_network_is_the_papers_architecture_written_out():
     net = tr.build_net(TINY, tc.VARIANTS[0], 5, seed=3).double().eval()  # eval: no dropout
-    assert net.layer.dropout == net.pool.dropout == 0.2  # the released Dense's
+    assert (net.layer.dropout, net.pool.dropout) == (0.2, 0.1)  # the released Dense's
     x = torch.randn(7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     assert net(x).shape == (7, 5)
     assert torch.allclose(net(x), _dense_reference(net, x, TINY.beta), atol=1e-10)
@@ -210,8 +210,30 @@ def test_runs_are_set_beside_the_papers_cells():
     assert mse.difference == pytest.approx(0.063) and mse.within is True
     assert cells[1].mean == pytest.approx(0.1) and cells[1].within is False  # paper .307
     assert cells[2].paper == 1.043 and cells[2].mean is None and cells[2].within is None
-    with pytest.raises(NphError, match="no 'sine'.*--dataset"):
-        tr.compare_with_paper(records, "sine", config)
+    assert [c.verdict for c in cells] == ["within", "outside", None, None]
+    # A data set the paper does not print (ETTh2) has an empty paper column and no verdict.
+    other = tr.compare_with_paper(records, "ETTh2", config)
+    assert [c.paper for c in other] == [None] * 4 and other[0].mean == pytest.approx(0.2)
+    assert {c.verdict for c in other} == {None}
+
+
+def test_trivial_baselines_are_rows_beside_the_models(tmp_path):
+    data = write_csv(tmp_path / "ETTh1.csv", sine(400, period=100))
+    series = ts.read_series(data)
+    prepared = ts.prepare(series, input_len=4, horizon=4, split="ratio")
+    x, y = prepared.parts["test"]
+    last = float((x[:, -1:] - y).double().square().mean())
+    errors = ts.baselines(prepared)
+    assert errors["repeat-last"][0] == pytest.approx(last)
+    # Least squares on 4 lags of a sine fits it (nearly) exactly; the others do not.
+    assert errors["least-squares"][0] < 1e-6 < errors["input-mean"][0]
+    config = replace(TINY, variants=("dense", "window"))
+    records = [{"model": "window", "horizon": 4, "run": r, "test_mse": 1.0, "test_mae": 1.0}
+               for r in range(2)]  # fmt: skip
+    cells = tr.compare_with_paper(records, "ETTh1", config, series)
+    assert [c.row for c in cells[::2]] == ["dense", "window", "repeat-last", "input-mean", "least-squares"]
+    assert {c.verdict for c in cells[4:]} == {"baseline"}
+    assert cells[2].reason is None  # no paper column at horizon 4: nothing to compare
 
 
 def test_configure_overrides_and_refuses():
@@ -310,8 +332,6 @@ def test_no_train_needs_finished_runs(tmp_path, invoke):
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
-        (["--dataset", "sine"], ["no 'sine'", "--dataset"]),
-        (["--horizons", "24"], ["no 'ETTh1' at horizons 24"]),
         (["--models", "dense,bogus"], ["unknown model 'bogus'"]),
     ],
 )

@@ -98,10 +98,9 @@ def timeseries_command(
     use_threads(o["threads"])
     config = configure(o["preset"], **{name: o[name] for name in GRID})
     name = o["dataset"] or data.stem
-    timeseries_run.compare_with_paper([], name, config)  # refuses an unknown data set now
     results, started = out / f"timeseries-{name}.jsonl", time.perf_counter()
+    series, _, records = timeseries_run.finished_runs(config, data, results, seed=o["seed"])
     if no_train:
-        records = timeseries_run.finished_runs(config, data, results, seed=o["seed"])[2]
         if not records:
             raise NphError(f"{results} holds no finished runs; run without --no-train first")
     else:
@@ -112,7 +111,7 @@ def timeseries_command(
             records = timeseries_run.run_experiment(
                 config, data, results, seed=o["seed"], resume=True, progress=progress
             )
-    cells = timeseries_run.compare_with_paper(records, name, config)
+    cells = timeseries_run.compare_with_paper(records, name, config, series)
     options = {k: o[k] for k in ("preset", *GRID, "seed")}
     meta = timeseries_run.comparison_meta(records, results, options, time.perf_counter() - started)
     table = paper_table.get_table("mts-result")

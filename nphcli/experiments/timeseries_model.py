@@ -41,11 +41,10 @@ class TSNet(nn.Module):
         d, heads = config.d_model, config.heads
         self.embed = nn.Linear(1, d)
         self.norm_embed = nn.LayerNorm(d)
-        drop = variant.dropout
-        self.layer = NPH(d, rule=layer_rule, heads=heads, bias=True, dropout=drop)
+        self.layer = NPH(d, rule=layer_rule, heads=heads, bias=True, dropout=variant.dropout)
         self.norm_layer = nn.LayerNorm(d)
         self.pool = NPHPooling(
-            d, rule=pool_rule, heads=heads, bias=True, learned="input", dropout=drop
+            d, rule=pool_rule, heads=heads, bias=True, learned="input", dropout=variant.pool_dropout
         )
         self.norm_pool = nn.LayerNorm(d)
         self.head = nn.Linear(d, horizon)

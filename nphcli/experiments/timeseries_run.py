@@ -32,7 +32,7 @@ from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
 from nphcli.experiments.presets import run_seed
 from nphcli.experiments.records import read_records, write_records
-from nphcli.experiments.timeseries import Prepared, Series, prepare, read_series
+from nphcli.experiments.timeseries import Prepared, Series, baselines, prepare, read_series
 from nphcli.experiments.timeseries_config import VARIANTS, TSConfig, Variant, chosen_variants
 from nphcli.experiments.timeseries_model import TSNet
 from nphcli.version import __version__
@@ -161,7 +161,7 @@ def protocol(config: TSConfig, series: Series, seed: int) -> dict[str, Any]:
             "horizons": list(config.horizons),
             "variants": list(config.variants),
         },
-        "dropout": {v.label: v.dropout for v in VARIANTS if v.dropout},
+        "dropout": {v.label: [v.dropout, v.pool_dropout] for v in VARIANTS if v.pool_dropout},
         "seed": seed,
         "nph": __version__,
     }
@@ -262,24 +262,26 @@ def per_seed(records: list[dict[str, Any]], dataset: str) -> dict[tuple[str, str
     return cells
 
 
-def compare_with_paper(records: list[dict[str, Any]], dataset: str, config: TSConfig) -> list:
+def compare_with_paper(
+    records: list[dict[str, Any]], dataset: str, config: TSConfig, series: Series | None = None
+) -> list:
     """The paper's table "mts-result" beside nph's runs: one `paper_table.Cell` per model of
-    `config` and (horizon, metric) of `config` that the paper prints for `dataset`, over the runs
-    of `config`'s grid (a results file may hold more)."""
+    `config` and (horizon, metric) of `config`, over the runs of `config`'s grid (a results
+    file may hold more), then the trivial predictors (`timeseries.baselines`) on `series`'s
+    test windows when given. A data set or horizon the paper does not print has paper None."""
     from nphcli.experiments.paper_table import PAPER_TABLES, compare, ts_column
 
-    table = PAPER_TABLES["mts-result"]
-    columns = [ts_column(dataset, h, m) for h in config.horizons for m in ("MSE", "MAE")]
-    columns = [c for c in columns if c in table.columns]
-    if not columns:
-        known = sorted({c.split("/")[0] for c in table.columns})
-        raise NphError(
-            f"the paper's table has no {dataset!r} at horizons "
-            f"{', '.join(map(str, config.horizons))}; name the data set with --dataset "
-            f"({', '.join(known)}) and use horizons 96, 192, 336 or 720"
-        )
     mine = [r for r in records if r["run"] < config.runs and r["horizon"] in config.horizons]
-    return compare(table, per_seed(mine, dataset), columns=columns, rows=config.variants)
+    cells = per_seed(mine, dataset)
+    rows = list(config.variants)
+    for horizon in config.horizons if series is not None else ():
+        data = prepare(series, input_len=horizon, horizon=horizon, split=config.split)
+        for name, errors in baselines(data).items():
+            for metric, value in zip(("MSE", "MAE"), errors, strict=True):
+                cells[name, ts_column(dataset, horizon, metric)] = [value]
+            rows += [name] if name not in rows else []
+    columns = [ts_column(dataset, h, m) for h in config.horizons for m in ("MSE", "MAE")]
+    return compare(PAPER_TABLES["mts-result"], cells, columns=columns, rows=rows)
 
 
 def comparison_meta(
