@@ -19,7 +19,6 @@ from nphcli.experiments.paper_table import (
     write_json,
 )
 
-
 COLOURS = {  # a cell's verdict -> its dot's colour
     "within": "tab:green",
     "outside": "tab:orange",

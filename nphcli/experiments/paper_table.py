@@ -266,7 +266,9 @@ def summary(cells: Iterable[Cell]) -> dict[str, Any]:
         "within": len(compared) - len(outside),
         "outside": outside,
         "not_comparable": sum(1 for c in cells if c.verdict == "not comparable"),
-        "one_seed": sum(1 for c in cells if c.verdict is None and c.seeds == 1 and c.paper is not None),
+        "one_seed": sum(
+            1 for c in cells if c.verdict is None and c.seeds == 1 and c.paper is not None
+        ),
     }
 
 
