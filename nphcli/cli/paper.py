@@ -46,6 +46,22 @@ def paper_fields(default_out: str) -> tuple[Field, ...]:
             group="output",
         ),
         Field("no_plot", "bool", False, "Do not draw TABLE.png.", group="output"),
+        Field(
+            "jobs",
+            "int",
+            1,
+            "Trainings run at once, each in its own process with --threads threads; the "
+            "results are the same as with one.",
+            group="analysis",
+        ),
+        Field(
+            "ray",
+            "str",
+            None,
+            "Send the trainings to the Ray cluster at this address ('auto': the one this "
+            "machine has joined; 'local': a new one here). Needs pip install 'nph[cluster]'.",
+            group="analysis",
+        ),
     )
 
 

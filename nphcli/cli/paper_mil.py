@@ -80,7 +80,7 @@ def paper_mil_command(*, given: dict[str, Any]) -> None:
     with ProgressBar("paper mil") as progress:
         per_seed, meta = mil_paper.run(
             chosen, o["data"], out, datasets=names, models=models, train=not o["no_train"],
-            progress=progress,
+            progress=progress, jobs=o["jobs"], ray=o["ray"],
         )  # fmt: skip
     table, cells = mil_paper.paper_cells(per_seed, models)
     title = (

@@ -109,8 +109,9 @@ def timeseries_command(
         out.mkdir(parents=True, exist_ok=True)
         with ProgressBar("paper timeseries") as progress:
             records = timeseries_run.run_experiment(
-                config, data, results, seed=o["seed"], resume=True, progress=progress
-            )
+                config, data, results, seed=o["seed"], resume=True, progress=progress,
+                jobs=o["jobs"], ray=o["ray"],
+            )  # fmt: skip
     cells = timeseries_run.compare_with_paper(records, name, config, series)
     options = {k: o[k] for k in ("preset", *GRID, "seed")}
     meta = timeseries_run.comparison_meta(records, results, options, time.perf_counter() - started)

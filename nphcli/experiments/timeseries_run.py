@@ -52,7 +52,6 @@ def train_one(
     horizon: int,
     run: int,
     data: Prepared,
-    *,
     seed: int = 0,
     on_epoch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
@@ -203,11 +202,18 @@ def run_experiment(
     seed: int = 0,
     resume: bool = False,
     progress: Progress | None = None,
+    jobs: int = 1,
+    ray: str | None = None,
 ) -> list[dict[str, Any]]:
     """Train every (variant, horizon, run) of `config` on the CSV file `data`, writing records
-    to `out` (JSON Lines) after each training run. With `resume`, runs already in `out` are kept
+    to `out` (JSON Lines) after each training run, in `jobs` processes or on the Ray cluster
+    `ray` (`parallel.run_tasks`): the file is the one a single process writes, new records in
+    the grid's order after those already there. With `resume`, runs already in `out` are kept
     and skipped; without it an existing `out` is an error. `progress`, if given, is called as
-    progress(total epochs) once and progress(None, label) after each epoch."""
+    progress(total steps) once and progress(None, label) after each step: an epoch in one
+    process, a training otherwise."""
+    from nphcli.experiments.parallel import run_tasks
+
     out = Path(out)
     if out.exists() and not resume:
         raise NphError(f"{out} already exists; pass --resume to continue it or choose --out")
@@ -216,7 +222,7 @@ def run_experiment(
     series, made, records = finished_runs(config, data, out, seed=seed)
     records = records if resume else []
     done = {(r["model"], r["horizon"], r["run"]) for r in records}
-    jobs = [
+    todo = [
         (variant, horizon, run)
         for horizon in config.horizons
         for run in range(config.runs)
@@ -225,28 +231,30 @@ def run_experiment(
     ]
     prepared = {
         h: prepare(series, input_len=h, horizon=h, split=config.split)
-        for h in sorted({h for _, h, _ in jobs})
+        for h in sorted({h for _, h, _ in todo})
     }
     notice(
         f"time series {made['data']} ({config.target}, {config.split} split): "
-        f"{len(jobs)} training runs of {config.epochs} epochs to do"
+        f"{len(todo)} training runs of {config.epochs} epochs to do"
     )
     tick = progress or (lambda *_: None)
-    tick(len(jobs) * config.epochs)
-    for variant, horizon, run in jobs:
-        label = f"{variant.label} H={horizon} run {run}"
-        record = train_one(
-            config,
-            variant,
-            horizon,
-            run,
-            prepared[horizon],
-            seed=seed,
-            on_epoch=lambda _, label=label: tick(None, label),
-        )
-        records.append({**record, "protocol": made})
-        write_results(out, records)
-    return records
+    serial = jobs == 1 and ray is None
+    tick(len(todo) * (config.epochs if serial else 1))
+
+    def each_epoch(label: str) -> Callable[[int], None] | None:
+        return (lambda _: tick(None, label)) if serial else None
+
+    tasks = [
+        (train_one, (config, v, h, r, prepared[h], seed, each_epoch(f"{v.label} H={h} run {r}")))
+        for v, h, r in todo
+    ]
+    new: dict[int, dict[str, Any]] = {}
+    for index, record in run_tasks(tasks, jobs=jobs, ray=ray):
+        new[index] = {**record, "protocol": made}
+        write_results(out, records + [new[i] for i in sorted(new)])
+        if not serial:
+            tick(None, f"{record['model']} H={record['horizon']} run {record['run']}")
+    return records + [new[i] for i in sorted(new)]
 
 
 def per_seed(records: list[dict[str, Any]], dataset: str) -> dict[tuple[str, str], list[float]]:
