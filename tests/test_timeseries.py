@@ -358,12 +358,20 @@ def test_cli_bad_file_is_one_line(tmp_path, invoke):
 
 @pytest.mark.slow
 def test_epoch_times_time_every_model_and_scale_a_partial_epoch(tmp_path):
+    """benchmarks/timeseries_epoch.py's timing (the paper's efficiency figure)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "timeseries_epoch.py"
+    spec = importlib.util.spec_from_file_location("timeseries_epoch", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
     data = write_csv(tmp_path / "s.csv", sine(400, period=100))
-    rows = tr.epoch_times(TINY, data, steps=2, repeats=2)
+    rows = bench.epoch_times(TINY, data, steps=2, repeats=2)
     assert [(r["model"], r["horizon"]) for r in rows] == [("dense", 4), ("window", 4)]
     for r in rows:
         assert r["steps_per_epoch"] == math.ceil((280 - 8 + 1) / 16) and r["measured_steps"] == 2
         assert 0 < r["fastest_seconds_per_epoch"] <= r["seconds_per_epoch"]
         assert r["repeats"] == 2
-    whole = tr.epoch_times(replace(TINY, variants=("dense",)), data)
+    whole = bench.epoch_times(replace(TINY, variants=("dense",)), data)
     assert whole[0]["measured_steps"] == whole[0]["steps_per_epoch"]
