@@ -49,8 +49,8 @@ PAPER_MIL_FIELDS = (
         "datasets",
         "str",
         None,
-        f"Comma-separated subset of {', '.join(SOURCES)} [default: the protocol's: "
-        f"{', '.join(_QUICK.datasets)}; full: {', '.join(_FULL.datasets)}].",
+        f"Comma-separated subset of {', '.join(SOURCES)} [default: those of "
+        f"{', '.join(_QUICK.datasets)} that --data holds].",
         group="input",
     ),
     Field(

@@ -96,7 +96,7 @@ class TSConfig:
 
 PRESETS = {
     "paper": TSConfig(horizons=(96, 192, 336, 720), epochs=10, runs=5),
-    # Horizon 96, one run, every model, 6 epochs (time: measured.MEASURED["timeseries-quick"]).
+    # Horizon 96, one run, every model, 6 epochs: a smoke test of the pipeline.
     "quick": TSConfig(horizons=(96,), epochs=6, runs=1),
 }
 
