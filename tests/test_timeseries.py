@@ -375,3 +375,23 @@ def test_epoch_times_time_every_model_and_scale_a_partial_epoch(tmp_path):
         assert r["repeats"] == 2
     whole = bench.epoch_times(replace(TINY, variants=("dense",)), data)
     assert whole[0]["measured_steps"] == whole[0]["steps_per_epoch"]
+
+
+@pytest.mark.slow
+def test_cli_runs_a_data_set_the_paper_does_not_print(tmp_path, invoke):
+    """ETTh2 (or any file in the layout): an empty paper column, the baselines beside."""
+    data = write_csv(tmp_path / "ETTh2.csv", sine(400, period=100))
+    out = tmp_path / "res"
+    args = ["--models", "dense", "--horizons", "4", "--epochs", "1", "--out", str(out)]
+    result = invoke("paper", "timeseries", str(data), *args, "--json", "--no-plot")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    rows = [(c["row"], c["column"]) for c in shown["cells"]][::2]
+    assert rows == [
+        ("dense", "ETTh2/4/MSE"),
+        ("repeat-last", "ETTh2/4/MSE"),
+        ("input-mean", "ETTh2/4/MSE"),
+        ("least-squares", "ETTh2/4/MSE"),
+    ]
+    assert {c["paper"] for c in shown["cells"]} == {None}
+    assert shown["summary"]["compared"] == 0 and (out / "timeseries-ETTh2.jsonl").exists()
