@@ -50,8 +50,8 @@ def paper_fields(default_out: str) -> tuple[Field, ...]:
             "jobs",
             "int",
             1,
-            "Trainings run at once, each in its own process with --threads threads; the "
-            "results are the same as with one.",
+            "Trainings run at once, each in its own process (--threads shared among them); "
+            "the results are the same as with one.",
             group="analysis",
         ),
         Field(

@@ -10,7 +10,6 @@ A training seeds everything it draws from its own arguments (`mil_paper.train_fo
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -38,9 +37,14 @@ def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    import torch
+
+    threads = max(1, torch.get_num_threads() // jobs)  # this process's threads, shared out
     # spawn: a forked child of a process that has run torch's thread pools can hang
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_set_threads, initargs=(threads,)
+    ) as pool:
         pending = {pool.submit(fn, *args): index for index, (fn, args) in enumerate(tasks)}
         try:
             while pending:
@@ -52,11 +56,10 @@ def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]
                 future.cancel()
 
 
-def _one_thread() -> None:
-    """A worker computes with one thread (the processes are the parallelism)."""
+def _set_threads(threads: int) -> None:
     import torch
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    torch.set_num_threads(threads)
 
 
 def _on_ray(tasks: Sequence[Task], address: str) -> Iterator[tuple[int, Any]]:
@@ -73,7 +76,7 @@ def _on_ray(tasks: Sequence[Task], address: str) -> Iterator[tuple[int, Any]]:
         except (ConnectionError, RuntimeError, ValueError) as error:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
             raise NphError(f"cannot reach the Ray cluster at {address!r}: {first}") from None
-    remote = ray.remote(num_cpus=1)(_call)
+    remote = ray.remote(num_cpus=1)(_call)  # one CPU of the cluster, one thread, per training
     pending = {remote.remote(fn, *args): index for index, (fn, args) in enumerate(tasks)}
     try:
         while pending:
@@ -85,5 +88,5 @@ def _on_ray(tasks: Sequence[Task], address: str) -> Iterator[tuple[int, Any]]:
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    _one_thread()
+    _set_threads(1)
     return fn(*args)
