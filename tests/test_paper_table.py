@@ -220,3 +220,24 @@ def test_help_quotes_the_measured_times_the_docs_report():
     for name in MEASURED:
         assert estimate(name) in help_text, name
     assert "about 10 minutes" not in help_text
+
+
+def test_the_picture_carries_each_cells_verdict():
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgba
+    from matplotlib.lines import Line2D
+
+    from nphcli.experiments.paper_files import COLOURS, comparison_figure
+
+    table = pt.get_table("mil_benchmark")
+    results = {("dense", "Tiger"): [0.80, 0.82], ("linear", "Tiger"): [0.7, 0.72],
+               ("bag-size", "Tiger"): [0.6, 0.62]}  # fmt: skip
+    cells = pt.compare(table, results, rows=["dense", "linear", "bag-size"], columns=["Tiger"])
+    figure = comparison_figure(table, cells)
+    lines = [line for line in figure.axes[0].get_lines() if isinstance(line, Line2D)]
+    dots = {to_rgba(line.get_color()) for line in lines if line.get_marker() == "o"}
+    verdicts = ("within", "not comparable", "baseline")
+    assert dots == {to_rgba(COLOURS[v]) for v in verdicts}
+    diamonds = [line.get_markerfacecolor() for line in lines if line.get_marker() == "D"]
+    assert diamonds == ["black", "none"]  # dense, linear (hollow: not comparable)
+    assert "purple: not comparable" in figure._suptitle.get_text()
