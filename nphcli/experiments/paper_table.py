@@ -244,7 +244,8 @@ def compare(
                     within = None if std is None else abs(difference) <= std
                     better = mean > paper if table.higher_is_better else mean < paper
                     verdict = {True: "within", False: "outside", None: None}[within]
-                    verdict = "not comparable" if reason else verdict
+            if reason and paper is not None:  # whether or not nph has run it
+                verdict = "not comparable"
             verdict = "baseline" if row in BASELINES else verdict
             cells.append(
                 Cell(
