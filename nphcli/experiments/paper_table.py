@@ -277,9 +277,12 @@ NO_SPREAD = "n/a (1 seed)"
 
 
 def spread_text(cell: Cell, digits: int = 3) -> str:
-    """`mean ± spread` of a cell, `mean ± n/a (1 seed)` for one seed, "" without a result."""
+    """`mean ± spread` of a cell, `mean ± n/a (1 seed)` for one seed, the mean alone for a
+    deterministic baseline, "" without a result."""
     if cell.mean is None:
         return ""
+    if cell.std is None and cell.verdict == "baseline":  # deterministic: nothing to spread
+        return f"{cell.mean:.{digits}f}"
     spread = NO_SPREAD if cell.std is None else f"{cell.std:.{digits}f}"
     return f"{cell.mean:.{digits}f} ± {spread}"
 
@@ -310,7 +313,7 @@ def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
             cell = by_key[row, column]
             text = spread_text(cell, digits)
             if cell.paper is not None:
-                text += f" ({cell.paper:.{digits}f})"
+                text = f"{text} ({cell.paper:.{digits}f})".strip()
             marks = {"outside": "**", "not comparable": "*"}.get(cell.verdict or "", "")
             texts.append(f"{marks}{text}{marks}" if text else text)
         lines.append(f"| {MODEL_NAMES.get(row, row)} | " + " | ".join(texts) + " |")
