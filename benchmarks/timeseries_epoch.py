@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,8 +29,61 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import emit, provenance  # noqa: E402
 
 from nphcli.core.errors import NphError  # noqa: E402
-from nphcli.experiments.timeseries_config import configure  # noqa: E402
-from nphcli.experiments.timeseries_run import epoch_times  # noqa: E402
+from nphcli.experiments.presets import run_seed  # noqa: E402
+from nphcli.experiments.timeseries import prepare, read_series  # noqa: E402
+from nphcli.experiments.timeseries_config import (  # noqa: E402
+    TSConfig,
+    chosen_variants,
+    configure,  # noqa: E402
+)
+from nphcli.experiments.timeseries_run import build_net, train_epoch  # noqa: E402
+
+
+def epoch_times(
+    config: TSConfig,
+    data: str | Path,
+    *,
+    steps: int | None = None,
+    repeats: int = 1,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Seconds per training epoch of every (variant, horizon) of `config` on `data` (the paper's
+    efficiency figure): each epoch on a freshly built network after one untimed warm-up step;
+    the models take turns within each repeat, so a busy spell of the machine falls on all of
+    them alike. With `steps`, an epoch is timed over its first `steps` batches and scaled to all
+    of its batches (`measured_steps` says so). Per row: the mean and the fastest of `repeats`."""
+    series = read_series(data, config.target)
+    variants = chosen_variants(config)
+    rows = []
+    for horizon in config.horizons:
+        x, y = prepare(series, input_len=horizon, horizon=horizon, split=config.split).parts[
+            "train"
+        ]
+        batches = math.ceil(x.shape[0] / config.batch_size)
+        timed = batches if steps is None else min(steps, batches)
+        seconds: dict[str, list[float]] = {v.label: [] for v in variants}
+        for repeat in range(repeats):
+            for variant in variants:
+                net = build_net(config, variant, horizon, run_seed(seed, repeat, horizon))
+                optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr)
+                generator = torch.Generator().manual_seed(run_seed(seed, repeat, horizon))
+                train_epoch(net, optimiser, x, y, config, generator, steps=1)  # warm-up
+                started = time.perf_counter()
+                train_epoch(net, optimiser, x, y, config, generator, steps=timed)
+                seconds[variant.label].append((time.perf_counter() - started) * batches / timed)
+        rows += [
+            {
+                "model": label,
+                "horizon": horizon,
+                "seconds_per_epoch": sum(times) / repeats,
+                "fastest_seconds_per_epoch": min(times),
+                "repeats": repeats,
+                "steps_per_epoch": batches,
+                "measured_steps": timed,
+            }
+            for label, times in seconds.items()
+        ]
+    return rows
 
 
 def plot(rows: list[dict], path: str, title: str) -> None:

@@ -46,15 +46,28 @@ def paper_fields(default_out: str) -> tuple[Field, ...]:
             group="output",
         ),
         Field("no_plot", "bool", False, "Do not draw TABLE.png.", group="output"),
+        Field(
+            "jobs",
+            "int",
+            1,
+            "Trainings run at once, each in its own process (--threads shared among them); "
+            "the results are the same as with one.",
+            group="analysis",
+        ),
+        Field(
+            "ray",
+            "str",
+            None,
+            "Send the trainings to the Ray cluster at this address ('auto': the one this "
+            "machine has joined; 'local': a new one here). Needs pip install 'nph[cluster]'.",
+            group="analysis",
+        ),
     )
 
 
 @paper_app.callback()
 def paper_group() -> None:
     """Reproduce the paper's tables: nph's numbers beside the paper's."""
-
-
-_WITHIN = {True: "yes", False: "NO", None: ""}
 
 
 def _number(value: float | None, spec: str = ".3f") -> str:
@@ -69,7 +82,8 @@ def render_comparison(
     as_json: bool,
     title: str | None = None,
 ) -> None:
-    """The comparison on stdout: one JSON object, or a table of paper | nph ± spread | diff."""
+    """The comparison on stdout: one JSON object, or a table of paper | nph ± spread | diff |
+    verdict, and under it the reason of each row that is not comparable."""
     from nphcli.experiments.paper_table import (
         MODEL_NAMES,
         NO_SPREAD,
@@ -89,7 +103,7 @@ def render_comparison(
             _number(c.paper),
             spread_text(c),
             _number(c.difference, "+.3f"),
-            NO_SPREAD if c.seeds == 1 and c.paper is not None else _WITHIN[c.within],
+            c.verdict or (NO_SPREAD if c.seeds == 1 and c.paper is not None else ""),
             str(c.seeds),
         )
         for c in cells
@@ -98,10 +112,15 @@ def render_comparison(
     alone = f"; {counts['one_seed']} of one seed, with no spread" if counts["one_seed"] else ""
     print_table(
         f"{title or table.title}: paper vs nph over {seeds_text(cells)} ({counts['within']} of "
-        f"{counts['compared']} cells within nph's spread{alone})",
-        ["model", "column", "paper", "nph ± spread", "nph − paper", "within", "seeds"],
+        f"{counts['compared']} comparable cells within nph's spread; "
+        f"{counts['not_comparable']} not comparable{alone})",
+        ["model", "column", "paper", "nph ± spread", "nph − paper", "verdict", "seeds"],
         rows,
     )
+    reasons = {MODEL_NAMES.get(c.row, c.row): c.reason for c in cells if c.reason}
+    if reasons and not quiet():
+        for name, reason in reasons.items():
+            stderr_console().print(f"not comparable: {name}: {reason}", highlight=False)
 
 
 def wrote(paths: Sequence[str]) -> None:

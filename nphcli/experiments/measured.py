@@ -21,12 +21,6 @@ class Measured:
 
 
 MEASURED = {
-    "timeseries-quick": Measured(
-        "nph paper timeseries ETTh1.csv --preset quick --threads 2",
-        (264,),
-        "on 2 quiet CPU cores",
-        "docs/reproduction-timeseries.md",
-    ),
     "mil-quick": Measured(
         "nph mil --preset quick",
         (574,),

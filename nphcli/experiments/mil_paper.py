@@ -1,14 +1,17 @@
 """The paper's MIL benchmark on real bags (Table "mil_benchmark"), on nph's layers.
 
-    instance (d) → Linear(d, width) → ReLU → bag dropout → NPHPooling(1 prototype, heads,
+    instance (d) → Linear(d, width) → LayerNorm → bag dropout → NPHPooling(1 prototype, heads,
     head_dim = width / heads, the model under test with β = the "scaling factor", no dropout on
-    the attention weights) → bag dropout → Linear(width, 1) → one logit per bag
+    the attention weights) → GELU → LayerNorm → bag dropout → Linear(width, 1) → one logit
 
-trained with Adam on binary cross-entropy for 50 epochs; after each epoch the validation ROC-AUC
-is measured and the best checkpoint (the first of equal ones) is the one tested. Features are
-standardised with the mean and standard deviation of the training part's instances (the
-paper does not say; raw UCSB features run into the thousands). The protocol (folds, seeds,
-search) is `nphcli.experiments.mil_protocol`'s.
+(the released model's layers, `NETWORK`), trained with Adam on binary cross-entropy for 50
+epochs, the learning rate cosine-decayed to 0 and gradients clipped to norm 1 (the released
+trainer's, where the paper is silent); after each epoch the validation ROC-AUC is measured and
+the best checkpoint is the one tested: the highest validation AUC, ties broken by the lower
+validation loss (on UCSB's ~5 validation bags most epochs tie at AUC 1), then the earlier epoch.
+Features are standardised with the mean and standard deviation of the training part's
+instances (the paper does not say; raw UCSB features run into the thousands). The protocol
+(folds, seeds, search) is `nphcli.experiments.mil_protocol`'s.
 
 Every training is one line of `runs.jsonl` in the results folder, keyed by (data set, model,
 seed, fold, hyper-parameters) and appended as soon as it ends, so an interrupted run continues
@@ -53,8 +56,14 @@ def variant(label: str) -> Variant:
     return found
 
 
+# What a record's network was (part of its key, so that runs of an earlier network are not
+# mixed in): the released model's layer norms, GELU, clipping and cosine schedule.
+NETWORK = "layernorm-gelu-clip1-cosine"
+
+
 class PaperMILNet(nn.Module):
-    """Embedding → bag dropout → NPHPooling → bag dropout → linear: one logit per bag."""
+    """Embedding → LayerNorm → bag dropout → NPHPooling → GELU → LayerNorm → bag dropout →
+    linear: one logit per bag."""
 
     def __init__(self, in_dim: int, hyper: Hyper, model: Variant, *, seed: int = 0) -> None:
         super().__init__()
@@ -64,6 +73,7 @@ class PaperMILNet(nn.Module):
         if model.model == "random-feature":
             params["seed"] = seed  # its projection, drawn once from the run's seed
         self.embed = nn.Linear(in_dim, hyper.width)
+        self.norm_embed, self.norm_pool = nn.LayerNorm(hyper.width), nn.LayerNorm(hyper.width)
         self.drop = nn.Dropout(hyper.dropout)
         self.pool = NPHPooling(
             hyper.width,
@@ -75,9 +85,9 @@ class PaperMILNet(nn.Module):
 
     def forward(self, bags: Tensor, padding: Tensor) -> Tensor:
         """bags (B, M, d) zero-padded, padding (B, M) True at padded rows -> logits (B,)."""
-        embedded = self.drop(F.relu(self.embed(bags)))  # (B, M, width)
-        pooled = self.pool(embedded, key_padding_mask=padding)  # (B, 1, width)
-        return self.classify(self.drop(pooled[:, 0])).squeeze(1)  # (B,)
+        embedded = self.drop(self.norm_embed(self.embed(bags)))  # (B, M, width)
+        pooled = self.pool(embedded, key_padding_mask=padding)[:, 0]  # (B, width)
+        return self.classify(self.drop(self.norm_pool(F.gelu(pooled)))).squeeze(1)  # (B,)
 
 
 class Bags:
@@ -117,15 +127,17 @@ def train_fold(
     bags: Bags, split: tuple[Tensor, Tensor, Tensor], hyper: Hyper, model: Variant, *,
     seed: int, epochs: int,
 ) -> dict[str, Any]:  # fmt: skip
-    """Train on split[0], keep the epoch with the best AUC on split[1], test it on split[2]."""
+    """Train on split[0], keep the epoch with the best AUC on split[1] (ties: the lower loss),
+    test it on split[2]."""
     train, val, test = split
     bags = bags.standardised(train)
     with torch.random.fork_rng(devices=[]):  # init and dropout draw from the global RNG
         torch.manual_seed(seed)
         net = PaperMILNet(bags.x.shape[2], hyper, model, seed=seed)
         optimiser = torch.optim.Adam(net.parameters(), lr=hyper.lr, weight_decay=hyper.weight_decay)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=epochs)
         order = torch.Generator().manual_seed(seed)
-        best_auc, best_epoch, best_state = -1.0, 0, None
+        best, best_epoch, best_state = (-1.0, 0.0), 0, None
         for epoch in range(1, epochs + 1):
             net.train()
             for part in train[torch.randperm(train.numel(), generator=order)].split(
@@ -134,14 +146,23 @@ def train_fold(
                 loss = F.binary_cross_entropy_with_logits(net(*bags.batch(part)), bags.labels[part])
                 optimiser.zero_grad()
                 loss.backward()
+                torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
                 optimiser.step()
-            val_auc = roc_auc(_scores(net, bags, val), bags.labels[val])
-            if val_auc > best_auc:
-                best_auc, best_epoch = val_auc, epoch
+            schedule.step()
+            scores = _scores(net, bags, val)
+            loss = F.binary_cross_entropy_with_logits(scores, bags.labels[val])
+            score = (roc_auc(scores, bags.labels[val]), -float(loss))
+            if score > best:
+                best, best_epoch = score, epoch
                 best_state = copy.deepcopy(net.state_dict())
         net.load_state_dict(best_state)
         test_auc = roc_auc(_scores(net, bags, test), bags.labels[test])
-    return {"val_auc": best_auc, "best_epoch": best_epoch, "test_auc": test_auc}
+    return {
+        "val_auc": best[0],
+        "val_loss": -best[1],
+        "best_epoch": best_epoch,
+        "test_auc": test_auc,
+    }
 
 
 def splits(labels: Tensor, protocol: Protocol, seed: int) -> list[tuple[Tensor, Tensor, Tensor]]:
@@ -187,56 +208,58 @@ class RunLog:
 def _key(record: dict[str, Any]) -> tuple:
     hyper = Hyper(**record["hyper"]).key()
     where = (record["dataset"], record["model"], record["seed"], record["folds"], record["fold"])
-    return (*where, hyper, record["epochs"], record["validation"])
+    return (*where, hyper, record["epochs"], record["validation"], record.get("network"))
 
 
-def run_seed(
-    dataset: str, bags: Bags, model_label: str, protocol: Protocol, seed: int, log: RunLog, *,
-    train: bool = True, tick: Callable[[str], None] = lambda _: None,
-) -> list[dict[str, Any]] | None:  # fmt: skip
-    """The chosen training of each fold of one model, data set and seed (`protocol.folds`
-    records), trained unless `log` has them; None when `train` is off and one is missing."""
-    model = variant(model_label)
-    folds = splits(bags.labels, protocol, seed)
+def _record(dataset: str, label: str, protocol: Protocol, seed: int, fold: int, hyper: Hyper):
+    """What a training of the log is keyed by, before it has results."""
+    return {
+        "dataset": dataset, "model": label, "seed": seed, "folds": protocol.folds,
+        "fold": fold, "hyper": json.loads(hyper.key()), "epochs": protocol.epochs,
+        "validation": protocol.validation, "network": NETWORK,
+    }  # fmt: skip
 
-    def one(fold: int, hyper: Hyper) -> dict[str, Any] | None:
-        record = {
-            "dataset": dataset, "model": model_label, "seed": seed, "folds": protocol.folds,
-            "fold": fold, "hyper": json.loads(hyper.key()), "epochs": protocol.epochs,
-            "validation": protocol.validation,
-        }  # fmt: skip
-        if (done := log.get(_key(record))) is not None or not train:
-            return done
-        started = time.perf_counter()
-        record |= train_fold(
-            bags, folds[fold], hyper, model, seed=seed * 1_000 + fold, epochs=protocol.epochs
-        )
-        record["seconds"] = round(time.perf_counter() - started, 3)
-        log.add(record)
-        tick(f"{dataset} {model_label} seed {seed} fold {fold}")
-        return record
 
+def _draws(protocol: Protocol, seed: int, fold: int) -> list[Hyper]:
+    """The hyper-parameters a fold of `seed` trains: the fixed point, or the search's draws."""
+    if protocol.search == "fixed":
+        return [protocol.fixed]
+    return draw_hypers(protocol.trials, seed=1 + seed * 1_000 + fold)
+
+
+def train_record(record: dict[str, Any], bags: Bags, split: tuple, hyper: Hyper) -> dict:
+    """`record` with the results of its training (a task of `parallel.run_tasks`)."""
+    started = time.perf_counter()
+    seed = record["seed"] * 1_000 + record["fold"]
+    done = record | train_fold(
+        bags, split, hyper, variant(record["model"]), seed=seed, epochs=record["epochs"]
+    )
+    return done | {"seconds": round(time.perf_counter() - started, 3)}
+
+
+def _chosen(log: RunLog, dataset: str, label: str, protocol: Protocol, seed: int) -> list | None:
+    """The chosen training of each fold of one model, data set and seed: the one with the best
+    validation AUC, then the lower validation loss; None while one is missing from `log`."""
     chosen = []
     for fold in range(protocol.folds):
-        if protocol.search == "fixed":
-            record = one(fold, protocol.fixed)
-        else:
-            draws = draw_hypers(protocol.trials, seed=1 + seed * 1_000 + fold)
-            records = [one(fold, h) for h in draws]
-            done = [r for r in records if r is not None]
-            record = max(done, key=lambda r: r["val_auc"]) if len(done) == len(draws) else None
-        if record is None:
+        keys = [
+            _key(_record(dataset, label, protocol, seed, fold, h))
+            for h in _draws(protocol, seed, fold)
+        ]
+        records = [log.get(key) for key in keys]
+        if any(r is None for r in records):
             return None
-        chosen.append(record)
+        chosen.append(max(records, key=lambda r: (r["val_auc"], -r.get("val_loss", 0.0))))
     return chosen
 
 
-def trainings(protocol: Protocol, models: int, datasets: int) -> int:
-    """How many trainings a protocol runs."""
-    per = protocol.seeds * protocol.folds
-    if protocol.search == "per-fold":
-        per *= protocol.trials
-    return per * models * datasets
+def bag_size_auc(bags: Bags, split: tuple[Tensor, Tensor, Tensor]) -> float:
+    """The test AUC of a bag's size as its score (the trivial baseline: what a logit that
+    depends only on the size can reach), its sign chosen on the training bags."""
+    train, _, test = split
+    sizes = bags.sizes.double()
+    sign = 1.0 if roc_auc(sizes[train], bags.labels[train]) >= 0.5 else -1.0
+    return roc_auc(sign * sizes[test], bags.labels[test])
 
 
 def run(
@@ -248,52 +271,72 @@ def run(
     models: Iterable[str] = PAPER_MIL_MODELS,
     train: bool = True,
     progress: Callable[..., None] | None = None,
+    jobs: int = 1,
+    ray: str | None = None,
 ) -> tuple[dict[tuple[str, str], list[float]], dict[str, Any]]:
-    """Run (or continue) `protocol`, seed by seed (so an interrupted run has whole seeds of
-    every model), logging every training in `out`/runs.jsonl. Without `train`, only reads the
-    log. Returns the per-seed test AUCs {(model, paper column): [mean over folds, one per seed
-    finished]} and what they came from (data statistics, protocol, counts, machine, seconds)."""
-    from nphcli.experiments.mil_data import get_source, load_mil
+    """Run (or continue) `protocol`, logging every training in `out`/runs.jsonl as it ends
+    (seed by seed with one job, so an interrupted run has whole seeds of every model), in
+    `jobs` processes or on the Ray cluster `ray` (`parallel.run_tasks`). Without `train`, only
+    reads the log. Without `datasets`, the paper's that `data` holds. Returns the per-seed test
+    AUCs {(model, paper column): [mean over folds, one per seed finished]}, the bag-size
+    baseline's beside them, and what they came from (data, protocol, counts, machine, seconds)."""
+    from nphcli.experiments.mil_data import get_source, load_present
+    from nphcli.experiments.parallel import run_tasks
 
     out = Path(out)
     if not out.is_dir() and (out.exists() or not out.resolve().parent.is_dir() or not train):
         raise NphError(f"results folder {out} does not exist, and cannot be created here")
-    datasets = list(datasets or protocol.datasets)
     models = list(models)
     for label in models:
         variant(label)
-    loaded = {name: load_mil(name, data) for name in datasets}  # refuse a missing file first
+    loaded = load_present(datasets, protocol.datasets, data)  # refuse a missing file first
     out.mkdir(exist_ok=True)
     log = RunLog(out / "runs.jsonl")
+    bags = {name: Bags(mil) for name, mil in loaded.items()}
+    folds = {
+        (n, s): splits(b.labels, protocol, s)
+        for n, b in bags.items()
+        for s in range(protocol.seeds)
+    }
+    tasks = [
+        (train_record, (record, bags[name], folds[name, seed][fold], hyper))
+        for seed in range(protocol.seeds)
+        for name in bags
+        for label in models
+        for fold in range(protocol.folds)
+        for hyper in _draws(protocol, seed, fold)
+        if log.get(_key(record := _record(name, label, protocol, seed, fold, hyper))) is None
+    ]
     tick = progress or (lambda *_: None)
-    ours = [k for k in log.done if k[0] in datasets and k[1] in models and k[3] == protocol.folds]
-    tick(max(0, trainings(protocol, len(models), len(datasets)) - len(ours)) if train else 0)
     started = time.perf_counter()
+    if train:
+        tick(len(tasks))
+        for _, record in run_tasks(tasks, jobs=jobs, ray=ray):
+            log.add(record)
+            tick(None, f"{record['dataset']} {record['model']} seed {record['seed']}")
     per_seed: dict[tuple[str, str], list[float]] = {}
-    for seed in range(protocol.seeds):
-        for name, mil in loaded.items():
-            bags = Bags(mil)
-            for label in models:
-                chosen = run_seed(
-                    name, bags, label, protocol, seed, log,
-                    train=train, tick=lambda t: tick(None, t),
-                )  # fmt: skip
-                if chosen is not None:
-                    mean = sum(r["test_auc"] for r in chosen) / len(chosen)
-                    per_seed.setdefault((label, get_source(name).label), []).append(mean)
+    for (name, seed), split in folds.items():
+        column = get_source(name).label
+        sizes = [bag_size_auc(bags[name], fold) for fold in split]
+        per_seed.setdefault(("bag-size", column), []).append(sum(sizes) / len(sizes))
+        for label in models:
+            if (picked := _chosen(log, name, label, protocol, seed)) is not None:
+                mean = sum(r["test_auc"] for r in picked) / len(picked)
+                per_seed.setdefault((label, column), []).append(mean)
     meta = _meta(protocol, models, loaded, log, time.perf_counter() - started)
     return per_seed, meta
 
 
 def paper_cells(per_seed: dict[tuple[str, str], list[float]], models: list[str]):
-    """The paper's table and the comparison cells of `run`'s per-seed AUCs: the paper's columns
-    in its order, then data sets it does not print (Musk1, Musk2)."""
+    """The paper's table and the comparison cells of `run`'s per-seed AUCs, the bag-size
+    baseline last: the paper's columns in its order, then data sets it does not print (Musk1,
+    Musk2)."""
     from nphcli.experiments.paper_table import compare, get_table
 
     table = get_table("mil_benchmark")
     ran = {column for _, column in per_seed}
     columns = [c for c in table.columns if c in ran] + sorted(ran - set(table.columns))
-    return table, compare(table, per_seed, rows=models, columns=columns)
+    return table, compare(table, per_seed, rows=[*models, "bag-size"], columns=columns)
 
 
 def _meta(protocol, models, loaded, log, seconds) -> dict[str, Any]:

@@ -19,6 +19,14 @@ from nphcli.experiments.paper_table import (
     write_json,
 )
 
+COLOURS = {  # a cell's verdict -> its dot's colour
+    "within": "tab:green",
+    "outside": "tab:orange",
+    "not comparable": "tab:purple",
+    "baseline": "tab:grey",
+    None: "tab:grey",
+}
+
 
 def draw(
     path: str | os.PathLike,
@@ -35,9 +43,9 @@ def draw(
 
 def comparison_figure(table: PaperTable, cells: Sequence[Cell], *, title: str | None = None):
     """One panel per column; per model nph's mean as a dot with its spread over seeds as an
-    error bar (green where the paper's value is within it, orange where not, grey for one
-    seed), the paper's value as a black diamond beside it; the caption says how many seeds
-    the means are over."""
+    error bar, coloured by the cell's verdict (`COLOURS`), the paper's value as a black
+    diamond beside it (hollow where not comparable); the caption says how many seeds the means
+    are over and what the colours mean."""
     from nphcli.presentation.plot import _matplotlib  # optional: imported where needed
 
     columns = list(dict.fromkeys(c.column for c in cells))
@@ -57,12 +65,13 @@ def comparison_figure(table: PaperTable, cells: Sequence[Cell], *, title: str | 
         for x, row in enumerate(rows):
             cell = by_key[row, column]
             if cell.mean is not None:
-                colour = {True: "tab:green", False: "tab:orange", None: "tab:grey"}[cell.within]
+                colour = COLOURS[cell.verdict]
                 axes.errorbar(x - 0.12, cell.mean, yerr=cell.std or None, fmt="o", color=colour,
                               capsize=3, label=dot if x == 0 else None)  # fmt: skip
             if cell.paper is not None:
+                fill = "none" if cell.verdict == "not comparable" else "black"
                 axes.plot(x + 0.12, cell.paper, "D", color="black", markersize=5,
-                          label="paper" if x == 0 else None)  # fmt: skip
+                          markerfacecolor=fill, label="paper" if x == 0 else None)  # fmt: skip
         axes.set_xticks(range(len(rows)), [MODEL_NAMES.get(r, r) for r in rows], rotation=45,
                         ha="right", fontsize=8)  # fmt: skip
         axes.set_xlim(-0.6, len(rows) - 0.4)
@@ -72,9 +81,11 @@ def comparison_figure(table: PaperTable, cells: Sequence[Cell], *, title: str | 
     for index in range(len(columns), lines * per_line):
         grid[index // per_line][index % per_line].set_visible(False)
     grid[0][0].legend(fontsize=7)
-    spread = "no spread" if used == "1 seed" else "± spread over seeds; green: paper within"
+    spread = "no spread" if used == "1 seed" else "± spread over seeds"
     figure.suptitle(
-        f"{title or table.title}\npaper (◆) vs nph (● mean of {used}, {spread})", fontsize=10
+        f"{title or table.title}\npaper (◆) vs nph (● mean of {used}, {spread}); green: within, "
+        "orange: outside, purple: not comparable (◇), grey: baseline or one seed",
+        fontsize=9,
     )
     return figure
 

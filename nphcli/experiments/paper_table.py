@@ -4,8 +4,11 @@ The paper ("Nonparametric Modern Hopfield Models", Hu et al., ICML 2025) prints 
 experimental numbers: ROC-AUC on four MIL benchmarks (Table "mil_benchmark") and MSE / MAE of
 univariate time-series prediction (Table "mts-result"). `PAPER_TABLES` holds them as printed; a
 reproduction hands `compare` its per-seed results and gets one `Cell` per (model, column): the
-paper's value, nph's mean and spread over seeds, the difference, and whether the paper's value
-lies within nph's mean ± spread. `write_json` and `write_csv` put the cells on disk
+paper's value, nph's mean and spread over seeds, the difference, and a verdict: the paper's
+value lies within nph's mean ± spread, outside it, or the cell is not comparable (the paper's
+released code computes something else there: `PaperTable.not_comparable` names the defect). Rows
+of trivial predictors (`BASELINES`) sit beside the models, so the floor is in the table;
+their verdict is "baseline". `write_json` and `write_csv` put the cells on disk
 (atomically; `paper_files` writes them with the picture); the CLI renders them.
 
 The spread is the sample standard deviation over seeds (ddof = 1). "Within" means
@@ -43,6 +46,7 @@ class PaperTable:
     values: Mapping[tuple[str, str], float | None]
     source: str  # where in the paper's source the numbers are
     notes: tuple[str, ...] = field(default=())  # typos and caveats of the printed table
+    not_comparable: Mapping[str, str] = field(default_factory=dict)  # row -> the code's defect
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,11 @@ class Cell:
     difference: float | None  # mean − paper
     within: bool | None  # |difference| ≤ std; None when either side or the spread is missing
     better: bool | None  # nph's mean beats the paper's value (in the table's direction)
+    verdict: str | None = None  # one of VERDICTS; None: no paper value, no result or one seed
+    reason: str | None = None  # why a cell is not comparable (the released code's defect)
+
+
+VERDICTS = ("within", "outside", "not comparable", "baseline")
 
 
 # nph's model labels (the experiments' variant labels) → the paper's row names.
@@ -71,7 +80,14 @@ MODEL_NAMES = {
     "window": "Window",
     "random-feature": "Random feature",
     "linear": "Linear",
+    "repeat-last": "Repeat last (baseline)",
+    "input-mean": "Input mean (baseline)",
+    "least-squares": "Least squares (baseline)",
+    "bag-size": "Bag size (baseline)",
 }
+# Trivial predictors printed beside the models (time series: `timeseries.baselines`; MIL:
+# `mil_paper.bag_size_aucs`): what a table's numbers mean is where they sit above this floor.
+BASELINES = ("repeat-last", "input-mean", "least-squares", "bag-size")
 
 _MIL_ROWS = PAPER_MIL_MODELS
 _MIL_COLUMNS = ("Tiger", "Fox", "Elephant", "UCSB")
@@ -151,6 +167,11 @@ PAPER_TABLES: dict[str, PaperTable] = {
             "The paper says its MIL network is simpler, and its search space smaller, than the "
             "earlier Hopfield papers', so its numbers do not match theirs.",
         ),
+        not_comparable=dict.fromkeys(
+            ("random-feature", "linear"),
+            "the released code pools with an inverted padding mask, so a bag's logit depends "
+            "only on its size (0.61-0.63 AUC from that code)",
+        ),
     ),
     "mts-result": PaperTable(
         name="mts-result",
@@ -167,6 +188,15 @@ PAPER_TABLES: dict[str, PaperTable] = {
             "ETTm1/96 Top-80% MAE is printed '0.31o'; kept as missing.",
             "The text names horizons 96, 196, 336, 720; the table 96, 192, 336, 720.",
         ),
+        not_comparable={
+            "sparse": "the released 'sparsemax' mode computes softmax",
+            **dict.fromkeys(
+                ("topk-20%", "topk-50%", "topk-80%"),
+                "the released top-k sets unselected scores to 0, not -inf: a soft top-k",
+            ),
+            "window": "the released layer returns a sequence-first tensor that its caller reads "
+            "batch-first, mixing samples across the batch (about a constant prediction's error)",
+        },
     ),
 }
 
@@ -205,41 +235,41 @@ def compare(
         for column in columns:
             paper = table.values.get((row, column))
             seeds = list(per_seed.get((row, column), ()))
-            mean = std = difference = within = better = None
+            mean = std = difference = within = better = verdict = None
+            reason = table.not_comparable.get(row)
             if seeds:
                 mean, std = mean_std(seeds)
                 if paper is not None:
                     difference = mean - paper
                     within = None if std is None else abs(difference) <= std
                     better = mean > paper if table.higher_is_better else mean < paper
+                    verdict = {True: "within", False: "outside", None: None}[within]
+            if reason and paper is not None:  # whether or not nph has run it
+                verdict = "not comparable"
+            verdict = "baseline" if row in BASELINES else verdict
             cells.append(
                 Cell(
-                    table.name,
-                    row,
-                    column,
-                    paper,
-                    mean,
-                    std,
-                    len(seeds),
-                    difference,
-                    within,
-                    better,
+                    table.name, row, column, paper, mean, std, len(seeds), difference, within,
+                    better, verdict, reason if paper is not None else None,
                 )
-            )
+            )  # fmt: skip
     return cells
 
 
 def summary(cells: Iterable[Cell]) -> dict[str, Any]:
-    """How many compared cells lie within the spread, and which do not; cells of one seed
-    (no spread to be within) are counted apart."""
+    """How many comparable cells lie within the spread, and which do not; cells the released
+    code makes not comparable, and cells of one seed (no spread to be within), counted apart."""
     cells = list(cells)
-    compared = [c for c in cells if c.within is not None]
-    outside = [f"{c.row} {c.column}" for c in compared if not c.within]
+    compared = [c for c in cells if c.verdict in ("within", "outside")]
+    outside = [f"{c.row} {c.column}" for c in compared if c.verdict == "outside"]
     return {
         "compared": len(compared),
         "within": len(compared) - len(outside),
         "outside": outside,
-        "one_seed": sum(1 for c in cells if c.seeds == 1 and c.paper is not None),
+        "not_comparable": sum(1 for c in cells if c.verdict == "not comparable"),
+        "one_seed": sum(
+            1 for c in cells if c.verdict is None and c.seeds == 1 and c.paper is not None
+        ),
     }
 
 
@@ -247,9 +277,12 @@ NO_SPREAD = "n/a (1 seed)"
 
 
 def spread_text(cell: Cell, digits: int = 3) -> str:
-    """`mean ± spread` of a cell, `mean ± n/a (1 seed)` for one seed, "" without a result."""
+    """`mean ± spread` of a cell, `mean ± n/a (1 seed)` for one seed, the mean alone for a
+    deterministic baseline, "" without a result."""
     if cell.mean is None:
         return ""
+    if cell.std is None and cell.verdict == "baseline":  # deterministic: nothing to spread
+        return f"{cell.mean:.{digits}f}"
     spread = NO_SPREAD if cell.std is None else f"{cell.std:.{digits}f}"
     return f"{cell.mean:.{digits}f} ± {spread}"
 
@@ -266,7 +299,7 @@ def seeds_text(cells: Iterable[Cell]) -> str:
 def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
     """The comparison as a Markdown table for the docs: a row per model, a column per table
     column, each cell `nph mean ± spread (paper value)`, in bold where the paper's value is
-    outside nph's spread."""
+    outside nph's spread, in italics where the cell is not comparable."""
     columns = list(dict.fromkeys(c.column for c in cells))
     rows = list(dict.fromkeys(c.row for c in cells))
     by_key = {(c.row, c.column): c for c in cells}
@@ -280,8 +313,9 @@ def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
             cell = by_key[row, column]
             text = spread_text(cell, digits)
             if cell.paper is not None:
-                text += f" ({cell.paper:.{digits}f})"
-            texts.append(f"**{text}**" if cell.within is False else text)
+                text = f"{text} ({cell.paper:.{digits}f})".strip()
+            marks = {"outside": "**", "not comparable": "*"}.get(cell.verdict or "", "")
+            texts.append(f"{marks}{text}{marks}" if text else text)
         lines.append(f"| {MODEL_NAMES.get(row, row)} | " + " | ".join(texts) + " |")
     return "\n".join(lines) + "\n"
 

@@ -51,9 +51,9 @@ def whole_numbers(text: str, flag: str) -> tuple[int, ...]:
     return values
 
 
-def with_counts(config: T, *, epochs: int | None, runs: int | None) -> T:
-    """`config` with its epochs and runs per cell replaced where given (each ≥ 1)."""
-    for name, value in (("epochs", epochs), ("runs", runs)):
+def with_counts(config: T, *, epochs: int | None, runs: int | None, seeds: int | None = None) -> T:
+    """`config` with its epochs, runs per cell or seeds replaced where given (each ≥ 1)."""
+    for name, value in (("epochs", epochs), ("runs", runs), ("seeds", seeds)):
         if value is not None:
             if value < 1:
                 raise NphError(f"--{name} must be ≥ 1, got {value}")

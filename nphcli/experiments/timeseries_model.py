@@ -41,9 +41,11 @@ class TSNet(nn.Module):
         d, heads = config.d_model, config.heads
         self.embed = nn.Linear(1, d)
         self.norm_embed = nn.LayerNorm(d)
-        self.layer = NPH(d, rule=layer_rule, heads=heads, bias=True)
+        self.layer = NPH(d, rule=layer_rule, heads=heads, bias=True, dropout=variant.dropout)
         self.norm_layer = nn.LayerNorm(d)
-        self.pool = NPHPooling(d, rule=pool_rule, heads=heads, bias=True, learned="input")
+        self.pool = NPHPooling(
+            d, rule=pool_rule, heads=heads, bias=True, learned="input", dropout=variant.pool_dropout
+        )
         self.norm_pool = nn.LayerNorm(d)
         self.head = nn.Linear(d, horizon)
 

@@ -32,8 +32,8 @@ from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
 from nphcli.experiments.presets import run_seed
 from nphcli.experiments.records import read_records, write_records
-from nphcli.experiments.timeseries import Prepared, Series, prepare, read_series
-from nphcli.experiments.timeseries_config import TSConfig, Variant, chosen_variants
+from nphcli.experiments.timeseries import Prepared, Series, baselines, prepare, read_series
+from nphcli.experiments.timeseries_config import VARIANTS, TSConfig, Variant, chosen_variants
 from nphcli.experiments.timeseries_model import TSNet
 from nphcli.version import __version__
 
@@ -52,11 +52,26 @@ def train_one(
     horizon: int,
     run: int,
     data: Prepared,
-    *,
     seed: int = 0,
     on_epoch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Train one network for `config.epochs`; its record (see the module docstring)."""
+    """Train one network for `config.epochs`; its record (see the module docstring). Dropout
+    draws from torch's global generator, seeded here for the run and restored after it, so a
+    record does not depend on what the process trained before."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(run_seed(seed, run, horizon))
+        return _train(config, variant, horizon, run, data, seed, on_epoch)
+
+
+def _train(
+    config: TSConfig,
+    variant: Variant,
+    horizon: int,
+    run: int,
+    data: Prepared,
+    seed: int,
+    on_epoch: Callable[[int], None] | None,
+) -> dict[str, Any]:
     x_train, y_train = data.parts["train"]
     generator = torch.Generator().manual_seed(run_seed(seed, run, horizon))
     net = build_net(config, variant, horizon, run_seed(seed, run, horizon))
@@ -145,6 +160,7 @@ def protocol(config: TSConfig, series: Series, seed: int) -> dict[str, Any]:
             "horizons": list(config.horizons),
             "variants": list(config.variants),
         },
+        "dropout": {v.label: [v.dropout, v.pool_dropout] for v in VARIANTS if v.pool_dropout},
         "seed": seed,
         "nph": __version__,
     }
@@ -186,11 +202,18 @@ def run_experiment(
     seed: int = 0,
     resume: bool = False,
     progress: Progress | None = None,
+    jobs: int = 1,
+    ray: str | None = None,
 ) -> list[dict[str, Any]]:
     """Train every (variant, horizon, run) of `config` on the CSV file `data`, writing records
-    to `out` (JSON Lines) after each training run. With `resume`, runs already in `out` are kept
+    to `out` (JSON Lines) after each training run, in `jobs` processes or on the Ray cluster
+    `ray` (`parallel.run_tasks`): the file is the one a single process writes, new records in
+    the grid's order after those already there. With `resume`, runs already in `out` are kept
     and skipped; without it an existing `out` is an error. `progress`, if given, is called as
-    progress(total epochs) once and progress(None, label) after each epoch."""
+    progress(total steps) once and progress(None, label) after each step: an epoch in one
+    process, a training otherwise."""
+    from nphcli.experiments.parallel import run_tasks
+
     out = Path(out)
     if out.exists() and not resume:
         raise NphError(f"{out} already exists; pass --resume to continue it or choose --out")
@@ -199,7 +222,7 @@ def run_experiment(
     series, made, records = finished_runs(config, data, out, seed=seed)
     records = records if resume else []
     done = {(r["model"], r["horizon"], r["run"]) for r in records}
-    jobs = [
+    todo = [
         (variant, horizon, run)
         for horizon in config.horizons
         for run in range(config.runs)
@@ -208,28 +231,30 @@ def run_experiment(
     ]
     prepared = {
         h: prepare(series, input_len=h, horizon=h, split=config.split)
-        for h in sorted({h for _, h, _ in jobs})
+        for h in sorted({h for _, h, _ in todo})
     }
     notice(
         f"time series {made['data']} ({config.target}, {config.split} split): "
-        f"{len(jobs)} training runs of {config.epochs} epochs to do"
+        f"{len(todo)} training runs of {config.epochs} epochs to do"
     )
     tick = progress or (lambda *_: None)
-    tick(len(jobs) * config.epochs)
-    for variant, horizon, run in jobs:
-        label = f"{variant.label} H={horizon} run {run}"
-        record = train_one(
-            config,
-            variant,
-            horizon,
-            run,
-            prepared[horizon],
-            seed=seed,
-            on_epoch=lambda _, label=label: tick(None, label),
-        )
-        records.append({**record, "protocol": made})
-        write_results(out, records)
-    return records
+    serial = jobs == 1 and ray is None
+    tick(len(todo) * (config.epochs if serial else 1))
+
+    def each_epoch(label: str) -> Callable[[int], None] | None:
+        return (lambda _: tick(None, label)) if serial else None
+
+    tasks = [
+        (train_one, (config, v, h, r, prepared[h], seed, each_epoch(f"{v.label} H={h} run {r}")))
+        for v, h, r in todo
+    ]
+    new: dict[int, dict[str, Any]] = {}
+    for index, record in run_tasks(tasks, jobs=jobs, ray=ray):
+        new[index] = {**record, "protocol": made}
+        write_results(out, records + [new[i] for i in sorted(new)])
+        if not serial:
+            tick(None, f"{record['model']} H={record['horizon']} run {record['run']}")
+    return records + [new[i] for i in sorted(new)]
 
 
 def per_seed(records: list[dict[str, Any]], dataset: str) -> dict[tuple[str, str], list[float]]:
@@ -245,24 +270,26 @@ def per_seed(records: list[dict[str, Any]], dataset: str) -> dict[tuple[str, str
     return cells
 
 
-def compare_with_paper(records: list[dict[str, Any]], dataset: str, config: TSConfig) -> list:
+def compare_with_paper(
+    records: list[dict[str, Any]], dataset: str, config: TSConfig, series: Series | None = None
+) -> list:
     """The paper's table "mts-result" beside nph's runs: one `paper_table.Cell` per model of
-    `config` and (horizon, metric) of `config` that the paper prints for `dataset`, over the runs
-    of `config`'s grid (a results file may hold more)."""
+    `config` and (horizon, metric) of `config`, over the runs of `config`'s grid (a results
+    file may hold more), then the trivial predictors (`timeseries.baselines`) on `series`'s
+    test windows when given. A data set or horizon the paper does not print has paper None."""
     from nphcli.experiments.paper_table import PAPER_TABLES, compare, ts_column
 
-    table = PAPER_TABLES["mts-result"]
-    columns = [ts_column(dataset, h, m) for h in config.horizons for m in ("MSE", "MAE")]
-    columns = [c for c in columns if c in table.columns]
-    if not columns:
-        known = sorted({c.split("/")[0] for c in table.columns})
-        raise NphError(
-            f"the paper's table has no {dataset!r} at horizons "
-            f"{', '.join(map(str, config.horizons))}; name the data set with --dataset "
-            f"({', '.join(known)}) and use horizons 96, 192, 336 or 720"
-        )
     mine = [r for r in records if r["run"] < config.runs and r["horizon"] in config.horizons]
-    return compare(table, per_seed(mine, dataset), columns=columns, rows=config.variants)
+    cells = per_seed(mine, dataset)
+    rows = list(config.variants)
+    for horizon in config.horizons if series is not None else ():
+        data = prepare(series, input_len=horizon, horizon=horizon, split=config.split)
+        for name, errors in baselines(data).items():
+            for metric, value in zip(("MSE", "MAE"), errors, strict=True):
+                cells[name, ts_column(dataset, horizon, metric)] = [value]
+            rows += [name] if name not in rows else []
+    columns = [ts_column(dataset, h, m) for h in config.horizons for m in ("MSE", "MAE")]
+    return compare(PAPER_TABLES["mts-result"], cells, columns=columns, rows=rows)
 
 
 def comparison_meta(
@@ -280,50 +307,3 @@ def comparison_meta(
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
         "wall_seconds_this_call": round(seconds, 1),
     }
-
-
-def epoch_times(
-    config: TSConfig,
-    data: str | Path,
-    *,
-    steps: int | None = None,
-    repeats: int = 1,
-    seed: int = 0,
-) -> list[dict[str, Any]]:
-    """Seconds per training epoch of every (variant, horizon) of `config` on `data` (the paper's
-    efficiency figure): each epoch on a freshly built network after one untimed warm-up step;
-    the models take turns within each repeat, so a busy spell of the machine falls on all of
-    them alike. With `steps`, an epoch is timed over its first `steps` batches and scaled to all
-    of its batches (`measured_steps` says so). Per row: the mean and the fastest of `repeats`."""
-    series = read_series(data, config.target)
-    variants = chosen_variants(config)
-    rows = []
-    for horizon in config.horizons:
-        x, y = prepare(series, input_len=horizon, horizon=horizon, split=config.split).parts[
-            "train"
-        ]
-        batches = math.ceil(x.shape[0] / config.batch_size)
-        timed = batches if steps is None else min(steps, batches)
-        seconds: dict[str, list[float]] = {v.label: [] for v in variants}
-        for repeat in range(repeats):
-            for variant in variants:
-                net = build_net(config, variant, horizon, run_seed(seed, repeat, horizon))
-                optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr)
-                generator = torch.Generator().manual_seed(run_seed(seed, repeat, horizon))
-                train_epoch(net, optimiser, x, y, config, generator, steps=1)  # warm-up
-                started = time.perf_counter()
-                train_epoch(net, optimiser, x, y, config, generator, steps=timed)
-                seconds[variant.label].append((time.perf_counter() - started) * batches / timed)
-        rows += [
-            {
-                "model": label,
-                "horizon": horizon,
-                "seconds_per_epoch": sum(times) / repeats,
-                "fastest_seconds_per_epoch": min(times),
-                "repeats": repeats,
-                "steps_per_epoch": batches,
-                "measured_steps": timed,
-            }
-            for label, times in seconds.items()
-        ]
-    return rows

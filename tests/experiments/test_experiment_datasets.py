@@ -9,7 +9,6 @@ from nphcli.core.errors import NphError
 from nphcli.experiments.datasets import (
     load_mil_csv,
     load_mil_mat,
-    load_time_series_csv,
     pad_bags,
 )
 from nphcli.layers import NPHPooling
@@ -72,24 +71,3 @@ def test_mil_mat_layout(tmp_path):
     data = load_mil_mat(path)
     assert data.labels.tolist() == [1.0, 0.0]
     torch.testing.assert_close(data.bags[1], torch.tensor([[0, 3.0], [4.0, 0]]))
-
-
-def test_time_series_windows_are_chronological_and_train_normalised(tmp_path):
-    steps = 50
-    path = tmp_path / "ETTh1.csv"
-    lines = ["date,HUFL,OT"] + [f"2016-07-01 {t:02d}:00,{t},{2 * t + 1}" for t in range(steps)]
-    path.write_text("\n".join(lines) + "\n")
-    train = load_time_series_csv(path, input_length=4, horizon=2, split="train")
-    raw = torch.stack([torch.arange(steps) * 1.0, 2 * torch.arange(steps) + 1.0], 1)  # (T, C)
-    mean, std = raw[:35].mean(0), raw[:35].std(0)
-    assert train.columns == ["HUFL", "OT"]
-    assert train.inputs.shape == (35 - 4 - 2 + 1, 4, 2)  # first targets at 4 … 33
-    torch.testing.assert_close(train.inputs[0], (raw[0:4] - mean) / std)
-    torch.testing.assert_close(train.targets[-1], (raw[33:35] - mean) / std)
-    test = load_time_series_csv(path, input_length=4, horizon=2, split="test")
-    torch.testing.assert_close(test.targets[0], (raw[40:42] - mean) / std)  # test starts at 40
-    torch.testing.assert_close(test.inputs[0], (raw[36:40] - mean) / std)  # may look back
-    with pytest.raises(NphError, match="too short"):
-        load_time_series_csv(path, input_length=4, horizon=6, split="val")
-    with pytest.raises(NphError, match="split"):
-        load_time_series_csv(path, input_length=4, horizon=2, split="dev")

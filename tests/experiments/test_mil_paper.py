@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from nphcli.core.errors import NphError
 from nphcli.experiments import mil_paper, mil_protocol
 from nphcli.experiments.datasets import MILData
 from nphcli.experiments.mil_config import PAPER_MIL_MODELS
+from nphcli.experiments.mil_data import load_present
 from nphcli.experiments.mil_protocol import Hyper
 
 HYPER = Hyper(batch_size=4, lr=1e-2, weight_decay=0.0, width=8, heads=2, beta=1.0, dropout=0.5)
@@ -102,6 +104,50 @@ def test_training_learns_separable_bags_reproducibly():
     again = mil_paper.train_fold(bags, split, hyper, mil_paper.variant("sparse"), seed=1, epochs=15)
     assert first == again
     assert first["test_auc"] >= 0.9 and 1 <= first["best_epoch"] <= 15
+    assert first["val_loss"] > 0  # recorded: it breaks ties of validation AUC
+
+
+def test_validation_auc_ties_are_broken_by_the_lower_loss(monkeypatch):
+    """Three epochs with validation AUC 1, 1, 0.5 and losses 0.6, 0.2, 0.1: the second is kept
+    (the first of equal AUCs would be chosen by the AUC alone)."""
+    data = _bags(20)
+    split = mil_paper.splits(data.labels, dataclasses.replace(TINY, folds=4), seed=0)[0]
+    val = data.labels[split[1]]
+    epochs = iter([(val * 2 - 1) * 0.4, (val * 2 - 1) * 3.0, (1 - val * 2) * 9.0, torch.zeros(5)])
+    scores = []
+
+    def fake_scores(net, bags, index):
+        if index.numel() == split[1].numel() and bool((index == split[1]).all()):
+            scores.append(next(epochs))
+            return scores[-1]
+        return torch.linspace(0, 1, index.numel())
+
+    monkeypatch.setattr(mil_paper, "_scores", fake_scores)
+    bags = mil_paper.Bags(data)
+    result = mil_paper.train_fold(bags, split, HYPER, mil_paper.variant("dense"), seed=0, epochs=3)
+    assert result["best_epoch"] == 2 and result["val_auc"] == 1.0
+
+
+def test_the_network_has_the_released_layer_norms():
+    net = mil_paper.PaperMILNet(5, HYPER, mil_paper.variant("dense"))
+    assert isinstance(net.norm_embed, torch.nn.LayerNorm) and net.norm_pool.normalized_shape == (8,)
+
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mil"
+needs_shared = pytest.mark.skipif(
+    not (SHARED / "fox_100x100_matlab.mat").is_file(), reason="../shared/data/mil is not here"
+)
+
+
+@needs_shared
+def test_fox_and_tiger_come_from_the_shared_folder_and_the_bag_size_baseline():
+    pytest.importorskip("scipy")
+    loaded = load_present(None, mil_protocol.PROTOCOLS["reduced"].datasets, SHARED)
+    assert list(loaded)[:3] == ["tiger", "fox", "elephant"]  # UCSB: not in that folder
+    assert [sum(b.shape[0] for b in loaded[n].bags) for n in ("tiger", "fox")] == [1220, 1320]
+    bags = mil_paper.Bags(loaded["fox"])
+    aucs = [mil_paper.bag_size_auc(bags, s) for s in mil_paper.splits(bags.labels, TINY, 0)]
+    assert all(0.0 <= auc <= 1.0 for auc in aucs)
 
 
 @pytest.mark.slow
@@ -109,7 +155,7 @@ def test_runs_resume_from_the_log_and_report_whole_seeds(tmp_path, monkeypatch):
     _csv(tmp_path, _bags(16))
     out = tmp_path / "out"
     per_seed, meta = mil_paper.run(TINY, tmp_path, out, models=["dense", "linear"])
-    assert set(per_seed) == {("dense", "UCSB"), ("linear", "UCSB")}
+    assert set(per_seed) == {("dense", "UCSB"), ("linear", "UCSB"), ("bag-size", "UCSB")}
     assert all(len(v) == 2 for v in per_seed.values())
     assert meta["trainings_logged"] == 2 * 2 * 2 and meta["data"]["UCSB"]["differs_from_paper"]
     lines = (out / "runs.jsonl").read_text().splitlines()
@@ -125,7 +171,8 @@ def test_runs_resume_from_the_log_and_report_whole_seeds(tmp_path, monkeypatch):
     (out / "runs.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])
     partial = mil_paper.run(TINY, tmp_path, out, models=["dense", "linear"], train=False)[0]
     assert partial == {("dense", "UCSB"): per_seed["dense", "UCSB"],
-                       ("linear", "UCSB"): per_seed["linear", "UCSB"][:1]}  # fmt: skip
+                       ("linear", "UCSB"): per_seed["linear", "UCSB"][:1],
+                       ("bag-size", "UCSB"): per_seed["bag-size", "UCSB"]}  # fmt: skip
     assert (out / "runs.jsonl").read_text() == "\n".join(lines[:-1]) + "\n"  # cut line dropped
     monkeypatch.undo()
     assert mil_paper.run(TINY, tmp_path, out, models=["dense", "linear"])[0] == per_seed
@@ -146,7 +193,8 @@ def test_the_command_prints_and_writes_the_comparison(invoke, tmp_path, monkeypa
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout)
     assert shown["table"] == "mil_benchmark" and shown["protocol"]["name"] == "quick"
-    (cell,) = shown["cells"]
+    cell, baseline = shown["cells"]
+    assert (baseline["row"], baseline["verdict"], baseline["seeds"]) == ("bag-size", "baseline", 2)
     assert (cell["row"], cell["column"], cell["paper"], cell["seeds"]) == (
         "sparse",
         "UCSB",

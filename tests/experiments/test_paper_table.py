@@ -90,8 +90,22 @@ def test_summary_names_the_cells_outside():
     results = {("dense", "Tiger"): [0.813, 0.813], ("dense", "Fox"): [0.9, 0.91]}
     cells = pt.compare(table, results, rows=["dense"])
     assert pt.summary(cells) == {
-        "compared": 2, "within": 1, "outside": ["dense Fox"], "one_seed": 0,
+        "compared": 2, "within": 1, "outside": ["dense Fox"], "not_comparable": 0,
+        "one_seed": 0,
     }  # fmt: skip
+    assert [c.verdict for c in cells] == ["within", "outside", None, None]
+
+
+def test_a_row_the_released_code_breaks_is_not_comparable():
+    table = pt.get_table("mil_benchmark")
+    results = {("linear", "Tiger"): [0.79, 0.80], ("bag-size", "Tiger"): [0.6, 0.62]}
+    cells = pt.compare(table, results, rows=["linear", "bag-size"], columns=["Tiger"])
+    assert [c.verdict for c in cells] == ["not comparable", "baseline"]
+    assert "padding mask" in cells[0].reason and cells[1].reason is None
+    assert pt.summary(cells) == {
+        "compared": 0, "within": 0, "outside": [], "not_comparable": 1, "one_seed": 0,
+    }  # fmt: skip
+    assert pt.markdown(cells).splitlines()[2].startswith("| Linear | *0.795 ± 0.007 (0.797)*")
 
 
 def test_unknown_names_are_user_errors():
@@ -109,7 +123,7 @@ def test_a_column_the_paper_lacks_has_no_paper_value():
 
 def test_json_and_csv_round_trip(tmp_path):
     table = pt.get_table("mil_benchmark")
-    cells = pt.compare(table, {("linear", "Elephant"): [0.85, 0.87, 0.88]})
+    cells = pt.compare(table, {("dense", "Elephant"): [0.85, 0.87, 0.88]})
     pt.write_json(tmp_path / "t.json", table, cells, {"nph_version": "x", "protocol": "quick"})
     data = json.loads((tmp_path / "t.json").read_text())
     assert data["table"] == "mil_benchmark" and data["protocol"] == "quick"
@@ -117,9 +131,9 @@ def test_json_and_csv_round_trip(tmp_path):
     pt.write_csv(tmp_path / "t.csv", cells)
     with open(tmp_path / "t.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    linear = next(r for r in rows if r["row"] == "linear" and r["column"] == "Elephant")
-    assert float(linear["mean"]) == pytest.approx(0.8666666, abs=1e-6)
-    assert linear["within"] == "True" and rows[0]["mean"] == ""
+    dense = next(r for r in rows if r["row"] == "dense" and r["column"] == "Elephant")
+    assert float(dense["mean"]) == pytest.approx(0.8666666, abs=1e-6)
+    assert dense["within"] == "True" and dense["verdict"] == "within" and rows[0]["mean"] == ""
 
 
 def test_draw_writes_a_png(tmp_path):
@@ -158,7 +172,9 @@ def test_one_seed_has_no_spread_anywhere(capsys, monkeypatch):
         table, {("dense", c): [0.2] for c in columns}, rows=["dense"], columns=columns
     )
     assert pt.spread_text(cells[0]) == "0.200 ± n/a (1 seed)"
-    assert pt.summary(cells) == {"compared": 0, "within": 0, "outside": [], "one_seed": 2}
+    assert pt.summary(cells) == {
+        "compared": 0, "within": 0, "outside": [], "not_comparable": 0, "one_seed": 2,
+    }  # fmt: skip
     assert "± 0.000" not in pt.markdown(cells) and "n/a (1 seed)" in pt.markdown(cells)
     assert pt.cells_json(table, cells, {})["cells"][0]["std"] is None
     monkeypatch.setenv("COLUMNS", "200")
@@ -199,9 +215,29 @@ def test_help_quotes_the_measured_times_the_docs_report():
         page = " ".join((root / measured.page).read_text().split())
         for part in measured.seconds:
             assert duration(part) in page, (measured.page, duration(part))
-    assert "4 min 24 s on 2 quiet CPU cores" in estimate("timeseries-quick")
     help_text = " ".join(f.help for fields in (MIL_FIELDS, PAPER_MIL_FIELDS, TS_FIELDS)
                          for f in fields if f.name in ("preset", "protocol"))  # fmt: skip
     for name in MEASURED:
         assert estimate(name) in help_text, name
     assert "about 10 minutes" not in help_text
+
+
+def test_the_picture_carries_each_cells_verdict():
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgba
+    from matplotlib.lines import Line2D
+
+    from nphcli.experiments.paper_files import COLOURS, comparison_figure
+
+    table = pt.get_table("mil_benchmark")
+    results = {("dense", "Tiger"): [0.80, 0.82], ("linear", "Tiger"): [0.7, 0.72],
+               ("bag-size", "Tiger"): [0.6, 0.62]}  # fmt: skip
+    cells = pt.compare(table, results, rows=["dense", "linear", "bag-size"], columns=["Tiger"])
+    figure = comparison_figure(table, cells)
+    lines = [line for line in figure.axes[0].get_lines() if isinstance(line, Line2D)]
+    dots = {to_rgba(line.get_color()) for line in lines if line.get_marker() == "o"}
+    verdicts = ("within", "not comparable", "baseline")
+    assert dots == {to_rgba(COLOURS[v]) for v in verdicts}
+    diamonds = [line.get_markerfacecolor() for line in lines if line.get_marker() == "D"]
+    assert diamonds == ["black", "none"]  # dense, linear (hollow: not comparable)
+    assert "purple: not comparable" in figure._suptitle.get_text()

@@ -1,0 +1,92 @@
+"""Independent trainings, run where the user says: in this process, in `jobs` local processes,
+or on a Ray cluster (`ray`: its address, "auto", or "local" for a fresh local instance; Ray
+comes with the optional `cluster` extra). Each task is a picklable function and its
+arguments; results come back as they finish, each with its task's index, so the caller writes
+them to its resumable log at once and a killed run loses only the trainings in flight.
+
+A training seeds everything it draws from its own arguments (`mil_paper.train_fold`,
+`timeseries_run.train_one`), so where it runs does not change its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from nphcli.core.errors import NphError
+
+Task = tuple[Callable[..., Any], tuple[Any, ...]]
+
+
+def run_tasks(
+    tasks: Sequence[Task], *, jobs: int = 1, ray: str | None = None
+) -> Iterator[tuple[int, Any]]:
+    """(index, fn(*args)) of every task, in the order they finish (in order with one job)."""
+    if jobs < 1:
+        raise NphError(f"--jobs must be ≥ 1, got {jobs}")
+    if ray is not None:
+        yield from _on_ray(tasks, ray)
+    elif jobs == 1 or len(tasks) <= 1:
+        for index, (fn, args) in enumerate(tasks):
+            yield index, fn(*args)
+    else:
+        yield from _in_processes(tasks, jobs)
+
+
+def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    import torch
+
+    threads = max(1, torch.get_num_threads() // jobs)  # this process's threads, shared out
+    # spawn: a forked child of a process that has run torch's thread pools can hang
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_set_threads, initargs=(threads,)
+    ) as pool:
+        pending = {pool.submit(fn, *args): index for index, (fn, args) in enumerate(tasks)}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield pending.pop(future), future.result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _on_ray(tasks: Sequence[Task], address: str) -> Iterator[tuple[int, Any]]:
+    try:
+        import ray
+    except ImportError:
+        raise NphError("--ray needs Ray: pip install 'nph[cluster]' (or pip install ray)") from None
+    if not ray.is_initialized():
+        try:
+            if address == "local":
+                ray.init(include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+            raise NphError(f"cannot reach the Ray cluster at {address!r}: {first}") from None
+    remote = ray.remote(num_cpus=1)(_call)  # one CPU of the cluster, one thread, per training
+    pending = {remote.remote(fn, *args): index for index, (fn, args) in enumerate(tasks)}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            yield pending.pop(done[0]), ray.get(done[0])
+    finally:
+        for ref in pending:
+            ray.cancel(ref)
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    _set_threads(1)
+    return fn(*args)
