@@ -73,10 +73,7 @@ def check_folder(path: str | os.PathLike) -> Path:
 
 @contextlib.contextmanager
 def atomic_write(
-    path: str | os.PathLike,
-    *,
-    force: bool = False,
-    before_switch: Callable[[], None] | None = None,
+    path: str | os.PathLike, *, force: bool = False, before_switch: Callable[[], None] | None = None
 ) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; on success fsync it and rename it over `path`.
 

@@ -90,10 +90,7 @@ class StreamedBank(MemoryBank):
         flat = index.reshape(-1).cpu()  # (N,)
         keys = self._rows(self.key_name, flat)  # (N, d)
         values = self._rows(self.value_name, flat) if self.value_name else keys  # (N, d_v)
-        return (
-            keys.reshape(*index.shape, self.dim),
-            values.reshape(*index.shape, self.value_dim),
-        )
+        return (keys.reshape(*index.shape, self.dim), values.reshape(*index.shape, self.value_dim))
 
     def to(self, device=None, dtype=None) -> StreamedBank:
         """The same file read onto another device or into another dtype: no file access, no
