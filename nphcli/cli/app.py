@@ -35,9 +35,8 @@ class _StderrHandler(logging.Handler):
         print(f"note: {record.getMessage()}", file=sys.stderr)
 
 
-# Set by the root options --debug and --quiet, and by --json anywhere on the command line, for the
-# current invocation only (reset in NphGroup.main, so in-process runners such as the tests' do not
-# carry them over to the next command).
+# Set by --debug, --quiet and --json (anywhere) for the current invocation only: NphGroup.main
+# resets them, so in-process runners do not carry them over to the next command.
 _debug_flag = False
 _quiet_flag = False
 _json_errors = False
@@ -133,11 +132,10 @@ class NphGroup(TyperGroup):
 
 
 def _fail(message: str, code: int) -> int:
-    one_line = " ".join(message.split())
-    if _json_errors:
-        _write_line(json.dumps({"error": one_line, "exit_code": code}))
-    else:
-        _write_line(f"Error: {one_line}")
+    line = " ".join(message.split())
+    _write_line(
+        json.dumps({"error": line, "exit_code": code}) if _json_errors else f"Error: {line}"
+    )
     return code
 
 
@@ -173,17 +171,12 @@ def _resource_message(error: BaseException, flags: set[str] = frozenset()) -> st
         name = f" writing {error.filename}" if error.filename else ""
         return f"no space left on the device{name}; free some space or write elsewhere"
     torch = sys.modules.get("torch")  # only loaded modules can have raised it
-    torch_oom = getattr(torch, "OutOfMemoryError", None) or getattr(
-        getattr(torch, "cuda", None), "OutOfMemoryError", None
-    )
+    cuda = getattr(torch, "cuda", None)
+    torch_oom = getattr(torch, "OutOfMemoryError", None) or getattr(cuda, "OutOfMemoryError", None)
     text = str(error)
-    if (
-        isinstance(error, MemoryError)
-        or (torch_oom is not None and isinstance(error, torch_oom))
-        or (
-            isinstance(error, RuntimeError)
-            and any(s in text for s in ("can't allocate memory", "out of memory"))
-        )
+    said = any(s in text for s in ("can't allocate memory", "out of memory"))
+    if isinstance(error, (MemoryError, *([torch_oom] if torch_oom else []))) or (
+        said and isinstance(error, RuntimeError)
     ):
         first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
         reduce = [advice for flag, advice in _REDUCE.items() if flag in flags]

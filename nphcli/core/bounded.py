@@ -5,9 +5,8 @@ being read until memory runs out. Torch-free.
 The bounds (docs/errors.md): a line of a table, queries file, CSV or series is at most
 `MAX_LINE_BYTES`; a whole text input at most `text_input_limit()`, a sixteenth of the machine's
 memory and at most 4 GiB, each line counted `LINE_COST` bytes more (rows read from text become
-Python objects several times their size).
-A NUL byte marks a file that is not text (`/dev/zero` is refused at its first read). A text to
-embed is cut to `MAX_TEXT_CHARS` characters, as a model's tokenizer keeps its first tokens.
+Python objects several times their size). A NUL byte marks a file that is not text (`/dev/zero`
+is refused at its first read). A text to embed is cut to `MAX_TEXT_CHARS` characters.
 """
 
 from __future__ import annotations
@@ -105,15 +104,11 @@ def read_lines(
             total += len(line) + LINE_COST
             _check_chunk(line, total, limit, path, what)
             if len(line) > max_line and not line.endswith(b"\n"):
+                long = f"{what} {path}: line {number} is longer than {human_bytes(max_line)}"
                 if not truncate:
-                    raise NphError(
-                        f"{what} {path}: line {number} is longer than {human_bytes(max_line)}"
-                    )
+                    raise NphError(long)
                 total += _skip_line(handle, total, limit, path, what)
-                notice(
-                    f"{what} {path}: line {number} is longer than {human_bytes(max_line)}; "
-                    "its start is kept"
-                )
+                notice(f"{long}; its start is kept")
                 line = line[:max_line]
                 line = line[: len(line) - _cut_character(line)] + b"\n"
             yield number, _decode(line, encoding if number == 1 else "utf-8", path, what, number)
@@ -135,9 +130,7 @@ def _cut_character(data: bytes) -> int:
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
         if byte & 0xC0 != 0x80:  # the first byte of the last character
-            needed = 2 if byte >= 0xC0 else 1
-            needed = 3 if byte >= 0xE0 else needed
-            needed = 4 if byte >= 0xF0 else needed
+            needed = 4 if byte >= 0xF0 else 3 if byte >= 0xE0 else 2 if byte >= 0xC0 else 1
             return back if needed > back else 0
     return 0
 

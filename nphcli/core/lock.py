@@ -9,8 +9,7 @@ The lock is a sidecar file, `.NAME.lock` beside the file, because a `--force` sw
 new file over the results file and a lock on the old inode would not cover the new one. Where
 `fcntl` exists the lock is `flock` (released by the kernel when the process dies, so a killed
 sweep never leaves a stale lock); elsewhere the sidecar is created with O_EXCL and removed on
-release. Either way the sidecar holds the holder's pid and
-command line, for the second writer's error message.
+release. Either way the sidecar holds the holder's pid and command line, for the error message.
 
 The lock follows the file, not the name it was given: the sidecar sits beside the file a
 symlink points to, and an existing results file's inode is flocked too, so two writers reaching

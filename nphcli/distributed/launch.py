@@ -52,9 +52,7 @@ GRACE_S = 2.0
 PARENT_POLL_S = 0.5
 
 # The signals that stop the parent cleanly: it stops its workers, then exits 128 + N.
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -85,13 +83,10 @@ def run_workers(
     method: str | None = None,
     device: str = "cpu",
 ) -> Any:
-    """Run `work(collective)` on `workers` local ranks and return rank 0's result.
-
-    `timeout` (seconds) bounds each collective wait; `threads` is each worker's torch thread
-    count (default: this machine's cores shared evenly); `method` "forkserver" (default), "spawn"
-    or "fork" (see the module docstring); `device` the `--device` the ranks compute on, which
-    picks the backend and each rank's GPU (`group.join_group`).
-    """
+    """Run `work(collective)` on `workers` local ranks and return rank 0's result. `timeout`
+    (seconds) bounds each collective wait; `threads`: each worker's torch threads (default: the
+    cores shared evenly); `method` "forkserver" (default), "spawn" or "fork"; `device` picks the
+    backend and each rank's GPU (`group.join_group`)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise NphError(f"--workers must be a whole number ≥ 1, got {workers!r}")
     if not (timeout > 0):
@@ -105,12 +100,9 @@ def run_workers(
             context.set_forkserver_preload([defining])
     address = f"tcp://127.0.0.1:{free_port()}"
     pipes = [context.Pipe() for _ in range(workers)]  # (parent's end, worker's end) per rank
+    shared = (workers, address, timeout, threads, device, work)
     processes = [
-        context.Process(
-            target=_worker,
-            args=(rank, workers, address, timeout, threads, device, work, pipes[rank][1]),
-            daemon=True,
-        )
+        context.Process(target=_worker, args=(rank, *shared, pipes[rank][1]), daemon=True)
         for rank in range(workers)
     ]
     started = []  # a signal may arrive while the workers start: only these are stopped
@@ -210,13 +202,9 @@ def _report(pipe, message) -> None:
 
 
 def _exit_with_parent() -> None:
-    """Make this worker end when the process that started it ends, however that ends.
-
-    On Linux the kernel's parent-death signal kills it when its parent process ends (with
-    "spawn" and "fork" that is the nph process; with a fork server, the server, which itself
-    outlives nph only while workers run). Everywhere, a thread waits on the parent's sentinel
-    (closed when the parent ends) and ends the process then.
-    """
+    """End this worker when its parent ends, however that ends: on Linux by the parent-death
+    signal (with a fork server the parent is the server, which outlives nph only while workers
+    run); everywhere by a thread that waits on the parent's sentinel."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
@@ -273,15 +261,13 @@ def _failure(processes, codes, done, errors, timeout: float) -> NphError:
     user = [r for r, (_, code) in sorted(errors.items()) if code == NphError.exit_code]
     user.sort(key=lambda r: errors[r][0].startswith("rank "))  # a rank's own error first
     if user and len(texts) == 1 and len(errors) == len(processes):
-        text, code = errors[user[0]]
-        return NphError(text)
+        return NphError(errors[user[0]][0])
     for rank, code in enumerate(codes):
         if code not in (None, 0) and rank not in errors and rank not in done:
             how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             return NphRuntimeError(f"worker rank {rank} died ({how}); every rank was stopped")
     if user:
-        rank = user[0]
-        return NphError(f"rank {rank}: {errors[rank][0]}")
+        return NphError(f"rank {user[0]}: {errors[user[0]][0]}")
     silent = [r for r, code in enumerate(codes) if code is None and r not in errors]
     if silent and errors:
         return NphRuntimeError(

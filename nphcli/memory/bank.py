@@ -81,10 +81,8 @@ class MemoryBank:
         return None
 
     def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
-        """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): shape (Q, d_v).
-
-        Reads each distinct row once, then sums without forming a (Q, c, d_v) tensor.
-        """
+        """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): shape (Q, d_v),
+        reading each distinct row once and never forming a (Q, c, d_v) tensor."""
         rows, inverse = torch.unique(index, return_inverse=True)  # (U,), (Q, c)
         _, values = self.gather(rows)  # (U, d_v)
         return _embedding_sum(inverse, values, weights)
@@ -210,10 +208,8 @@ def _whole(labels: Any) -> Tensor:
 def _embedding_sum(index: Tensor, values: Tensor, weights: Tensor) -> Tensor:
     """Σ_j weights[q, j] · values[index[q, j]]: (Q, d_v) in the weights' dtype (half values are
     summed in their dtype with the weights rounded to it, as the matrix products are)."""
-    summed = F.embedding_bag(
-        index, values, per_sample_weights=weights.to(values.dtype), mode="sum"
-    )  # (Q, d_v)
-    return summed.to(weights.dtype)
+    rounded = weights.to(values.dtype)
+    return F.embedding_bag(index, values, per_sample_weights=rounded, mode="sum").to(weights.dtype)
 
 
 def as_bank(memory: Tensor | MemoryBank, values: Tensor | None = None) -> MemoryBank:

@@ -5,13 +5,9 @@ their items in a sidecar beside the memory file, `NAME.items.HASH.jsonl`, one JS
 stored row in row order: `{"id": "...", "text": "...", "meta": {...}}`. The memory's metadata
 names the sidecar with its sha256 and row count (`items`); HASH, the start of that sha256, gives
 every new sidecar a name of its own, so replacing a memory switches the pair with one rename
-(`staged_items`). So a changed or swapped sidecar is refused
-instead of labelling rows with another memory's texts. A sidecar rather than tensors inside the
-safetensors file: texts are variable-length, and a reader needs only the few rows it shows, which
-`Items` reads by seeking to them (an index of line offsets, 8 bytes a row), never the whole table.
-
-Shards carry the record in their metadata (it is the source's), so a shard set finds the same
-sidecar beside its manifest (`nph shard` copies it there).
+(`staged_items`), and a changed or swapped sidecar is refused. A sidecar, not tensors: texts
+are variable-length, and a reader seeks to the few rows it shows (8 bytes of offset a row).
+Shards carry the source's record, and `nph shard` copies the sidecar beside their manifest.
 """
 
 from __future__ import annotations
@@ -34,8 +30,8 @@ ITEM_KEYS = ("id", "text", "meta", "value")  # value: a hetero memory's value it
 
 
 def sidecar_path(memory_path: str | os.PathLike) -> Path:
-    """`memory.safetensors` → `memory.items.jsonl`: the name the sidecar's temporaries are named
-    after (the sidecar itself is `items_name`)."""
+    """`memory.safetensors` → `memory.items.jsonl`, what the sidecar's temporaries are named
+    after."""
     path = Path(memory_path)
     return path.with_name(path.stem + SUFFIX)
 
@@ -61,12 +57,6 @@ def check_items(items: Sequence[dict[str, Any]], rows: int, what: str) -> None:
         seen[str(key)] = row
 
 
-def _item_lines(items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
-    for item in items:
-        kept = {key: item[key] for key in ITEM_KEYS if item.get(key) is not None}
-        yield (json.dumps(kept, ensure_ascii=False) + "\n").encode("utf-8")
-
-
 def items_name(memory_path: str | os.PathLike, sha256: str) -> str:
     """The sidecar's file name: `NAME.items.<first 16 hex digits of its sha256>.jsonl`."""
     return f"{Path(memory_path).stem}.items.{sha256[:16]}{SUFFIX.removeprefix('.items')}"
@@ -86,7 +76,9 @@ def staged_items(
     with staged(sidecar_path(memory_path), force=True) as stage:
         digest, count = hashlib.sha256(), 0
         with open(stage.tmp, "wb") as handle:
-            for line in _item_lines(items):
+            for item in items:
+                kept = {key: item[key] for key in ITEM_KEYS if item.get(key) is not None}
+                line = (json.dumps(kept, ensure_ascii=False) + "\n").encode("utf-8")
                 handle.write(line)
                 digest.update(line)
                 count += 1
@@ -141,9 +133,7 @@ def remove_unnamed(
             record = read_metadata(memory).get("items")
         except (NphError, OSError, ValueError):
             continue
-        name = record_file(record)
-        if name is not None:
-            found.discard(folder / name)
+        found.discard(folder / (record_file(record) or "."))
     for path in sorted(found):
         path.unlink(missing_ok=True)
     return sorted(found)
@@ -249,11 +239,8 @@ def open_items(memory_path: str | os.PathLike, meta: dict[str, Any]) -> Items | 
         path = Path(memory_path).with_name(name)  # never outside its folder
         dropped = set(part.get("drop", ()))
         offsets = _offsets(memory_path, path, part)
-        spans += [
-            (len(paths), offsets[row], offsets[row + 1])
-            for row in range(len(offsets) - 1)
-            if row not in dropped
-        ]
+        rows = [row for row in range(len(offsets) - 1) if row not in dropped]
+        spans += [(len(paths), offsets[row], offsets[row + 1]) for row in rows]
         paths.append(path)
     if len(spans) != meta.get("M", len(spans)):
         raise NphError(f"{memory_path}: {len(spans)} items for {meta.get('M')} stored rows")

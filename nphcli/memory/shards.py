@@ -208,17 +208,8 @@ def _write_parts(bank, out_dir, names, sizes, meta, set_id) -> list[dict]:
     offset = 0
     listed = []
     for index, (name, rows) in enumerate(zip(names, sizes, strict=True)):
-        shard_meta = {
-            **meta,
-            "shard": {
-                "set_id": set_id,
-                "index": index,
-                "parts": len(sizes),
-                "offset": offset,
-                "rows": rows,
-                "total_M": total,
-            },
-        }
+        shard = {"set_id": set_id, "index": index, "parts": len(sizes), "offset": offset}
+        shard_meta = {**meta, "shard": {**shard, "rows": rows, "total_M": total}}
         shapes = {"patterns": (bank.dtype, (rows, bank.dim))}
         blocks = {"patterns": _blocks(bank, offset, rows, values=False)}
         if bank.hetero:
@@ -294,10 +285,8 @@ def read_manifest(
     for index, part in enumerate(parts):
         resolved = part.path.resolve()
         if resolved in seen:
-            raise NphError(
-                f"{path}: shard {part.path.name} is listed twice (parts {seen[resolved]} and "
-                f"{index})"
-            )
+            twice = f"is listed twice (parts {seen[resolved]} and {index})"
+            raise NphError(f"{path}: shard {part.path.name} {twice}")
         seen[resolved] = index
         if part.offset < expected:
             raise NphError(
@@ -369,11 +358,8 @@ def _check_part(manifest: Manifest, index: int, part: ShardPart, *, verify: bool
     wanted = (part.rows, manifest.dim, manifest.value_dim, manifest.dtype, manifest.hetero)
     if found != wanted:
         labels = ("rows", "d", "d_v", "dtype", "hetero")
-        diffs = ", ".join(
-            f"{label} {a} ≠ {b}"
-            for label, a, b in zip(labels, found, wanted, strict=True)
-            if a != b
-        )
+        pairs = zip(labels, found, wanted, strict=True)
+        diffs = ", ".join(f"{label} {a} ≠ {b}" for label, a, b in pairs if a != b)
         raise NphError(f"{where} does not match the manifest: {diffs}")
     if verify and tensors_sha256(part.path) != part.sha256:
         raise NphError(

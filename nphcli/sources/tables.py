@@ -222,25 +222,20 @@ def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tenso
 
     dim = None
     for number, vector in enumerate(vectors):
+        row = f"{spec}: row {number + 1} (id {rows[number].get('id')!r})"
         if not isinstance(vector, list) or not vector:
-            raise NphError(
-                f"{spec}: row {number + 1} (id {rows[number].get('id')!r}): embedding is not a "
-                "list of numbers"
-            )
+            raise NphError(f"{row}: embedding is not a list of numbers")
         if dim is None:
             dim = len(vector)
         elif len(vector) != dim:
             raise NphError(
-                f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {len(vector)} "
-                f"values, the first row {dim}: every embedding needs the same dimension"
+                f"{row} has {len(vector)} values, the first row {dim}: every embedding needs the "
+                "same dimension"
             )
         for value in vector:
             problem = number_problem(value)
             if problem is not None:
-                raise NphError(
-                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {problem} in "
-                    "its embedding"
-                )
+                raise NphError(f"{row} has {problem} in its embedding")
     return torch.tensor(vectors, dtype=torch.float32)  # (M, d)
 
 
