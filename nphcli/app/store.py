@@ -64,8 +64,7 @@ def store_memory(
     if unknown:
         known = ", ".join(_SOURCE_OPTIONS)
         raise NphError(f"unknown source option(s) {', '.join(unknown)}; choose from {known}")
-    # what is wrong with the request is said before "already exists", which --force would
-    # only replace with the same error
+    # what is wrong with the request is said before "already exists" (--force would not help)
     options = sources.SourceOptions(**source_options)
     sources.resolve_source(str(source))  # an unknown name, with its "did you mean"
     if options.n is not None and options.n < 1:
@@ -85,8 +84,7 @@ def store_memory(
     for left in remove_unnamed(out, keep=inputs):
         notice(f"removed {left}, a sidecar no memory names (left by an interrupted store)")
     prepared = sources.prepare_memory(str(source), options, normalize=normalize, dtype=dtype)
-    meta, stored_labels, stored_values = prepared.meta, prepared.labels, None
-    items = prepared.items
+    meta, stored_labels, stored_values, items = prepared.meta, prepared.labels, None, prepared.items
     if values is not None:
         loaded_values, value_items = load_values_and_items(values, meta)
         stored_values = in_store_dtype(loaded_values, dtype)  # (M, d_v)
@@ -114,9 +112,7 @@ def store_memory(
     warning = unretrievable_notice(found)
     if warning:
         notice(warning)
-    manifest = None
-    if parts is not None:
-        manifest = write_shards(out, out.parent, parts=parts, force=force)
+    manifest = None if parts is None else write_shards(out, out.parent, parts=parts, force=force)
     return Stored(out, read_metadata(out), stored_labels is not None, manifest)
 
 

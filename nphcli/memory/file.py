@@ -155,13 +155,8 @@ def load_memory(path: str | os.PathLike) -> Memory:
         read = {"patterns": patterns, "values": values, "labels": labels}
         check_identity(path, layout.meta, {k: v for k, v in read.items() if v is not None})
     layout.announce()  # only once the file proved usable: a failing command prints one line
-    memory = Memory(
-        patterns,
-        values,
-        labels=None if labels is None else labels.to(torch.int64),
-        meta=layout.meta,
-        path=path,
-    )
+    labels = None if labels is None else labels.to(torch.int64)
+    memory = Memory(patterns, values, labels=labels, meta=layout.meta, path=path)
     if not layout.foreign and layout.meta.get(META_KEY) is not None:
         stamp(memory, layout.meta[META_KEY])  # checked above: edits in place are seen
     return memory

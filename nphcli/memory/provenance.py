@@ -69,12 +69,8 @@ def content_sha256(bank: Any) -> str:
         digest = file_digest(path)
     else:
         keys, values = bank.resident()
-        tensors = {"patterns": keys}
-        if bank.hetero:
-            tensors["values"] = values
-        if bank.labels is not None:
-            tensors["labels"] = bank.labels
-        digest = tensors_digest(tensors)
+        named = {"patterns": keys, "values": values if bank.hetero else None, "labels": bank.labels}
+        digest = tensors_digest({name: t for name, t in named.items() if t is not None})
     stamp(bank, digest)
     return digest
 
