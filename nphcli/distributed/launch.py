@@ -1,25 +1,14 @@
 """Local worker processes for one machine: `run_workers` starts N processes, joins them into a
-process group on a free localhost port (gloo, or NCCL for ranks with a GPU each: see
-`group.choose_backend`), runs `work(collective)` on each, and returns rank 0's result. No
-torchrun needed.
+process group on a free localhost port (gloo, or NCCL for ranks with a GPU each), runs
+`work(collective)` on each, and returns rank 0's result; no torchrun (docs/distributed.md).
 
-Processes start from a fork server ("forkserver"): one fresh interpreter that imports torch
-and nph once, then forks each worker cheaply. Not a plain fork of this process: a forked child
-of a process whose OpenMP pool already runs can hang in its first parallel region (seen here),
-and CUDA cannot be used in a forked child. Not spawn by default: a fresh interpreter per worker
-pays torch's import every time. `work` must be picklable (a module-level function, or a
-functools.partial of one).
-
-Each worker talks to the parent over its own pipe (no queue: a queue's named semaphores outlive
-a parent killed outright, and Python then warns of leaked semaphores).
-
-Faults: a worker that raises reports its error; one that dies (killed, out of memory) is seen by
-its exit code; one that hangs makes the others fail once their collective times out (the
-group's `timeout`), and is then named as the rank that stopped answering. Any of these stops
-every worker and raises one error naming the rank; nothing is returned, so nothing is written.
-The parent ending stops the workers too: SIGTERM or SIGHUP makes it stop them and raise
-`Terminated` (exit status 128 + the signal's number); if it is killed outright, each worker
-sees its parent gone within `PARENT_POLL_S` and exits.
+Workers start from a fork server ("forkserver"): a plain fork of a process whose OpenMP pool
+runs can hang, CUDA cannot be used in a forked child, and spawn pays torch's import per worker;
+`work` must be picklable. Each reports over its own pipe (a queue's named semaphores outlive a
+parent killed outright). A worker that raises, dies or stops answering (its peers' collective
+times out) stops every worker and raises one error naming the rank; nothing is returned, so
+nothing is written. SIGTERM or SIGHUP to the parent raise `Terminated` (exit 128 + N); a parent
+killed outright is seen by each worker within `PARENT_POLL_S`.
 """
 
 from __future__ import annotations

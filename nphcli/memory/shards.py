@@ -1,30 +1,17 @@
-"""Sharded memories: one memory split into N memory files by rows, plus a JSON manifest.
-
-Why: a memory larger than one machine is spread over several processes (`nphcli.distributed`),
-each reading only its shard. Each shard is a valid nph memory file on its own; its metadata
-(`shard`) records the shard set's id, its index, its first global row (`offset`), its rows and
-the total M. The manifest lists the shards in row order, each with the sha256 of its tensors
-(`format.tensors_sha256`):
+"""Sharded memories: one memory split into N memory files by rows, plus a JSON manifest, so each
+process of a distributed run reads only its shard (docs/distributed.md). Each shard is a valid
+memory file whose metadata records `shard` (set id, index, offset, rows, total M); the manifest
+lists the shards in row order, each with its tensors' sha256 (`format.tensors_sha256`):
 
     {"format": "nph-shards", "format_version": 2, "set_id": "…", "M": 1000, "d": 784,
      "d_v": 784, "dtype": "float32", "hetero": false,
      "parts": [{"file": "memory.part-0-of-2.5f0c91d2e4a7b3c8.safetensors", "offset": 0,
                 "rows": 500, "sha256": "…"}, …]}
 
-Writing a set is one switch: the shards are written under names of their own (the set id's start
-in each name), then the manifest is renamed over the old one, then the old set's files (shards,
-their indexes, a sidecar no shard names) are deleted. A kill at any point leaves the old set or
-the new one whole; the next `nph shard` into the folder deletes what the killed one left, with a
-note (`remove_unnamed_shards`).
-
-`read_manifest` refuses, before any compute, a shard set with a shard file outside the
-manifest's folder, a missing, duplicated or foreign shard (another set's id), overlapping or
-missing rows, shards whose d, d_v, dtype or kind of memory differ (all from file headers), and,
-unless told the storage is trusted (`verify=False`), a shard whose tensors are not the ones
-`nph shard` wrote (their checksum; this reads every checked shard once). The set id is a hash of
-the source file's bytes and the split, so shards of two different splittings never mix.
-
-`nphcli.memory.sharded_bank.ShardedBank` reads a manifest's shards as one `MemoryBank`.
+Writing a set is one switch: the shards under names of their own, then the manifest renamed over
+the old one, then the old set's files deleted. A kill leaves the old set or the new one whole;
+the next `nph shard` deletes what it left (`remove_unnamed_shards`). `read_manifest` refuses,
+before any compute, a set that is not whole, consistent and (unless `verify=False`) unchanged.
 """
 
 from __future__ import annotations
