@@ -101,7 +101,11 @@ class NphGroup(TyperGroup):
         _debug_flag, _quiet_flag = False, False
         _json_errors = "--json" in argv
         plain_streams()
-        _setup_notices()
+        logger = logging.getLogger("nph")
+        if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+            logger.addHandler(_StderrHandler())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except NoArgsIsHelpError as error:  # bare `nph`: the usual help, not an error line
@@ -116,7 +120,10 @@ class NphGroup(TyperGroup):
         except (typer.Abort, KeyboardInterrupt):
             code = _fail("interrupted", 130)
         except _BrokenPipe:
-            _silence_stdout()
+            try:  # point stdout at /dev/null so the interpreter's final flush cannot fail again
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError, AttributeError):  # not a real file (in-process runners)
+                pass
             code = BROKEN_PIPE_EXIT
         except Exception as error:
             message = _resource_message(error, self._flags(argv))
@@ -184,23 +191,6 @@ def _resource_message(error: BaseException, flags: set[str] = frozenset()) -> st
             return f"out of memory ({first[:200]}); free memory or use a machine with more"
         return f"out of memory ({first[:200]}); reduce the work: {', '.join(reduce)}"
     return None
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # not a real file (in-process runners)
-        pass
-
-
-def _setup_notices() -> None:
-    logger = logging.getLogger("nph")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        logger.addHandler(_StderrHandler())
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
 
 
 app = typer.Typer(

@@ -1,12 +1,8 @@
-"""Text from outside read within bounds: an endless input (`/dev/zero`, a pipe that never ends,
-a line with no end, a zip member that inflates to gigabytes) is refused in one line instead of
-being read until memory runs out. Torch-free.
-
-The bounds (docs/errors.md): a line of a table, queries file, CSV or series is at most
-`MAX_LINE_BYTES`; a whole text input at most `text_input_limit()`, a sixteenth of the machine's
-memory and at most 4 GiB, each line counted `LINE_COST` bytes more (rows read from text become
-Python objects several times their size). A NUL byte marks a file that is not text (`/dev/zero`
-is refused at its first read). A text to embed is cut to `MAX_TEXT_CHARS` characters.
+"""Text from outside read within bounds (docs/errors.md): an endless input (`/dev/zero`, a pipe
+that never ends, a line with no end, a zip member that inflates to gigabytes) is refused in one
+line instead of being read until memory runs out. Torch-free. A line is at most `MAX_LINE_BYTES`;
+a whole text input at most `text_input_limit()`, each line counted `LINE_COST` bytes more; a NUL
+byte marks a file that is not text; a text to embed is cut to `MAX_TEXT_CHARS` characters.
 """
 
 from __future__ import annotations
@@ -111,7 +107,11 @@ def read_lines(
                 notice(f"{long}; its start is kept")
                 line = line[:max_line]
                 line = line[: len(line) - _cut_character(line)] + b"\n"
-            yield number, _decode(line, encoding if number == 1 else "utf-8", path, what, number)
+            try:
+                text = line.decode(encoding if number == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise NphError(f"{what} {path}: line {number} is not UTF-8 text") from None
+            yield number, text
 
 
 def _skip_line(handle: BinaryIO, total: int, limit: int, path, what: str) -> int:
@@ -133,13 +133,6 @@ def _cut_character(data: bytes) -> int:
             needed = 4 if byte >= 0xF0 else 3 if byte >= 0xE0 else 2 if byte >= 0xC0 else 1
             return back if needed > back else 0
     return 0
-
-
-def _decode(line: bytes, encoding: str, path, what: str, number: int) -> str:
-    try:
-        return line.decode(encoding)
-    except UnicodeDecodeError:
-        raise NphError(f"{what} {path}: line {number} is not UTF-8 text") from None
 
 
 def cut_texts(texts: list[str]) -> tuple[list[str], int]:

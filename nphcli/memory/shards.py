@@ -124,7 +124,12 @@ def write_shards(
     check_folder(manifest_path)
     if manifest_path.exists() and not force:
         raise NphError(f"{manifest_path} already exists; pass --force to replace it")
-    set_id = _set_id(source, sizes)
+    # The set id hashes the source's bytes and the split: the same split of one file, the same id.
+    digest = hashlib.sha256(json.dumps(sizes).encode())
+    with open(source, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(chunk)
+    set_id = digest.hexdigest()[:32]
     # Named after the set: a new set never replaces the files the old manifest names.
     count = len(sizes)
     names = [f"{stem}.part-{i}-of-{count}.{set_id[:16]}.safetensors" for i in range(count)]
@@ -217,16 +222,6 @@ def _blocks(bank: StreamedBank, start: int, rows: int, *, values: bool):
     step = max(1, BLOCK_BYTES // (width * bank.dtype.itemsize))
     for first in range(start, start + rows, step):
         yield bank.rows(first, min(start + rows, first + step), values=values)
-
-
-def _set_id(source: Path, sizes: list[int]) -> str:
-    """sha256 of the source file's bytes and the split: the same split of the same file gives
-    the same id, anything else another."""
-    digest = hashlib.sha256(json.dumps(sizes).encode())
-    with open(source, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:32]
 
 
 def read_manifest(

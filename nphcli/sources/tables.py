@@ -1,16 +1,9 @@
-"""Embedding tables and texts: rows that carry an id (and a text) beside their vector.
-
-- `.jsonl`: one object per line, `{"id": ..., "embedding": [...], "text": ..., "meta": {...}}`;
-  without `embedding`, every line needs a `text` and `--embed MODEL` embeds it;
-- `.txt`: one text per line (blank lines skipped), embedded with `--embed`; the id is the line
-  number (1-based);
-- `.parquet`, `.arrow` / `.feather`: columns `id`, `embedding` (a list of numbers per row) and
-  optionally `text`; without `embedding`, `text` and `--embed` (needs pyarrow);
-- `.npy` with `--ids FILE` (`files.load_npy`): row i's id is line i of FILE, or FILE is .jsonl
-  with `id` and optionally `text`.
-
-The items (id, text, meta) go to the memory's sidecar (`nphcli.memory.items`); the embedder's
-name, dimension and normalisation to its metadata, so that text queries use the same one.
+"""Embedding tables and texts (docs/text.md): rows that carry an id (and a text) beside their
+vector. `.jsonl`: one object a line, `{"id", "embedding", "text", "meta"}`; `.txt`: one text a
+line (the id is its line number); `.parquet`, `.arrow`, `.feather`: columns `id`, `embedding`,
+`text` (`arrow.py`). Rows without `embedding` need a `text` and `--embed MODEL`. The items go to
+the memory's sidecar (`nphcli.memory.items`), the embedder's record to its metadata, so that text
+queries use the same one.
 """
 
 from __future__ import annotations
