@@ -41,9 +41,7 @@ _debug_flag = False
 _quiet_flag = False
 _json_errors = False
 
-# Exit status when stdout is closed early (`nph ... | head`): what a shell reports for a Unix tool
-# stopped by SIGPIPE (128 + 13), without a message.
-BROKEN_PIPE_EXIT = 141
+BROKEN_PIPE_EXIT = 141  # stdout closed early (`nph ... | head`): 128 + SIGPIPE, as a shell says
 
 
 def _debug() -> bool:
@@ -67,13 +65,10 @@ class _Interrupted(NphError):
 
 
 class NphGroup(TyperGroup):
-    """Turns user errors (ours and click's) into one `Error: ...` line and an exit code.
-
-    Exit codes: 0 success, 2 usage or input error, 1 other failure (a full disk, out of
-    memory), 130 interrupted, 141 stdout closed early. With --debug (or NPH_DEBUG=1) a user error
-    also prints its traceback first; the error line and the exit code stay the same. With --json
-    on the command line the error is a JSON object on stderr instead of the `Error:` line.
-    """
+    """Turns user errors (ours and click's) into one `Error: ...` line and an exit code: 0
+    success, 2 usage or input error, 1 other failure (a full disk, out of memory), 130
+    interrupted, 141 stdout closed early. --debug (or NPH_DEBUG=1) prints the traceback first;
+    with --json the error is a JSON object on stderr instead of the `Error:` line."""
 
     def invoke(self, ctx: Any) -> Any:
         try:

@@ -12,6 +12,7 @@ existing file's inode is flocked too, so a hard link or another spelling of the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -31,16 +32,17 @@ def lock_path(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
-_SWEEP_ADVICE = "wait for it to finish or choose another --out"
-
-
 class WriterLock:
     """An exclusive lock on the file `path`: taken at once or refused with an NphError ending
     with `advice`, or with `wait`, taken once the holder lets go (said on stderr while waiting;
     flock only)."""
 
     def __init__(
-        self, path: str | os.PathLike, *, wait: bool = False, advice: str = _SWEEP_ADVICE
+        self,
+        path: str | os.PathLike,
+        *,
+        wait: bool = False,
+        advice: str = "wait for it to finish or choose another --out",
     ) -> None:
         self._advice = advice  # what the refused writer can do
         self.path = Path(path)
@@ -75,13 +77,10 @@ class WriterLock:
                     self._refuse()
                 # The holder before us may have removed the sidecar between our open and our
                 # flock: then we hold a lock nobody else can see; open the new one instead.
-                try:
-                    same = os.path.samestat(os.fstat(fd), os.stat(self.file))
-                except FileNotFoundError:
-                    same = False
-                if same:
-                    self._fd = fd
-                else:
+                with contextlib.suppress(FileNotFoundError):
+                    if os.path.samestat(os.fstat(fd), os.stat(self.file)):
+                        self._fd = fd
+                if self._fd is None:
                     os.close(fd)
             os.ftruncate(self._fd, 0)
         os.write(self._fd, holder.encode("utf-8", errors="replace"))

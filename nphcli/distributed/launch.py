@@ -40,7 +40,6 @@ GRACE_S = 2.0
 # parent-death signal, which with a fork server would follow the server, not the parent).
 PARENT_POLL_S = 0.5
 
-# The signals that stop the parent cleanly: it stops its workers, then exits 128 + N.
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -103,20 +102,26 @@ def run_workers(
                     started.append(process)
                     end.close()  # the worker has its copy; a dead worker's pipe reads as closed
             return _collect(processes, [own for own, _ in pipes], timeout)
-        finally:
-            _stop(started)
+        finally:  # terminate and reap every worker still running
+            for process in started:
+                if process.is_alive():
+                    process.terminate()
+            for process in started:
+                process.join(1.0)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
             for own, _ in pipes:
                 own.close()
 
 
 @contextlib.contextmanager
 def _ctrl_c_held():
-    """Hold Ctrl-C (SIGINT) back while the workers start. A terminal sends it to the whole
-    process group: the fork server, importing torch, printed a traceback. Started with SIGINT
-    blocked, the fork server, the resource tracker and the workers keep it blocked; this process
-    alone answers it, once they have started, by stopping them. The stop signals are held too:
-    a forked worker inherits this process's handler, and one stopped before `_worker` resets it
-    raised `Terminated` inside its copy of the caller's stack."""
+    """Hold Ctrl-C (SIGINT) back while the workers start: a terminal sends it to the whole group,
+    and the fork server, importing torch, printed a traceback. Started with it blocked, the fork
+    server, resource tracker and workers keep it blocked; this process alone answers it, once
+    they started. The stop signals are held too: a forked worker stopped before `_worker` resets
+    them raised `Terminated` inside its copy of the caller's stack."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
@@ -132,11 +137,9 @@ def _ctrl_c_held():
 
 @contextlib.contextmanager
 def _stop_signals_raise():
-    """While the workers run, SIGTERM and SIGHUP raise `Terminated` here, so the caller's
-    cleanup stops the workers and the CLI prints one line; only the first signal raises (a
-    second one must not cut that cleanup short). A signal ignored already (SIGHUP under nohup)
-    stays ignored. Off the main thread, handlers cannot be set: the workers then rely on their
-    parent watch alone."""
+    """While the workers run, the first SIGTERM or SIGHUP raises `Terminated` here (a second must
+    not cut the cleanup short), so the caller stops the workers and the CLI prints one line. A
+    signal ignored already (nohup) stays ignored; off the main thread no handler can be set."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -161,7 +164,14 @@ def _worker(rank, world_size, address, timeout, threads, device, work, pipe) -> 
         signal.signal(number, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    _exit_with_parent()
+    # End with the parent, however it ends: on Linux by the parent-death signal (with a fork
+    # server, the server, which outlives nph only while workers run); everywhere by a thread.
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
     torch.set_num_threads(threads)
     code = 0
     try:
@@ -188,18 +198,6 @@ def _report(pipe, message) -> None:
     """Send `message` to the parent, if it still listens."""
     with contextlib.suppress(OSError):
         pipe.send(message)
-
-
-def _exit_with_parent() -> None:
-    """End this worker when its parent ends, however that ends: on Linux by the parent-death
-    signal (with a fork server the parent is the server, which outlives nph only while workers
-    run); everywhere by a thread that waits on the parent's sentinel."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
 
 
 def _watch(parent) -> None:
@@ -266,15 +264,3 @@ def _failure(processes, codes, done, errors, timeout: float) -> NphError:
     rank = min(errors) if errors else 0
     text = errors[rank][0] if errors else "failed"
     return NphRuntimeError(text if text.startswith("rank ") else f"rank {rank}: {text}")
-
-
-def _stop(processes) -> None:
-    """Terminate and reap every worker still running (the caller already has its answer)."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(1.0)
-        if process.is_alive():
-            process.kill()
-            process.join()

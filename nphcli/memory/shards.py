@@ -141,7 +141,21 @@ def write_shards(
         try:  # the manifest's rename is the switch; then the replaced set's files go
             copy_items(bank.meta, source, out_dir, force=True)  # ids and texts travel along
             listed = _write_parts(bank, out_dir, names, sizes, meta, set_id)
-            _write_manifest(manifest_path, bank, source, set_id, content, listed)
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "format_version": MANIFEST_VERSION,
+                "set_id": set_id,
+                "source": source.name,
+                "M": sum(part["rows"] for part in listed),
+                "d": bank.dim,
+                "d_v": bank.value_dim,
+                "dtype": str(bank.dtype).removeprefix("torch."),
+                "hetero": bank.hetero,
+                "content_sha256": content,
+                "parts": listed,
+            }
+            with atomic_write(manifest_path, force=True) as tmp:  # refused above without --force
+                Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
         finally:
             remove_unnamed_shards(out_dir, stem, keep=[source])
     return manifest_path
@@ -173,25 +187,6 @@ def remove_unnamed_shards(
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed + remove_unnamed(out_dir / f"{stem}.safetensors", keep=list(keep))
-
-
-def _write_manifest(manifest_path, bank, source, set_id, content, listed) -> None:
-    """Write the manifest of the shards `listed` atomically."""
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "format_version": MANIFEST_VERSION,
-        "set_id": set_id,
-        "source": source.name,
-        "M": sum(part["rows"] for part in listed),
-        "d": bank.dim,
-        "d_v": bank.value_dim,
-        "dtype": str(bank.dtype).removeprefix("torch."),
-        "hetero": bank.hetero,
-        "content_sha256": content,
-        "parts": listed,
-    }
-    with atomic_write(manifest_path, force=True) as tmp:  # refused before without --force
-        Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 def _write_parts(bank, out_dir, names, sizes, meta, set_id) -> list[dict]:
