@@ -50,15 +50,13 @@ def store_memory(
     **source_options: Any,
 ) -> Stored:
     """Read `source` (a dataset name, `random`, a file or a folder of images: `nph store
-    --help`), normalise it, and write it to the memory file `out` in `dtype`.
-
-    `values`, `labels`: files whose row i belongs to row i of the source (before `n` picks a
+    --help`), normalise it, and write it to the memory file `out` in `dtype`. `values`,
+    `labels`: files whose row i belongs to row i of the source (before `n` picks a
     subset): values make a hetero-associative memory; labels replace the source's own.
     `parts`: also split the memory into that many shards and a manifest beside `out`.
     `source_options`: the fields of `nphcli.sources.SourceOptions` (n, seed, split, root,
     download, key, size, dim, distribution). Everything is checked before anything is written;
-    an existing `out` is replaced only with `force`.
-    """
+    an existing `out` is replaced only with `force`."""
     out = Path(out)
     unknown = sorted(set(source_options) - set(_SOURCE_OPTIONS))
     if unknown:

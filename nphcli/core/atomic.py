@@ -116,11 +116,9 @@ class Stage:
 
 @contextlib.contextmanager
 def staged(path: str | os.PathLike, *, force: bool = False) -> Iterator[Stage]:
-    """A `Stage` for `path`: its temporary is `NAME` inside a private folder
-    `.NAME.HOST-PID.XXXXXXXX.tmp` beside `path`, so that a writer's own temporaries (safetensors
-    writes one beside the file it is given, then renames it) land in that folder as well and
-    are removed with it, by this process on any exception or by the next write of `path` if
-    this one is killed. Writes that fail for want of space or permission are one NphError."""
+    """A `Stage` for `path`: its temporary is `NAME` in a private folder beside `path` (module
+    docstring), so a writer's own temporaries land there too and go with it, on any exception
+    or at the next write of `path`. A write that fails for want of space is one NphError."""
     path = check_writable(path, force=force)
     for stale in remove_stale_temporaries(path):
         notice(f"removed {stale}, left by an nph process killed while writing {path.name}")

@@ -77,11 +77,10 @@ def read_lines(
     limit: int | None = None,
     encoding: str = "utf-8",
 ) -> Iterator[tuple[int, str]]:
-    """(number from 1, text with its ending) of each line of a UTF-8 text file, one at a time.
-    A line longer than `max_line` bytes (default `MAX_LINE_BYTES`) is refused, or with
-    `truncate` cut to its first `max_line` bytes (the rest skipped unread into memory); a NUL
-    byte or more than `limit` bytes in all (default `text_input_limit()`, each line counted
-    `LINE_COST` more) is refused. `path` may be an open binary stream."""
+    """(number from 1, text with its ending) of each line of a UTF-8 text file (or an open binary
+    stream), one at a time. A line over `max_line` bytes (default `MAX_LINE_BYTES`) is refused,
+    or with `truncate` cut to them (the rest skipped unread); a NUL byte or more than `limit`
+    bytes in all (default `text_input_limit()`, with `LINE_COST` a line) is refused."""
     limit = text_input_limit() if limit is None else limit
     max_line = MAX_LINE_BYTES if max_line is None else max_line
     total = 0

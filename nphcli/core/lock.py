@@ -97,8 +97,7 @@ class WriterLock:
         self._fd, self.file = fd, None
 
     def _lock_inode(self) -> None:
-        """flock the existing results file as well, whatever name reached it (a hard link has
-        its own sidecar)."""
+        """flock the existing file too, whatever name reached it (a hard link has its own lock)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError:

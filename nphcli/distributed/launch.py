@@ -32,8 +32,7 @@ from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.distributed.group import DEFAULT_TIMEOUT, join_group, leave_group
 from nphcli.memory.collective import GroupCollective
 
-# After the first failure, how long to wait for the other workers' own reports before stopping
-# them: enough for a peer's broken connection to surface, short beside the timeout.
+# After a first failure, how long the others may still report (a peer's broken connection).
 GRACE_S = 2.0
 
 # How often a worker checks that its parent still runs (the portable fallback of Linux's

@@ -70,8 +70,7 @@ class MemoryBank:
         raise NotImplementedError
 
     def resident(self) -> tuple[Tensor, Tensor] | None:
-        """All keys and values as tensors when they already are in RAM or on the device (so a
-        kernel may take them in one piece), else None."""
+        """All keys and values when already in RAM or on the device (one piece), else None."""
         return None
 
     def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
@@ -159,10 +158,8 @@ class TensorBank(MemoryBank):
 
 class Memory(TensorBank):
     """A memory file's contents in RAM: patterns (M, d), optional values (M, d_v) and labels
-    (M,), its metadata and path. A `TensorBank` (same argument order: keys, then values, the
-    rest by keyword), so every model reads it directly. Patterns and values may be anything
-    `nphcli.memory.given` accepts (tensors, numpy arrays, lists); their shapes, devices and the
-    labels are checked here, once."""
+    (M,), its metadata and path; a `TensorBank` with the same arguments. Patterns and values may
+    be anything `memory.given` accepts; shapes, devices and labels are checked here, once."""
 
     def __init__(
         self,

@@ -66,12 +66,11 @@ def items_name(memory_path: str | os.PathLike, sha256: str) -> str:
 def staged_items(
     memory_path: str | os.PathLike, items: Iterable[dict[str, Any]]
 ) -> Iterator[tuple[dict[str, Any], Callable[[], None]]]:
-    """Write the sidecar of `memory_path` to a temporary (fsynced); yield the record the memory's
-    metadata keeps and `place`, which renames it to its content-named file. Call `place` right
-    before the memory is switched in (`save_memory(before_switch=place)`): a new name never
-    replaces the sidecar the old memory names, so a kill leaves the old pair or the new one
-    whole, plus at most an unnamed sidecar (`remove_unnamed` deletes it). A sidecar placed
-    for a memory that then failed to switch is removed on the way out."""
+    """Write the sidecar of `memory_path` to a fsynced temporary; yield the memory's `items`
+    record and `place`, which renames it to its content-named file: call it right before the
+    memory switches (`save_memory(before_switch=place)`). A kill leaves the old pair or the new
+    one whole, plus at most an unnamed sidecar (`remove_unnamed`); a sidecar placed for a
+    memory that then failed to switch is removed on the way out."""
     memory_path = Path(memory_path)
     with staged(sidecar_path(memory_path), force=True) as stage:
         digest, count = hashlib.sha256(), 0
@@ -99,9 +98,8 @@ def staged_items(
 
 
 def write_items(memory_path: str | os.PathLike, items: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Write the sidecar of `memory_path` (content-named, fsynced) and return the record its
-    metadata keeps: for a memory file written after it (a new segment, a compacted memory),
-    whose own atomic switch is what makes it count (`app.grow`)."""
+    """Write the sidecar of `memory_path` and return its record, for a memory file written
+    after it whose own atomic switch makes it count (`app.grow`)."""
     with staged_items(memory_path, items) as (record, place):
         place()
     return record
@@ -110,10 +108,9 @@ def write_items(memory_path: str | os.PathLike, items: Iterable[dict[str, Any]])
 def remove_unnamed(
     memory_path: str | os.PathLike, *, also: Sequence[str] = (), keep: Sequence[Path] = ()
 ) -> list[Path]:
-    """Delete the sidecars of `memory_path` (`NAME.items.<hash>.jsonl`, and the files `also`
-    beside it) that no memory file in its folder names (shards and other memories may share
-    one); never one of `keep` (a command's inputs). Returns what was deleted: sidecars left by a
-    store killed between placing its sidecar and switching its memory, or replaced by one."""
+    """Delete the sidecars of `memory_path` (`NAME.items.<hash>.jsonl`, and the files `also`)
+    that no memory file in its folder names, never one of `keep` (a command's inputs): left by
+    a store killed before its memory switched, or replaced. Returns what was deleted."""
     memory_path = Path(memory_path)
     folder = memory_path.parent
     pattern = re.compile(re.escape(memory_path.stem) + r"\.items\.[0-9a-f]{16}\.jsonl\Z")

@@ -164,10 +164,9 @@ def write_shards(
 def remove_unnamed_shards(
     out_dir: Path, stem: str, keep: Sequence[str | os.PathLike] = ()
 ) -> list[Path]:
-    """Delete the files of `stem`'s shard sets in `out_dir` that no manifest there names: shards
-    (older nph: without the set's hash in their name), their indexes, the items sidecar, and
-    temporaries of killed writers; never one of `keep`. Touches nothing while a manifest there
-    cannot be read. Returns what was deleted."""
+    """Delete the files of `stem`'s shard sets in `out_dir` that no manifest there names (shards,
+    their indexes, the items sidecar, killed writers' temporaries), never one of `keep`, nothing
+    while a manifest there cannot be read. Returns what was deleted."""
     head = re.escape(stem) + r"\.part-\d+-of-\d+(\.[0-9a-f]{16})?"
     pattern = re.compile(rf"{head}\.(safetensors|[a-z0-9_-]+\.[0-9a-f]{{16}}\.index)\Z")
     removed = remove_stale_temporaries(

@@ -135,8 +135,7 @@ class StreamedBank(MemoryBank):
             raise NphError(f"{self.path}: '{name}' contains NaN or infinite values{where}")
         block = block.to(dtype=self.dtype)
         if self.device.type == "cuda":
-            # A pinned copy is sent asynchronously: the GPU computes on this block while the
-            # generator already reads the next one from disk. torch's pinned-memory allocator
-            # keeps the host buffer alive until the copy has run.
+            # Pinned, the copy is asynchronous: the GPU computes on this block while the next is
+            # read; torch's pinned-memory allocator keeps the host buffer alive until it has run.
             return block.pin_memory().to(self.device, non_blocking=True)
         return block.to(device=self.device)

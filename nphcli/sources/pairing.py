@@ -22,8 +22,7 @@ LABEL_SUFFIXES = (".npy", ".csv", ".txt")
 
 
 def _selected(rows, meta: dict[str, Any], what: str):
-    """`rows` (N, ...) (a tensor or a list) reduced to the rows the source kept (its
-    `selection` record)."""
+    """`rows` (N, ...), a tensor or a list, reduced to the rows the source kept (`selection`)."""
     selection = meta.get("selection", {})
     available = selection.get("of", meta.get("M"))
     if selection.get("method") == "generated":
