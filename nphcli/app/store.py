@@ -107,8 +107,7 @@ def store_memory(
         with staged_items(out, items) as (record, place):
             write(meta={**meta, "items": record}, before_switch=place)
     remove_unnamed(out, also=replaced, keep=inputs)
-    warning = unretrievable_notice(found)
-    if warning:
+    if warning := unretrievable_notice(found):
         notice(warning)
     manifest = None if parts is None else write_shards(out, out.parent, parts=parts, force=force)
     return Stored(out, read_metadata(out), stored_labels is not None, manifest)
@@ -120,5 +119,4 @@ def _items_file(memory: Path) -> list[str]:
         record = read_metadata(memory).get("items") if memory.is_file() else None
     except (NphError, OSError, ValueError):
         return []
-    name = record_file(record)
-    return [] if name is None else [name]
+    return [name] if (name := record_file(record)) else []

@@ -147,8 +147,7 @@ def record_file(record: Any) -> str | None:
 def copy_items(meta: dict[str, Any], source: Path, out_dir: Path, *, force: bool) -> None:
     """Copy the sidecar of the memory file `source` into `out_dir` (beside its shards and their
     manifest, which keep the same record), if it has one and it is not there already."""
-    record = meta.get("items")
-    name = record_file(record)
+    name = record_file(meta.get("items"))
     if name is None:
         return
     found = source.with_name(name)

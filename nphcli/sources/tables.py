@@ -233,8 +233,7 @@ def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tenso
 
 
 def _lines(path: str, *, texts: bool = False):
-    """(number, line) of a text file within nph's bounds (`core/bounded.py`): a line of a .txt
-    of texts longer than the line bound is cut to it (with a note), a table's line refused."""
+    """(number, line) of a text file within `core/bounded.py`'s bounds (a long text line cut)."""
     return read_lines(path, what="file", truncate=texts)
 
 
