@@ -32,17 +32,16 @@ def lock_path(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.lock")
 
 
+_SWEEP_ADVICE = "wait for it to finish or choose another --out"
+
+
 class WriterLock:
     """An exclusive lock on the file `path`: taken at once or refused with an NphError ending
     with `advice`, or with `wait`, taken once the holder lets go (said on stderr while waiting;
     flock only)."""
 
     def __init__(
-        self,
-        path: str | os.PathLike,
-        *,
-        wait: bool = False,
-        advice: str = "wait for it to finish or choose another --out",
+        self, path: str | os.PathLike, *, wait: bool = False, advice: str = _SWEEP_ADVICE
     ) -> None:
         self._advice = advice  # what the refused writer can do
         self.path = Path(path)
