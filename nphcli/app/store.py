@@ -50,22 +50,19 @@ def store_memory(
     **source_options: Any,
 ) -> Stored:
     """Read `source` (a dataset name, `random`, a file or a folder of images: `nph store
-    --help`), normalise it, and write it to the memory file `out` in `dtype`.
-
-    `values`, `labels`: files whose row i belongs to row i of the source (before `n` picks a
+    --help`), normalise it, and write it to the memory file `out` in `dtype`. `values`,
+    `labels`: files whose row i belongs to row i of the source (before `n` picks a
     subset): values make a hetero-associative memory; labels replace the source's own.
     `parts`: also split the memory into that many shards and a manifest beside `out`.
     `source_options`: the fields of `nphcli.sources.SourceOptions` (n, seed, split, root,
     download, key, size, dim, distribution). Everything is checked before anything is written;
-    an existing `out` is replaced only with `force`.
-    """
+    an existing `out` is replaced only with `force`."""
     out = Path(out)
     unknown = sorted(set(source_options) - set(_SOURCE_OPTIONS))
     if unknown:
         known = ", ".join(_SOURCE_OPTIONS)
         raise NphError(f"unknown source option(s) {', '.join(unknown)}; choose from {known}")
-    # what is wrong with the request is said before "already exists", which --force would
-    # only replace with the same error
+    # what is wrong with the request is said before "already exists" (--force would not help)
     options = sources.SourceOptions(**source_options)
     sources.resolve_source(str(source))  # an unknown name, with its "did you mean"
     if options.n is not None and options.n < 1:
@@ -85,8 +82,7 @@ def store_memory(
     for left in remove_unnamed(out, keep=inputs):
         notice(f"removed {left}, a sidecar no memory names (left by an interrupted store)")
     prepared = sources.prepare_memory(str(source), options, normalize=normalize, dtype=dtype)
-    meta, stored_labels, stored_values = prepared.meta, prepared.labels, None
-    items = prepared.items
+    meta, stored_labels, stored_values, items = prepared.meta, prepared.labels, None, prepared.items
     if values is not None:
         loaded_values, value_items = load_values_and_items(values, meta)
         stored_values = in_store_dtype(loaded_values, dtype)  # (M, d_v)
@@ -111,12 +107,9 @@ def store_memory(
         with staged_items(out, items) as (record, place):
             write(meta={**meta, "items": record}, before_switch=place)
     remove_unnamed(out, also=replaced, keep=inputs)
-    warning = unretrievable_notice(found)
-    if warning:
+    if warning := unretrievable_notice(found):
         notice(warning)
-    manifest = None
-    if parts is not None:
-        manifest = write_shards(out, out.parent, parts=parts, force=force)
+    manifest = None if parts is None else write_shards(out, out.parent, parts=parts, force=force)
     return Stored(out, read_metadata(out), stored_labels is not None, manifest)
 
 
@@ -126,5 +119,4 @@ def _items_file(memory: Path) -> list[str]:
         record = read_metadata(memory).get("items") if memory.is_file() else None
     except (NphError, OSError, ValueError):
         return []
-    name = record_file(record)
-    return [] if name is None else [name]
+    return [name] if (name := record_file(record)) else []

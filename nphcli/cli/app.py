@@ -35,16 +35,13 @@ class _StderrHandler(logging.Handler):
         print(f"note: {record.getMessage()}", file=sys.stderr)
 
 
-# Set by the root options --debug and --quiet, and by --json anywhere on the command line, for the
-# current invocation only (reset in NphGroup.main, so in-process runners such as the tests' do not
-# carry them over to the next command).
+# Set by --debug, --quiet and --json (anywhere) for the current invocation only: NphGroup.main
+# resets them, so in-process runners do not carry them over to the next command.
 _debug_flag = False
 _quiet_flag = False
 _json_errors = False
 
-# Exit status when stdout is closed early (`nph ... | head`): what a shell reports for a Unix tool
-# stopped by SIGPIPE (128 + 13), without a message.
-BROKEN_PIPE_EXIT = 141
+BROKEN_PIPE_EXIT = 141  # stdout closed early (`nph ... | head`): 128 + SIGPIPE, as a shell says
 
 
 def _debug() -> bool:
@@ -68,13 +65,10 @@ class _Interrupted(NphError):
 
 
 class NphGroup(TyperGroup):
-    """Turns user errors (ours and click's) into one `Error: ...` line and an exit code.
-
-    Exit codes: 0 success, 2 usage or input error, 1 other failure (a full disk, out of
-    memory), 130 interrupted, 141 stdout closed early. With --debug (or NPH_DEBUG=1) a user error
-    also prints its traceback first; the error line and the exit code stay the same. With --json
-    on the command line the error is a JSON object on stderr instead of the `Error:` line.
-    """
+    """Turns user errors (ours and click's) into one `Error: ...` line and an exit code: 0
+    success, 2 usage or input error, 1 other failure (a full disk, out of memory), 130
+    interrupted, 141 stdout closed early. --debug (or NPH_DEBUG=1) prints the traceback first;
+    with --json the error is a JSON object on stderr instead of the `Error:` line."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -102,7 +96,11 @@ class NphGroup(TyperGroup):
         _debug_flag, _quiet_flag = False, False
         _json_errors = "--json" in argv
         plain_streams()
-        _setup_notices()
+        logger = logging.getLogger("nph")
+        if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+            logger.addHandler(_StderrHandler())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except NoArgsIsHelpError as error:  # bare `nph`: the usual help, not an error line
@@ -117,7 +115,10 @@ class NphGroup(TyperGroup):
         except (typer.Abort, KeyboardInterrupt):
             code = _fail("interrupted", 130)
         except _BrokenPipe:
-            _silence_stdout()
+            try:  # point stdout at /dev/null so the interpreter's final flush cannot fail again
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError, AttributeError):  # not a real file (in-process runners)
+                pass
             code = BROKEN_PIPE_EXIT
         except Exception as error:
             message = _resource_message(error, self._flags(argv))
@@ -133,11 +134,10 @@ class NphGroup(TyperGroup):
 
 
 def _fail(message: str, code: int) -> int:
-    one_line = " ".join(message.split())
-    if _json_errors:
-        _write_line(json.dumps({"error": one_line, "exit_code": code}))
-    else:
-        _write_line(f"Error: {one_line}")
+    line = " ".join(message.split())
+    _write_line(
+        json.dumps({"error": line, "exit_code": code}) if _json_errors else f"Error: {line}"
+    )
     return code
 
 
@@ -173,17 +173,12 @@ def _resource_message(error: BaseException, flags: set[str] = frozenset()) -> st
         name = f" writing {error.filename}" if error.filename else ""
         return f"no space left on the device{name}; free some space or write elsewhere"
     torch = sys.modules.get("torch")  # only loaded modules can have raised it
-    torch_oom = getattr(torch, "OutOfMemoryError", None) or getattr(
-        getattr(torch, "cuda", None), "OutOfMemoryError", None
-    )
+    cuda = getattr(torch, "cuda", None)
+    torch_oom = getattr(torch, "OutOfMemoryError", None) or getattr(cuda, "OutOfMemoryError", None)
     text = str(error)
-    if (
-        isinstance(error, MemoryError)
-        or (torch_oom is not None and isinstance(error, torch_oom))
-        or (
-            isinstance(error, RuntimeError)
-            and any(s in text for s in ("can't allocate memory", "out of memory"))
-        )
+    said = any(s in text for s in ("can't allocate memory", "out of memory"))
+    if isinstance(error, (MemoryError, *([torch_oom] if torch_oom else []))) or (
+        said and isinstance(error, RuntimeError)
     ):
         first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
         reduce = [advice for flag, advice in _REDUCE.items() if flag in flags]
@@ -191,23 +186,6 @@ def _resource_message(error: BaseException, flags: set[str] = frozenset()) -> st
             return f"out of memory ({first[:200]}); free memory or use a machine with more"
         return f"out of memory ({first[:200]}); reduce the work: {', '.join(reduce)}"
     return None
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # not a real file (in-process runners)
-        pass
-
-
-def _setup_notices() -> None:
-    logger = logging.getLogger("nph")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        logger.addHandler(_StderrHandler())
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
 
 
 app = typer.Typer(

@@ -46,10 +46,7 @@ def shard_command(
     o = own_values(given, SHARD_FIELDS)
     written = write_shards(memory, o["out_dir"], parts=o["parts"], force=o["force"])
     manifest = read_manifest(written, verify=False)  # just written: the headers suffice
-    rows = [
-        {"file": str(part.path), "offset": part.offset, "rows": part.rows}
-        for part in manifest.parts
-    ]
+    rows = [{"file": str(p.path), "offset": p.offset, "rows": p.rows} for p in manifest.parts]
     if o["json"]:
         print_json({"manifest": str(manifest.path), "set_id": manifest.set_id, "parts": rows})
         return

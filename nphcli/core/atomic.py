@@ -73,18 +73,12 @@ def check_folder(path: str | os.PathLike) -> Path:
 
 @contextlib.contextmanager
 def atomic_write(
-    path: str | os.PathLike,
-    *,
-    force: bool = False,
-    before_switch: Callable[[], None] | None = None,
+    path: str | os.PathLike, *, force: bool = False, before_switch: Callable[[], None] | None = None
 ) -> Iterator[Path]:
-    """Yield a temporary path in the target's folder; on success fsync it and rename it over `path`.
-
-    The temporary lives in the same folder so the final `os.replace` is a same-filesystem
-    rename, which POSIX makes atomic. On any exception the temporary is removed and the
-    previous file (if any) is untouched. `before_switch` runs after the fsync, right before the
-    rename: the place to put files that the new `path` names (see `app/store.py`).
-    """
+    """Yield a temporary path in the target's folder; on success fsync it and rename it over
+    `path` (same filesystem: POSIX makes the rename atomic). On any exception the temporary is
+    removed and the old file untouched. `before_switch` runs after the fsync, right before the
+    rename: the place to put files that the new `path` names (`app/store.py`)."""
     with staged(path, force=force) as stage:
         yield stage.tmp
         stage.commit(before_switch=before_switch)
@@ -122,24 +116,21 @@ class Stage:
 
 @contextlib.contextmanager
 def staged(path: str | os.PathLike, *, force: bool = False) -> Iterator[Stage]:
-    """A `Stage` for `path`: its temporary is `NAME` inside a private folder
-    `.NAME.HOST-PID.XXXXXXXX.tmp` beside `path`, so that a writer's own temporaries (safetensors
-    writes one beside the file it is given, then renames it) land in that folder as well and
-    are removed with it, by this process on any exception or by the next write of `path` if
-    this one is killed. Writes that fail for want of space or permission are one NphError."""
+    """A `Stage` for `path`: its temporary is `NAME` in a private folder beside `path` (module
+    docstring), so a writer's own temporaries land there too and go with it, on any exception
+    or at the next write of `path`. A write that fails for want of space is one NphError."""
     path = check_writable(path, force=force)
     for stale in remove_stale_temporaries(path):
         notice(f"removed {stale}, left by an nph process killed while writing {path.name}")
+    prefix = f".{path.name}.{_host()}-{os.getpid()}."
     try:
-        folder = Path(tempfile.mkdtemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent))
+        folder = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=path.parent))
     except OSError as error:
         raise NphError(f"cannot write {path}: {error.strerror or error}") from None
     try:
         yield Stage(path, folder, force=force)
-    except OSError as error:
-        raise NphRuntimeError(f"could not write {path}: {write_failure_reason(error)}") from error
     except Exception as error:
-        if not _is_serializer_io_error(error):
+        if not isinstance(error, OSError) and not _is_serializer_io_error(error):
             raise
         raise NphRuntimeError(f"could not write {path}: {write_failure_reason(error)}") from error
     finally:
@@ -171,18 +162,11 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
 
 
-def _temp_prefix(path: Path) -> str:
-    return f".{path.name}.{_host()}-{os.getpid()}."
-
-
 def remove_stale_temporaries(path: str | os.PathLike, names: str | None = None) -> list[Path]:
     """Delete temporary files of `path` (or of every file in its folder whose name matches the
     regular expression `names`) left by nph processes of this machine that no longer run
-    (killed before they could clean up); returns what was deleted.
-
-    Only POSIX can ask whether a process exists; files of other machines sharing the folder, and
-    of processes still running, are never touched.
-    """
+    (killed before they could clean up); returns what was deleted. Only POSIX can ask whether a
+    process exists; files of other machines, and of processes still running, are never touched."""
     path = Path(path)
     if os.name != "posix":
         return []

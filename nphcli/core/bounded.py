@@ -1,13 +1,8 @@
-"""Text from outside read within bounds: an endless input (`/dev/zero`, a pipe that never ends,
-a line with no end, a zip member that inflates to gigabytes) is refused in one line instead of
-being read until memory runs out. Torch-free.
-
-The bounds (docs/errors.md): a line of a table, queries file, CSV or series is at most
-`MAX_LINE_BYTES`; a whole text input at most `text_input_limit()`, a sixteenth of the machine's
-memory and at most 4 GiB, each line counted `LINE_COST` bytes more (rows read from text become
-Python objects several times their size).
-A NUL byte marks a file that is not text (`/dev/zero` is refused at its first read). A text to
-embed is cut to `MAX_TEXT_CHARS` characters, as a model's tokenizer keeps its first tokens.
+"""Text from outside read within bounds (docs/errors.md): an endless input (`/dev/zero`, a pipe
+that never ends, a line with no end, a zip member that inflates to gigabytes) is refused in one
+line instead of being read until memory runs out. Torch-free. A line is at most `MAX_LINE_BYTES`;
+a whole text input at most `text_input_limit()`, each line counted `LINE_COST` bytes more; a NUL
+byte marks a file that is not text; a text to embed is cut to `MAX_TEXT_CHARS` characters.
 """
 
 from __future__ import annotations
@@ -82,11 +77,10 @@ def read_lines(
     limit: int | None = None,
     encoding: str = "utf-8",
 ) -> Iterator[tuple[int, str]]:
-    """(number from 1, text with its ending) of each line of a UTF-8 text file, one at a time.
-    A line longer than `max_line` bytes (default `MAX_LINE_BYTES`) is refused, or with
-    `truncate` cut to its first `max_line` bytes (the rest skipped unread into memory); a NUL
-    byte or more than `limit` bytes in all (default `text_input_limit()`, each line counted
-    `LINE_COST` more) is refused. `path` may be an open binary stream."""
+    """(number from 1, text with its ending) of each line of a UTF-8 text file (or an open binary
+    stream), one at a time. A line over `max_line` bytes (default `MAX_LINE_BYTES`) is refused,
+    or with `truncate` cut to them (the rest skipped unread); a NUL byte or more than `limit`
+    bytes in all (default `text_input_limit()`, with `LINE_COST` a line) is refused."""
     limit = text_input_limit() if limit is None else limit
     max_line = MAX_LINE_BYTES if max_line is None else max_line
     total = 0
@@ -105,18 +99,18 @@ def read_lines(
             total += len(line) + LINE_COST
             _check_chunk(line, total, limit, path, what)
             if len(line) > max_line and not line.endswith(b"\n"):
+                long = f"{what} {path}: line {number} is longer than {human_bytes(max_line)}"
                 if not truncate:
-                    raise NphError(
-                        f"{what} {path}: line {number} is longer than {human_bytes(max_line)}"
-                    )
+                    raise NphError(long)
                 total += _skip_line(handle, total, limit, path, what)
-                notice(
-                    f"{what} {path}: line {number} is longer than {human_bytes(max_line)}; "
-                    "its start is kept"
-                )
+                notice(f"{long}; its start is kept")
                 line = line[:max_line]
                 line = line[: len(line) - _cut_character(line)] + b"\n"
-            yield number, _decode(line, encoding if number == 1 else "utf-8", path, what, number)
+            try:
+                text = line.decode(encoding if number == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise NphError(f"{what} {path}: line {number} is not UTF-8 text") from None
+            yield number, text
 
 
 def _skip_line(handle: BinaryIO, total: int, limit: int, path, what: str) -> int:
@@ -135,18 +129,9 @@ def _cut_character(data: bytes) -> int:
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
         if byte & 0xC0 != 0x80:  # the first byte of the last character
-            needed = 2 if byte >= 0xC0 else 1
-            needed = 3 if byte >= 0xE0 else needed
-            needed = 4 if byte >= 0xF0 else needed
+            needed = 4 if byte >= 0xF0 else 3 if byte >= 0xE0 else 2 if byte >= 0xC0 else 1
             return back if needed > back else 0
     return 0
-
-
-def _decode(line: bytes, encoding: str, path, what: str, number: int) -> str:
-    try:
-        return line.decode(encoding)
-    except UnicodeDecodeError:
-        raise NphError(f"{what} {path}: line {number} is not UTF-8 text") from None
 
 
 def cut_texts(texts: list[str]) -> tuple[list[str], int]:

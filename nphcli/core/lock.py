@@ -1,24 +1,18 @@
-"""One writer per file: an exclusive lock held while a command reads, changes and rewrites it.
+"""One writer per file: an exclusive lock held while a command reads, changes and rewrites it
+(a sweep's results file, a shard manifest, a growing memory's manifest), so two writers never
+interleave rows or each switch the file to their own. A sweep or a memory change is refused at
+once (`wait=False`, with the caller's advice); `nph index` waits its turn (`wait=True`).
 
-Two sweeps appending to the same results file would interleave rows of two grids (and a second
-CSV header) and both succeed; two `nph index` runs on one shard manifest would each rewrite it
-with their own record only; two changes of a growing memory (`nph add`, `forget`, `compact`:
-`app.grow`) would each switch its manifest to their own. A sweep or a memory change is refused
-at once (`wait=False`, with the caller's advice); `nph index` waits its turn (`wait=True`).
-The lock is a sidecar file, `.NAME.lock` beside the file, because a `--force` sweep renames a
-new file over the results file and a lock on the old inode would not cover the new one. Where
-`fcntl` exists the lock is `flock` (released by the kernel when the process dies, so a killed
-sweep never leaves a stale lock); elsewhere the sidecar is created with O_EXCL and removed on
-release. Either way the sidecar holds the holder's pid and
-command line, for the second writer's error message.
-
-The lock follows the file, not the name it was given: the sidecar sits beside the file a
-symlink points to, and an existing results file's inode is flocked too, so two writers reaching
-one file through a symlink, a hard link or two spellings of its path exclude each other.
+The lock is a sidecar, `.NAME.lock` (a `--force` sweep renames a new file over NAME, which a lock
+on the old inode would not cover), holding the holder's pid and command line. With `fcntl` it is
+`flock`ed (the kernel releases it when the process dies); elsewhere created with O_EXCL and
+removed on release. It follows the file: the sidecar sits beside a symlink's target and an
+existing file's inode is flocked too, so a hard link or another spelling of the path meets it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -82,13 +76,10 @@ class WriterLock:
                     self._refuse()
                 # The holder before us may have removed the sidecar between our open and our
                 # flock: then we hold a lock nobody else can see; open the new one instead.
-                try:
-                    same = os.path.samestat(os.fstat(fd), os.stat(self.file))
-                except FileNotFoundError:
-                    same = False
-                if same:
-                    self._fd = fd
-                else:
+                with contextlib.suppress(FileNotFoundError):
+                    if os.path.samestat(os.fstat(fd), os.stat(self.file)):
+                        self._fd = fd
+                if self._fd is None:
                     os.close(fd)
             os.ftruncate(self._fd, 0)
         os.write(self._fd, holder.encode("utf-8", errors="replace"))
@@ -105,8 +96,7 @@ class WriterLock:
         self._fd, self.file = fd, None
 
     def _lock_inode(self) -> None:
-        """flock the existing results file as well, whatever name reached it (a hard link has
-        its own sidecar)."""
+        """flock the existing file too, whatever name reached it (a hard link has its own lock)."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError:

@@ -3,6 +3,8 @@ once with one message saying what to reduce, instead of an allocator error (or s
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 
 from nphcli.core.errors import NphError
@@ -28,10 +30,7 @@ def human_bytes(count: float) -> str:
 def check_allocation(shape: tuple[int, ...], itemsize: int, *, what: str, reduce: str) -> int:
     """The bytes of a tensor of `shape` with `itemsize`-byte entries; NphError if that exceeds
     the machine's RAM (it could never be allocated). `reduce` names the options to lower."""
-    count = 1
-    for size in shape:
-        count *= int(size)
-    needed = count * itemsize
+    needed = math.prod(int(size) for size in shape) * itemsize
     available = physical_memory()
     if available is not None and needed > available:
         dims = " × ".join(str(int(s)) for s in shape)
@@ -46,15 +45,10 @@ def fits_in_memory(nbytes: int) -> bool:
     """Whether `nbytes` can be loaded into RAM with room to spare: at most half of what the
     kernel reports available, and of the address space left under this process's limit
     (`ulimit -v`). Commands that can also read a file block by block ask this to choose."""
-    room = []
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    room.append(int(line.split()[1]) * 1024)
-    except OSError:
-        pass
-    try:
+    room: list[int] = []
+    with contextlib.suppress(OSError), open("/proc/meminfo") as handle:
+        room += [int(line.split()[1]) * 1024 for line in handle if line.startswith("MemAvailable:")]
+    with contextlib.suppress(ImportError, OSError, ValueError):
         import resource
 
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
@@ -62,9 +56,5 @@ def fits_in_memory(nbytes: int) -> bool:
             with open("/proc/self/statm") as handle:
                 used = int(handle.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
             room.append(limit - used)
-    except (ImportError, OSError, ValueError):
-        pass
-    if not room:
-        total = physical_memory()
-        room = [total] if total is not None else []
+    room = room or [total for total in (physical_memory(),) if total is not None]
     return not room or nbytes <= min(room) // 2

@@ -1,25 +1,14 @@
 """Local worker processes for one machine: `run_workers` starts N processes, joins them into a
-process group on a free localhost port (gloo, or NCCL for ranks with a GPU each: see
-`group.choose_backend`), runs `work(collective)` on each, and returns rank 0's result. No
-torchrun needed.
+process group on a free localhost port (gloo, or NCCL for ranks with a GPU each), runs
+`work(collective)` on each, and returns rank 0's result; no torchrun (docs/distributed.md).
 
-Processes start from a fork server ("forkserver"): one fresh interpreter that imports torch
-and nph once, then forks each worker cheaply. Not a plain fork of this process: a forked child
-of a process whose OpenMP pool already runs can hang in its first parallel region (seen here),
-and CUDA cannot be used in a forked child. Not spawn by default: a fresh interpreter per worker
-pays torch's import every time. `work` must be picklable (a module-level function, or a
-functools.partial of one).
-
-Each worker talks to the parent over its own pipe (no queue: a queue's named semaphores outlive
-a parent killed outright, and Python then warns of leaked semaphores).
-
-Faults: a worker that raises reports its error; one that dies (killed, out of memory) is seen by
-its exit code; one that hangs makes the others fail once their collective times out (the
-group's `timeout`), and is then named as the rank that stopped answering. Any of these stops
-every worker and raises one error naming the rank; nothing is returned, so nothing is written.
-The parent ending stops the workers too: SIGTERM or SIGHUP makes it stop them and raise
-`Terminated` (exit status 128 + the signal's number); if it is killed outright, each worker
-sees its parent gone within `PARENT_POLL_S` and exits.
+Workers start from a fork server ("forkserver"): a plain fork of a process whose OpenMP pool
+runs can hang, CUDA cannot be used in a forked child, and spawn pays torch's import per worker;
+`work` must be picklable. Each reports over its own pipe (a queue's named semaphores outlive a
+parent killed outright). A worker that raises, dies or stops answering (its peers' collective
+times out) stops every worker and raises one error naming the rank; nothing is returned, so
+nothing is written. SIGTERM or SIGHUP to the parent raise `Terminated` (exit 128 + N); a parent
+killed outright is seen by each worker within `PARENT_POLL_S`.
 """
 
 from __future__ import annotations
@@ -43,18 +32,14 @@ from nphcli.core.errors import NphError, NphRuntimeError
 from nphcli.distributed.group import DEFAULT_TIMEOUT, join_group, leave_group
 from nphcli.memory.collective import GroupCollective
 
-# After the first failure, how long to wait for the other workers' own reports before stopping
-# them: enough for a peer's broken connection to surface, short beside the timeout.
+# After a first failure, how long the others may still report (a peer's broken connection).
 GRACE_S = 2.0
 
 # How often a worker checks that its parent still runs (the portable fallback of Linux's
 # parent-death signal, which with a fork server would follow the server, not the parent).
 PARENT_POLL_S = 0.5
 
-# The signals that stop the parent cleanly: it stops its workers, then exits 128 + N.
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -85,13 +70,10 @@ def run_workers(
     method: str | None = None,
     device: str = "cpu",
 ) -> Any:
-    """Run `work(collective)` on `workers` local ranks and return rank 0's result.
-
-    `timeout` (seconds) bounds each collective wait; `threads` is each worker's torch thread
-    count (default: this machine's cores shared evenly); `method` "forkserver" (default), "spawn"
-    or "fork" (see the module docstring); `device` the `--device` the ranks compute on, which
-    picks the backend and each rank's GPU (`group.join_group`).
-    """
+    """Run `work(collective)` on `workers` local ranks and return rank 0's result. `timeout`
+    (seconds) bounds each collective wait; `threads`: each worker's torch threads (default: the
+    cores shared evenly); `method` "forkserver" (default), "spawn" or "fork"; `device` picks the
+    backend and each rank's GPU (`group.join_group`)."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise NphError(f"--workers must be a whole number ≥ 1, got {workers!r}")
     if not (timeout > 0):
@@ -105,12 +87,9 @@ def run_workers(
             context.set_forkserver_preload([defining])
     address = f"tcp://127.0.0.1:{free_port()}"
     pipes = [context.Pipe() for _ in range(workers)]  # (parent's end, worker's end) per rank
+    shared = (workers, address, timeout, threads, device, work)
     processes = [
-        context.Process(
-            target=_worker,
-            args=(rank, workers, address, timeout, threads, device, work, pipes[rank][1]),
-            daemon=True,
-        )
+        context.Process(target=_worker, args=(rank, *shared, pipes[rank][1]), daemon=True)
         for rank in range(workers)
     ]
     started = []  # a signal may arrive while the workers start: only these are stopped
@@ -122,20 +101,26 @@ def run_workers(
                     started.append(process)
                     end.close()  # the worker has its copy; a dead worker's pipe reads as closed
             return _collect(processes, [own for own, _ in pipes], timeout)
-        finally:
-            _stop(started)
+        finally:  # terminate and reap every worker still running
+            for process in started:
+                if process.is_alive():
+                    process.terminate()
+            for process in started:
+                process.join(1.0)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
             for own, _ in pipes:
                 own.close()
 
 
 @contextlib.contextmanager
 def _ctrl_c_held():
-    """Hold Ctrl-C (SIGINT) back while the workers start. A terminal sends it to the whole
-    process group: the fork server, importing torch, printed a traceback. Started with SIGINT
-    blocked, the fork server, the resource tracker and the workers keep it blocked; this process
-    alone answers it, once they have started, by stopping them. The stop signals are held too:
-    a forked worker inherits this process's handler, and one stopped before `_worker` resets it
-    raised `Terminated` inside its copy of the caller's stack."""
+    """Hold Ctrl-C (SIGINT) back while the workers start: a terminal sends it to the whole group,
+    and the fork server, importing torch, printed a traceback. Started with it blocked, the fork
+    server, resource tracker and workers keep it blocked; this process alone answers it, once
+    they started. The stop signals are held too: a forked worker stopped before `_worker` resets
+    them raised `Terminated` inside its copy of the caller's stack."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
@@ -151,11 +136,9 @@ def _ctrl_c_held():
 
 @contextlib.contextmanager
 def _stop_signals_raise():
-    """While the workers run, SIGTERM and SIGHUP raise `Terminated` here, so the caller's
-    cleanup stops the workers and the CLI prints one line; only the first signal raises (a
-    second one must not cut that cleanup short). A signal ignored already (SIGHUP under nohup)
-    stays ignored. Off the main thread, handlers cannot be set: the workers then rely on their
-    parent watch alone."""
+    """While the workers run, the first SIGTERM or SIGHUP raises `Terminated` here (a second must
+    not cut the cleanup short), so the caller stops the workers and the CLI prints one line. A
+    signal ignored already (nohup) stays ignored; off the main thread no handler can be set."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -180,7 +163,14 @@ def _worker(rank, world_size, address, timeout, threads, device, work, pipe) -> 
         signal.signal(number, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    _exit_with_parent()
+    # End with the parent, however it ends: on Linux by the parent-death signal (with a fork
+    # server, the server, which outlives nph only while workers run); everywhere by a thread.
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
     torch.set_num_threads(threads)
     code = 0
     try:
@@ -207,22 +197,6 @@ def _report(pipe, message) -> None:
     """Send `message` to the parent, if it still listens."""
     with contextlib.suppress(OSError):
         pipe.send(message)
-
-
-def _exit_with_parent() -> None:
-    """Make this worker end when the process that started it ends, however that ends.
-
-    On Linux the kernel's parent-death signal kills it when its parent process ends (with
-    "spawn" and "fork" that is the nph process; with a fork server, the server, which itself
-    outlives nph only while workers run). Everywhere, a thread waits on the parent's sentinel
-    (closed when the parent ends) and ends the process then.
-    """
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
 
 
 def _watch(parent) -> None:
@@ -273,15 +247,13 @@ def _failure(processes, codes, done, errors, timeout: float) -> NphError:
     user = [r for r, (_, code) in sorted(errors.items()) if code == NphError.exit_code]
     user.sort(key=lambda r: errors[r][0].startswith("rank "))  # a rank's own error first
     if user and len(texts) == 1 and len(errors) == len(processes):
-        text, code = errors[user[0]]
-        return NphError(text)
+        return NphError(errors[user[0]][0])
     for rank, code in enumerate(codes):
         if code not in (None, 0) and rank not in errors and rank not in done:
             how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             return NphRuntimeError(f"worker rank {rank} died ({how}); every rank was stopped")
     if user:
-        rank = user[0]
-        return NphError(f"rank {rank}: {errors[rank][0]}")
+        return NphError(f"rank {user[0]}: {errors[user[0]][0]}")
     silent = [r for r, code in enumerate(codes) if code is None and r not in errors]
     if silent and errors:
         return NphRuntimeError(
@@ -291,15 +263,3 @@ def _failure(processes, codes, done, errors, timeout: float) -> NphError:
     rank = min(errors) if errors else 0
     text = errors[rank][0] if errors else "failed"
     return NphRuntimeError(text if text.startswith("rank ") else f"rank {rank}: {text}")
-
-
-def _stop(processes) -> None:
-    """Terminate and reap every worker still running (the caller already has its answer)."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(1.0)
-        if process.is_alive():
-            process.kill()
-            process.join()

@@ -70,8 +70,7 @@ class MemoryBank:
         raise NotImplementedError
 
     def resident(self) -> tuple[Tensor, Tensor] | None:
-        """All keys and values as tensors when they already are in RAM or on the device (so a
-        kernel may take them in one piece), else None."""
+        """All keys and values when already in RAM or on the device (one piece), else None."""
         return None
 
     def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
@@ -81,10 +80,8 @@ class MemoryBank:
         return None
 
     def weighted_sum(self, index: Tensor, weights: Tensor) -> Tensor:
-        """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): shape (Q, d_v).
-
-        Reads each distinct row once, then sums without forming a (Q, c, d_v) tensor.
-        """
+        """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): shape (Q, d_v),
+        reading each distinct row once and never forming a (Q, c, d_v) tensor."""
         rows, inverse = torch.unique(index, return_inverse=True)  # (U,), (Q, c)
         _, values = self.gather(rows)  # (U, d_v)
         return _embedding_sum(inverse, values, weights)
@@ -161,10 +158,8 @@ class TensorBank(MemoryBank):
 
 class Memory(TensorBank):
     """A memory file's contents in RAM: patterns (M, d), optional values (M, d_v) and labels
-    (M,), its metadata and path. A `TensorBank` (same argument order: keys, then values, the
-    rest by keyword), so every model reads it directly. Patterns and values may be anything
-    `nphcli.memory.given` accepts (tensors, numpy arrays, lists); their shapes, devices and the
-    labels are checked here, once."""
+    (M,), its metadata and path; a `TensorBank` with the same arguments. Patterns and values may
+    be anything `memory.given` accepts; shapes, devices and labels are checked here, once."""
 
     def __init__(
         self,
@@ -210,10 +205,8 @@ def _whole(labels: Any) -> Tensor:
 def _embedding_sum(index: Tensor, values: Tensor, weights: Tensor) -> Tensor:
     """Σ_j weights[q, j] · values[index[q, j]]: (Q, d_v) in the weights' dtype (half values are
     summed in their dtype with the weights rounded to it, as the matrix products are)."""
-    summed = F.embedding_bag(
-        index, values, per_sample_weights=weights.to(values.dtype), mode="sum"
-    )  # (Q, d_v)
-    return summed.to(weights.dtype)
+    rounded = weights.to(values.dtype)
+    return F.embedding_bag(index, values, per_sample_weights=rounded, mode="sum").to(weights.dtype)
 
 
 def as_bank(memory: Tensor | MemoryBank, values: Tensor | None = None) -> MemoryBank:

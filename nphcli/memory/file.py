@@ -4,8 +4,8 @@ Tensors: `patterns` (M, d) float; optional `labels` (M,) int64; optional `values
 hetero-association. Metadata (safetensors' string→string map) holds each field of `Memory.meta`
 as a JSON value, so other tools can read it and nph can map patterns back to images.
 
-Writes are atomic (see `core/atomic.py`). Loading validates everything a later command relies on, so
-a damaged or foreign file fails here with one clear message instead of deep inside a model.
+Writes are atomic (`core/atomic.py`). Loading checks all a later command relies on, so a damaged
+or foreign file fails here in one line, not deep inside a model.
 """
 
 from __future__ import annotations
@@ -78,10 +78,9 @@ def write_memory(
     before_switch: Callable[[], None] | None = None,
 ) -> str:
     """Write a memory file atomically from its tensors (`shapes`: name → dtype and shape), each
-    handed over as consecutive row blocks (`blocks`), so only one block need be in RAM: the
-    safetensors layout, its tensors in name order, with nph's metadata and the content hash
-    (`provenance.py`) computed as the bytes go out and written into the header last. Returns
-    that hash."""
+    given as consecutive row blocks (`blocks`), so one block at a time is in RAM; the content
+    hash (`provenance.py`) is computed as the bytes go out, written into the header last, and
+    returned."""
     rows, dim = shapes["patterns"][1]
     full_meta = {
         META_KEY: "0" * 64,  # first in the header: overwritten in place once known
@@ -137,9 +136,8 @@ def check_identity(path: Path, meta: dict[str, Any], tensors: dict[str, Tensor])
 
 
 def load_memory(path: str | os.PathLike) -> Memory:
-    """Read and check a memory file (nph's own, or a foreign safetensors file: see
-    `nphcli.memory.format`) into RAM. `nphcli.memory.open_memory` opens any memory (a file
-    loaded or streamed, or a shard manifest) and calls this for a loaded file."""
+    """Read and check a memory file (nph's own, or a foreign safetensors file: `format.py`) into
+    RAM; `nphcli.memory.open_memory` opens any memory and calls this for a loaded file."""
     path = Path(path)
     if is_manifest(path):
         raise NphError(f"{path} is a shard manifest; open it with nphcli.memory.open_memory")
@@ -155,13 +153,8 @@ def load_memory(path: str | os.PathLike) -> Memory:
         read = {"patterns": patterns, "values": values, "labels": labels}
         check_identity(path, layout.meta, {k: v for k, v in read.items() if v is not None})
     layout.announce()  # only once the file proved usable: a failing command prints one line
-    memory = Memory(
-        patterns,
-        values,
-        labels=None if labels is None else labels.to(torch.int64),
-        meta=layout.meta,
-        path=path,
-    )
+    labels = None if labels is None else labels.to(torch.int64)
+    memory = Memory(patterns, values, labels=labels, meta=layout.meta, path=path)
     if not layout.foreign and layout.meta.get(META_KEY) is not None:
         stamp(memory, layout.meta[META_KEY])  # checked above: edits in place are seen
     return memory

@@ -5,13 +5,9 @@ their items in a sidecar beside the memory file, `NAME.items.HASH.jsonl`, one JS
 stored row in row order: `{"id": "...", "text": "...", "meta": {...}}`. The memory's metadata
 names the sidecar with its sha256 and row count (`items`); HASH, the start of that sha256, gives
 every new sidecar a name of its own, so replacing a memory switches the pair with one rename
-(`staged_items`). So a changed or swapped sidecar is refused
-instead of labelling rows with another memory's texts. A sidecar rather than tensors inside the
-safetensors file: texts are variable-length, and a reader needs only the few rows it shows, which
-`Items` reads by seeking to them (an index of line offsets, 8 bytes a row), never the whole table.
-
-Shards carry the record in their metadata (it is the source's), so a shard set finds the same
-sidecar beside its manifest (`nph shard` copies it there).
+(`staged_items`), and a changed or swapped sidecar is refused. A sidecar, not tensors: texts
+are variable-length, and a reader seeks to the few rows it shows (8 bytes of offset a row).
+Shards carry the source's record, and `nph shard` copies the sidecar beside their manifest.
 """
 
 from __future__ import annotations
@@ -34,8 +30,8 @@ ITEM_KEYS = ("id", "text", "meta", "value")  # value: a hetero memory's value it
 
 
 def sidecar_path(memory_path: str | os.PathLike) -> Path:
-    """`memory.safetensors` → `memory.items.jsonl`: the name the sidecar's temporaries are named
-    after (the sidecar itself is `items_name`)."""
+    """`memory.safetensors` → `memory.items.jsonl`, what the sidecar's temporaries are named
+    after."""
     path = Path(memory_path)
     return path.with_name(path.stem + SUFFIX)
 
@@ -61,12 +57,6 @@ def check_items(items: Sequence[dict[str, Any]], rows: int, what: str) -> None:
         seen[str(key)] = row
 
 
-def _item_lines(items: Iterable[dict[str, Any]]) -> Iterator[bytes]:
-    for item in items:
-        kept = {key: item[key] for key in ITEM_KEYS if item.get(key) is not None}
-        yield (json.dumps(kept, ensure_ascii=False) + "\n").encode("utf-8")
-
-
 def items_name(memory_path: str | os.PathLike, sha256: str) -> str:
     """The sidecar's file name: `NAME.items.<first 16 hex digits of its sha256>.jsonl`."""
     return f"{Path(memory_path).stem}.items.{sha256[:16]}{SUFFIX.removeprefix('.items')}"
@@ -76,17 +66,18 @@ def items_name(memory_path: str | os.PathLike, sha256: str) -> str:
 def staged_items(
     memory_path: str | os.PathLike, items: Iterable[dict[str, Any]]
 ) -> Iterator[tuple[dict[str, Any], Callable[[], None]]]:
-    """Write the sidecar of `memory_path` to a temporary (fsynced); yield the record the memory's
-    metadata keeps and `place`, which renames it to its content-named file. Call `place` right
-    before the memory is switched in (`save_memory(before_switch=place)`): a new name never
-    replaces the sidecar the old memory names, so a kill leaves the old pair or the new one
-    whole, plus at most an unnamed sidecar (`remove_unnamed` deletes it). A sidecar placed
-    for a memory that then failed to switch is removed on the way out."""
+    """Write the sidecar of `memory_path` to a fsynced temporary; yield the memory's `items`
+    record and `place`, which renames it to its content-named file: call it right before the
+    memory switches (`save_memory(before_switch=place)`). A kill leaves the old pair or the new
+    one whole, plus at most an unnamed sidecar (`remove_unnamed`); a sidecar placed for a
+    memory that then failed to switch is removed on the way out."""
     memory_path = Path(memory_path)
     with staged(sidecar_path(memory_path), force=True) as stage:
         digest, count = hashlib.sha256(), 0
         with open(stage.tmp, "wb") as handle:
-            for line in _item_lines(items):
+            for item in items:
+                kept = {key: item[key] for key in ITEM_KEYS if item.get(key) is not None}
+                line = (json.dumps(kept, ensure_ascii=False) + "\n").encode("utf-8")
                 handle.write(line)
                 digest.update(line)
                 count += 1
@@ -107,9 +98,8 @@ def staged_items(
 
 
 def write_items(memory_path: str | os.PathLike, items: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Write the sidecar of `memory_path` (content-named, fsynced) and return the record its
-    metadata keeps: for a memory file written after it (a new segment, a compacted memory),
-    whose own atomic switch is what makes it count (`app.grow`)."""
+    """Write the sidecar of `memory_path` and return its record, for a memory file written
+    after it whose own atomic switch makes it count (`app.grow`)."""
     with staged_items(memory_path, items) as (record, place):
         place()
     return record
@@ -118,10 +108,9 @@ def write_items(memory_path: str | os.PathLike, items: Iterable[dict[str, Any]])
 def remove_unnamed(
     memory_path: str | os.PathLike, *, also: Sequence[str] = (), keep: Sequence[Path] = ()
 ) -> list[Path]:
-    """Delete the sidecars of `memory_path` (`NAME.items.<hash>.jsonl`, and the files `also`
-    beside it) that no memory file in its folder names (shards and other memories may share
-    one); never one of `keep` (a command's inputs). Returns what was deleted: sidecars left by a
-    store killed between placing its sidecar and switching its memory, or replaced by one."""
+    """Delete the sidecars of `memory_path` (`NAME.items.<hash>.jsonl`, and the files `also`)
+    that no memory file in its folder names, never one of `keep` (a command's inputs): left by
+    a store killed before its memory switched, or replaced. Returns what was deleted."""
     memory_path = Path(memory_path)
     folder = memory_path.parent
     pattern = re.compile(re.escape(memory_path.stem) + r"\.items\.[0-9a-f]{16}\.jsonl\Z")
@@ -141,9 +130,7 @@ def remove_unnamed(
             record = read_metadata(memory).get("items")
         except (NphError, OSError, ValueError):
             continue
-        name = record_file(record)
-        if name is not None:
-            found.discard(folder / name)
+        found.discard(folder / (record_file(record) or "."))
     for path in sorted(found):
         path.unlink(missing_ok=True)
     return sorted(found)
@@ -160,8 +147,7 @@ def record_file(record: Any) -> str | None:
 def copy_items(meta: dict[str, Any], source: Path, out_dir: Path, *, force: bool) -> None:
     """Copy the sidecar of the memory file `source` into `out_dir` (beside its shards and their
     manifest, which keep the same record), if it has one and it is not there already."""
-    record = meta.get("items")
-    name = record_file(record)
+    name = record_file(meta.get("items"))
     if name is None:
         return
     found = source.with_name(name)
@@ -249,11 +235,8 @@ def open_items(memory_path: str | os.PathLike, meta: dict[str, Any]) -> Items | 
         path = Path(memory_path).with_name(name)  # never outside its folder
         dropped = set(part.get("drop", ()))
         offsets = _offsets(memory_path, path, part)
-        spans += [
-            (len(paths), offsets[row], offsets[row + 1])
-            for row in range(len(offsets) - 1)
-            if row not in dropped
-        ]
+        rows = [row for row in range(len(offsets) - 1) if row not in dropped]
+        spans += [(len(paths), offsets[row], offsets[row + 1]) for row in rows]
         paths.append(path)
     if len(spans) != meta.get("M", len(spans)):
         raise NphError(f"{memory_path}: {len(spans)} items for {meta.get('M')} stored rows")

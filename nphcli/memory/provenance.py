@@ -1,16 +1,11 @@
 """What a memory is, for the results that come from it: its content hash, path, normalisation
-and shape (`provenance`).
-
-The content hash is the one shard manifests already record (`format.tensors_sha256`): sha256
-over each tensor's name, safetensors dtype code, shape and bytes, in name order, metadata left
-out. It is computed once per memory:
-- `save_memory` hashes the tensors it writes and records the digest in the file's metadata
-  (`content_sha256`), so opening, loading or streaming a file nph wrote costs nothing more;
-- a file without the record (written by an older nph, or another tool) is hashed from disk once
-  per process, cached by (path, size, modification time);
-- a shard manifest records its source's digest (`nph shard`); an older manifest stands for the
-  digest of its shards' recorded checksums (`shards:` prefix, so it never equals a file's);
-- a memory built in Python (no file) is hashed from its tensors in RAM once, kept on the bank.
+and shape (`provenance`). The content hash is `format.tensors_sha256` (each tensor's name, dtype
+code, shape and bytes, in name order; metadata left out), computed once per memory:
+- a file nph wrote records it (`content_sha256`), so opening it costs nothing more;
+- a file without the record is hashed from disk once per process (by path, size and mtime);
+- a shard manifest records its source's; an older one stands for the digest of its shards'
+  checksums (`shards:` prefix, so it never equals a file's);
+- a memory built in Python is hashed from its tensors once, kept on the bank.
 """
 
 from __future__ import annotations
@@ -69,12 +64,8 @@ def content_sha256(bank: Any) -> str:
         digest = file_digest(path)
     else:
         keys, values = bank.resident()
-        tensors = {"patterns": keys}
-        if bank.hetero:
-            tensors["values"] = values
-        if bank.labels is not None:
-            tensors["labels"] = bank.labels
-        digest = tensors_digest(tensors)
+        named = {"patterns": keys, "values": values if bank.hetero else None, "labels": bank.labels}
+        digest = tensors_digest({name: t for name, t in named.items() if t is not None})
     stamp(bank, digest)
     return digest
 

@@ -1,30 +1,17 @@
-"""Sharded memories: one memory split into N memory files by rows, plus a JSON manifest.
-
-Why: a memory larger than one machine is spread over several processes (`nphcli.distributed`),
-each reading only its shard. Each shard is a valid nph memory file on its own; its metadata
-(`shard`) records the shard set's id, its index, its first global row (`offset`), its rows and
-the total M. The manifest lists the shards in row order, each with the sha256 of its tensors
-(`format.tensors_sha256`):
+"""Sharded memories: one memory split into N memory files by rows, plus a JSON manifest, so each
+process of a distributed run reads only its shard (docs/distributed.md). Each shard is a valid
+memory file whose metadata records `shard` (set id, index, offset, rows, total M); the manifest
+lists the shards in row order, each with its tensors' sha256 (`format.tensors_sha256`):
 
     {"format": "nph-shards", "format_version": 2, "set_id": "…", "M": 1000, "d": 784,
      "d_v": 784, "dtype": "float32", "hetero": false,
      "parts": [{"file": "memory.part-0-of-2.5f0c91d2e4a7b3c8.safetensors", "offset": 0,
                 "rows": 500, "sha256": "…"}, …]}
 
-Writing a set is one switch: the shards are written under names of their own (the set id's start
-in each name), then the manifest is renamed over the old one, then the old set's files (shards,
-their indexes, a sidecar no shard names) are deleted. A kill at any point leaves the old set or
-the new one whole; the next `nph shard` into the folder deletes what the killed one left, with a
-note (`remove_unnamed_shards`).
-
-`read_manifest` refuses, before any compute, a shard set with a shard file outside the
-manifest's folder, a missing, duplicated or foreign shard (another set's id), overlapping or
-missing rows, shards whose d, d_v, dtype or kind of memory differ (all from file headers), and,
-unless told the storage is trusted (`verify=False`), a shard whose tensors are not the ones
-`nph shard` wrote (their checksum; this reads every checked shard once). The set id is a hash of
-the source file's bytes and the split, so shards of two different splittings never mix.
-
-`nphcli.memory.sharded_bank.ShardedBank` reads a manifest's shards as one `MemoryBank`.
+Writing a set is one switch: the shards under names of their own, then the manifest renamed over
+the old one, then the old set's files deleted. A kill leaves the old set or the new one whole;
+the next `nph shard` deletes what it left (`remove_unnamed_shards`). `read_manifest` refuses,
+before any compute, a set that is not whole, consistent and (unless `verify=False`) unchanged.
 """
 
 from __future__ import annotations
@@ -137,7 +124,12 @@ def write_shards(
     check_folder(manifest_path)
     if manifest_path.exists() and not force:
         raise NphError(f"{manifest_path} already exists; pass --force to replace it")
-    set_id = _set_id(source, sizes)
+    # The set id hashes the source's bytes and the split: the same split of one file, the same id.
+    digest = hashlib.sha256(json.dumps(sizes).encode())
+    with open(source, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(chunk)
+    set_id = digest.hexdigest()[:32]
     # Named after the set: a new set never replaces the files the old manifest names.
     count = len(sizes)
     names = [f"{stem}.part-{i}-of-{count}.{set_id[:16]}.safetensors" for i in range(count)]
@@ -149,7 +141,21 @@ def write_shards(
         try:  # the manifest's rename is the switch; then the replaced set's files go
             copy_items(bank.meta, source, out_dir, force=True)  # ids and texts travel along
             listed = _write_parts(bank, out_dir, names, sizes, meta, set_id)
-            _write_manifest(manifest_path, bank, source, set_id, content, listed)
+            manifest = {
+                "format": MANIFEST_FORMAT,
+                "format_version": MANIFEST_VERSION,
+                "set_id": set_id,
+                "source": source.name,
+                "M": sum(part["rows"] for part in listed),
+                "d": bank.dim,
+                "d_v": bank.value_dim,
+                "dtype": str(bank.dtype).removeprefix("torch."),
+                "hetero": bank.hetero,
+                "content_sha256": content,
+                "parts": listed,
+            }
+            with atomic_write(manifest_path, force=True) as tmp:  # refused above without --force
+                Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
         finally:
             remove_unnamed_shards(out_dir, stem, keep=[source])
     return manifest_path
@@ -158,10 +164,9 @@ def write_shards(
 def remove_unnamed_shards(
     out_dir: Path, stem: str, keep: Sequence[str | os.PathLike] = ()
 ) -> list[Path]:
-    """Delete the files of `stem`'s shard sets in `out_dir` that no manifest there names: shards
-    (older nph: without the set's hash in their name), their indexes, the items sidecar, and
-    temporaries of killed writers; never one of `keep`. Touches nothing while a manifest there
-    cannot be read. Returns what was deleted."""
+    """Delete the files of `stem`'s shard sets in `out_dir` that no manifest there names (shards,
+    their indexes, the items sidecar, killed writers' temporaries), never one of `keep`, nothing
+    while a manifest there cannot be read. Returns what was deleted."""
     head = re.escape(stem) + r"\.part-\d+-of-\d+(\.[0-9a-f]{16})?"
     pattern = re.compile(rf"{head}\.(safetensors|[a-z0-9_-]+\.[0-9a-f]{{16}}\.index)\Z")
     removed = remove_stale_temporaries(
@@ -183,42 +188,14 @@ def remove_unnamed_shards(
     return removed + remove_unnamed(out_dir / f"{stem}.safetensors", keep=list(keep))
 
 
-def _write_manifest(manifest_path, bank, source, set_id, content, listed) -> None:
-    """Write the manifest of the shards `listed` atomically."""
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "format_version": MANIFEST_VERSION,
-        "set_id": set_id,
-        "source": source.name,
-        "M": sum(part["rows"] for part in listed),
-        "d": bank.dim,
-        "d_v": bank.value_dim,
-        "dtype": str(bank.dtype).removeprefix("torch."),
-        "hetero": bank.hetero,
-        "content_sha256": content,
-        "parts": listed,
-    }
-    with atomic_write(manifest_path, force=True) as tmp:  # refused before without --force
-        Path(tmp).write_text(json.dumps(manifest, indent=2) + "\n")
-
-
 def _write_parts(bank, out_dir, names, sizes, meta, set_id) -> list[dict]:
     """Write each shard file, one block of rows in RAM at a time; the manifest's part records."""
     total, labels = sum(sizes), bank.labels
     offset = 0
     listed = []
     for index, (name, rows) in enumerate(zip(names, sizes, strict=True)):
-        shard_meta = {
-            **meta,
-            "shard": {
-                "set_id": set_id,
-                "index": index,
-                "parts": len(sizes),
-                "offset": offset,
-                "rows": rows,
-                "total_M": total,
-            },
-        }
+        shard = {"set_id": set_id, "index": index, "parts": len(sizes), "offset": offset}
+        shard_meta = {**meta, "shard": {**shard, "rows": rows, "total_M": total}}
         shapes = {"patterns": (bank.dtype, (rows, bank.dim))}
         blocks = {"patterns": _blocks(bank, offset, rows, values=False)}
         if bank.hetero:
@@ -239,16 +216,6 @@ def _blocks(bank: StreamedBank, start: int, rows: int, *, values: bool):
     step = max(1, BLOCK_BYTES // (width * bank.dtype.itemsize))
     for first in range(start, start + rows, step):
         yield bank.rows(first, min(start + rows, first + step), values=values)
-
-
-def _set_id(source: Path, sizes: list[int]) -> str:
-    """sha256 of the source file's bytes and the split: the same split of the same file gives
-    the same id, anything else another."""
-    digest = hashlib.sha256(json.dumps(sizes).encode())
-    with open(source, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:32]
 
 
 def read_manifest(
@@ -294,10 +261,8 @@ def read_manifest(
     for index, part in enumerate(parts):
         resolved = part.path.resolve()
         if resolved in seen:
-            raise NphError(
-                f"{path}: shard {part.path.name} is listed twice (parts {seen[resolved]} and "
-                f"{index})"
-            )
+            twice = f"is listed twice (parts {seen[resolved]} and {index})"
+            raise NphError(f"{path}: shard {part.path.name} {twice}")
         seen[resolved] = index
         if part.offset < expected:
             raise NphError(
@@ -369,11 +334,8 @@ def _check_part(manifest: Manifest, index: int, part: ShardPart, *, verify: bool
     wanted = (part.rows, manifest.dim, manifest.value_dim, manifest.dtype, manifest.hetero)
     if found != wanted:
         labels = ("rows", "d", "d_v", "dtype", "hetero")
-        diffs = ", ".join(
-            f"{label} {a} ≠ {b}"
-            for label, a, b in zip(labels, found, wanted, strict=True)
-            if a != b
-        )
+        pairs = zip(labels, found, wanted, strict=True)
+        diffs = ", ".join(f"{label} {a} ≠ {b}" for label, a, b in pairs if a != b)
         raise NphError(f"{where} does not match the manifest: {diffs}")
     if verify and tensors_sha256(part.path) != part.sha256:
         raise NphError(

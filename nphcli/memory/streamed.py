@@ -1,20 +1,11 @@
 """Memories streamed from a memory file on disk, so a file larger than RAM can be searched.
 
-`StreamedBank` is a `MemoryBank` (see `nphcli/memory/bank.py`) over a safetensors memory file:
-every model's `retrieve` accepts it in place of a keys tensor and reads memories block by block,
-never all at once.
-
-How the file is read, and why: nothing is memory-mapped. The safetensors package maps the whole
-file, which fails outright for a file larger than the address space the process may have (no
-swap, or `ulimit -v`), and the pages of a mapping a process touched count towards its resident
-memory while the mapping lives. `nphcli.memory.reader` instead reads exactly the bytes of each
-block (`os.preadv` into a fresh tensor), so a block's memory goes when the block is dropped and
-the file's pages stay in the kernel's page cache, which is reclaimable and not charged to the
-process. Each block opens the file anew (a header parse, microseconds against a block's
-milliseconds of reading), so copies of the bank (`to`) share no state.
-
-Scattered rows (`gather`, e.g. the k rows a top-k query keeps) are read with one positioned read
-per run of adjacent rows.
+`StreamedBank` is a `MemoryBank` over a safetensors memory file, read block by block. Nothing
+is memory-mapped: a mapping fails for a file larger than the address space the process may have
+(`ulimit -v`), and its touched pages count as the process's memory. `nphcli.memory.reader` reads
+exactly each block's bytes into a fresh tensor, so the file's pages stay in the reclaimable page
+cache. Each block opens the file anew (microseconds), so copies of the bank share no state.
+Scattered rows (`gather`) take one positioned read per run of adjacent rows.
 """
 
 from __future__ import annotations
@@ -36,15 +27,10 @@ from nphcli.memory.format import open_safetensors, read_layout, tensor_spans
 
 
 class StreamedBank(MemoryBank):
-    """Keys (M, d) and values (M, d_v) of a memory file, read from disk block by block.
-
-    `device` and `dtype` are where and how blocks are handed out (dtype None: the file's own).
-    Which tensors are keys, values and labels, and the metadata, are what loading the file
-    would give (`nphcli.memory.format.read_layout` decides both). Values are the patterns
-    themselves when the file has none (auto-association), then read once per block, not twice.
-    Each block is checked for NaN and infinity as it is read, since the file is never loaded
-    whole to check up front.
-    """
+    """Keys (M, d) and values (M, d_v) of a memory file, read from disk block by block, handed
+    out on `device` in `dtype` (None: the file's own). Keys, values, labels and metadata are what
+    loading the file would give (`format.read_layout`); without values the keys serve, read once
+    per block. Each block is checked for NaN and infinity as it is read."""
 
     def __init__(
         self,
@@ -90,14 +76,10 @@ class StreamedBank(MemoryBank):
         flat = index.reshape(-1).cpu()  # (N,)
         keys = self._rows(self.key_name, flat)  # (N, d)
         values = self._rows(self.value_name, flat) if self.value_name else keys  # (N, d_v)
-        return (
-            keys.reshape(*index.shape, self.dim),
-            values.reshape(*index.shape, self.value_dim),
-        )
+        return (keys.reshape(*index.shape, self.dim), values.reshape(*index.shape, self.value_dim))
 
     def to(self, device=None, dtype=None) -> StreamedBank:
-        """The same file read onto another device or into another dtype: no file access, no
-        new notice."""
+        """The same file read onto another device or into another dtype (no file access)."""
         other = copy.copy(self)
         if dtype is not None:
             other.dtype = dtype
@@ -108,17 +90,8 @@ class StreamedBank(MemoryBank):
     def summary_token(self) -> tuple[Hashable, tuple[Any, ...]] | None:
         """The file as it is now (path, inode, size, modification time) and how it is read."""
         status = os.stat(self.path)
-        token = (
-            str(self.path.resolve()),
-            status.st_ino,
-            status.st_size,
-            status.st_mtime_ns,
-            self.key_name,
-            self.value_name,
-            self.dtype,
-            self.device,
-        )
-        return token, ()
+        file = (str(self.path.resolve()), status.st_ino, status.st_size, status.st_mtime_ns)
+        return (*file, self.key_name, self.value_name, self.dtype, self.device), ()
 
     @property
     def labels(self) -> Tensor | None:
@@ -162,8 +135,7 @@ class StreamedBank(MemoryBank):
             raise NphError(f"{self.path}: '{name}' contains NaN or infinite values{where}")
         block = block.to(dtype=self.dtype)
         if self.device.type == "cuda":
-            # A pinned copy is sent asynchronously: the GPU computes on this block while the
-            # generator already reads the next one from disk. torch's pinned-memory allocator
-            # keeps the host buffer alive until the copy has run.
+            # Pinned, the copy is asynchronous: the GPU computes on this block while the next is
+            # read; torch's pinned-memory allocator keeps the host buffer alive until it has run.
             return block.pin_memory().to(self.device, non_blocking=True)
         return block.to(device=self.device)

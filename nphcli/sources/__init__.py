@@ -50,10 +50,8 @@ def prepare_memory(
     dtype: str = "float32",
 ) -> Prepared:
     """Load `spec`, normalise it (default: `centered` for images, else `none`), cast to `dtype`.
-
-    The metadata gains `normalize` (the record `nphcli.core.normalize.to_pixels` reads) and
-    `value_range` ([min, max] of the stored values, after the cast).
-    """
+    The metadata gains `normalize` (the record `core.normalize.to_pixels` reads) and
+    `value_range` ([min, max] of the stored values, after the cast)."""
     import torch
 
     from nphcli.core import normalize as norm

@@ -104,14 +104,11 @@ def _arrow_vectors(spec, column, rows, items, blocks) -> Tensor | None:
         )
     if not first:
         return None
-    kind = column.type
-    listed = pyarrow.types.is_list(kind) or pyarrow.types.is_large_list(kind)
-    values = column.flatten() if listed or pyarrow.types.is_fixed_size_list(kind) else None
+    types, kind = pyarrow.types, column.type
+    listed = types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind)
+    values = column.flatten() if listed else None
     numeric = values is not None and not values.null_count
-    numeric = numeric and (
-        pyarrow.types.is_integer(values.type) or pyarrow.types.is_floating(values.type)
-    )
-    if not numeric:
+    if not (numeric and (types.is_integer(values.type) or types.is_floating(values.type))):
         raise NphError(f"{where(0)}: embedding is not a list of numbers")
     lengths = pyarrow.compute.list_value_length(column).to_numpy(zero_copy_only=False)
     dim = blocks[0].shape[1] if blocks else int(lengths[0])
@@ -130,9 +127,8 @@ def _arrow_vectors(spec, column, rows, items, blocks) -> Tensor | None:
     if len(bad):
         problem = number_problem(array[int(bad[0])].item())
         raise NphError(f"{where(int(bad[0]) // dim)} has {problem} in its embedding")
-    check_allocation(
-        (len(rows) + len(items), dim), 4, what=f"{spec}'s embeddings", reduce="store it in parts"
-    )
+    shape = (len(rows) + len(items), dim)
+    check_allocation(shape, 4, what=f"{spec}'s embeddings", reduce="store it in parts")
     return torch.from_numpy(array.astype(np.float32)).reshape(len(items), dim)  # (B, d)
 
 

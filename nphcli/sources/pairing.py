@@ -22,8 +22,7 @@ LABEL_SUFFIXES = (".npy", ".csv", ".txt")
 
 
 def _selected(rows, meta: dict[str, Any], what: str):
-    """`rows` (N, ...) (a tensor or a list) reduced to the rows the source kept (its
-    `selection` record)."""
+    """`rows` (N, ...), a tensor or a list, reduced to the rows the source kept (`selection`)."""
     selection = meta.get("selection", {})
     available = selection.get("of", meta.get("M"))
     if selection.get("method") == "generated":
@@ -46,10 +45,8 @@ def load_values_and_items(
 ) -> tuple[Tensor, list[dict[str, Any]] | None]:
     """Values (M, d_v) float32 for the patterns a source gave (`meta`: its metadata, with the
     `normalize` record of the stored keys), from any file `nph store` reads: pixel data (uint8
-    arrays, images) is normalised like the keys, numbers are taken as they are. With them the
-    values' items (id, text) when the file is a table or texts:
-    texts are embedded with the keys' embedder (`meta["embedder"]`), so a question memory's
-    values are its answers in the same space."""
+    arrays, images) is normalised like the keys, numbers are taken as they are; and their items
+    (id, text) when the file is a table or texts, embedded with the keys' embedder."""
     from nphcli.core.normalize import apply_record
     from nphcli.sources.tables import TEXT_SUFFIXES, holds_embeddings
 
@@ -107,11 +104,10 @@ def in_store_dtype(values: Tensor, dtype: str) -> Tensor:
     from nphcli.core.dtypes import torch_dtype
 
     stored = values.to(torch_dtype(dtype))  # (M, d_v)
-    widest = stored.dtype == torch.float32
     if not torch.isfinite(stored).all():
+        advice = "scale them down" if stored.dtype == torch.float32 else "use --dtype float32"
+        largest = float(values.abs().max())
         raise NphError(
-            f"the values do not fit in {dtype} (largest magnitude "
-            f"{float(values.abs().max()):.4g}); "
-            + ("scale them down" if widest else "use --dtype float32")
+            f"the values do not fit in {dtype} (largest magnitude {largest:.4g}); {advice}"
         )
     return stored

@@ -1,16 +1,9 @@
-"""Embedding tables and texts: rows that carry an id (and a text) beside their vector.
-
-- `.jsonl`: one object per line, `{"id": ..., "embedding": [...], "text": ..., "meta": {...}}`;
-  without `embedding`, every line needs a `text` and `--embed MODEL` embeds it;
-- `.txt`: one text per line (blank lines skipped), embedded with `--embed`; the id is the line
-  number (1-based);
-- `.parquet`, `.arrow` / `.feather`: columns `id`, `embedding` (a list of numbers per row) and
-  optionally `text`; without `embedding`, `text` and `--embed` (needs pyarrow);
-- `.npy` with `--ids FILE` (`files.load_npy`): row i's id is line i of FILE, or FILE is .jsonl
-  with `id` and optionally `text`.
-
-The items (id, text, meta) go to the memory's sidecar (`nphcli.memory.items`); the embedder's
-name, dimension and normalisation to its metadata, so that text queries use the same one.
+"""Embedding tables and texts (docs/text.md): rows that carry an id (and a text) beside their
+vector. `.jsonl`: one object a line, `{"id", "embedding", "text", "meta"}`; `.txt`: one text a
+line (the id is its line number); `.parquet`, `.arrow`, `.feather`: columns `id`, `embedding`,
+`text` (`arrow.py`). Rows without `embedding` need a `text` and `--embed MODEL`. The items go to
+the memory's sidecar (`nphcli.memory.items`), the embedder's record to its metadata, so that text
+queries use the same one.
 """
 
 from __future__ import annotations
@@ -222,31 +215,25 @@ def _vectors(spec: str, vectors: list[Any], rows: list[dict[str, Any]]) -> Tenso
 
     dim = None
     for number, vector in enumerate(vectors):
+        row = f"{spec}: row {number + 1} (id {rows[number].get('id')!r})"
         if not isinstance(vector, list) or not vector:
-            raise NphError(
-                f"{spec}: row {number + 1} (id {rows[number].get('id')!r}): embedding is not a "
-                "list of numbers"
-            )
+            raise NphError(f"{row}: embedding is not a list of numbers")
         if dim is None:
             dim = len(vector)
         elif len(vector) != dim:
             raise NphError(
-                f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {len(vector)} "
-                f"values, the first row {dim}: every embedding needs the same dimension"
+                f"{row} has {len(vector)} values, the first row {dim}: every embedding needs the "
+                "same dimension"
             )
         for value in vector:
             problem = number_problem(value)
             if problem is not None:
-                raise NphError(
-                    f"{spec}: row {number + 1} (id {rows[number].get('id')!r}) has {problem} in "
-                    "its embedding"
-                )
+                raise NphError(f"{row} has {problem} in its embedding")
     return torch.tensor(vectors, dtype=torch.float32)  # (M, d)
 
 
 def _lines(path: str, *, texts: bool = False):
-    """(number, line) of a text file within nph's bounds (`core/bounded.py`): a line of a .txt
-    of texts longer than the line bound is cut to it (with a note), a table's line refused."""
+    """(number, line) of a text file within `core/bounded.py`'s bounds (a long text line cut)."""
     return read_lines(path, what="file", truncate=texts)
 
 
