@@ -98,12 +98,7 @@ def load_pools(root: Path | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor
     else:
         cut = train.patterns.shape[0] * 4 // 5
         origin = f"bundled MNIST sample: {cut} train / {train.patterns.shape[0] - cut} test digits"
-        pools = (
-            train.patterns[:cut],
-            train.labels[:cut],
-            train.patterns[cut:],
-            train.labels[cut:],
-        )
+        pools = (train.patterns[:cut], train.labels[:cut], train.patterns[cut:], train.labels[cut:])
     train_x, train_y, test_x, test_y = pools
     return train_x / 255, train_y, test_x / 255, test_y, origin
 

@@ -61,11 +61,7 @@ class MILConfig:
 
 PRESETS = {
     "paper": MILConfig(
-        bag_sizes=(5, 10, 20, 30, 50, 75, 100),
-        train_bags=2000,
-        test_bags=500,
-        epochs=150,
-        runs=10,
+        bag_sizes=(5, 10, 20, 30, 50, 75, 100), train_bags=2000, test_bags=500, epochs=150, runs=10
     ),
     # The paper's numbers of bags and network, with 20 epochs (batch 128: 320 optimiser steps),
     # one run and bag sizes up to 30: all 8 models (time: measured.MEASURED["mil-quick"]).

@@ -29,11 +29,7 @@ COLOURS = {  # a cell's verdict -> its dot's colour
 
 
 def draw(
-    path: str | os.PathLike,
-    table: PaperTable,
-    cells: Sequence[Cell],
-    *,
-    title: str | None = None,
+    path: str | os.PathLike, table: PaperTable, cells: Sequence[Cell], *, title: str | None = None
 ) -> None:
     """A PNG of the comparison (`comparison_figure`), written atomically."""
     figure = comparison_figure(table, cells, title=title)

@@ -303,10 +303,7 @@ def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
     columns = list(dict.fromkeys(c.column for c in cells))
     rows = list(dict.fromkeys(c.row for c in cells))
     by_key = {(c.row, c.column): c for c in cells}
-    lines = [
-        "| model | " + " | ".join(columns) + " |",
-        "| --- |" + " --- |" * len(columns),
-    ]
+    lines = ["| model | " + " | ".join(columns) + " |", "| --- |" + " --- |" * len(columns)]
     for row in rows:
         texts = []
         for column in columns:
