@@ -75,13 +75,9 @@ def _number(value: float | None, spec: str = ".3f") -> str:
 
 
 def render_comparison(
-    table: PaperTable,
-    cells: Sequence[Cell],
-    meta: Mapping[str, Any],
-    *,
-    as_json: bool,
+    table: PaperTable, cells: Sequence[Cell], meta: Mapping[str, Any], *, as_json: bool,
     title: str | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """The comparison on stdout: one JSON object, or a table of paper | nph ± spread | diff |
     verdict, and under it the reason of each row that is not comparable."""
     from nphcli.experiments.paper_table import (

@@ -124,15 +124,10 @@ def make_bags(
 
 
 def train_one(
-    config: MILConfig,
-    variant: Variant,
-    bag_size: int,
-    run: int,
-    pools: tuple[Tensor, Tensor, Tensor, Tensor],
-    *,
-    seed: int = 0,
+    config: MILConfig, variant: Variant, bag_size: int, run: int,
+    pools: tuple[Tensor, Tensor, Tensor, Tensor], *, seed: int = 0,
     on_epoch: Callable[[int], None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]]:  # fmt: skip
     """Train one network; one record per epoch (train loss and accuracy as measured during the
     epoch, test loss and accuracy after it)."""
     train_x, train_y, test_x, test_y = pools
@@ -154,9 +149,8 @@ def train_one(
         started = time.perf_counter()
         net.train()
         loss_sum = correct = 0.0
-        for batch in torch.randperm(config.train_bags, generator=generator).split(
-            config.batch_size
-        ):
+        batches = torch.randperm(config.train_bags, generator=generator).split(config.batch_size)
+        for batch in batches:
             logits = net(train_x, train_bags[batch])  # (b,)
             loss = F.binary_cross_entropy_with_logits(logits, train_labels[batch])
             optimiser.zero_grad(set_to_none=True)
@@ -199,14 +193,9 @@ def evaluate(
 
 
 def run_experiment(
-    config: MILConfig,
-    out: str | os.PathLike,
-    *,
-    seed: int = 0,
-    resume: bool = False,
-    root: Path | None = None,
-    progress: Callable[..., None] | None = None,
-) -> list[dict[str, Any]]:
+    config: MILConfig, out: str | os.PathLike, *, seed: int = 0, resume: bool = False,
+    root: Path | None = None, progress: Callable[..., None] | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Train every (variant, bag size, run) of `config`, writing records to `out` (JSON Lines)
     after each training run. With `resume`, runs already complete in `out` are kept and skipped;
     without it an existing `out` is an error. `progress`, if given, is called as
@@ -235,14 +224,7 @@ def run_experiment(
     tick(len(jobs) * config.epochs)
     for variant, size, run in jobs:
         label = f"{variant.label} M={size} run {run}"
-        records += train_one(
-            config,
-            variant,
-            size,
-            run,
-            tuple(pools),
-            seed=seed,
-            on_epoch=lambda _, label=label: tick(None, label),
-        )
+        on_epoch = lambda _, label=label: tick(None, label)  # noqa: E731
+        records += train_one(config, variant, size, run, tuple(pools), seed=seed, on_epoch=on_epoch)
         write_results(out, records)
     return records

@@ -85,13 +85,9 @@ def chosen_variants(config: MILConfig) -> list[Variant]:
 
 
 def configure(
-    preset: str,
-    *,
-    models: str | None = None,
-    bag_sizes: str | None = None,
-    epochs: int | None = None,
-    runs: int | None = None,
-) -> MILConfig:
+    preset: str, *, models: str | None = None, bag_sizes: str | None = None,
+    epochs: int | None = None, runs: int | None = None,
+) -> MILConfig:  # fmt: skip
     """A preset with any of its grid overridden (comma-separated strings as the CLI gives)."""
     config = preset_named(PRESETS, preset, "MIL preset")
     if models:

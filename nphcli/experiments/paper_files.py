@@ -87,14 +87,9 @@ def comparison_figure(table: PaperTable, cells: Sequence[Cell], *, title: str | 
 
 
 def write_comparison(
-    folder: str | os.PathLike,
-    table: PaperTable,
-    cells: Sequence[Cell],
-    meta: Mapping[str, Any],
-    *,
-    picture: bool = True,
-    title: str | None = None,
-) -> list[str]:
+    folder: str | os.PathLike, table: PaperTable, cells: Sequence[Cell], meta: Mapping[str, Any], *,
+    picture: bool = True, title: str | None = None,
+) -> list[str]:  # fmt: skip
     """`{table}.json`, `{table}.csv` and (with `picture`) `{table}.png` in `folder`; their paths."""
     stem = os.path.join(os.fspath(folder), table.name)
     write_json(stem + ".json", table, cells, meta)
