@@ -38,31 +38,23 @@ def paper_fields(default_out: str) -> tuple[Field, ...]:
             default_out,
         ),
         Field(
-            "no_train",
-            "bool",
-            False,
+            "no_train", "bool", False,
             "Train nothing: the table from the runs --out already holds (seeds with every "
-            "part finished).",
-            group="output",
+            "part finished).", group="output",
         ),
         Field("no_plot", "bool", False, "Do not draw TABLE.png.", group="output"),
         Field(
-            "jobs",
-            "int",
-            1,
+            "jobs", "int", 1,
             "Trainings run at once, each in its own process (--threads shared among them); "
-            "the results are the same as with one.",
-            group="analysis",
+            "the results are the same as with one.", group="analysis",
         ),
         Field(
-            "ray",
-            "str",
-            None,
+            "ray", "str", None,
             "Send the trainings to the Ray cluster at this address ('auto': the one this "
             "machine has joined; 'local': a new one here). Needs pip install 'nph[cluster]'.",
             group="analysis",
         ),
-    )
+    )  # fmt: skip
 
 
 @paper_app.callback()
