@@ -63,7 +63,7 @@ SOURCES = {
             "elephant.csv",
             "elephant_100x100_matlab.mat",
             (1391, 230, 200, 100, 100),
-        ),
+        ),  # fmt: skip
         MILSource("ucsb", "UCSB", "ucsb_breast_cancer.csv", None, (2002, 708, 58, 26, 32)),
         MILSource("musk1", "Musk1", "musk1.csv", None, None),
         MILSource("musk2", "Musk2", "musk2.csv", None, None),
@@ -182,13 +182,8 @@ def _rows(text: str, where: str) -> list[list[str]]:
 def statistics(data: MILData) -> tuple[int, int, int, int, int]:
     """(instances, features, bags, positive bags, negative bags), as Table "statistics"."""
     positive = int(data.labels.sum())
-    return (
-        sum(b.shape[0] for b in data.bags),
-        data.bags[0].shape[1],
-        len(data.bags),
-        positive,
-        len(data.bags) - positive,
-    )
+    instances = sum(b.shape[0] for b in data.bags)
+    return instances, data.bags[0].shape[1], len(data.bags), positive, len(data.bags) - positive
 
 
 def check_statistics(name: str, data: MILData) -> str | None:
@@ -199,11 +194,8 @@ def check_statistics(name: str, data: MILData) -> str | None:
     if source.paper is None or found == source.paper:
         return None
     fields = ("instances", "features", "bags", "positive bags", "negative bags")
-    differ = [
-        f"{f} {a} (paper {b})"
-        for f, a, b in zip(fields, found, source.paper, strict=True)
-        if a != b
-    ]
+    pairs = zip(fields, found, source.paper, strict=True)
+    differ = [f"{f} {a} (paper {b})" for f, a, b in pairs if a != b]
     return f"{source.label}: {', '.join(differ)}"
 
 

@@ -140,9 +140,8 @@ def train_fold(
         best, best_epoch, best_state = (-1.0, 0.0), 0, None
         for epoch in range(1, epochs + 1):
             net.train()
-            for part in train[torch.randperm(train.numel(), generator=order)].split(
-                hyper.batch_size
-            ):
+            shuffled = train[torch.randperm(train.numel(), generator=order)]
+            for part in shuffled.split(hyper.batch_size):
                 loss = F.binary_cross_entropy_with_logits(net(*bags.batch(part)), bags.labels[part])
                 optimiser.zero_grad()
                 loss.backward()
@@ -242,11 +241,8 @@ def _chosen(log: RunLog, dataset: str, label: str, protocol: Protocol, seed: int
     validation AUC, then the lower validation loss; None while one is missing from `log`."""
     chosen = []
     for fold in range(protocol.folds):
-        keys = [
-            _key(_record(dataset, label, protocol, seed, fold, h))
-            for h in _draws(protocol, seed, fold)
-        ]
-        records = [log.get(key) for key in keys]
+        draws = _draws(protocol, seed, fold)
+        records = [log.get(_key(_record(dataset, label, protocol, seed, fold, h))) for h in draws]
         if any(r is None for r in records):
             return None
         chosen.append(max(records, key=lambda r: (r["val_auc"], -r.get("val_loss", 0.0))))
