@@ -67,16 +67,9 @@ PRESETS = {
     # one run and bag sizes up to 30: all 8 models (time: measured.MEASURED["mil-quick"]).
     # Larger bags need more steps before any rule learns: run them with --bag-sizes 50,100
     # --epochs 60 (about an hour).
-    "quick": MILConfig(
-        bag_sizes=(5, 10, 20, 30),
-        train_bags=2000,
-        test_bags=500,
-        epochs=20,
-        runs=1,
-        batch_size=128,
-        convergence_bag_size=30,
-    ),
-}
+    "quick": MILConfig(bag_sizes=(5, 10, 20, 30), train_bags=2000, test_bags=500, epochs=20,
+                       runs=1, batch_size=128, convergence_bag_size=30),
+}  # fmt: skip
 
 
 def chosen_variants(config: MILConfig) -> list[Variant]:
@@ -101,5 +94,4 @@ def configure(
         if shown not in sizes:
             shown = min(sizes, key=lambda size: (abs(size - 50), size))
         config = replace(config, bag_sizes=sizes, convergence_bag_size=shown)
-    config = with_counts(config, epochs=epochs, runs=runs)
-    return config
+    return with_counts(config, epochs=epochs, runs=runs)
