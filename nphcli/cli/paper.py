@@ -85,17 +85,11 @@ def render_comparison(
         print_json(cells_json(table, cells, meta))
         return
     rows = [
-        (
-            MODEL_NAMES.get(c.row, c.row),
-            c.column,
-            _number(c.paper),
-            spread_text(c),
-            _number(c.difference, "+.3f"),
-            c.verdict or (NO_SPREAD if c.seeds == 1 and c.paper is not None else ""),
-            str(c.seeds),
-        )
+        (MODEL_NAMES.get(c.row, c.row), c.column, _number(c.paper), spread_text(c),
+         _number(c.difference, "+.3f"),
+         c.verdict or (NO_SPREAD if c.seeds == 1 and c.paper is not None else ""), str(c.seeds))
         for c in cells
-    ]
+    ]  # fmt: skip
     counts = summary(cells)
     alone = f"; {counts['one_seed']} of one seed, with no spread" if counts["one_seed"] else ""
     print_table(

