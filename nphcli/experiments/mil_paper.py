@@ -193,9 +193,6 @@ class RunLog:
             except (NphError, KeyError, TypeError):
                 raise NphError(f"{path}, line {number}: not a MIL training record") from None
 
-    def get(self, key: tuple) -> dict[str, Any] | None:
-        return self.done.get(key)
-
     def add(self, record: dict[str, Any]) -> None:
         with open(self.path, "a") as handle:  # one short line per append: a kill loses ≤ 1
             handle.write(json.dumps(record) + "\n")
@@ -242,7 +239,8 @@ def _chosen(log: RunLog, dataset: str, label: str, protocol: Protocol, seed: int
     chosen = []
     for fold in range(protocol.folds):
         draws = _draws(protocol, seed, fold)
-        records = [log.get(_key(_record(dataset, label, protocol, seed, fold, h))) for h in draws]
+        keys = [_key(_record(dataset, label, protocol, seed, fold, h)) for h in draws]
+        records = [log.done.get(key) for key in keys]
         if any(r is None for r in records):
             return None
         chosen.append(max(records, key=lambda r: (r["val_auc"], -r.get("val_loss", 0.0))))
@@ -295,7 +293,7 @@ def run(
         for label in models
         for fold in range(protocol.folds)
         for hyper in _draws(protocol, seed, fold)
-        if log.get(_key(record := _record(name, label, protocol, seed, fold, hyper))) is None
+        if _key(record := _record(name, label, protocol, seed, fold, hyper)) not in log.done
     ]
     tick = progress or (lambda *_: None)
     started = time.perf_counter()
