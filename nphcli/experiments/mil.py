@@ -1,22 +1,13 @@
-"""The paper's multiple-instance-learning experiment on MNIST bags (§"Multiple Instance Learning").
-
-A bag is a set of M digits; it is positive when it holds the signal digit (the paper's 9). The
-network embeds each digit, pools the bag with `NPHPooling` and classifies the pooled vector:
+"""The paper's multiple-instance-learning experiment on MNIST bags (§"Multiple Instance Learning";
+setup, protocol and why in docs/reproduction.md). A bag of M digits is positive when it holds the
+signal digit (the paper's 9), exactly once: the hard case, where a dense average dilutes it as 1/M.
 
     digit (784) → Linear(784, 256) → ReLU → LayerNorm → NPHPooling(2 prototypes, 4 heads × 64,
     β = 0.1, the model under test) → LayerNorm → Linear(2·256, 1)
 
-trained with AdamW (lr 1e-3, cosine decay) on binary cross-entropy. Bags are drawn from disjoint
-train and test pools of digits: MNIST's training and test sets when the full dataset is on disk,
-else the 5,000 bundled training digits split 4:1. A positive bag holds exactly one signal digit
-(at a random place) and M − 1 other digits; a negative bag M non-signal digits; half the bags are
-positive. One signal among M is the hard case the paper's claim is about: as M grows its share of
-a dense average shrinks like 1/M, while a sparse rule can give it all the weight.
-
-Reproducible: bags, initial weights and batch order come from the seed, the run and the bag size
-(every model sees the same bags and starting embedding). Results are JSON Lines, one line per
-(model, bag size, run, epoch), rewritten atomically after each finished training run, so an
-interrupted experiment leaves a valid file and `resume` skips the runs already in it.
+Seeded by (seed, run, bag size): every model sees the same bags and starting embedding. Results
+are JSON Lines, one line per (model, bag size, run, epoch), rewritten atomically after each
+finished training run, so `resume` skips the runs already in it.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""The paper's printed tables as data, and nph's numbers set beside them.
+"""The paper's printed tables as data (`PAPER_TABLES`: MIL ROC-AUC, "mil_benchmark"; time-series
+MSE / MAE, "mts-result"), and nph's per-seed results set beside them as `Cell`s with a verdict
+(docs/paper-tables.md describes the columns, verdicts and files).
 
-The paper ("Nonparametric Modern Hopfield Models", Hu et al., ICML 2025) prints two tables of
-experimental numbers: ROC-AUC on four MIL benchmarks (Table "mil_benchmark") and MSE / MAE of
-univariate time-series prediction (Table "mts-result"). `PAPER_TABLES` holds them as printed; a
-reproduction hands `compare` its per-seed results and gets one `Cell` per (model, column): the
-paper's value, nph's mean and spread over seeds, the difference, and a verdict: the paper's
-value lies within nph's mean ± spread, outside it, or the cell is not comparable (the paper's
-released code computes something else there: `PaperTable.not_comparable` names the defect). Rows
-of trivial predictors (`BASELINES`) sit beside the models, so the floor is in the table;
-their verdict is "baseline". `write_json` and `write_csv` put the cells on disk
-(atomically; `paper_files` writes them with the picture); the CLI renders them.
-
-The spread is the sample standard deviation over seeds (ddof = 1). "Within" means
-|nph mean − paper| ≤ spread, the plain reading of "the paper's value ± the seed spread". One
-seed has no spread: its cell's spread and "within" are None, shown as "n/a (1 seed)", never as
-a spread of 0 that only an exact match would be within.
+The spread is the sample standard deviation over seeds (ddof = 1); "within" means
+|nph mean − paper| ≤ spread. One seed has no spread: its spread and "within" are None, shown as
+"n/a (1 seed)", never as a spread of 0 that only an exact match would be within.
 """
 
 from __future__ import annotations
