@@ -1,15 +1,12 @@
 """Train and test the time-series network (`timeseries_model`) on one CSV file: the paper's table
 "mts-result" (MSE and MAE per model and horizon, mean of runs) and its time per epoch.
 
-One training run: AdamW with cosine decay over the epochs, MSE loss on standardised values,
-gradients clipped; after each epoch the validation MSE, and the test MSE and MAE of the epoch
-with the lowest validation MSE (the released trainer's model selection). Errors are means over
-every predicted value of every test window.
-
-Reproducible: initial weights and batch order come from the seed, the run and the horizon, so
-every model of a run sees the same batches. Results are JSON Lines, one line per (model,
-horizon, run), rewritten atomically after each training run; `resume` skips the runs already
-written (and refuses a file made with another protocol or data file).
+One training run: AdamW, cosine decay, MSE on standardised values, gradients clipped; the test
+MSE and MAE (means over every predicted value of every test window) of the epoch with the lowest
+validation MSE (the released trainer's model selection). Seeded by (seed, run, horizon), so every
+model of a run sees the same batches. Results are JSON Lines, one line per (model, horizon, run),
+rewritten atomically after each run; `resume` skips the runs already written (and refuses a file
+made with another protocol or data file).
 """
 
 from __future__ import annotations
