@@ -1,17 +1,9 @@
-"""The paper's MIL benchmark on real bags (Table "mil_benchmark"), on nph's layers.
-
-    instance (d) → Linear(d, width) → LayerNorm → bag dropout → NPHPooling(1 prototype, heads,
-    head_dim = width / heads, the model under test with β = the "scaling factor", no dropout on
-    the attention weights) → GELU → LayerNorm → bag dropout → Linear(width, 1) → one logit
-
-(the released model's layers, `NETWORK`), trained with Adam on binary cross-entropy for 50
-epochs, the learning rate cosine-decayed to 0 and gradients clipped to norm 1 (the released
-trainer's, where the paper is silent); after each epoch the validation ROC-AUC is measured and
-the best checkpoint is the one tested: the highest validation AUC, ties broken by the lower
-validation loss (on UCSB's ~5 validation bags most epochs tie at AUC 1), then the earlier epoch.
-Features are standardised with the mean and standard deviation of the training part's
-instances (the paper does not say; raw UCSB features run into the thousands). The protocol
-(folds, seeds, search) is `nphcli.experiments.mil_protocol`'s.
+"""The paper's MIL benchmark on real bags (Table "mil_benchmark"), on nph's layers: the released
+model's network (`NETWORK`, `PaperMILNet`), Adam on binary cross-entropy with cosine decay and
+gradients clipped to norm 1, the checkpoint of the highest validation ROC-AUC tested (ties broken
+by the lower validation loss: on UCSB's ~5 validation bags most epochs tie at AUC 1), features
+standardised by the training instances (raw UCSB features run into the thousands). The protocol
+(folds, seeds, search) is `mil_protocol`'s; each choice and its source: docs/paper-tables.md.
 
 Every training is one line of `runs.jsonl` in the results folder, keyed by (data set, model,
 seed, fold, hyper-parameters) and appended as soon as it ends, so an interrupted run continues
