@@ -1,17 +1,7 @@
-"""Loaders for the paper's real-world data sets, from files the user downloads (none ship).
-
-No machine of this project reaches a dataset host, so these read the files in the layouts they
-are distributed in; the formats are documented in docs/layers.md ("Real-world data").
-
-- MIL benchmarks Elephant, Fox, Tiger (Andrews et al. 2003), as `{name}_100x100_matlab.mat`
-  (the files the hopfield-layers and sparse-Hopfield benchmarks read): `features` (N, 230),
-  sparse or dense, `bag_ids` (1, N) the bag of each instance, `labels` (1, N) each instance's
-  label, a bag being positive when any of its instances is (> 0). Reading .mat needs scipy.
-- UCSB breast cancer (and any MIL set in the same CSV layout): no header, one instance per row,
-  column 0 the bag label, column 1 the bag id, the remaining columns the features.
-- Time series (ETTh1, ETTm1, weather, ...): `nphcli.experiments.timeseries` (read_series,
-  prepare: the split, the training part's scaler and the windows).
-"""
+"""Loaders for the paper's real-world MIL data sets, from files the user downloads (none ship;
+no machine of this project reaches a dataset host): the MATLAB `{name}_100x100_matlab.mat` files
+and the CSV layout, both described in docs/layers.md ("Real-world data"). Time series:
+`nphcli.experiments.timeseries`."""
 
 from __future__ import annotations
 

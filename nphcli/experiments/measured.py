@@ -22,10 +22,7 @@ class Measured:
 
 MEASURED = {
     "mil-quick": Measured(
-        "nph mil --preset quick",
-        (574,),
-        "on 2 quiet CPU cores",
-        "docs/reproduction.md",
+        "nph mil --preset quick", (574,), "on 2 quiet CPU cores", "docs/reproduction.md"
     ),
     "paper-mil-quick": Measured(
         "nph paper mil --protocol quick --threads 1 (Elephant and UCSB)",

@@ -1,22 +1,13 @@
-"""The paper's multiple-instance-learning experiment on MNIST bags (§"Multiple Instance Learning").
-
-A bag is a set of M digits; it is positive when it holds the signal digit (the paper's 9). The
-network embeds each digit, pools the bag with `NPHPooling` and classifies the pooled vector:
+"""The paper's multiple-instance-learning experiment on MNIST bags (§"Multiple Instance Learning";
+setup, protocol and why in docs/reproduction.md). A bag of M digits is positive when it holds the
+signal digit (the paper's 9), exactly once: the hard case, where a dense average dilutes it as 1/M.
 
     digit (784) → Linear(784, 256) → ReLU → LayerNorm → NPHPooling(2 prototypes, 4 heads × 64,
     β = 0.1, the model under test) → LayerNorm → Linear(2·256, 1)
 
-trained with AdamW (lr 1e-3, cosine decay) on binary cross-entropy. Bags are drawn from disjoint
-train and test pools of digits: MNIST's training and test sets when the full dataset is on disk,
-else the 5,000 bundled training digits split 4:1. A positive bag holds exactly one signal digit
-(at a random place) and M − 1 other digits; a negative bag M non-signal digits; half the bags are
-positive. One signal among M is the hard case the paper's claim is about: as M grows its share of
-a dense average shrinks like 1/M, while a sparse rule can give it all the weight.
-
-Reproducible: bags, initial weights and batch order come from the seed, the run and the bag size
-(every model sees the same bags and starting embedding). Results are JSON Lines, one line per
-(model, bag size, run, epoch), rewritten atomically after each finished training run, so an
-interrupted experiment leaves a valid file and `resume` skips the runs already in it.
+Seeded by (seed, run, bag size): every model sees the same bags and starting embedding. Results
+are JSON Lines, one line per (model, bag size, run, epoch), rewritten atomically after each
+finished training run, so `resume` skips the runs already in it.
 """
 
 from __future__ import annotations
@@ -98,12 +89,7 @@ def load_pools(root: Path | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor
     else:
         cut = train.patterns.shape[0] * 4 // 5
         origin = f"bundled MNIST sample: {cut} train / {train.patterns.shape[0] - cut} test digits"
-        pools = (
-            train.patterns[:cut],
-            train.labels[:cut],
-            train.patterns[cut:],
-            train.labels[cut:],
-        )
+        pools = (train.patterns[:cut], train.labels[:cut], train.patterns[cut:], train.labels[cut:])
     train_x, train_y, test_x, test_y = pools
     return train_x / 255, train_y, test_x / 255, test_y, origin
 
@@ -129,15 +115,10 @@ def make_bags(
 
 
 def train_one(
-    config: MILConfig,
-    variant: Variant,
-    bag_size: int,
-    run: int,
-    pools: tuple[Tensor, Tensor, Tensor, Tensor],
-    *,
-    seed: int = 0,
+    config: MILConfig, variant: Variant, bag_size: int, run: int,
+    pools: tuple[Tensor, Tensor, Tensor, Tensor], *, seed: int = 0,
     on_epoch: Callable[[int], None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]]:  # fmt: skip
     """Train one network; one record per epoch (train loss and accuracy as measured during the
     epoch, test loss and accuracy after it)."""
     train_x, train_y, test_x, test_y = pools
@@ -159,9 +140,8 @@ def train_one(
         started = time.perf_counter()
         net.train()
         loss_sum = correct = 0.0
-        for batch in torch.randperm(config.train_bags, generator=generator).split(
-            config.batch_size
-        ):
+        batches = torch.randperm(config.train_bags, generator=generator).split(config.batch_size)
+        for batch in batches:
             logits = net(train_x, train_bags[batch])  # (b,)
             loss = F.binary_cross_entropy_with_logits(logits, train_labels[batch])
             optimiser.zero_grad(set_to_none=True)
@@ -204,14 +184,9 @@ def evaluate(
 
 
 def run_experiment(
-    config: MILConfig,
-    out: str | os.PathLike,
-    *,
-    seed: int = 0,
-    resume: bool = False,
-    root: Path | None = None,
-    progress: Callable[..., None] | None = None,
-) -> list[dict[str, Any]]:
+    config: MILConfig, out: str | os.PathLike, *, seed: int = 0, resume: bool = False,
+    root: Path | None = None, progress: Callable[..., None] | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Train every (variant, bag size, run) of `config`, writing records to `out` (JSON Lines)
     after each training run. With `resume`, runs already complete in `out` are kept and skipped;
     without it an existing `out` is an error. `progress`, if given, is called as
@@ -240,14 +215,7 @@ def run_experiment(
     tick(len(jobs) * config.epochs)
     for variant, size, run in jobs:
         label = f"{variant.label} M={size} run {run}"
-        records += train_one(
-            config,
-            variant,
-            size,
-            run,
-            tuple(pools),
-            seed=seed,
-            on_epoch=lambda _, label=label: tick(None, label),
-        )
+        on_epoch = lambda _, label=label: tick(None, label)  # noqa: E731
+        records += train_one(config, variant, size, run, tuple(pools), seed=seed, on_epoch=on_epoch)
         write_results(out, records)
     return records

@@ -61,26 +61,15 @@ class MILConfig:
 
 PRESETS = {
     "paper": MILConfig(
-        bag_sizes=(5, 10, 20, 30, 50, 75, 100),
-        train_bags=2000,
-        test_bags=500,
-        epochs=150,
-        runs=10,
+        bag_sizes=(5, 10, 20, 30, 50, 75, 100), train_bags=2000, test_bags=500, epochs=150, runs=10
     ),
     # The paper's numbers of bags and network, with 20 epochs (batch 128: 320 optimiser steps),
     # one run and bag sizes up to 30: all 8 models (time: measured.MEASURED["mil-quick"]).
     # Larger bags need more steps before any rule learns: run them with --bag-sizes 50,100
     # --epochs 60 (about an hour).
-    "quick": MILConfig(
-        bag_sizes=(5, 10, 20, 30),
-        train_bags=2000,
-        test_bags=500,
-        epochs=20,
-        runs=1,
-        batch_size=128,
-        convergence_bag_size=30,
-    ),
-}
+    "quick": MILConfig(bag_sizes=(5, 10, 20, 30), train_bags=2000, test_bags=500, epochs=20,
+                       runs=1, batch_size=128, convergence_bag_size=30),
+}  # fmt: skip
 
 
 def chosen_variants(config: MILConfig) -> list[Variant]:
@@ -89,13 +78,9 @@ def chosen_variants(config: MILConfig) -> list[Variant]:
 
 
 def configure(
-    preset: str,
-    *,
-    models: str | None = None,
-    bag_sizes: str | None = None,
-    epochs: int | None = None,
-    runs: int | None = None,
-) -> MILConfig:
+    preset: str, *, models: str | None = None, bag_sizes: str | None = None,
+    epochs: int | None = None, runs: int | None = None,
+) -> MILConfig:  # fmt: skip
     """A preset with any of its grid overridden (comma-separated strings as the CLI gives)."""
     config = preset_named(PRESETS, preset, "MIL preset")
     if models:
@@ -109,5 +94,4 @@ def configure(
         if shown not in sizes:
             shown = min(sizes, key=lambda size: (abs(size - 50), size))
         config = replace(config, bag_sizes=sizes, convergence_bag_size=shown)
-    config = with_counts(config, epochs=epochs, runs=runs)
-    return config
+    return with_counts(config, epochs=epochs, runs=runs)

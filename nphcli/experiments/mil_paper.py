@@ -1,17 +1,9 @@
-"""The paper's MIL benchmark on real bags (Table "mil_benchmark"), on nph's layers.
-
-    instance (d) → Linear(d, width) → LayerNorm → bag dropout → NPHPooling(1 prototype, heads,
-    head_dim = width / heads, the model under test with β = the "scaling factor", no dropout on
-    the attention weights) → GELU → LayerNorm → bag dropout → Linear(width, 1) → one logit
-
-(the released model's layers, `NETWORK`), trained with Adam on binary cross-entropy for 50
-epochs, the learning rate cosine-decayed to 0 and gradients clipped to norm 1 (the released
-trainer's, where the paper is silent); after each epoch the validation ROC-AUC is measured and
-the best checkpoint is the one tested: the highest validation AUC, ties broken by the lower
-validation loss (on UCSB's ~5 validation bags most epochs tie at AUC 1), then the earlier epoch.
-Features are standardised with the mean and standard deviation of the training part's
-instances (the paper does not say; raw UCSB features run into the thousands). The protocol
-(folds, seeds, search) is `nphcli.experiments.mil_protocol`'s.
+"""The paper's MIL benchmark on real bags (Table "mil_benchmark"), on nph's layers: the released
+model's network (`NETWORK`, `PaperMILNet`), Adam on binary cross-entropy with cosine decay and
+gradients clipped to norm 1, the checkpoint of the highest validation ROC-AUC tested (ties broken
+by the lower validation loss: on UCSB's ~5 validation bags most epochs tie at AUC 1), features
+standardised by the training instances (raw UCSB features run into the thousands). The protocol
+(folds, seeds, search) is `mil_protocol`'s; each choice and its source: docs/paper-tables.md.
 
 Every training is one line of `runs.jsonl` in the results folder, keyed by (data set, model,
 seed, fold, hyper-parameters) and appended as soon as it ends, so an interrupted run continues
@@ -140,9 +132,8 @@ def train_fold(
         best, best_epoch, best_state = (-1.0, 0.0), 0, None
         for epoch in range(1, epochs + 1):
             net.train()
-            for part in train[torch.randperm(train.numel(), generator=order)].split(
-                hyper.batch_size
-            ):
+            shuffled = train[torch.randperm(train.numel(), generator=order)]
+            for part in shuffled.split(hyper.batch_size):
                 loss = F.binary_cross_entropy_with_logits(net(*bags.batch(part)), bags.labels[part])
                 optimiser.zero_grad()
                 loss.backward()
@@ -194,9 +185,6 @@ class RunLog:
             except (NphError, KeyError, TypeError):
                 raise NphError(f"{path}, line {number}: not a MIL training record") from None
 
-    def get(self, key: tuple) -> dict[str, Any] | None:
-        return self.done.get(key)
-
     def add(self, record: dict[str, Any]) -> None:
         with open(self.path, "a") as handle:  # one short line per append: a kill loses ≤ 1
             handle.write(json.dumps(record) + "\n")
@@ -242,11 +230,9 @@ def _chosen(log: RunLog, dataset: str, label: str, protocol: Protocol, seed: int
     validation AUC, then the lower validation loss; None while one is missing from `log`."""
     chosen = []
     for fold in range(protocol.folds):
-        keys = [
-            _key(_record(dataset, label, protocol, seed, fold, h))
-            for h in _draws(protocol, seed, fold)
-        ]
-        records = [log.get(key) for key in keys]
+        draws = _draws(protocol, seed, fold)
+        keys = [_key(_record(dataset, label, protocol, seed, fold, h)) for h in draws]
+        records = [log.done.get(key) for key in keys]
         if any(r is None for r in records):
             return None
         chosen.append(max(records, key=lambda r: (r["val_auc"], -r.get("val_loss", 0.0))))
@@ -263,17 +249,11 @@ def bag_size_auc(bags: Bags, split: tuple[Tensor, Tensor, Tensor]) -> float:
 
 
 def run(
-    protocol: Protocol,
-    data: str | os.PathLike,
-    out: str | os.PathLike,
-    *,
-    datasets: Iterable[str] | None = None,
-    models: Iterable[str] = PAPER_MIL_MODELS,
-    train: bool = True,
-    progress: Callable[..., None] | None = None,
-    jobs: int = 1,
+    protocol: Protocol, data: str | os.PathLike, out: str | os.PathLike, *,
+    datasets: Iterable[str] | None = None, models: Iterable[str] = PAPER_MIL_MODELS,
+    train: bool = True, progress: Callable[..., None] | None = None, jobs: int = 1,
     ray: str | None = None,
-) -> tuple[dict[tuple[str, str], list[float]], dict[str, Any]]:
+) -> tuple[dict[tuple[str, str], list[float]], dict[str, Any]]:  # fmt: skip
     """Run (or continue) `protocol`, logging every training in `out`/runs.jsonl as it ends
     (seed by seed with one job, so an interrupted run has whole seeds of every model), in
     `jobs` processes or on the Ray cluster `ray` (`parallel.run_tasks`). Without `train`, only
@@ -305,7 +285,7 @@ def run(
         for label in models
         for fold in range(protocol.folds)
         for hyper in _draws(protocol, seed, fold)
-        if log.get(_key(record := _record(name, label, protocol, seed, fold, hyper))) is None
+        if _key(record := _record(name, label, protocol, seed, fold, hyper)) not in log.done
     ]
     tick = progress or (lambda *_: None)
     started = time.perf_counter()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nphcli.core.errors import NphError
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 # Table "hyperparameters": the random-search space, value lists as printed.
-SEARCH_SPACE: dict[str, tuple[float, ...]] = {
+SEARCH_SPACE: dict[str, tuple[Any, ...]] = {
     "batch_size": (4, 8, 16),
     "lr": (1e-3, 1e-4, 1e-5),
     "weight_decay": (0.0, 1e-3, 1e-4),
@@ -62,17 +62,7 @@ def draw_hypers(count: int, seed: int) -> list[Hyper]:
             name: values[int(torch.randint(len(values), (1,), generator=generator))]
             for name, values in SEARCH_SPACE.items()
         }
-        hypers.append(
-            Hyper(
-                batch_size=int(picks["batch_size"]),
-                lr=float(picks["lr"]),
-                weight_decay=float(picks["weight_decay"]),
-                width=int(picks["width"]),
-                heads=int(picks["heads"]),
-                beta=float(picks["beta"]),
-                dropout=float(picks["dropout"]),
-            )
-        )
+        hypers.append(Hyper(**picks))  # the space's values have the fields' types
     return hypers
 
 

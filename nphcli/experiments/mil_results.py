@@ -29,9 +29,8 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, dict[int, tuple[float,
     table: dict[str, dict[int, list[float]]] = {}
     for r in records:
         if r["epoch"] == last:
-            table.setdefault(r["model"], {}).setdefault(r["bag_size"], []).append(
-                r["test_accuracy"]
-            )
+            cell = table.setdefault(r["model"], {}).setdefault(r["bag_size"], [])
+            cell.append(r["test_accuracy"])
     return {
         model: {size: _mean_std(values) for size, values in sorted(sizes.items())}
         for model, sizes in table.items()
@@ -49,9 +48,7 @@ def plot_results(
     """Three panels: final test accuracy vs bag size per model, then training loss and test
     accuracy per epoch at `convergence_bag_size` (means over runs). Training loss shows how fast a
     rule learns; test loss would mostly show over-confidence once it has. Written atomically."""
-    from nphcli.presentation.plot import (
-        _matplotlib,  # the optional dependency, imported where it is needed
-    )
+    from nphcli.presentation.plot import _matplotlib  # optional: imported where needed
 
     figure_cls, canvas_cls = _matplotlib()
     figure = figure_cls(figsize=(16, 4.5))

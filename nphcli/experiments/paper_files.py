@@ -20,20 +20,13 @@ from nphcli.experiments.paper_table import (
 )
 
 COLOURS = {  # a cell's verdict -> its dot's colour
-    "within": "tab:green",
-    "outside": "tab:orange",
-    "not comparable": "tab:purple",
-    "baseline": "tab:grey",
-    None: "tab:grey",
-}
+    "within": "tab:green", "outside": "tab:orange", "not comparable": "tab:purple",
+    "baseline": "tab:grey", None: "tab:grey",
+}  # fmt: skip
 
 
 def draw(
-    path: str | os.PathLike,
-    table: PaperTable,
-    cells: Sequence[Cell],
-    *,
-    title: str | None = None,
+    path: str | os.PathLike, table: PaperTable, cells: Sequence[Cell], *, title: str | None = None
 ) -> None:
     """A PNG of the comparison (`comparison_figure`), written atomically."""
     figure = comparison_figure(table, cells, title=title)
@@ -84,26 +77,20 @@ def comparison_figure(table: PaperTable, cells: Sequence[Cell], *, title: str | 
     spread = "no spread" if used == "1 seed" else "± spread over seeds"
     figure.suptitle(
         f"{title or table.title}\npaper (◆) vs nph (● mean of {used}, {spread}); green: within, "
-        "orange: outside, purple: not comparable (◇), grey: baseline or one seed",
-        fontsize=9,
-    )
+        "orange: outside, purple: not comparable (◇), grey: baseline or one seed", fontsize=9,
+    )  # fmt: skip
     return figure
 
 
 def write_comparison(
-    folder: str | os.PathLike,
-    table: PaperTable,
-    cells: Sequence[Cell],
-    meta: Mapping[str, Any],
-    *,
-    picture: bool = True,
-    title: str | None = None,
-) -> list[str]:
+    folder: str | os.PathLike, table: PaperTable, cells: Sequence[Cell], meta: Mapping[str, Any], *,
+    picture: bool = True, title: str | None = None,
+) -> list[str]:  # fmt: skip
     """`{table}.json`, `{table}.csv` and (with `picture`) `{table}.png` in `folder`; their paths."""
     stem = os.path.join(os.fspath(folder), table.name)
-    write_json(stem + ".json", table, cells, meta)
-    write_csv(stem + ".csv", cells)
     paths = [stem + ".json", stem + ".csv"]
+    write_json(paths[0], table, cells, meta)
+    write_csv(paths[1], cells)
     if picture:
         draw(stem + ".png", table, cells, title=title)
         paths.append(stem + ".png")

@@ -1,20 +1,10 @@
-"""The paper's printed tables as data, and nph's numbers set beside them.
+"""The paper's printed tables as data (`PAPER_TABLES`: MIL ROC-AUC, "mil_benchmark"; time-series
+MSE / MAE, "mts-result"), and nph's per-seed results set beside them as `Cell`s with a verdict
+(docs/paper-tables.md describes the columns, verdicts and files).
 
-The paper ("Nonparametric Modern Hopfield Models", Hu et al., ICML 2025) prints two tables of
-experimental numbers: ROC-AUC on four MIL benchmarks (Table "mil_benchmark") and MSE / MAE of
-univariate time-series prediction (Table "mts-result"). `PAPER_TABLES` holds them as printed; a
-reproduction hands `compare` its per-seed results and gets one `Cell` per (model, column): the
-paper's value, nph's mean and spread over seeds, the difference, and a verdict: the paper's
-value lies within nph's mean ± spread, outside it, or the cell is not comparable (the paper's
-released code computes something else there: `PaperTable.not_comparable` names the defect). Rows
-of trivial predictors (`BASELINES`) sit beside the models, so the floor is in the table;
-their verdict is "baseline". `write_json` and `write_csv` put the cells on disk
-(atomically; `paper_files` writes them with the picture); the CLI renders them.
-
-The spread is the sample standard deviation over seeds (ddof = 1). "Within" means
-|nph mean − paper| ≤ spread, the plain reading of "the paper's value ± the seed spread". One
-seed has no spread: its cell's spread and "within" are None, shown as "n/a (1 seed)", never as
-a spread of 0 that only an exact match would be within.
+The spread is the sample standard deviation over seeds (ddof = 1); "within" means
+|nph mean − paper| ≤ spread. One seed has no spread: its spread and "within" are None, shown as
+"n/a (1 seed)", never as a spread of 0 that only an exact match would be within.
 """
 
 from __future__ import annotations
@@ -151,12 +141,8 @@ _TS_DATASETS = ("ETTh1", "ETTm1", "ECL", "WTH", "Traffic")
 
 PAPER_TABLES: dict[str, PaperTable] = {
     "mil_benchmark": PaperTable(
-        name="mil_benchmark",
-        title="MIL benchmarks, ROC-AUC",
-        metric="ROC-AUC",
-        higher_is_better=True,
-        rows=_MIL_ROWS,
-        columns=_MIL_COLUMNS,
+        name="mil_benchmark", title="MIL benchmarks, ROC-AUC", metric="ROC-AUC",
+        higher_is_better=True, rows=_MIL_ROWS, columns=_MIL_COLUMNS,
         values={
             (row, column): value
             for row, printed in _MIL_PRINTED.items()
@@ -174,11 +160,8 @@ PAPER_TABLES: dict[str, PaperTable] = {
         ),
     ),
     "mts-result": PaperTable(
-        name="mts-result",
-        title="Univariate time-series prediction, MSE and MAE",
-        metric="MSE / MAE",
-        higher_is_better=False,
-        rows=_TS_ROWS,
+        name="mts-result", title="Univariate time-series prediction, MSE and MAE",
+        metric="MSE / MAE", higher_is_better=False, rows=_TS_ROWS,
         columns=tuple(
             ts_column(d, h, m) for d in _TS_DATASETS for h in _TS_HORIZONS for m in ("MSE", "MAE")
         ),
@@ -198,7 +181,7 @@ PAPER_TABLES: dict[str, PaperTable] = {
             "batch-first, mixing samples across the batch (about a constant prediction's error)",
         },
     ),
-}
+}  # fmt: skip
 
 
 def get_table(name: str) -> PaperTable:
@@ -303,10 +286,7 @@ def markdown(cells: Sequence[Cell], *, digits: int = 3) -> str:
     columns = list(dict.fromkeys(c.column for c in cells))
     rows = list(dict.fromkeys(c.row for c in cells))
     by_key = {(c.row, c.column): c for c in cells}
-    lines = [
-        "| model | " + " | ".join(columns) + " |",
-        "| --- |" + " --- |" * len(columns),
-    ]
+    lines = ["| model | " + " | ".join(columns) + " |", "| --- |" + " --- |" * len(columns)]
     for row in rows:
         texts = []
         for column in columns:

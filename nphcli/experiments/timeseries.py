@@ -1,22 +1,11 @@
 """Time series for the paper's prediction experiment: read a CSV, split it, scale it, cut windows.
 
-The layout is the one the ETT, Weather, ECL and Traffic files share (Informer and the papers that
-follow it): a header row, a date column first, then numeric columns, one of which is the target
-(ETT's `OT`). Only the target is used (the univariate setting), but every cell of every numeric
-column must be a finite number, so a damaged file is refused rather than half-used.
-
-Splits (the borders of Informer's and Crossformer's data loaders):
-
-- `months`: 12 / 4 / 4 months of 30 days for train / validation / test, the rest of the file
-  unused; the rows per day come from the date column's step (24 for ETTh, 96 for ETTm).
-- `ratio`: 70 % / 10 % / 20 % of the rows (Informer's split of Weather, ECL and Traffic, and
-  the one the paper's released code uses for every data set: its loader, Crossformer's, falls
-  back to it when no split is passed, and its trainer passes none). The default.
-
-The validation and test parts begin `input_len` rows before their border, so that their first
-window predicts the part's first row; a target is always inside its part. The scaler (mean and
-standard deviation) is fitted on the training part only, and every error is measured on the
-standardised values.
+The layout of the ETT, Weather, ECL and Traffic files (Informer's): a header, a date column, then
+numeric columns, one the target (ETT's `OT`). Only the target is used (univariate), but every
+cell of every numeric column must be a finite number, so a damaged file is refused, not half-used.
+The splits (`ratio`, the released code's and the default; `months`, Informer's), the scaler fitted
+on the training part and why are in docs/reproduction-timeseries.md. Validation and test begin
+`input_len` rows before their border, so their first window predicts the part's first row.
 """
 
 from __future__ import annotations

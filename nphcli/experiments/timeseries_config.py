@@ -1,16 +1,8 @@
 """The grid of the time-series experiment (`nphcli.experiments.timeseries_run`): the eight models
 of the paper's table, the paper's and the quick protocol, and a preset with parts of its grid
-overridden from the CLI. Reads no torch.
-
-What the paper states (§"Time Series Prediction"): univariate, input length = horizon, horizons
-96 / 192 / 336 / 720, Window sizes 8 / 12 / 14 / 16, MSE and MAE averaged over 5 runs, the
-architecture (embedding, one Hopfield layer with every time step a query, Hopfield pooling, a
-linear head). What it leaves out is taken from the authors' released code (its time-series
-model and trainer): width 64, 4 heads, β ("scale") 0.1, batch 128, AdamW at lr 1e-3 with cosine
-decay over the epochs, gradients clipped to norm 5, layer norms after the embedding, the layer
-and the pooling, GELU after the layer, biases in the projections, Window pooled with sparsemax,
-Performer's d_h·ln d_h random features, and the test error taken at the epoch of the best
-validation error. Neither states the number of epochs; `paper` trains 10.
+overridden from the CLI. Reads no torch. What the paper states and what is taken from the
+authors' released code where it is silent: docs/reproduction-timeseries.md ("The protocol").
+Neither states the number of epochs; `paper` trains 10.
 """
 
 from __future__ import annotations
@@ -107,15 +99,10 @@ def chosen_variants(config: TSConfig) -> list[Variant]:
 
 
 def configure(
-    preset: str,
-    *,
-    models: str | None = None,
-    horizons: str | None = None,
-    epochs: int | None = None,
-    runs: int | None = None,
-    target: str | None = None,
+    preset: str, *, models: str | None = None, horizons: str | None = None,
+    epochs: int | None = None, runs: int | None = None, target: str | None = None,
     split: str | None = None,
-) -> TSConfig:
+) -> TSConfig:  # fmt: skip
     """A preset with any of its grid overridden (comma-separated strings as the CLI gives)."""
     config = preset_named(PRESETS, preset, "time-series preset")
     if models:

@@ -1,15 +1,12 @@
 """Train and test the time-series network (`timeseries_model`) on one CSV file: the paper's table
 "mts-result" (MSE and MAE per model and horizon, mean of runs) and its time per epoch.
 
-One training run: AdamW with cosine decay over the epochs, MSE loss on standardised values,
-gradients clipped; after each epoch the validation MSE, and the test MSE and MAE of the epoch
-with the lowest validation MSE (the released trainer's model selection). Errors are means over
-every predicted value of every test window.
-
-Reproducible: initial weights and batch order come from the seed, the run and the horizon, so
-every model of a run sees the same batches. Results are JSON Lines, one line per (model,
-horizon, run), rewritten atomically after each training run; `resume` skips the runs already
-written (and refuses a file made with another protocol or data file).
+One training run: AdamW, cosine decay, MSE on standardised values, gradients clipped; the test
+MSE and MAE (means over every predicted value of every test window) of the epoch with the lowest
+validation MSE (the released trainer's model selection). Seeded by (seed, run, horizon), so every
+model of a run sees the same batches. Results are JSON Lines, one line per (model, horizon, run),
+rewritten atomically after each run; `resume` skips the runs already written (and refuses a file
+made with another protocol or data file).
 """
 
 from __future__ import annotations
@@ -47,81 +44,60 @@ def build_net(config: TSConfig, variant: Variant, horizon: int, seed: int) -> TS
 
 
 def train_one(
-    config: TSConfig,
-    variant: Variant,
-    horizon: int,
-    run: int,
-    data: Prepared,
-    seed: int = 0,
+    config: TSConfig, variant: Variant, horizon: int, run: int, data: Prepared, seed: int = 0,
     on_epoch: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """Train one network for `config.epochs`; its record (see the module docstring). Dropout
     draws from torch's global generator, seeded here for the run and restored after it, so a
     record does not depend on what the process trained before."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(run_seed(seed, run, horizon))
-        return _train(config, variant, horizon, run, data, seed, on_epoch)
-
-
-def _train(
-    config: TSConfig,
-    variant: Variant,
-    horizon: int,
-    run: int,
-    data: Prepared,
-    seed: int,
-    on_epoch: Callable[[int], None] | None,
-) -> dict[str, Any]:
-    x_train, y_train = data.parts["train"]
-    generator = torch.Generator().manual_seed(run_seed(seed, run, horizon))
-    net = build_net(config, variant, horizon, run_seed(seed, run, horizon))
-    optimiser = torch.optim.AdamW(net.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs)
-    best, best_state, history = math.inf, None, []
-    for epoch in range(1, config.epochs + 1):
-        started = time.perf_counter()
-        train_mse = train_epoch(net, optimiser, x_train, y_train, config, generator)
-        seconds = time.perf_counter() - started
-        schedule.step()
-        val_mse, _ = evaluate(net, *data.parts["val"], config.batch_size)
-        history.append(
-            {"epoch": epoch, "train_mse": train_mse, "val_mse": val_mse, "seconds": seconds}
+        x_train, y_train = data.parts["train"]
+        generator = torch.Generator().manual_seed(run_seed(seed, run, horizon))
+        net = build_net(config, variant, horizon, run_seed(seed, run, horizon))
+        optimiser = torch.optim.AdamW(
+            net.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
-        if val_mse < best:
-            best, best_epoch = val_mse, epoch
-            best_state = copy.deepcopy(net.state_dict())
-        if on_epoch is not None:
-            on_epoch(epoch)
-    if best_state is None:
-        raise NphError(
-            f"{variant.label} (horizon {horizon}, run {run}) never reached a finite "
-            "validation error"
-        )
-    net.load_state_dict(best_state)
-    test_mse, test_mae = evaluate(net, *data.parts["test"], config.batch_size)
-    return {
-        "model": variant.label,
-        "horizon": horizon,
-        "run": run,
-        "best_epoch": best_epoch,
-        "val_mse": best,
-        "test_mse": test_mse,
-        "test_mae": test_mae,
-        "seconds_per_epoch": sum(h["seconds"] for h in history) / len(history),
-        "epochs": history,
-    }
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=config.epochs)
+        best, best_state, history = math.inf, None, []
+        for epoch in range(1, config.epochs + 1):
+            started = time.perf_counter()
+            train_mse = train_epoch(net, optimiser, x_train, y_train, config, generator)
+            seconds = time.perf_counter() - started
+            schedule.step()
+            val_mse, _ = evaluate(net, *data.parts["val"], config.batch_size)
+            history.append(
+                {"epoch": epoch, "train_mse": train_mse, "val_mse": val_mse, "seconds": seconds}
+            )
+            if val_mse < best:
+                best, best_epoch = val_mse, epoch
+                best_state = copy.deepcopy(net.state_dict())
+            if on_epoch is not None:
+                on_epoch(epoch)
+        if best_state is None:
+            raise NphError(
+                f"{variant.label} (horizon {horizon}, run {run}) never reached a finite "
+                "validation error"
+            )
+        net.load_state_dict(best_state)
+        test_mse, test_mae = evaluate(net, *data.parts["test"], config.batch_size)
+        return {
+            "model": variant.label,
+            "horizon": horizon,
+            "run": run,
+            "best_epoch": best_epoch,
+            "val_mse": best,
+            "test_mse": test_mse,
+            "test_mae": test_mae,
+            "seconds_per_epoch": sum(h["seconds"] for h in history) / len(history),
+            "epochs": history,
+        }
 
 
 def train_epoch(
-    net: TSNet,
-    optimiser: torch.optim.Optimizer,
-    x: Tensor,
-    y: Tensor,
-    config: TSConfig,
-    generator: torch.Generator,
-    *,
-    steps: int | None = None,
-) -> float:
+    net: TSNet, optimiser: torch.optim.Optimizer, x: Tensor, y: Tensor, config: TSConfig,
+    generator: torch.Generator, *, steps: int | None = None,
+) -> float:  # fmt: skip
     """One pass over the training windows in a seeded order (or its first `steps` batches);
     the mean training MSE."""
     net.train()
@@ -167,7 +143,6 @@ def protocol(config: TSConfig, series: Series, seed: int) -> dict[str, Any]:
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
-    """The records of a results file (none if it does not exist)."""
     return read_records(path, "time-series results")
 
 
@@ -195,16 +170,9 @@ def finished_runs(
 
 
 def run_experiment(
-    config: TSConfig,
-    data: str | Path,
-    out: str | Path,
-    *,
-    seed: int = 0,
-    resume: bool = False,
-    progress: Progress | None = None,
-    jobs: int = 1,
-    ray: str | None = None,
-) -> list[dict[str, Any]]:
+    config: TSConfig, data: str | Path, out: str | Path, *, seed: int = 0, resume: bool = False,
+    progress: Progress | None = None, jobs: int = 1, ray: str | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     """Train every (variant, horizon, run) of `config` on the CSV file `data`, writing records
     to `out` (JSON Lines) after each training run, in `jobs` processes or on the Ray cluster
     `ray` (`parallel.run_tasks`): the file is the one a single process writes, new records in
