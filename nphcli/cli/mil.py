@@ -25,33 +25,50 @@ def _grid(config: MILConfig) -> str:
 
 MIL_FIELDS = (
     Field(
-        "preset", "str", "quick",
+        "preset",
+        "str",
+        "quick",
         f"quick: {_grid(PRESETS['quick'])} ({estimate('mil-quick')}); paper: "
-        f"{_grid(PRESETS['paper'])} (days on a CPU).", group="run", choices=tuple(sorted(PRESETS)),
+        f"{_grid(PRESETS['paper'])} (days on a CPU).",
+        group="run",
+        choices=tuple(sorted(PRESETS)),
     ),
     output_field("Per-epoch results as JSON Lines.", "mil.jsonl"),
     Field(
-        "plot", "path", None, "Also draw accuracy vs bag size and convergence (PNG).",
+        "plot",
+        "path",
+        None,
+        "Also draw accuracy vs bag size and convergence (PNG).",
         group="output",
     ),
     Field(
-        "models", "str", None,
-        "Comma-separated subset of: " + ", ".join(v.label for v in VARIANTS) + ".", group="model",
+        "models",
+        "str",
+        None,
+        "Comma-separated subset of: " + ", ".join(v.label for v in VARIANTS) + ".",
+        group="model",
     ),
     Field("bag_sizes", "str", None, "Comma-separated bag sizes M.", group="run"),
     Field("epochs", "int", None, "Override the epochs.", group="run"),
     Field("runs", "int", None, "Override the runs per cell.", group="run"),
     get_field("seed"),
     Field(
-        "resume", "bool", False, "Continue --out, skipping finished training runs.", group="output",
+        "resume",
+        "bool",
+        False,
+        "Continue --out, skipping finished training runs.",
+        group="output",
     ),
     Field(
-        "root", "path", None, "MNIST root (else $NPH_DATA, else the bundled 5,000 digits).",
+        "root",
+        "path",
+        None,
+        "MNIST root (else $NPH_DATA, else the bundled 5,000 digits).",
         group="input",
     ),
     get_field("json"),
     get_field("threads"),
-)  # fmt: skip
+)
 
 
 @app.command("mil")

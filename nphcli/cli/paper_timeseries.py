@@ -30,38 +30,57 @@ def _grid(config: TSConfig) -> str:
 # not split into settings ("analysis"; the run and model groups are).
 TS_FIELDS = (
     Field(
-        "preset", "str", "quick",
+        "preset",
+        "str",
+        "quick",
         f"quick (a smoke test): {_grid(PRESETS['quick'])}; paper: {_grid(PRESETS['paper'])}.",
-        group="analysis", choices=tuple(sorted(PRESETS)),
+        group="analysis",
+        choices=tuple(sorted(PRESETS)),
     ),
     Field(
-        "dataset", "str", None, "The paper's name of the data (default: the file's stem).",
+        "dataset",
+        "str",
+        None,
+        "The paper's name of the data (default: the file's stem).",
         group="input",
     ),
     Field(
-        "models", "str", None,
+        "models",
+        "str",
+        None,
         "Comma-separated subset of: " + ", ".join(v.label for v in VARIANTS) + ".",
         group="analysis",
     ),
     Field(
-        "horizons", "str", None, "Comma-separated horizons (= input lengths), e.g. 96,192.",
+        "horizons",
+        "str",
+        None,
+        "Comma-separated horizons (= input lengths), e.g. 96,192.",
         group="analysis",
     ),
     Field("epochs", "int", None, "Override the epochs.", group="analysis"),
     Field("runs", "int", None, "Override the runs per cell.", group="analysis"),
     Field(
-        "target", "str", None, f"The predicted column (default {TSConfig.target}).", group="input",
+        "target",
+        "str",
+        None,
+        f"The predicted column (default {TSConfig.target}).",
+        group="input",
     ),
     Field(
-        "split", "str", None,
+        "split",
+        "str",
+        None,
         "ratio (70/10/20 % of the rows: the paper's released code) or months (12/4/4 of 30 "
-        f"days: Informer's) [default: {TSConfig.split}].", group="input", choices=SPLITS,
+        f"days: Informer's) [default: {TSConfig.split}].",
+        group="input",
+        choices=SPLITS,
     ),
     *paper_fields("paper-results"),
     get_field("seed"),
     get_field("json"),
     get_field("threads"),
-)  # fmt: skip
+)
 GRID = ("models", "horizons", "epochs", "runs", "target", "split")
 
 

@@ -115,10 +115,15 @@ def make_bags(
 
 
 def train_one(
-    config: MILConfig, variant: Variant, bag_size: int, run: int,
-    pools: tuple[Tensor, Tensor, Tensor, Tensor], *, seed: int = 0,
+    config: MILConfig,
+    variant: Variant,
+    bag_size: int,
+    run: int,
+    pools: tuple[Tensor, Tensor, Tensor, Tensor],
+    *,
+    seed: int = 0,
     on_epoch: Callable[[int], None] | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """Train one network; one record per epoch (train loss and accuracy as measured during the
     epoch, test loss and accuracy after it)."""
     train_x, train_y, test_x, test_y = pools
@@ -184,9 +189,14 @@ def evaluate(
 
 
 def run_experiment(
-    config: MILConfig, out: str | os.PathLike, *, seed: int = 0, resume: bool = False,
-    root: Path | None = None, progress: Callable[..., None] | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+    config: MILConfig,
+    out: str | os.PathLike,
+    *,
+    seed: int = 0,
+    resume: bool = False,
+    root: Path | None = None,
+    progress: Callable[..., None] | None = None,
+) -> list[dict[str, Any]]:
     """Train every (variant, bag size, run) of `config`, writing records to `out` (JSON Lines)
     after each training run. With `resume`, runs already complete in `out` are kept and skipped;
     without it an existing `out` is an error. `progress`, if given, is called as

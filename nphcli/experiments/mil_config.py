@@ -67,9 +67,16 @@ PRESETS = {
     # one run and bag sizes up to 30: all 8 models (time: measured.MEASURED["mil-quick"]).
     # Larger bags need more steps before any rule learns: run them with --bag-sizes 50,100
     # --epochs 60 (about an hour).
-    "quick": MILConfig(bag_sizes=(5, 10, 20, 30), train_bags=2000, test_bags=500, epochs=20,
-                       runs=1, batch_size=128, convergence_bag_size=30),
-}  # fmt: skip
+    "quick": MILConfig(
+        bag_sizes=(5, 10, 20, 30),
+        train_bags=2000,
+        test_bags=500,
+        epochs=20,
+        runs=1,
+        batch_size=128,
+        convergence_bag_size=30,
+    ),
+}
 
 
 def chosen_variants(config: MILConfig) -> list[Variant]:
@@ -78,9 +85,13 @@ def chosen_variants(config: MILConfig) -> list[Variant]:
 
 
 def configure(
-    preset: str, *, models: str | None = None, bag_sizes: str | None = None,
-    epochs: int | None = None, runs: int | None = None,
-) -> MILConfig:  # fmt: skip
+    preset: str,
+    *,
+    models: str | None = None,
+    bag_sizes: str | None = None,
+    epochs: int | None = None,
+    runs: int | None = None,
+) -> MILConfig:
     """A preset with any of its grid overridden (comma-separated strings as the CLI gives)."""
     config = preset_named(PRESETS, preset, "MIL preset")
     if models:

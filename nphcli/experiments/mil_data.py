@@ -51,7 +51,7 @@ SOURCES = {
             "elephant.csv",
             "elephant_100x100_matlab.mat",
             (1391, 230, 200, 100, 100),
-        ),  # fmt: skip
+        ),
         MILSource("ucsb", "UCSB", "ucsb_breast_cancer.csv", None, (2002, 708, 58, 26, 32)),
         MILSource("musk1", "Musk1", "musk1.csv", None, None),
         MILSource("musk2", "Musk2", "musk2.csv", None, None),

@@ -249,11 +249,17 @@ def bag_size_auc(bags: Bags, split: tuple[Tensor, Tensor, Tensor]) -> float:
 
 
 def run(
-    protocol: Protocol, data: str | os.PathLike, out: str | os.PathLike, *,
-    datasets: Iterable[str] | None = None, models: Iterable[str] = PAPER_MIL_MODELS,
-    train: bool = True, progress: Callable[..., None] | None = None, jobs: int = 1,
+    protocol: Protocol,
+    data: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    datasets: Iterable[str] | None = None,
+    models: Iterable[str] = PAPER_MIL_MODELS,
+    train: bool = True,
+    progress: Callable[..., None] | None = None,
+    jobs: int = 1,
     ray: str | None = None,
-) -> tuple[dict[tuple[str, str], list[float]], dict[str, Any]]:  # fmt: skip
+) -> tuple[dict[tuple[str, str], list[float]], dict[str, Any]]:
     """Run (or continue) `protocol`, logging every training in `out`/runs.jsonl as it ends
     (seed by seed with one job, so an interrupted run has whole seeds of every model), in
     `jobs` processes or on the Ray cluster `ray` (`parallel.run_tasks`). Without `train`, only

@@ -20,9 +20,12 @@ from nphcli.experiments.paper_table import (
 )
 
 COLOURS = {  # a cell's verdict -> its dot's colour
-    "within": "tab:green", "outside": "tab:orange", "not comparable": "tab:purple",
-    "baseline": "tab:grey", None: "tab:grey",
-}  # fmt: skip
+    "within": "tab:green",
+    "outside": "tab:orange",
+    "not comparable": "tab:purple",
+    "baseline": "tab:grey",
+    None: "tab:grey",
+}
 
 
 def draw(
@@ -77,15 +80,21 @@ def comparison_figure(table: PaperTable, cells: Sequence[Cell], *, title: str | 
     spread = "no spread" if used == "1 seed" else "± spread over seeds"
     figure.suptitle(
         f"{title or table.title}\npaper (◆) vs nph (● mean of {used}, {spread}); green: within, "
-        "orange: outside, purple: not comparable (◇), grey: baseline or one seed", fontsize=9,
-    )  # fmt: skip
+        "orange: outside, purple: not comparable (◇), grey: baseline or one seed",
+        fontsize=9,
+    )
     return figure
 
 
 def write_comparison(
-    folder: str | os.PathLike, table: PaperTable, cells: Sequence[Cell], meta: Mapping[str, Any], *,
-    picture: bool = True, title: str | None = None,
-) -> list[str]:  # fmt: skip
+    folder: str | os.PathLike,
+    table: PaperTable,
+    cells: Sequence[Cell],
+    meta: Mapping[str, Any],
+    *,
+    picture: bool = True,
+    title: str | None = None,
+) -> list[str]:
     """`{table}.json`, `{table}.csv` and (with `picture`) `{table}.png` in `folder`; their paths."""
     stem = os.path.join(os.fspath(folder), table.name)
     paths = [stem + ".json", stem + ".csv"]

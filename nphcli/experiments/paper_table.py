@@ -141,8 +141,12 @@ _TS_DATASETS = ("ETTh1", "ETTm1", "ECL", "WTH", "Traffic")
 
 PAPER_TABLES: dict[str, PaperTable] = {
     "mil_benchmark": PaperTable(
-        name="mil_benchmark", title="MIL benchmarks, ROC-AUC", metric="ROC-AUC",
-        higher_is_better=True, rows=_MIL_ROWS, columns=_MIL_COLUMNS,
+        name="mil_benchmark",
+        title="MIL benchmarks, ROC-AUC",
+        metric="ROC-AUC",
+        higher_is_better=True,
+        rows=_MIL_ROWS,
+        columns=_MIL_COLUMNS,
         values={
             (row, column): value
             for row, printed in _MIL_PRINTED.items()
@@ -160,8 +164,11 @@ PAPER_TABLES: dict[str, PaperTable] = {
         ),
     ),
     "mts-result": PaperTable(
-        name="mts-result", title="Univariate time-series prediction, MSE and MAE",
-        metric="MSE / MAE", higher_is_better=False, rows=_TS_ROWS,
+        name="mts-result",
+        title="Univariate time-series prediction, MSE and MAE",
+        metric="MSE / MAE",
+        higher_is_better=False,
+        rows=_TS_ROWS,
         columns=tuple(
             ts_column(d, h, m) for d in _TS_DATASETS for h in _TS_HORIZONS for m in ("MSE", "MAE")
         ),
@@ -181,7 +188,7 @@ PAPER_TABLES: dict[str, PaperTable] = {
             "batch-first, mixing samples across the batch (about a constant prediction's error)",
         },
     ),
-}  # fmt: skip
+}
 
 
 def get_table(name: str) -> PaperTable:

@@ -99,10 +99,15 @@ def chosen_variants(config: TSConfig) -> list[Variant]:
 
 
 def configure(
-    preset: str, *, models: str | None = None, horizons: str | None = None,
-    epochs: int | None = None, runs: int | None = None, target: str | None = None,
+    preset: str,
+    *,
+    models: str | None = None,
+    horizons: str | None = None,
+    epochs: int | None = None,
+    runs: int | None = None,
+    target: str | None = None,
     split: str | None = None,
-) -> TSConfig:  # fmt: skip
+) -> TSConfig:
     """A preset with any of its grid overridden (comma-separated strings as the CLI gives)."""
     config = preset_named(PRESETS, preset, "time-series preset")
     if models:

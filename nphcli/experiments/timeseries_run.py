@@ -44,9 +44,14 @@ def build_net(config: TSConfig, variant: Variant, horizon: int, seed: int) -> TS
 
 
 def train_one(
-    config: TSConfig, variant: Variant, horizon: int, run: int, data: Prepared, seed: int = 0,
+    config: TSConfig,
+    variant: Variant,
+    horizon: int,
+    run: int,
+    data: Prepared,
+    seed: int = 0,
     on_epoch: Callable[[int], None] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Train one network for `config.epochs`; its record (see the module docstring). Dropout
     draws from torch's global generator, seeded here for the run and restored after it, so a
     record does not depend on what the process trained before."""
@@ -95,9 +100,15 @@ def train_one(
 
 
 def train_epoch(
-    net: TSNet, optimiser: torch.optim.Optimizer, x: Tensor, y: Tensor, config: TSConfig,
-    generator: torch.Generator, *, steps: int | None = None,
-) -> float:  # fmt: skip
+    net: TSNet,
+    optimiser: torch.optim.Optimizer,
+    x: Tensor,
+    y: Tensor,
+    config: TSConfig,
+    generator: torch.Generator,
+    *,
+    steps: int | None = None,
+) -> float:
     """One pass over the training windows in a seeded order (or its first `steps` batches);
     the mean training MSE."""
     net.train()
@@ -170,9 +181,16 @@ def finished_runs(
 
 
 def run_experiment(
-    config: TSConfig, data: str | Path, out: str | Path, *, seed: int = 0, resume: bool = False,
-    progress: Progress | None = None, jobs: int = 1, ray: str | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+    config: TSConfig,
+    data: str | Path,
+    out: str | Path,
+    *,
+    seed: int = 0,
+    resume: bool = False,
+    progress: Progress | None = None,
+    jobs: int = 1,
+    ray: str | None = None,
+) -> list[dict[str, Any]]:
     """Train every (variant, horizon, run) of `config` on the CSV file `data`, writing records
     to `out` (JSON Lines) after each training run, in `jobs` processes or on the Ray cluster
     `ray` (`parallel.run_tasks`): the file is the one a single process writes, new records in
