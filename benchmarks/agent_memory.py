@@ -126,10 +126,7 @@ def over_mcp(path: Path, noisy: np.ndarray, remembers: int) -> dict:
     )
 
     async def session() -> dict:
-        async with (
-            stdio_client(server) as (read, write),
-            ClientSession(read, write) as client,
-        ):
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as client:
             await client.initialize()
             times = []
             for query in noisy[:50]:

@@ -210,11 +210,7 @@ def main() -> None:
     args = parser.parse_args()
     device = device_or_exit(args.device)
     result = run(
-        device,
-        small=args.small,
-        rounds=args.rounds,
-        budget=args.memory_budget,
-        time_s=args.time_s,
+        device, small=args.small, rounds=args.rounds, budget=args.memory_budget, time_s=args.time_s
     )
     emit(result, args.out)
     print(markdown(result))

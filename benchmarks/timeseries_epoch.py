@@ -40,12 +40,7 @@ from nphcli.experiments.timeseries_run import build_net, train_epoch  # noqa: E4
 
 
 def epoch_times(
-    config: TSConfig,
-    data: str | Path,
-    *,
-    steps: int | None = None,
-    repeats: int = 1,
-    seed: int = 0,
+    config: TSConfig, data: str | Path, *, steps: int | None = None, repeats: int = 1, seed: int = 0
 ) -> list[dict[str, Any]]:
     """Seconds per training epoch of every (variant, horizon) of `config` on `data` (the paper's
     efficiency figure): each epoch on a freshly built network after one untimed warm-up step;

@@ -53,11 +53,7 @@ MIL_FIELDS = (
     Field("runs", "int", None, "Override the runs per cell.", group="run"),
     get_field("seed"),
     Field(
-        "resume",
-        "bool",
-        False,
-        "Continue --out, skipping finished training runs.",
-        group="output",
+        "resume", "bool", False, "Continue --out, skipping finished training runs.", group="output"
     ),
     Field(
         "root",

@@ -42,11 +42,7 @@ PAPER_MIL_FIELDS = (
         choices=tuple(PROTOCOLS),
     ),
     Field(
-        "seeds",
-        "int",
-        None,
-        "Override the protocol's seeds (e.g. 5 for quick).",
-        group="analysis",
+        "seeds", "int", None, "Override the protocol's seeds (e.g. 5 for quick).", group="analysis"
     ),
     *paper_fields("paper-mil"),
     Field(

@@ -61,11 +61,7 @@ TS_FIELDS = (
     Field("epochs", "int", None, "Override the epochs.", group="analysis"),
     Field("runs", "int", None, "Override the runs per cell.", group="analysis"),
     Field(
-        "target",
-        "str",
-        None,
-        f"The predicted column (default {TSConfig.target}).",
-        group="input",
+        "target", "str", None, f"The predicted column (default {TSConfig.target}).", group="input"
     ),
     Field(
         "split",

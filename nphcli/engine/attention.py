@@ -22,13 +22,7 @@ import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.engine.blocks import SoftmaxAccumulator, triton_or_none
-from nphcli.engine.planning import (
-    BLOCK_ALIGN,
-    Plan,
-    itemsize,
-    note_over_budget,
-    plan_blocks,
-)
+from nphcli.engine.planning import BLOCK_ALIGN, Plan, itemsize, note_over_budget, plan_blocks
 from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype, matmul, scale_queries
 from nphcli.memory.bank import MemoryBank
 

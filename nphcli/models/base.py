@@ -20,13 +20,7 @@ from nphcli.engine.functional import masked_softmax
 from nphcli.engine.planning import Plan, itemsize, plan_blocks
 from nphcli.engine.precision import HALF_DTYPES
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.inputs import (
-    check_budget,
-    check_inputs,
-    check_output,
-    check_whole,
-    is_real,
-)
+from nphcli.models.inputs import check_budget, check_inputs, check_output, check_whole, is_real
 
 __all__ = [
     "HopfieldModel",

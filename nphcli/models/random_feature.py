@@ -90,10 +90,7 @@ class RandomFeature(HopfieldModel):
         check_whole(self.seed, "--seed", 0, 2**63)
 
     def projection(
-        self,
-        dim: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float64,
+        self, dim: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64
     ) -> Tensor:
         """The (m, d) projection W for pattern dimension `dim`; a function of (seed, m, d) only."""
         return _projection_on(self.seed, self.features, dim, torch.device(device), dtype)
