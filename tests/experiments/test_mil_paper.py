@@ -133,7 +133,7 @@ def test_the_network_has_the_released_layer_norms():
     assert isinstance(net.norm_embed, torch.nn.LayerNorm) and net.norm_pool.normalized_shape == (8,)
 
 
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mil"
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mil"
 needs_shared = pytest.mark.skipif(
     not (SHARED / "fox_100x100_matlab.mat").is_file(), reason="../shared/data/mil is not here"
 )
