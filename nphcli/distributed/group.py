@@ -73,8 +73,10 @@ def join_group(
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     if not dist.is_initialized():
         kwargs = {"timeout": timedelta(seconds=timeout)}
-        if address is not None:
-            kwargs.update(init_method=address, rank=rank, world_size=world_size)
+        if address is not None:  # the parent serves the store (launch.rendezvous_store)
+            host, port = address.removeprefix("tcp://").rsplit(":", 1)
+            store = dist.TCPStore(host, int(port), world_size, is_master=False, **kwargs)
+            kwargs.update(store=store, rank=rank, world_size=world_size)
         dist.init_process_group(backend=choose_backend(device, local_ranks), **kwargs)
     collective = GroupCollective()
     if collective.rank > 0:  # every rank would say the same; rank 0 speaks for all

@@ -18,11 +18,11 @@ import ctypes
 import multiprocessing
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -54,11 +54,18 @@ class Terminated(NphError):
         super().__init__(f"stopped by {name}; every worker was stopped, nothing was written")
 
 
-def free_port() -> int:
-    """A TCP port on localhost that is free now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def rendezvous_store(workers: int, timeout: float) -> Any:
+    """The workers' rendezvous store, served by this process on a port the OS picks as it binds.
+    A port found free and bound later by rank 0 could be taken in between (by another run's
+    connections) and a rank then waited out the timeout on a stranger's socket."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise NphError("this torch build has no torch.distributed; install a standard build")
+    wait = timedelta(seconds=timeout)
+    return dist.TCPStore(
+        "127.0.0.1", 0, workers, is_master=True, timeout=wait, wait_for_workers=False
+    )
 
 
 def run_workers(
@@ -85,7 +92,8 @@ def run_workers(
         defining = getattr(work, "func", work).__module__  # a functools.partial names its func
         if defining != "__main__":
             context.set_forkserver_preload([defining])
-    address = f"tcp://127.0.0.1:{free_port()}"
+    store = rendezvous_store(workers, timeout)  # held until the workers are done
+    address = f"tcp://127.0.0.1:{store.port}"
     pipes = [context.Pipe() for _ in range(workers)]  # (parent's end, worker's end) per rank
     shared = (workers, address, timeout, threads, device, work)
     processes = [

@@ -54,6 +54,7 @@ def _fake_group(monkeypatch) -> list[str]:
     """Replace process-group setup: records the backend asked for; rank 0 of 2."""
     backends = []
     monkeypatch.setattr(dist, "is_initialized", lambda: bool(backends))
+    monkeypatch.setattr(dist, "TCPStore", lambda *_, **__: None)  # no rendezvous to reach
     monkeypatch.setattr(dist, "init_process_group", lambda backend, **_: backends.append(backend))
     monkeypatch.setattr(dist, "get_backend", lambda: backends[-1])
     monkeypatch.setattr(dist, "get_rank", lambda: 0)
