@@ -25,13 +25,7 @@ from torch import Tensor, nn
 
 from nphcli.core.errors import NphError
 from nphcli.core.notices import notice
-from nphcli.experiments.mil_config import (  # noqa: F401  (PRESETS, configure: re-exported)
-    PRESETS,
-    MILConfig,
-    Variant,
-    chosen_variants,
-    configure,
-)
+from nphcli.experiments.mil_config import PRESETS, MILConfig, Variant, chosen_variants, configure  # noqa: F401  (PRESETS, configure: re-exported)
 from nphcli.experiments.mil_results import (  # noqa: F401  (re-exported for `nph mil`)
     plot_results,
     read_results,
