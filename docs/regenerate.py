@@ -329,7 +329,6 @@ ITEMS = (
             "cifar-mask.png": "img/cifar10-mask-sse.png",
             "cifar-noise.png": "img/cifar10-noise-sse.png",
         },
-        skip="not yet regenerated: 7 minutes on a quiet 2-core machine, over an hour at load 30",
     ),
     Item(
         "fixed-points",
