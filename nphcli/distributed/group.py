@@ -46,6 +46,15 @@ def choose_backend(device: str, local_ranks: int) -> str:
     return "gloo"
 
 
+def distributed():
+    """torch.distributed, or one line saying this torch build lacks it."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise NphError("this torch build has no torch.distributed; install a standard build")
+    return dist
+
+
 def join_group(
     *,
     rank: int | None = None,
@@ -60,10 +69,7 @@ def join_group(
     nph's own workers on this machine; else torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE say which.
     When `devices.unpinned_cuda(device)`, this rank computes on GPU local rank mod the visible
     GPUs (made the current device, which `--device cuda` resolves to)."""
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        raise NphError("this torch build has no torch.distributed; install a standard build")
+    dist = distributed()
     if address is not None:
         local_rank, local_ranks = rank, world_size
     else:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from nphcli.core.errors import NphError, NphRuntimeError
-from nphcli.distributed.group import DEFAULT_TIMEOUT, join_group, leave_group
+from nphcli.distributed.group import DEFAULT_TIMEOUT, distributed, join_group, leave_group
 from nphcli.memory.collective import GroupCollective
 
 # After a first failure, how long the others may still report (a peer's broken connection).
@@ -58,12 +58,8 @@ def rendezvous_store(workers: int, timeout: float) -> Any:
     """The workers' rendezvous store, served by this process on a port the OS picks as it binds.
     A port found free and bound later by rank 0 could be taken in between (by another run's
     connections) and a rank then waited out the timeout on a stranger's socket."""
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        raise NphError("this torch build has no torch.distributed; install a standard build")
     wait = timedelta(seconds=timeout)
-    return dist.TCPStore(
+    return distributed().TCPStore(
         "127.0.0.1", 0, workers, is_master=True, timeout=wait, wait_for_workers=False
     )
 

@@ -8,6 +8,7 @@ import json
 import multiprocessing.context
 import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,22 @@ def test_a_forked_worker_starts_with_the_stop_signals_held(monkeypatch):
     monkeypatch.setattr(launch, "_collect", lambda processes, pipes, timeout: pipes[0].recv())
     mask = launch.run_workers(1, _noop, method="fork", timeout=10)
     assert set(launch.STOP_SIGNALS) <= set(mask)
+
+
+def _report_listener(rank, world_size, address, timeout, threads, device, work, pipe):
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.socket() as probe:
+        pipe.send(probe.connect_ex((host, int(port))))
+
+
+def test_workers_meet_at_a_port_already_held_for_them(monkeypatch):
+    """The rendezvous port is bound before any worker starts (the parent serves the store): a
+    port found free and bound later by rank 0 could be taken by another run in between."""
+    from nphcli.distributed import launch
+
+    monkeypatch.setattr(launch, "_worker", _report_listener)
+    monkeypatch.setattr(launch, "_collect", lambda processes, pipes, timeout: pipes[0].recv())
+    assert launch.run_workers(1, _noop, method="fork", timeout=10) == 0  # connected
 
 
 # Results files. One tiny sweep per format, then each case spoils a copy.
