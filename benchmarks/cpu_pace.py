@@ -1,7 +1,7 @@
 """The CPU at the hardware's pace (issue 49): nph against what the machine does anyway, in one run.
 
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/cpu_pace.py [--rounds 7] [--out FILE]
-        [--only topk,one-query,entmax,crossover] [--memories 60000] [--queries 200]
+        [--only topk,one-query,few-queries,entmax,crossover] [--memories 60000] [--queries 200]
 
 Prints one JSON object (and writes it to --out). One thread for torch and for FAISS
 (`faiss.omp_set_num_threads(1)`), M = 60,000 random unit-norm patterns of d = 784 (`run.synthetic`),
@@ -17,9 +17,10 @@ noisy.
   running top-k over memory blocks, FAISS, and auto) against FAISS
   `IndexFlatIP.search` and `faiss.knn` plus the softmax and the weighted sum of the k rows, and
   against one (Q, M) product + `torch.topk` + sum.
-- one-query: dense and topk at Q = 1 against one GEMV `K x` (one read of the keys), torch's
-  fused attention called directly, and a single pass in eager torch (online softmax over blocks
-  of 2,048 keys, each block's weighted rows added while it is in cache).
+- one-query: dense (with the `fast` extra's one-read kernel, and without it: torch's fused
+  attention) and topk at Q = 1 against one GEMV `K x` (one read of the keys), and torch's fused
+  attention called directly.
+- few-queries: dense at Q = 2, 4, 8 with and without the one-read kernel, against the product.
 - entmax: α = 1.3 and dense at Q = 200 (the wide-support regime, as `run.py --only regimes`).
 - crossover: exact top-10 search alone, torch's kernel against FAISS's, at several Q (the queries
   from which `exact_search` takes FAISS).
@@ -28,7 +29,6 @@ noisy.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -38,13 +38,13 @@ import torch
 from _common import emit, provenance
 from run import queries_for, synthetic
 
-from nphcli.engine import exact_search
+from nphcli.engine import attention, exact_search
 from nphcli.memory.bank import TensorBank
 from nphcli.models import create_model
 
 BETA = 1.0
 K = 10
-SECTIONS = ("topk", "one-query", "entmax", "crossover")
+SECTIONS = ("topk", "one-query", "few-queries", "entmax", "crossover")
 CROSSOVER_QUERIES = (1, 2, 8, 32, 100, 128, 160, 200, 256)
 
 
@@ -156,22 +156,19 @@ def topk_section(keys, num_queries: int, rounds: int) -> dict:
     return {f"Q={num_queries},M={keys.shape[0]},k={K}": row}
 
 
-def one_pass(x, keys, block: int = 2048):
-    """Vᵀ softmax(β K x) for one query x (d,) in one pass over blocks of the keys (V = K): each
-    block's scores, then its weighted rows while the block is in cache (online softmax)."""
-    top, norm = -math.inf, 0.0
-    total = torch.zeros(keys.shape[1])  # (d,)
-    scores = torch.empty(block)  # (B,)
-    for start in range(0, keys.shape[0], block):
-        part = keys[start : start + block]  # (B, d)
-        s = torch.mv(part, x, out=scores[: part.shape[0]]).mul_(BETA)  # (B,)
-        new_top = max(top, float(s.max()))
-        s.sub_(new_top).exp_()
-        rescale = math.exp(top - new_top)
-        norm = norm * rescale + float(s.sum())
-        total.addmv_(part.T, s, beta=rescale)
-        top = new_top
-    return total / norm
+def without_decode(call):
+    """`call` with the CPU's one-read kernel (`engine/cpu_decode.py`) switched off: dense then
+    runs torch's fused attention, as it does without the `fast` extra."""
+
+    def run():
+        state = attention._DECODE["cpu_decode"]
+        state["failed"] = "switched off by the benchmark"
+        try:
+            return call()
+        finally:
+            state["failed"] = None
+
+    return run
 
 
 def one_query_section(keys, rounds: int) -> dict:
@@ -184,13 +181,38 @@ def one_query_section(keys, rounds: int) -> dict:
         "fused attention (SDPA) alone": lambda: torch.nn.functional.scaled_dot_product_attention(
             x[None, None], keys[None, None], keys[None, None], scale=BETA
         ),
-        "eager single pass": lambda: one_pass(x[0], keys),
+        "nph dense without numba": without_decode(lambda: dense.retrieve(x, keys)),
         "nph topk (torch)": with_search("torch", lambda: topk.retrieve(x, keys)),
         "nph topk (auto)": with_search("auto", lambda: topk.retrieve(x, keys)),
     }
     row = alternate(calls, rounds)
     row["ratios"] = {f"{n} / GEMV K x": ratio(row, n, "GEMV K x") for n in calls if n != "GEMV K x"}
     return {f"Q=1,M={keys.shape[0]}": row}
+
+
+def few_queries_section(keys, rounds: int) -> dict:
+    """Dense at Q = 2, 4, 8 with and without the one-read kernel (which takes Q ≤ 4), against
+    the (Q, M) product alone."""
+    dense = create_model("dense", beta=BETA)
+    out = {}
+    for num_queries in (2, 4, 8):
+        x = queries_for(keys, num_queries, seed=1)
+        calls = {
+            "product x Kᵀ": lambda x=x: x @ keys.T,
+            "nph dense": lambda x=x: dense.retrieve(x, keys),
+            "nph dense without numba": without_decode(lambda x=x: dense.retrieve(x, keys)),
+        }
+        row = alternate(calls, rounds)
+        row["ratios"] = {
+            f"{n} / {base}": ratio(row, n, base)
+            for n, base in (
+                ("nph dense", "nph dense without numba"),
+                ("nph dense", "product x Kᵀ"),
+                ("nph dense without numba", "product x Kᵀ"),
+            )
+        }
+        out[f"Q={num_queries},M={keys.shape[0]}"] = row
+    return out
 
 
 def entmax_section(keys, num_queries: int, rounds: int) -> dict:
@@ -251,6 +273,7 @@ def main() -> None:
     runs = {
         "topk": lambda: topk_section(keys, args.queries, args.rounds),
         "one-query": lambda: one_query_section(keys, args.rounds),
+        "few-queries": lambda: few_queries_section(keys, args.rounds),
         "entmax": lambda: entmax_section(keys, args.queries, args.rounds),
         "crossover": lambda: crossover_section(keys, args.rounds),
     }

@@ -184,7 +184,7 @@ def probe(device: torch.device, *, small: bool, time_s: float, issue: int = 22) 
         case["ratios"] = _ratios(case["s"], TARGETS_36 if issue == 36 else TARGETS)
     out["fused_step"] = {
         "failed": blocks._KERNEL["failed"],
-        "decode_failed": attention._DECODE["failed"],
+        "decode_failed": attention._DECODE["triton_kernels"]["failed"],
         "selection_failed": blocks._SELECT["failed"],
     }
     out["float32_out_fell_back"] = precision._FLOAT32_OUT["failed"]

@@ -6,7 +6,8 @@ Three exact ways, equal to the formula up to rounding (tests compare them in flo
 
 - one-shot: torch's fused `scaled_dot_product_attention` where it pays
   (`fused_attention_chosen`); it never forms the (Q, M) scores.
-- one pass for one query on CUDA (`decode_applies`): a Triton kernel reads each row once.
+- one pass for a few queries (`decode_applies`): each row read once, for its scores and its
+  share of the sum; a Triton kernel on CUDA, numba on the CPU (the `fast` extra).
 - blockwise for anything else: online softmax (`SoftmaxAccumulator`) over memory blocks.
 
 Masked models use the online softmax with a per-block mask (`masked_attention`), or read only
@@ -15,6 +16,8 @@ the few memories each query keeps (`gathered_attention`).
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Callable
 
 import torch
@@ -40,13 +43,6 @@ def softmax_attention(
     answer (the model's `prepare`), None for the blockwise route."""
     num_queries = queries.shape[0]
     x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
-    if fused is not None:
-        k, v = fused  # (H, M, W_k), (H, M, W_v): W ≥ the head width, zero columns beyond it
-        if k.shape[-1] > x.shape[-1]:  # zero columns add exactly 0 to every score
-            x = F.pad(x, (0, k.shape[-1] - x.shape[-1]))  # (H, Q, W_k)
-        out = F.scaled_dot_product_attention(x[None], k[None], v[None], scale=beta)[0]
-        out = out[..., : bank.value_dim // heads]  # (H, Q, d_v/H): padded columns dropped
-        return out.transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
     acc = SoftmaxAccumulator(
         num_queries,
         bank.value_dim // heads,
@@ -56,6 +52,8 @@ def softmax_attention(
     )
     one_pass = heads == 1 and block_rows >= bank.num_memories and decode_applies(queries, bank)
     if not (one_pass and _decode(queries, bank, beta, acc)):
+        if fused is not None:
+            return _fused_attention(x, fused, bank.value_dim // heads, beta)
         scaled, rest = scale_queries(x, beta)  # (H, Q, d/H) and what β leaves for the scores
         for _, keys, values in bank.blocks(block_rows):
             k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
@@ -65,24 +63,45 @@ def softmax_attention(
     return acc.result().transpose(0, 1).reshape(num_queries, -1)  # (Q, d_v)
 
 
-# Past one query two matrix products win (H100, M = 10⁶, d = 784, bfloat16, Q = 2: 2.9 ms by
-# the decode kernel, 1.7 ms by the products).
-DECODE_MAX_QUERIES = 1
-DECODE_DEVICES = ("cuda",)
+def _fused_attention(x: Tensor, fused: tuple[Tensor, Tensor], value_width: int, beta: float):
+    """torch's fused kernel on the heads `fused_heads` prepared: (Q, d_v)."""
+    k, v = fused  # (H, M, W_k), (H, M, W_v): W ≥ the head width, zero columns beyond it
+    if k.shape[-1] > x.shape[-1]:  # zero columns add exactly 0 to every score
+        x = F.pad(x, (0, k.shape[-1] - x.shape[-1]))  # (H, Q, W_k)
+    out = F.scaled_dot_product_attention(x[None], k[None], v[None], scale=beta)[0]
+    out = out[..., :value_width]  # (H, Q, d_v/H): padded columns dropped
+    return out.transpose(0, 1).reshape(x.shape[1], -1)  # (Q, d_v)
+
+
+# Per device type: the module whose `decode_partials` reads each row once, the most queries for
+# which it pays, and the fewest bytes of memories. CUDA: past one query two matrix products win
+# (H100, M = 10⁶, d = 784, bfloat16, Q = 2: 2.9 ms by the decode kernel, 1.7 ms by the products).
+# CPU (one thread, M = 60,000, d = 784): 1.2 × one GEMV at Q = 1 where torch's fused kernel
+# takes 1.4 ×, 0.7–0.9 × that kernel's time at Q = 2–4, 1.4 × at Q = 8 (docs/performance.md);
+# numba's first call in a process takes 0.5 s, repaid only by many calls on large memories.
+DECODE_KERNELS = {"cuda": ("triton_kernels", 1, 0), "cpu": ("cpu_decode", 4, 2**26)}
 DECODE_PROGRAMS_PER_SM = 4  # slices of the memories per multiprocessor: enough loads in flight
 DECODE_MAX_WIDTH = 4096  # d or d_v beyond this would spill the kernel's registers
-_DECODE: dict[str, str | None] = {"failed": None}
+_DECODE: dict[str, dict[str, str | None]] = {
+    "triton_kernels": {"failed": None},
+    "cpu_decode": {"failed": None},
+}
+_NEEDS = {"triton_kernels": "triton", "cpu_decode": "numba"}
 
 
 def decode_applies(queries: Tensor, bank: MemoryBank) -> bool:
-    """Whether `softmax_attention` runs the decode kernel (`triton_kernels.decode_partials`)."""
+    """Whether `softmax_attention` runs a decode kernel (`DECODE_KERNELS`): installed, not
+    failed before, few enough queries, enough memories, and dtypes it takes (CPU: float32)."""
     whole = bank.resident()
+    module, max_queries, min_bytes = DECODE_KERNELS.get(queries.device.type, ("", 0, 0))
+    dtypes = (torch.float32,) if module == "cpu_decode" else (torch.float32, *HALF_DTYPES)
     return (
         whole is not None
-        and _DECODE["failed"] is None
-        and queries.device.type in DECODE_DEVICES
-        and queries.shape[0] <= DECODE_MAX_QUERIES
-        and queries.dtype in (torch.float32, *HALF_DTYPES)
+        and 0 < queries.shape[0] <= max_queries
+        and bank.num_memories * bank.dim * itemsize(bank.dtype) >= min_bytes  # the keys
+        and _DECODE[module]["failed"] is None
+        and installed(_NEEDS[module])
+        and queries.dtype in dtypes
         and whole[0].dtype == queries.dtype == whole[1].dtype
         and whole[0].is_contiguous()
         and whole[1].is_contiguous()
@@ -91,15 +110,23 @@ def decode_applies(queries: Tensor, bank: MemoryBank) -> bool:
     )
 
 
+@functools.cache
+def installed(package: str) -> bool:
+    """Whether an optional package is there, without importing it (numba takes 0.3 s)."""
+    return importlib.util.find_spec(package) is not None
+
+
 def _decode(queries: Tensor, bank: MemoryBank, beta: float, acc: SoftmaxAccumulator) -> bool:
     """Fold the decode kernel's per-slice sums into `acc`; False if the kernel is unavailable."""
     keys, values = bank.resident()
+    module = DECODE_KERNELS[queries.device.type][0]
     partials = triton_or_none(
-        _DECODE,
+        _DECODE[module],
         "the one-pass decode kernel",
         lambda kernels: kernels.decode_partials(
             queries, keys, values, scale=beta, programs=_decode_programs(queries.device)
         ),
+        module,
     )
     if partials is None:
         return False
@@ -118,7 +145,7 @@ def _decode(queries: Tensor, bank: MemoryBank, beta: float, acc: SoftmaxAccumula
 
 def _decode_programs(device: torch.device) -> int:
     if device.type != "cuda":
-        return 8  # Triton's CPU interpreter (tests)
+        return torch.get_num_threads()
     return DECODE_PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 

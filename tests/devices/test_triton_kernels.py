@@ -28,9 +28,9 @@ def kernels(device, monkeypatch):
         pytest.skip("Triton's interpreter must be chosen before Triton is imported")
     monkeypatch.setattr(blocks, "KERNEL_DEVICES", (device.type,))
     monkeypatch.setattr(blocks, "KERNEL_MIN_CELLS", 0)
-    monkeypatch.setattr(attention, "DECODE_DEVICES", (device.type,))
+    monkeypatch.setitem(attention.DECODE_KERNELS, device.type, ("triton_kernels", 1, 0))
     monkeypatch.setitem(blocks._KERNEL, "failed", None)
-    monkeypatch.setitem(attention._DECODE, "failed", None)
+    monkeypatch.setitem(attention._DECODE["triton_kernels"], "failed", None)
     monkeypatch.setattr(attention, "fused_attention_chosen", lambda bank, heads, **how: False)
     return triton_kernels
 
@@ -149,8 +149,8 @@ def test_retrieval_through_the_kernels_equals_the_formula(
     got = model.retrieve(queries.to(device), keys.to(device), memory_budget=2**18).patterns
     want = _reference(queries, keys, keys, 6.0, params.get("heads", 1))
     torch.testing.assert_close(got.double().cpu(), want, rtol=1e-5, atol=1e-6)
-    assert blocks._KERNEL["failed"] is None and attention._DECODE["failed"] is None
-    used = "decode_partials" if num_queries <= attention.DECODE_MAX_QUERIES else "softmax_step"
+    assert blocks._KERNEL["failed"] is None and attention._DECODE["triton_kernels"]["failed"] is None
+    used = "decode_partials" if num_queries <= 1 else "softmax_step"
     assert len(calls[used]) >= (1 if used == "decode_partials" else 2)  # several blocks
 
 
@@ -168,9 +168,9 @@ def test_a_failing_kernel_falls_back_to_eager(monkeypatch, caplog, num_queries):
     _failing_kernels(monkeypatch)
     monkeypatch.setattr(blocks, "KERNEL_DEVICES", ("cpu",))
     monkeypatch.setattr(blocks, "KERNEL_MIN_CELLS", 0)
-    monkeypatch.setattr(attention, "DECODE_DEVICES", ("cpu",))
+    monkeypatch.setitem(attention.DECODE_KERNELS, "cpu", ("triton_kernels", 1, 0))
     monkeypatch.setitem(blocks._KERNEL, "failed", None)
-    monkeypatch.setitem(attention._DECODE, "failed", None)
+    monkeypatch.setitem(attention._DECODE["triton_kernels"], "failed", None)
     monkeypatch.setattr(attention, "fused_attention_chosen", lambda bank, heads, **how: False)
     generator = torch.Generator().manual_seed(2)
     keys = torch.randn(300, 16, generator=generator)
