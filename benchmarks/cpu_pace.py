@@ -20,7 +20,7 @@ noisy.
 - one-query: dense (with the `fast` extra's one-read kernel, and without it: torch's fused
   attention) and topk at Q = 1 against one GEMV `K x` (one read of the keys), and torch's fused
   attention called directly.
-- few-queries: dense at Q = 2, 4, 8 with and without the one-read kernel, against the product.
+- few-queries: dense at Q = 2, 3, 4, 8 with and without the one-read kernel, against the product.
 - entmax: α = 1.3 and dense at Q = 200 (the wide-support regime, as `run.py --only regimes`).
 - crossover: exact top-10 search alone, torch's kernel against FAISS's, at several Q (the queries
   from which `exact_search` takes FAISS).
@@ -191,11 +191,11 @@ def one_query_section(keys, rounds: int) -> dict:
 
 
 def few_queries_section(keys, rounds: int) -> dict:
-    """Dense at Q = 2, 4, 8 with and without the one-read kernel (which takes Q ≤ 4), against
+    """Dense at Q = 2, 3, 4, 8 with and without the one-read kernel (which takes Q ≤ 3), against
     the (Q, M) product alone."""
     dense = create_model("dense", beta=BETA)
     out = {}
-    for num_queries in (2, 4, 8):
+    for num_queries in (2, 3, 4, 8):
         x = queries_for(keys, num_queries, seed=1)
         calls = {
             "product x Kᵀ": lambda x=x: x @ keys.T,

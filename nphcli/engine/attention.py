@@ -77,9 +77,10 @@ def _fused_attention(x: Tensor, fused: tuple[Tensor, Tensor], value_width: int, 
 # which it pays, and the fewest bytes of memories. CUDA: past one query two matrix products win
 # (H100, M = 10⁶, d = 784, bfloat16, Q = 2: 2.9 ms by the decode kernel, 1.7 ms by the products).
 # CPU (one thread, M = 60,000, d = 784): 1.2 × one GEMV at Q = 1 where torch's fused kernel
-# takes 1.4 ×, 0.7–0.9 × that kernel's time at Q = 2–4, 1.4 × at Q = 8 (docs/performance.md);
-# numba's first call in a process takes 0.5 s, repaid only by many calls on large memories.
-DECODE_KERNELS = {"cuda": ("triton_kernels", 1, 0), "cpu": ("cpu_decode", 4, 2**26)}
+# takes 1.4–1.5 ×, 0.72–0.75 × that kernel's time at Q = 2–3, 1.05 × at Q = 4
+# (docs/performance.md); numba's first call in a process takes 0.5 s, repaid only by many
+# calls on large memories.
+DECODE_KERNELS = {"cuda": ("triton_kernels", 1, 0), "cpu": ("cpu_decode", 3, 2**26)}
 DECODE_PROGRAMS_PER_SM = 4  # slices of the memories per multiprocessor: enough loads in flight
 DECODE_MAX_WIDTH = 4096  # d or d_v beyond this would spill the kernel's registers
 _DECODE: dict[str, dict[str, str | None]] = {

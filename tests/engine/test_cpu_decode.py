@@ -1,5 +1,5 @@
 """The CPU's one-read kernel for a few queries (`nphcli.engine.cpu_decode`, the `fast` extra)
-against the formula in float64, and the route: taken for dense with 1–4 float32 queries on a
+against the formula in float64, and the route: taken for dense with 1–3 float32 queries on a
 large enough memory, never for more queries, other dtypes or gradients, and left silently
 where numba is not installed. Its speed is measured by `benchmarks/cpu_pace.py`, never here."""
 
@@ -54,7 +54,7 @@ def test_partials_fold_to_the_formula(monkeypatch, num_queries, programs, hetero
 @pytest.fixture
 def decode_on_small_memories(monkeypatch):
     """The CPU route for memories of any size, counted."""
-    monkeypatch.setitem(attention.DECODE_KERNELS, "cpu", ("cpu_decode", 4, 0))
+    monkeypatch.setitem(attention.DECODE_KERNELS, "cpu", ("cpu_decode", 3, 0))
     monkeypatch.setitem(attention._DECODE["cpu_decode"], "failed", None)
     from nphcli.engine import cpu_decode
 
@@ -66,8 +66,8 @@ def decode_on_small_memories(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("num_queries", [1, 4, 5])
-def test_dense_takes_the_kernel_for_up_to_four_queries(decode_on_small_memories, num_queries):
+@pytest.mark.parametrize("num_queries", [1, 3, 4])
+def test_dense_takes_the_kernel_for_up_to_three_queries(decode_on_small_memories, num_queries):
     generator = torch.Generator().manual_seed(3)
     keys = torch.nn.functional.normalize(torch.randn(3000, 32, generator=generator), dim=1)
     values = torch.randn(3000, 5, generator=generator)
@@ -76,7 +76,7 @@ def test_dense_takes_the_kernel_for_up_to_four_queries(decode_on_small_memories,
     torch.testing.assert_close(
         got.double(), _reference(queries, keys, values, 8.0), rtol=1e-5, atol=1e-6
     )
-    assert len(decode_on_small_memories) == (1 if num_queries <= 4 else 0)
+    assert len(decode_on_small_memories) == (1 if num_queries <= 3 else 0)
 
 
 def test_float64_gradients_and_small_memories_keep_the_other_routes(decode_on_small_memories):
@@ -86,7 +86,7 @@ def test_float64_gradients_and_small_memories_keep_the_other_routes(decode_on_sm
     wants_grad = keys[:1].float().requires_grad_()
     assert not attention.decode_applies(wants_grad, TensorBank(keys.float()))
     assert attention.decode_applies(keys[:1].float(), TensorBank(keys.float()))
-    small = ("cpu_decode", 4, 500 * 16 * 4 + 1)  # one byte more than these keys hold
+    small = ("cpu_decode", 3, 500 * 16 * 4 + 1)  # one byte more than these keys hold
     attention.DECODE_KERNELS["cpu"] = small
     assert not attention.decode_applies(keys[:1].float(), TensorBank(keys.float()))
 
