@@ -224,11 +224,16 @@ _NO_ROW = torch.iinfo(torch.int64).max  # the index of a padding entry: after ev
 GATHER_LIMIT = 8  # gather rows below 1/this of the memories per query, else a blockwise product
 
 
+def gathers(rows: int, num_memories: int) -> bool:
+    """Whether `rows` memories per query are read by index (`GATHER_LIMIT`), not in blocks."""
+    return rows * GATHER_LIMIT <= num_memories
+
+
 def weighted_rows(bank: MemoryBank, index: Tensor, weights: Tensor, *, block_rows: int) -> Tensor:
     """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): (Q, d_v). Repeated
     indices (padding, weight 0) are summed, never overwritten."""
     num_queries, kept = index.shape
-    if kept * GATHER_LIMIT <= bank.num_memories:
+    if gathers(kept, bank.num_memories):
         return bank.weighted_sum(index, weights)
     total = weights.new_zeros(num_queries, bank.value_dim)  # (Q, d_v)
     for start, _, values in bank.blocks(block_rows):

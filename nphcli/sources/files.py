@@ -21,6 +21,7 @@ from nphcli.sources.base import (
     SourceOptions,
     check_finite,
     choose,
+    file_meta,
     register_source,
 )
 from nphcli.sources.vision import first_line
@@ -197,7 +198,7 @@ def load_folder(spec: str, options: SourceOptions) -> Loaded:
         arrays.append(array[None] if array.ndim == 2 else array.transpose(2, 0, 1))
     images = torch.from_numpy(np.stack(arrays))  # (M, C, H, W)
     patterns = images.reshape(images.shape[0], -1).to(torch.float32)  # (M, C*H*W)
-    meta = _meta(spec, IMAGE, list(images.shape[1:]), len(files), selection, options)
+    meta = file_meta(spec, IMAGE, list(images.shape[1:]), len(files), selection, options)
     meta["files"] = "sorted by name"
     return Loaded(patterns, None, meta)
 
@@ -248,26 +249,9 @@ def _finish(spec, patterns: Tensor, labels: Tensor | None, options, kind, item_s
     if indices is not None:
         patterns = patterns[indices]
         labels = None if labels is None else labels[indices]
-    meta = _meta(spec, kind, item_shape, selection["of"], selection, options)
+    meta = file_meta(spec, kind, item_shape, selection["of"], selection, options)
     meta.update({k: v for k, v in extra.items() if v is not None})
     return Loaded(patterns.contiguous(), labels, meta)
-
-
-def _meta(spec, kind, item_shape, available, selection, options) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "source": f"file:{Path(spec).name}",
-        "kind": kind,
-        "origin": str(Path(spec).resolve()),
-        "fallback": False,
-        "available": available,
-        "selection": selection,
-        "seed": options.seed,
-    }
-    if item_shape:
-        meta["item_shape"] = item_shape
-    if kind == IMAGE:
-        meta["pixel_range"] = [0, 255]
-    return meta
 
 
 def _pick_key(spec: str, keys: list[str], key: str | None) -> str:
