@@ -22,17 +22,6 @@ from nphcli.engine.precision import HALF_DTYPES
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.inputs import check_budget, check_inputs, check_output, check_whole, is_real
 
-__all__ = [
-    "HopfieldModel",
-    "Retrieval",
-    "Retriever",
-    "Update",
-    "check_iteration",
-    "check_whole",
-    "padded_support",
-    "param",
-]
-
 
 def param(default: Any, help: str) -> Any:
     """A model parameter: a dataclass field whose `help` feeds `nph models`, --help, the README."""

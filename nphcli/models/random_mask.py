@@ -33,7 +33,8 @@ from nphcli.engine.masks import (
 )
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
+from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.inputs import check_whole
 from nphcli.models.registry import register_model
 
 

@@ -20,7 +20,8 @@ from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import window_band, window_mask
 from nphcli.engine.planning import itemsize
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
+from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.inputs import check_whole
 from nphcli.models.registry import register_model
 
 
