@@ -67,14 +67,13 @@ class Window(HopfieldModel):
             index, valid = window_band(positions, num_memories, w)  # (Q, c), (Q, c)
             patterns = gathered_attention(queries, bank, index, valid, beta=self.beta)
             return Update(patterns, support=valid.sum(dim=1))  # (Q, d_v), (Q,)
-        offsets = positions.to(torch.int64)[:, None]  # (Q, 1)
-
-        def keep(start: int, rows: int) -> Tensor:
-            memory_index = torch.arange(start, start + rows, device=positions.device)  # (B,)
-            return (memory_index[None, :] - offsets).abs() <= w  # (Q, B)
-
+        offsets = positions.to(torch.int64)  # (Q,): a block's mask is the window shifted by start
         patterns, support = masked_attention(
-            queries, bank, keep, beta=self.beta, block_rows=block_rows
+            queries,
+            bank,
+            lambda start, rows: window_mask(offsets - start, rows, w),  # (Q, B)
+            beta=self.beta,
+            block_rows=block_rows,
         )
         return Update(patterns, support=support)
 
