@@ -58,11 +58,13 @@ def fused_selection_applies(scores: Tensor, kept: Tensor, start: int, k: int) ->
 
 
 def running_topk_plan(
-    num_queries: int, bank: MemoryBank, budget: int, k: int, *, row_bytes: int, cell_bytes: int
+    num_queries: int, bank: MemoryBank, budget: int, k: int, working_set: tuple[int, int]
 ) -> Plan:
-    """`plan_blocks` for a running top-k (`TopKAccumulator`): blocks of at least k rows (each
-    merge sorts the k kept with the block's), and as wide as group selection needs where M
-    allows (narrower took sparse to 4.2× dense, H200, Q = 16384 bfloat16)."""
+    """`plan_blocks` for a running top-k (`TopKAccumulator`) with a model's `working_set` (bytes
+    per query and per pair): blocks of at least k rows (each merge sorts the k kept with the
+    block's), and as wide as group selection needs where M allows (narrower took sparse to 4.2×
+    dense, H200, Q = 16384 bfloat16)."""
+    row_bytes, cell_bytes = working_set
     wide = selection_block_rows(k, bank.device)
     return plan_blocks(
         num_queries,

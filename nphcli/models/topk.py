@@ -77,11 +77,8 @@ class TopK(HopfieldModel):
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """The running top-k's blocks (`selection.running_topk_plan`)."""
-        row_bytes, cell_bytes = self.working_set(bank)
         k = resolve_k(self.k, bank.num_memories)
-        return running_topk_plan(
-            num_queries, bank, budget, k, row_bytes=row_bytes, cell_bytes=cell_bytes
-        )
+        return running_topk_plan(num_queries, bank, budget, k, self.working_set(bank))
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size = itemsize(bank.dtype)
