@@ -12,7 +12,7 @@ from torch import Tensor
 
 from nphcli.core.notices import notice
 from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype, matmul
-from nphcli.engine.selection import block_topk, fused_selection_applies
+from nphcli.engine.selection import block_topk, fused_selection_applies, stable_top
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
 
@@ -184,8 +184,7 @@ class TopKAccumulator:
         if self.scores.shape[1]:  # nothing kept before the first block: nothing to merge
             merged_scores = torch.cat([self.scores, merged_scores], dim=1)  # (Q, ≤2k)
             merged_index = torch.cat([self.index, merged_index], dim=1)  # (Q, ≤2k)
-        order = torch.sort(merged_scores, dim=1, descending=True, stable=True).indices
-        order = order[:, : self.k]  # (Q, ≤k)
+        order = stable_top(merged_scores, self.k)  # (Q, ≤k)
         self.scores = merged_scores.gather(1, order)
         self.index = merged_index.gather(1, order)
 
@@ -200,7 +199,7 @@ class TopKAccumulator:
         index = torch.cat([self.index, self.index.new_full((rows, missing), _NO_ROW)], 1)
         scores = collective.all_cat(scores, dim=1)  # (Q, W·k)
         index = collective.all_cat(index, dim=1)  # (Q, W·k)
-        order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, : self.k]
+        order = stable_top(scores, self.k)
         self.scores, self.index = scores.gather(1, order), index.gather(1, order)
 
 

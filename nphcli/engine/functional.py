@@ -104,7 +104,7 @@ def entmax_threshold(
     lam = torch.zeros_like(scaled[:, :1]) - log_target if start is None else start  # (Q, 1)
     tiny, tolerance = torch.finfo(scaled.dtype).tiny, newton_tolerance(scaled.dtype)
     for _ in range(NEWTON_STEPS if scaled.numel() else 0):
-        p, u = _weights_and_u(scaled, lam, eps)  # (Q, n) each
+        p, u = entmax_weights_and_u(scaled, lam, eps)  # (Q, n) each
         mass = p.sum(dim=-1, keepdim=True)  # (Q, 1)
         slope = p.div_(u.add_(1).clamp_(min=tiny)).sum(dim=-1, keepdim=True)  # (Q, 1) S
         ratio = -mass * torch.expm1(-eps * (torch.log(mass) - log_target)) / slope  # (Q, 1) r
@@ -117,19 +117,15 @@ def entmax_threshold(
 
 def entmax_weights(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
     """Weights (Q, n) at λ (Q, 1) renormalised to sum 1."""
-    p = entmax_unnormalised(scaled, lam, eps)  # (Q, n); the top entry is e^{−λ} > 0
+    p = entmax_weights_and_u(scaled, lam, eps)[0]  # (Q, n); the top entry is e^{−λ} > 0
     return p / p.sum(dim=-1, keepdim=True)
 
 
-def entmax_unnormalised(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
-    """Weights (Q, n) at λ (Q, 1), summing to about 1 when λ is the threshold."""
-    return _weights_and_u(scaled, lam, eps)[0]
-
-
-def _weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """`_entmax_weights` and u = ε·z·e^{ελ} clamped to ≥ −1, (Q, n) each, weights below
-    e^f, f = log(smallest normal) + 2, exactly 0: the exponent is clamped at f and e^f
-    subtracted, since torch's exp is 10–100× slower where its result underflows."""
+def entmax_weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """`_entmax_weights` (summing to about 1 when λ is the threshold) and u = ε·z·e^{ελ}
+    clamped to ≥ −1, (Q, n) each, weights below e^f, f = log(smallest normal) + 2, exactly 0:
+    the exponent is clamped at f and e^f subtracted, since torch's exp is 10–100× slower where
+    its result underflows."""
     floor = math.log(torch.finfo(scaled.dtype).tiny) + 2
     u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, n); −1 → log1p = −inf → weight 0
     p = torch.log1p(u).mul_(1 / eps).sub_(lam).clamp_(min=floor).exp_()

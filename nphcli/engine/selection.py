@@ -92,8 +92,7 @@ def full_topk(scores: Tensor, k: int) -> Tensor:
     index = index[:, :k]  # (Q, k)
     if bool(tied.any()):
         rows = tied.nonzero().squeeze(1)  # (T,)
-        stable = torch.sort(scores[rows], dim=1, descending=True, stable=True).indices
-        index = index.index_copy(0, rows, stable[:, :k])
+        index = index.index_copy(0, rows, stable_top(scores[rows], k))
     return torch.sort(index, dim=1).values  # (Q, k)
 
 
@@ -105,16 +104,16 @@ def group_topk(scores: Tensor, k: int, group: int) -> Tensor:
     if full * group < block:  # a shorter last group
         tail = scores[:, full * group :].amax(dim=1, keepdim=True)  # (Q, 1)
         maxima = torch.cat([maxima, tail], dim=1)  # (Q, n)
-    chosen = _stable_top(maxima, k).sort(dim=1).values  # (Q, k) group numbers, ascending
+    chosen = stable_top(maxima, k).sort(dim=1).values  # (Q, k) group numbers, ascending
     offsets = torch.arange(group, device=scores.device)  # (G,)
     columns = (chosen.unsqueeze(2) * group + offsets).reshape(num_queries, k * group)  # (Q, kG)
     picked = scores.gather(1, columns.clamp(max=block - 1))  # (Q, kG), in index order
     if full * group < block:  # past the end: below every real score, after it in index order
         picked = picked.masked_fill(columns >= block, -torch.inf)
-    best = _stable_top(picked, k)  # (Q, k) positions within the gathered scores
+    best = stable_top(picked, k)  # (Q, k) positions within the gathered scores
     return columns.gather(1, best).sort(dim=1).values  # (Q, k)
 
 
-def _stable_top(values: Tensor, k: int) -> Tensor:
+def stable_top(values: Tensor, k: int) -> Tensor:
     """Positions (Q, k) of each row's k largest values, equal values in position order."""
     return torch.sort(values, dim=1, descending=True, stable=True).indices[:, :k]

@@ -188,7 +188,6 @@ class Retriever:
             return Retrieval(patterns=empty, steps=torch.zeros(0, dtype=torch.int64), support=None)
         if positions is None:
             positions = torch.arange(num_queries, device=queries.device)
-        out_dtype = queries.dtype
         if bank.dtype != queries.dtype:
             bank = bank.to(dtype=queries.dtype)
         if plan is None:
@@ -224,7 +223,7 @@ class Retriever:
             active = active[change > self.tol]
             if active.numel() == 0:
                 break
-        result = state.to(out_dtype)
+        result = state.to(queries.dtype)
         check_output(result, (("queries", queries), ("memories", bank)))
         return Retrieval(patterns=result, steps=steps, support=support)
 
