@@ -190,9 +190,7 @@ def build_index(
         index.add(block.numpy())
         largest = max(largest, float(torch.linalg.vector_norm(block, dim=1).max()))
         report("add", min(start + ADD_ROWS, num_memories), num_memories)
-    extra: dict[str, Tensor] = {}
-    if kind in ("ivf", "ivfpq"):
-        extra = _list_geometry(faiss, index, blocks)
+    extra = _list_geometry(faiss, index, blocks) if kind in ("ivf", "ivfpq") else {}
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
