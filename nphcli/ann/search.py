@@ -52,11 +52,10 @@ class IndexedModel:
 
     def __post_init__(self) -> None:
         check_depth(self.index.kind, self.nprobe, self.ef, "this one")
-        for flag, value in (("--nprobe", self.nprobe), ("--ef", self.ef)):
+        depths = (("--nprobe", self.nprobe), ("--ef", self.ef), ("--candidates", self.candidates))
+        for flag, value in depths:
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise NphError(f"{flag} must be a whole number ≥ 1, got {value!r}")
-        if self.candidates is not None and self.candidates < 1:
-            raise NphError(f"--candidates must be a whole number ≥ 1, got {self.candidates}")
         if self.model.steps != 1:
             raise NphError("--index retrieves one step; use --steps 1")
         self.rule(self.index.meta["M"])  # refuses models that cannot use an index
