@@ -176,34 +176,22 @@ def check_format_version(path: str | os.PathLike, meta: dict[str, Any]) -> None:
         )
 
 
-def tensor_spans(path: str | os.PathLike) -> dict[str, tuple[int, int, list[int], str]]:
-    """name → (first byte, end byte, shape, dtype code) of each tensor in a safetensors file,
-    from its header (offsets counted from the start of the file)."""
-    with open_safetensors(path) as handle:
-        spans = {}
-        for name in handle.keys():
-            entry = handle.get_slice(name)
-            end = entry.offset + math.prod(entry.shape) * entry.dtype.itemsize
-            spans[name] = (entry.offset, end, entry.get_shape(), entry.code)
-    return spans
-
-
 def tensors_sha256(path: str | os.PathLike) -> str:
     """sha256 of a safetensors file's tensors: each one's name, dtype code, shape and bytes, in
     name order. The metadata is left out (it holds a creation time), so the digest says whether
     the rows, labels and values are the ones written, whatever the header claims."""
     digest = hashlib.sha256()
-    spans = tensor_spans(path)
+    with open_safetensors(path) as tensors:
+        entries = [tensors.get_slice(name) for name in tensors.keys()]  # in name order
     with open(path, "rb") as handle:
-        for name in sorted(spans):
-            start, end, shape, code = spans[name]
-            digest.update(json.dumps([name, code, shape]).encode())
-            handle.seek(start)
-            remaining = end - start
+        for entry in entries:
+            digest.update(json.dumps([entry.name, entry.code, entry.shape]).encode())
+            handle.seek(entry.offset)
+            remaining = math.prod(entry.shape) * entry.dtype.itemsize
             while remaining:
                 chunk = handle.read(min(remaining, 1 << 24))
                 if not chunk:
-                    raise NphError(f"{path} is truncated: tensor '{name}' ends past its end")
+                    raise NphError(f"{path} is truncated: tensor '{entry.name}' ends past its end")
                 digest.update(chunk)
                 remaining -= len(chunk)
     return digest.hexdigest()
