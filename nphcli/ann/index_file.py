@@ -26,7 +26,7 @@ from torch import Tensor
 
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
-from nphcli.memory.bank import MemoryBank
+from nphcli.memory.bank import MemoryBank, TensorBank
 from nphcli.memory.segments import manifest_path, read_segments
 from nphcli.version import __version__
 
@@ -147,7 +147,7 @@ def build_index(
     num_memories, dim = memory.num_memories, memory.dim
     if resident is not None:
         keys = resident[0].detach().to("cpu", torch.float32).contiguous()  # (M, d)
-        blocks = _slices(keys)
+        blocks = _read_blocks(TensorBank(keys))
     else:  # streamed from disk (a file larger than RAM): rows read block by block
         keys = None
         blocks = _read_blocks(memory)
@@ -190,9 +190,7 @@ def build_index(
         index.add(block.numpy())
         largest = max(largest, float(torch.linalg.vector_norm(block, dim=1).max()))
         report("add", min(start + ADD_ROWS, num_memories), num_memories)
-    extra: dict[str, Tensor] = {}
-    if kind in ("ivf", "ivfpq"):
-        extra = _list_geometry(faiss, index, blocks)
+    extra = _list_geometry(faiss, index, blocks) if kind in ("ivf", "ivfpq") else {}
     meta = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -211,13 +209,8 @@ def build_index(
     return index, meta, extra
 
 
-def _slices(keys: Tensor) -> Callable[[], Any]:
-    """(start, rows) blocks of ADD_ROWS rows of keys (M, d) in RAM."""
-    return lambda: ((s, keys[s : s + ADD_ROWS]) for s in range(0, keys.shape[0], ADD_ROWS))
-
-
 def _read_blocks(memory: MemoryBank) -> Callable[[], Any]:
-    """(start, rows) blocks of ADD_ROWS float32 rows of a memory read from disk."""
+    """(start, rows) blocks of ADD_ROWS float32 rows of a memory (views of keys in RAM)."""
     return lambda: (
         (s, block.to("cpu", torch.float32).contiguous()) for s, block in memory.key_blocks(ADD_ROWS)
     )

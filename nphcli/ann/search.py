@@ -20,6 +20,7 @@ from nphcli.core.defaults import DEFAULT_CANDIDATES, DEFAULT_EF, DEFAULT_NPROBE
 from nphcli.core.errors import NphError
 from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.exact_search import torch_topk
+from nphcli.engine.selection import stable_top
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import Retrieval
 from nphcli.models.inputs import check_output
@@ -51,11 +52,10 @@ class IndexedModel:
 
     def __post_init__(self) -> None:
         check_depth(self.index.kind, self.nprobe, self.ef, "this one")
-        for flag, value in (("--nprobe", self.nprobe), ("--ef", self.ef)):
+        depths = (("--nprobe", self.nprobe), ("--ef", self.ef), ("--candidates", self.candidates))
+        for flag, value in depths:
             if value is not None and (isinstance(value, bool) or value < 1):
                 raise NphError(f"{flag} must be a whole number ≥ 1, got {value!r}")
-        if self.candidates is not None and self.candidates < 1:
-            raise NphError(f"--candidates must be a whole number ≥ 1, got {self.candidates}")
         if self.model.steps != 1:
             raise NphError("--index retrieves one step; use --steps 1")
         self.rule(self.index.meta["M"])  # refuses models that cannot use an index
@@ -150,7 +150,7 @@ class IndexedModel:
         rule = self.rule(num_memories)
         k = min(rule.report_k, self.count(num_memories))
         found = self.search(x, bank)
-        order = torch.sort(found.scores, dim=1, descending=True, stable=True).indices[:, :k]
+        order = stable_top(found.scores, k)
         approx_top = found.ids.gather(1, order)  # (N, k)
         valid = torch.isfinite(found.scores.gather(1, order))  # (N, k)
         exact_top = torch_topk(x, bank, k, block_rows=max(1, GATHER_ELEMENTS // bank.dim))[1]

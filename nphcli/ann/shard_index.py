@@ -39,7 +39,6 @@ from nphcli.core.errors import NphError
 from nphcli.core.lock import WriterLock
 from nphcli.core.notices import notice
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.collective import LOCAL
 from nphcli.memory.file import load_memory
 from nphcli.memory.sharded_bank import ShardedBank
 from nphcli.memory.shards import Manifest, read_manifest
@@ -289,7 +288,7 @@ class ShardedIndexedModel(IndexedModel):
         """The union of the candidates over shards and ranks, sorted by row, and the largest
         bound."""
         total = bank.num_memories
-        collective = bank.collective if isinstance(bank, ShardedBank) else LOCAL
+        collective = bank.collective
         ids, scores, bounds = [], [], []
         for offset, part in self._views(bank):
             found = self.shards[offset].search(queries, part)
@@ -316,7 +315,7 @@ class ShardedIndexedModel(IndexedModel):
         return [(p.offset, _RowRange(bank, p.offset, p.rows)) for p in self.manifest.parts]
 
     def retrieve(self, queries: Tensor, memory: MemoryBank, **kwargs):
-        collective = memory.collective if isinstance(memory, ShardedBank) else LOCAL
+        collective = memory.collective
         before = collective.bytes_sent
         out = super().retrieve(queries, memory, **kwargs)
         self.bytes_sent += collective.bytes_sent - before
@@ -330,22 +329,14 @@ def sharded_indexed_model(model: Any, settings: Any, memory: MemoryBank) -> Shar
     record = index_record(manifest, settings.path)
     row_of = {part.offset: number for number, part in enumerate(manifest.parts)}
     offsets = [o for o, _ in memory.parts] if isinstance(memory, ShardedBank) else list(row_of)
-    shards = {}
-    for offset in offsets:
-        opened = open_shard_index(manifest, record, row_of[offset])
-        shards[offset] = IndexedModel(
-            model, opened, candidates=settings.candidates, nprobe=settings.nprobe, ef=settings.ef
-        )
+    how = {"candidates": settings.candidates, "nprobe": settings.nprobe, "ef": settings.ef}
+    shards = {
+        offset: IndexedModel(model, open_shard_index(manifest, record, row_of[offset]), **how)
+        for offset in offsets
+    }
     first = shards[offsets[0]].index
     built = ShardedIndexedModel(
-        model,
-        first,
-        candidates=settings.candidates,
-        nprobe=settings.nprobe,
-        ef=settings.ef,
-        manifest=manifest,
-        record=record,
-        shards=shards,
+        model, first, manifest=manifest, record=record, shards=shards, **how
     )
     built.check_memory(memory)
     return built

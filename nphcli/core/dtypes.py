@@ -1,8 +1,8 @@
 """The float dtypes nph computes and stores in: one table, one parser.
 
-Names are what users type (`--dtype bfloat16`, a JSON job's `"dtype"`, a sweep file's `dtype`);
-safetensors codes are what memory files record. Torch-free at import, so the command line can
-check a name before torch loads; `torch_dtype` imports torch when it is called.
+Names are what users type (`--dtype bfloat16`, a JSON job's `"dtype"`, a sweep file's `dtype`;
+memory files record safetensors codes: `memory.reader.DTYPES`). Torch-free at import, so the
+command line can check a name before torch loads; `torch_dtype` imports torch when it is called.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from nphcli.core.errors import NphError
 if TYPE_CHECKING:
     import torch
 
-# name → safetensors dtype code, in the order help texts list them.
-DTYPE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64"}
-COMPUTE_DTYPES: tuple[str, ...] = tuple(DTYPE_CODES)  # what retrieval runs in
+# What retrieval runs in, in the order help texts list them.
+COMPUTE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64")
 STORE_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")  # what `nph store` writes
 HALF_DTYPES: tuple[str, ...] = ("float16", "bfloat16")  # products accumulate in float32
 
@@ -42,12 +41,6 @@ def torch_dtype(name: str) -> torch.dtype:
 def dtype_name(dtype: torch.dtype) -> str:
     """The name of a float torch dtype, e.g. torch.bfloat16 → 'bfloat16'."""
     name = str(dtype).removeprefix("torch.")
-    if name not in DTYPE_CODES:
+    if name not in COMPUTE_DTYPES:
         raise NphError(f"nph computes in {', '.join(COMPUTE_DTYPES)}, not {name}")
     return name
-
-
-def name_from_code(code: str) -> str | None:
-    """The dtype name of a safetensors dtype code (`F32`, `BF16`, ...); None for a code that is
-    not a float dtype nph reads."""
-    return next((name for name, known in DTYPE_CODES.items() if known == code), None)

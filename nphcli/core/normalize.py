@@ -3,14 +3,8 @@
 Notation: r is a raw pattern, (M, d) for the whole set. Raw values are pixel intensities 0..255
 for images (datasets, image folders, uint8 arrays) and the numbers as read for everything else.
 [lo, hi] is [0, 255] for images, and the smallest and largest raw value of the stored set
-otherwise. The methods (`METHODS` holds the same text for --help and the README):
-
-    none      x = r
-    minmax    x = (r − lo) / (hi − lo)                     in [0, 1]   (alias: unit, deprecated)
-    centered  x = (r − lo) / (hi − lo) − 0.5               in [−0.5, 0.5]
-    zscore    x = (r − μ) / σ, μ and σ the mean and (population) standard deviation of all
-              M·d stored raw values
-    l2        x_μ = r_μ / ‖r_μ‖₂ for each pattern μ (all-zero patterns stay zero)
+otherwise. `METHODS` defines each method (the text --help and the README show; zscore's σ is
+the population one); `unit` is a deprecated alias of `minmax`.
 
 The default is `centered` for images (with the paper's `minmax` about half of MNIST's digits
 have Δ_μ < 0 and no β retrieves them: docs/models.md) and `none` for other numbers. The record

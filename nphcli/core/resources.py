@@ -20,11 +20,11 @@ def physical_memory() -> int | None:
 
 def human_bytes(count: float) -> str:
     """1536 → '1.5 KiB' (1024-based, as --memory-budget reads sizes)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(count) < 1024 or unit == "PiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(count) < 1024:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
-    raise AssertionError("unreachable")
+    return f"{count:.1f} PiB"
 
 
 def check_allocation(shape: tuple[int, ...], itemsize: int, *, what: str, reduce: str) -> int:

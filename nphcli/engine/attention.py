@@ -43,17 +43,12 @@ def softmax_attention(
     answer (the model's `prepare`), None for the blockwise route."""
     num_queries = queries.shape[0]
     x = queries.reshape(num_queries, heads, -1).transpose(0, 1)  # (H, Q, d/H)
-    acc = SoftmaxAccumulator(
-        num_queries,
-        bank.value_dim // heads,
-        device=queries.device,
-        dtype=accumulation_dtype(queries.dtype),
-        batch=(heads,),
-    )
+    dtype, width = accumulation_dtype(queries.dtype), bank.value_dim // heads
+    acc = SoftmaxAccumulator(num_queries, width, device=queries.device, dtype=dtype, batch=(heads,))
     one_pass = heads == 1 and block_rows >= bank.num_memories and decode_applies(queries, bank)
     if not (one_pass and _decode(queries, bank, beta, acc)):
         if fused is not None:
-            return _fused_attention(x, fused, bank.value_dim // heads, beta)
+            return _fused_attention(x, fused, width, beta)
         scaled, rest = scale_queries(x, beta)  # (H, Q, d/H) and what β leaves for the scores
         for _, keys, values in bank.blocks(block_rows):
             k, v = _split_heads(keys, heads), _split_heads(values, heads)  # (H, B, ·)
@@ -290,12 +285,8 @@ def masked_attention(
 ) -> tuple[Tensor, Tensor]:
     """Vᵀ softmax(β K x) over the memories `keep(start, rows)` (Q, rows) admits, block by
     block: the patterns (Q, d_v) and how many memories each query kept (Q,)."""
-    acc = SoftmaxAccumulator(
-        queries.shape[0],
-        bank.value_dim,
-        device=queries.device,
-        dtype=accumulation_dtype(queries.dtype),
-    )
+    dtype = accumulation_dtype(queries.dtype)
+    acc = SoftmaxAccumulator(queries.shape[0], bank.value_dim, device=queries.device, dtype=dtype)
     scaled, rest = scale_queries(queries, beta)  # (Q, d)
     for start, keys, values in bank.blocks(block_rows):
         scores = matmul(scaled, keys.T, scale=rest)  # (Q, B)

@@ -37,9 +37,8 @@ def nearest_scores(queries: Tensor, keys: Tensor, metric: str) -> Tensor:
 
 def nearest_index(queries: Tensor, bank: MemoryBank, metric: str, *, block_rows: int) -> Tensor:
     """(Q,) int64: each query's nearest memory under `metric`, ties to the lower index."""
-    top = TopKAccumulator(
-        queries.shape[0], 1, device=queries.device, dtype=accumulation_dtype(queries.dtype)
-    )
+    dtype = accumulation_dtype(queries.dtype)  # float32 scores for half inputs
+    top = TopKAccumulator(queries.shape[0], 1, device=queries.device, dtype=dtype)
     for start, keys in bank.key_blocks(block_rows):
         top.add(nearest_scores(queries, keys, metric), start)  # (Q, B)
     top.merge(bank.collective)  # rows spread over ranks: the global best

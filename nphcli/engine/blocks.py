@@ -12,7 +12,7 @@ from torch import Tensor
 
 from nphcli.core.notices import notice
 from nphcli.engine.precision import HALF_DTYPES, accumulation_dtype, matmul
-from nphcli.engine.selection import block_topk, fused_selection_applies
+from nphcli.engine.selection import block_topk, fused_selection_applies, stable_top
 from nphcli.memory.bank import MemoryBank
 from nphcli.memory.collective import Collective
 
@@ -184,8 +184,7 @@ class TopKAccumulator:
         if self.scores.shape[1]:  # nothing kept before the first block: nothing to merge
             merged_scores = torch.cat([self.scores, merged_scores], dim=1)  # (Q, ≤2k)
             merged_index = torch.cat([self.index, merged_index], dim=1)  # (Q, ≤2k)
-        order = torch.sort(merged_scores, dim=1, descending=True, stable=True).indices
-        order = order[:, : self.k]  # (Q, ≤k)
+        order = stable_top(merged_scores, self.k)  # (Q, ≤k)
         self.scores = merged_scores.gather(1, order)
         self.index = merged_index.gather(1, order)
 
@@ -200,7 +199,7 @@ class TopKAccumulator:
         index = torch.cat([self.index, self.index.new_full((rows, missing), _NO_ROW)], 1)
         scores = collective.all_cat(scores, dim=1)  # (Q, W·k)
         index = collective.all_cat(index, dim=1)  # (Q, W·k)
-        order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, : self.k]
+        order = stable_top(scores, self.k)
         self.scores, self.index = scores.gather(1, order), index.gather(1, order)
 
 
@@ -224,11 +223,16 @@ _NO_ROW = torch.iinfo(torch.int64).max  # the index of a padding entry: after ev
 GATHER_LIMIT = 8  # gather rows below 1/this of the memories per query, else a blockwise product
 
 
+def gathers(rows: int, num_memories: int) -> bool:
+    """Whether `rows` memories per query are read by index (`GATHER_LIMIT`), not in blocks."""
+    return rows * GATHER_LIMIT <= num_memories
+
+
 def weighted_rows(bank: MemoryBank, index: Tensor, weights: Tensor, *, block_rows: int) -> Tensor:
     """Σ_j weights[q, j] · values[index[q, j]] for index, weights (Q, c): (Q, d_v). Repeated
     indices (padding, weight 0) are summed, never overwritten."""
     num_queries, kept = index.shape
-    if kept * GATHER_LIMIT <= bank.num_memories:
+    if gathers(kept, bank.num_memories):
         return bank.weighted_sum(index, weights)
     total = weights.new_zeros(num_queries, bank.value_dim)  # (Q, d_v)
     for start, _, values in bank.blocks(block_rows):

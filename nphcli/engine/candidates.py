@@ -94,8 +94,5 @@ def candidate_working_set(bank: MemoryBank) -> tuple[int, int]:
 
 def candidate_plan(num_queries: int, bank: MemoryBank, budget: int) -> Plan:
     """`candidate_update`'s plan: the first round's running top-c₀'s."""
-    row_bytes, cell_bytes = candidate_working_set(bank)
     first = min(INITIAL_CANDIDATES, bank.num_memories)
-    return running_topk_plan(
-        num_queries, bank, budget, first, row_bytes=row_bytes, cell_bytes=cell_bytes
-    )
+    return running_topk_plan(num_queries, bank, budget, first, candidate_working_set(bank))

@@ -7,6 +7,7 @@ threshold loses precision, from β = 1e-6 to 1e4. float32 or float64 (half input
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -70,7 +71,7 @@ def entmax_bisect(scores: Tensor, alpha: float) -> Tensor:
     """
     if alpha == 1:
         return torch.softmax(scores, dim=-1)
-    return _EntmaxBisect.apply(scores, float(alpha))
+    return _Entmax.apply(scores, float(alpha), _bisect)
 
 
 def entmax(scores: Tensor, alpha: float) -> Tensor:
@@ -78,7 +79,7 @@ def entmax(scores: Tensor, alpha: float) -> Tensor:
     over the scores instead of one per mantissa bit. Same backward."""
     if alpha == 1:
         return torch.softmax(scores, dim=-1)
-    return _EntmaxNewton.apply(scores, float(alpha))
+    return _Entmax.apply(scores, float(alpha), _newton)
 
 
 NEWTON_STEPS = 100  # a bound, not a budget: 1 (softmax) to about 10 steps over all α and β
@@ -104,7 +105,7 @@ def entmax_threshold(
     lam = torch.zeros_like(scaled[:, :1]) - log_target if start is None else start  # (Q, 1)
     tiny, tolerance = torch.finfo(scaled.dtype).tiny, newton_tolerance(scaled.dtype)
     for _ in range(NEWTON_STEPS if scaled.numel() else 0):
-        p, u = _weights_and_u(scaled, lam, eps)  # (Q, n) each
+        p, u = entmax_weights_and_u(scaled, lam, eps)  # (Q, n) each
         mass = p.sum(dim=-1, keepdim=True)  # (Q, 1)
         slope = p.div_(u.add_(1).clamp_(min=tiny)).sum(dim=-1, keepdim=True)  # (Q, 1) S
         ratio = -mass * torch.expm1(-eps * (torch.log(mass) - log_target)) / slope  # (Q, 1) r
@@ -117,19 +118,15 @@ def entmax_threshold(
 
 def entmax_weights(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
     """Weights (Q, n) at λ (Q, 1) renormalised to sum 1."""
-    p = entmax_unnormalised(scaled, lam, eps)  # (Q, n); the top entry is e^{−λ} > 0
+    p = entmax_weights_and_u(scaled, lam, eps)[0]  # (Q, n); the top entry is e^{−λ} > 0
     return p / p.sum(dim=-1, keepdim=True)
 
 
-def entmax_unnormalised(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
-    """Weights (Q, n) at λ (Q, 1), summing to about 1 when λ is the threshold."""
-    return _weights_and_u(scaled, lam, eps)[0]
-
-
-def _weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """`_entmax_weights` and u = ε·z·e^{ελ} clamped to ≥ −1, (Q, n) each, weights below
-    e^f, f = log(smallest normal) + 2, exactly 0: the exponent is clamped at f and e^f
-    subtracted, since torch's exp is 10–100× slower where its result underflows."""
+def entmax_weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """`_entmax_weights` (summing to about 1 when λ is the threshold) and u = ε·z·e^{ελ}
+    clamped to ≥ −1, (Q, n) each, weights below e^f, f = log(smallest normal) + 2, exactly 0:
+    the exponent is clamped at f and e^f subtracted, since torch's exp is 10–100× slower where
+    its result underflows."""
     floor = math.log(torch.finfo(scaled.dtype).tiny) + 2
     u = (scaled * torch.exp(eps * lam)).clamp_(min=-1)  # (Q, n); −1 → log1p = −inf → weight 0
     p = torch.log1p(u).mul_(1 / eps).sub_(lam).clamp_(min=floor).exp_()
@@ -137,20 +134,10 @@ def _weights_and_u(scaled: Tensor, lam: Tensor, eps: float) -> tuple[Tensor, Ten
     return p, u
 
 
-class _EntmaxNewton(torch.autograd.Function):
-    """Forward by `entmax_threshold`; backward as `_EntmaxBisect`'s."""
-
-    @staticmethod
-    def forward(ctx, scores: Tensor, alpha: float) -> Tensor:
-        compute = torch.float64 if scores.dtype == torch.float64 else torch.float32
-        s = scores.to(compute)
-        scaled = (alpha - 1) * (s - s.amax(dim=-1, keepdim=True))  # (Q, M) ε·z, row max 0
-        p = entmax_weights(scaled, entmax_threshold(scaled, alpha - 1), alpha - 1)
-        ctx.alpha = alpha
-        ctx.save_for_backward(p)
-        return p.to(scores.dtype)
-
-    backward = staticmethod(lambda ctx, grad_output: _EntmaxBisect.backward(ctx, grad_output))
+def _newton(z: Tensor, alpha: float) -> Tensor:
+    """`entmax`'s weights (Q, M) of z (Q, M) with row max 0."""
+    scaled = (alpha - 1) * z  # (Q, M) ε·z
+    return entmax_weights(scaled, entmax_threshold(scaled, alpha - 1), alpha - 1)
 
 
 # One halving per mantissa bit plus margin: λ in [0, log M] pinned to its dtype's rounding.
@@ -164,38 +151,43 @@ def _entmax_weights(scaled: Tensor, lam: Tensor, eps: float) -> Tensor:
     return torch.log1p_(u).mul_(1 / eps).sub_(lam).exp_()  # (Q, M)
 
 
-class _EntmaxBisect(torch.autograd.Function):
-    """Forward by bisection; backward by the implicit function theorem: with g_i = p_i^{2−α}
-    on the support (0 off it), ∂p/∂s = diag(g) − g gᵀ / Σ g."""
+def _bisect(z: Tensor, alpha: float) -> Tensor:
+    """`entmax_bisect`'s weights (Q, M) of z (Q, M) with row max 0."""
+    num_memories = z.shape[-1]
+    eps = alpha - 1
+    # τ = −exp(−ε·λ): p_i = exp(log1p(ε·z_i·e^{ελ}) / ε − λ) stays exact as ε → 0, where
+    # [ε·z_i − τ]^{1/ε} loses every digit in float32. mass(lo = 0) ≥ 1 ≥ mass(hi = log M).
+    scaled = eps * z  # (Q, M)
+    lo = torch.zeros_like(z[:, :1])  # (Q, 1)
+    hi = torch.full_like(z[:, :1], math.log(num_memories))  # (Q, 1)
+    for _ in range(_BISECTION_STEPS[z.dtype]):
+        mid = (lo + hi) / 2
+        mass = _entmax_weights(scaled, mid, eps).sum(dim=-1, keepdim=True)  # (Q, 1)
+        low_enough = mass >= 1
+        lo = torch.where(low_enough, mid, lo)
+        hi = torch.where(low_enough, hi, mid)
+    p = _entmax_weights(scaled, lo, eps)  # (Q, M); mass(lo) ≥ 1, so no 0/0 below
+    return p / p.sum(dim=-1, keepdim=True)
+
+
+class _Entmax(torch.autograd.Function):
+    """α-entmax by `solve` (`_bisect` or `_newton`) in float32 or float64; backward by the
+    implicit function theorem: with g_i = p_i^{2−α} on the support (0 off it),
+    ∂p/∂s = diag(g) − g gᵀ / Σ g."""
 
     @staticmethod
-    def forward(ctx, scores: Tensor, alpha: float) -> Tensor:
+    def forward(ctx, scores: Tensor, alpha: float, solve: Callable) -> Tensor:
         compute = torch.float64 if scores.dtype == torch.float64 else torch.float32
         s = scores.to(compute)
-        z = s - s.amax(dim=-1, keepdim=True)  # (Q, M), row max 0
-        num_memories = z.shape[-1]
-        eps = alpha - 1
-        # τ = −exp(−ε·λ): p_i = exp(log1p(ε·z_i·e^{ελ}) / ε − λ) stays exact as ε → 0, where
-        # [ε·z_i − τ]^{1/ε} loses every digit in float32. mass(lo = 0) ≥ 1 ≥ mass(hi = log M).
-        scaled = eps * z  # (Q, M)
-        lo = torch.zeros_like(z[:, :1])  # (Q, 1)
-        hi = torch.full_like(z[:, :1], math.log(num_memories))  # (Q, 1)
-        for _ in range(_BISECTION_STEPS[compute]):
-            mid = (lo + hi) / 2
-            mass = _entmax_weights(scaled, mid, eps).sum(dim=-1, keepdim=True)  # (Q, 1)
-            low_enough = mass >= 1
-            lo = torch.where(low_enough, mid, lo)
-            hi = torch.where(low_enough, hi, mid)
-        p = _entmax_weights(scaled, lo, eps)  # (Q, M); mass(lo) ≥ 1, so no 0/0 below
-        p = p / p.sum(dim=-1, keepdim=True)
+        p = solve(s - s.amax(dim=-1, keepdim=True), alpha)  # (Q, M), from row max 0
         ctx.alpha = alpha
         ctx.save_for_backward(p)
         return p.to(scores.dtype)
 
     @staticmethod
-    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx, grad_output: Tensor) -> tuple[Tensor, None, None]:
         (p,) = ctx.saved_tensors
         g = torch.where(p > 0, p.pow(2 - ctx.alpha), 0)  # (Q, M)
         weighted = g * grad_output.to(p.dtype)  # (Q, M)
         shift = weighted.sum(dim=-1, keepdim=True) / g.sum(dim=-1, keepdim=True)  # (Q, 1)
-        return (weighted - shift * g).to(grad_output.dtype), None
+        return (weighted - shift * g).to(grad_output.dtype), None, None

@@ -58,11 +58,13 @@ def fused_selection_applies(scores: Tensor, kept: Tensor, start: int, k: int) ->
 
 
 def running_topk_plan(
-    num_queries: int, bank: MemoryBank, budget: int, k: int, *, row_bytes: int, cell_bytes: int
+    num_queries: int, bank: MemoryBank, budget: int, k: int, working_set: tuple[int, int]
 ) -> Plan:
-    """`plan_blocks` for a running top-k (`TopKAccumulator`): blocks of at least k rows (each
-    merge sorts the k kept with the block's), and as wide as group selection needs where M
-    allows (narrower took sparse to 4.2× dense, H200, Q = 16384 bfloat16)."""
+    """`plan_blocks` for a running top-k (`TopKAccumulator`) with a model's `working_set` (bytes
+    per query and per pair): blocks of at least k rows (each merge sorts the k kept with the
+    block's), and as wide as group selection needs where M allows (narrower took sparse to 4.2×
+    dense, H200, Q = 16384 bfloat16)."""
+    row_bytes, cell_bytes = working_set
     wide = selection_block_rows(k, bank.device)
     return plan_blocks(
         num_queries,
@@ -90,8 +92,7 @@ def full_topk(scores: Tensor, k: int) -> Tensor:
     index = index[:, :k]  # (Q, k)
     if bool(tied.any()):
         rows = tied.nonzero().squeeze(1)  # (T,)
-        stable = torch.sort(scores[rows], dim=1, descending=True, stable=True).indices
-        index = index.index_copy(0, rows, stable[:, :k])
+        index = index.index_copy(0, rows, stable_top(scores[rows], k))
     return torch.sort(index, dim=1).values  # (Q, k)
 
 
@@ -103,16 +104,16 @@ def group_topk(scores: Tensor, k: int, group: int) -> Tensor:
     if full * group < block:  # a shorter last group
         tail = scores[:, full * group :].amax(dim=1, keepdim=True)  # (Q, 1)
         maxima = torch.cat([maxima, tail], dim=1)  # (Q, n)
-    chosen = _stable_top(maxima, k).sort(dim=1).values  # (Q, k) group numbers, ascending
+    chosen = stable_top(maxima, k).sort(dim=1).values  # (Q, k) group numbers, ascending
     offsets = torch.arange(group, device=scores.device)  # (G,)
     columns = (chosen.unsqueeze(2) * group + offsets).reshape(num_queries, k * group)  # (Q, kG)
     picked = scores.gather(1, columns.clamp(max=block - 1))  # (Q, kG), in index order
     if full * group < block:  # past the end: below every real score, after it in index order
         picked = picked.masked_fill(columns >= block, -torch.inf)
-    best = _stable_top(picked, k)  # (Q, k) positions within the gathered scores
+    best = stable_top(picked, k)  # (Q, k) positions within the gathered scores
     return columns.gather(1, best).sort(dim=1).values  # (Q, k)
 
 
-def _stable_top(values: Tensor, k: int) -> Tensor:
+def stable_top(values: Tensor, k: int) -> Tensor:
     """Positions (Q, k) of each row's k largest values, equal values in position order."""
     return torch.sort(values, dim=1, descending=True, stable=True).indices[:, :k]

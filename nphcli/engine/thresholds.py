@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nphcli.engine.functional import entmax_threshold, entmax_unnormalised
+from nphcli.engine.functional import entmax_threshold, entmax_weights_and_u
 
 SAMPLE, SAMPLE_MIN, SAMPLE_SHARE = 1024, 64, 64  # the start's sample: M/64 scores, 64 to 1024
 SAFETY = 2.0  # the start asks the whole row for this much mass (> 1: below the threshold)
@@ -61,7 +61,7 @@ def solve(
         lam = (-torch.log(-eps * start.double()) / eps).clamp(min=-math.log(mass)).to(z.dtype)
     scaled = z * eps  # (Q, n)
     lam = entmax_threshold(scaled, eps, start=lam, log_target=math.log(mass))  # (Q, 1)
-    weights = entmax_unnormalised(scaled, lam, eps)  # (Q, n)
+    weights = entmax_weights_and_u(scaled, lam, eps)[0]  # (Q, n)
     count = (weights > 0).sum(dim=1, keepdim=True)  # (Q, 1)
     t = -torch.exp(-eps * lam.double()) / eps  # (Q, 1) float64
     if out is not None:

@@ -164,7 +164,7 @@ def _expm1(x):
 @triton.jit
 def _newton_weights(base, width, lam, eps, WRITE: tl.constexpr):
     """Σp and S = Σp/(1 + u) at λ, p_i = exp(log1p(u_i)/ε − λ), u_i = max(ε·z_i·e^{ελ}, −1)
-    (`functional._weights_and_u`), and the count of p > 0; with WRITE, p over the scores."""
+    (`functional.entmax_weights_and_u`), and the count of p > 0; with WRITE, p over the scores."""
     zero = tl.zeros([BLOCK], dtype=base.dtype.element_ty)
     masses, slopes, ones = zero, zero, zero
     scale = tl.exp(eps * lam)

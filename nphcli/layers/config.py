@@ -11,7 +11,7 @@ import torch
 
 from nphcli.core.errors import NphError
 from nphcli.models import HopfieldModel, Retriever, create_model
-from nphcli.models.base import check_whole
+from nphcli.models.inputs import check_whole
 
 NORM_KINDS = ("affine", "plain")  # layer norm with a learnable scale and shift, or without
 LEARNED_SPACES = ("projected", "input")

@@ -16,7 +16,8 @@ from torch import Tensor, nn
 from nphcli.core.errors import NphError
 from nphcli.layers.association import associate, weights_from_scores
 from nphcli.layers.config import LayerConfig, LayerOptions, Norms
-from nphcli.models.base import check_whole, forms_weights
+from nphcli.models.base import forms_weights
+from nphcli.models.inputs import check_whole
 
 if TYPE_CHECKING:
     from typing_extensions import Self, Unpack

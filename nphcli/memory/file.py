@@ -1,8 +1,5 @@
-"""Memory files: one safetensors file holding the stored patterns and what they are.
-
-Tensors: `patterns` (M, d) float; optional `labels` (M,) int64; optional `values` (M, d_v) for
-hetero-association. Metadata (safetensors' string→string map) holds each field of `Memory.meta`
-as a JSON value, so other tools can read it and nph can map patterns back to images.
+"""Memory files (their layout: `format.py`) written and loaded. Each field of `Memory.meta` is
+kept as a JSON value, so other tools can read it and nph can map patterns back to images.
 
 Writes are atomic (`core/atomic.py`). Loading checks all a later command relies on, so a damaged
 or foreign file fails here in one line, not deep inside a model.

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.core.dtypes import COMPUTE_DTYPES, name_from_code, torch_dtype
+from nphcli.core.dtypes import COMPUTE_DTYPES, torch_dtype
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.core.notices import notice
@@ -39,7 +39,7 @@ from nphcli.memory.reader import SafetensorsFile
 FORMAT_NAME = "nph-memory"
 FORMAT_VERSION = 1
 MANIFEST_SUFFIX = ".json"
-_FLOATS = {torch_dtype(name) for name in COMPUTE_DTYPES}
+FLOAT_DTYPES = {torch_dtype(name) for name in COMPUTE_DTYPES}  # what nph computes and stores in
 # safetensors codes of the integer dtypes labels may have (read as int64).
 _INTEGER_CODES = {"I8", "I16", "I32", "I64", "U8", "U16", "U32"}
 
@@ -116,7 +116,7 @@ def layout_of(path: Path, handle) -> Layout:
             raise NphError(f"{path}: 'labels' has shape {tuple(shape)}, expected ({rows},)")
         if code not in _INTEGER_CODES:
             raise NphError(f"{path}: 'labels' must hold integers, got {code}")
-    dtype = torch_dtype(name_from_code(handle.get_slice(keys).get_dtype()))
+    dtype = handle.get_slice(keys).dtype
     return Layout(path, meta, foreign, keys, values, labels, rows, dim, value_dim, dtype)
 
 
@@ -126,7 +126,7 @@ def _matrix(path: Path, handle, name: str) -> tuple[int, int]:
     shape, code = entry.get_shape(), entry.get_dtype()
     if len(shape) != 2:
         raise NphError(f"{path}: '{name}' must be a 2-D (M, d) tensor, got shape {tuple(shape)}")
-    if name_from_code(code) is None:
+    if entry.dtype not in FLOAT_DTYPES:
         raise NphError(
             f"{path}: '{name}' must be floating point ({', '.join(COMPUTE_DTYPES)}), got {code}"
         )
@@ -176,34 +176,22 @@ def check_format_version(path: str | os.PathLike, meta: dict[str, Any]) -> None:
         )
 
 
-def tensor_spans(path: str | os.PathLike) -> dict[str, tuple[int, int, list[int], str]]:
-    """name → (first byte, end byte, shape, dtype code) of each tensor in a safetensors file,
-    from its header (offsets counted from the start of the file)."""
-    with open_safetensors(path) as handle:
-        spans = {}
-        for name in handle.keys():
-            entry = handle.get_slice(name)
-            end = entry.offset + math.prod(entry.shape) * entry.dtype.itemsize
-            spans[name] = (entry.offset, end, entry.get_shape(), entry.code)
-    return spans
-
-
 def tensors_sha256(path: str | os.PathLike) -> str:
     """sha256 of a safetensors file's tensors: each one's name, dtype code, shape and bytes, in
     name order. The metadata is left out (it holds a creation time), so the digest says whether
     the rows, labels and values are the ones written, whatever the header claims."""
     digest = hashlib.sha256()
-    spans = tensor_spans(path)
+    with open_safetensors(path) as tensors:
+        entries = [tensors.get_slice(name) for name in tensors.keys()]  # in name order
     with open(path, "rb") as handle:
-        for name in sorted(spans):
-            start, end, shape, code = spans[name]
-            digest.update(json.dumps([name, code, shape]).encode())
-            handle.seek(start)
-            remaining = end - start
+        for entry in entries:
+            digest.update(json.dumps([entry.name, entry.code, entry.shape]).encode())
+            handle.seek(entry.offset)
+            remaining = math.prod(entry.shape) * entry.dtype.itemsize
             while remaining:
                 chunk = handle.read(min(remaining, 1 << 24))
                 if not chunk:
-                    raise NphError(f"{path} is truncated: tensor '{name}' ends past its end")
+                    raise NphError(f"{path} is truncated: tensor '{entry.name}' ends past its end")
                 digest.update(chunk)
                 remaining -= len(chunk)
     return digest.hexdigest()
@@ -214,7 +202,7 @@ def check_matrix(tensor: Tensor, what: str) -> Tensor:
     empty, or holding NaN or infinity."""
     if tensor.ndim != 2:
         raise NphError(f"{what} must be a 2-D (M, d) tensor, got shape {tuple(tensor.shape)}")
-    if tensor.dtype not in _FLOATS:
+    if tensor.dtype not in FLOAT_DTYPES:
         raise NphError(
             f"{what} must be floating point, got {str(tensor.dtype).removeprefix('torch.')}"
         )

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from nphcli.core.errors import NphError
-from nphcli.memory.bank import Memory, MemoryBank, TensorBank
+from nphcli.memory.bank import Memory, MemoryBank, TensorBank, as_bank
 from nphcli.memory.collective import LOCAL, Collective
 from nphcli.memory.file import load_memory
 from nphcli.memory.format import is_manifest
@@ -154,9 +154,7 @@ def as_memory(memory: Any, values: Any = None) -> MemoryBank:
     reuse it); or keys (M, d) with optional `values` (M, d_v) as `nphcli.memory.given` turns
     tensors, numpy arrays and lists into tensors. Anything else is one `NphError`."""
     if isinstance(memory, MemoryBank):
-        if values is not None:
-            raise NphError("give values inside the memory bank, not beside it")
-        if memory.device.type == "meta":
+        if as_bank(memory, values).device.type == "meta":  # (values beside a bank refused)
             raise NphError(
                 "the memory is on the meta device, which holds no values; give one with data"
             )

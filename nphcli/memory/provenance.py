@@ -19,12 +19,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nphcli.core.dtypes import DTYPE_CODES
 from nphcli.memory.format import is_manifest, tensors_sha256
+from nphcli.memory.reader import DTYPES
 
 META_KEY = "content_sha256"
-_INTEGER_CODES = {torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8"}
-_INTEGER_CODES[torch.uint8] = "U8"
+_CODES = {dtype: code for code, dtype in DTYPES.items()}
 _FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
 _ATTRIBUTE = "_nph_content_sha256"
 
@@ -106,5 +105,4 @@ def provenance(bank: Any) -> dict[str, Any]:
 
 def dtype_code(dtype: torch.dtype) -> str:
     """safetensors' code for `dtype` ("F32", "I64", ...)."""
-    name = str(dtype).removeprefix("torch.")
-    return DTYPE_CODES.get(name) or _INTEGER_CODES[dtype]
+    return _CODES[dtype]

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.core.errors import NphError
@@ -93,12 +92,7 @@ class ShardedBank(MemoryBank):
             if not bool(inside.any()):
                 continue
             local = torch.where(inside, index - offset, 0)  # (Q, c)
-            rows, inverse = torch.unique(local, return_inverse=True)  # (U,), (Q, c)
-            _, part_values = bank.gather(rows)  # (U, d_v)
-            masked = torch.where(inside, weights, 0)  # (Q, c)
-            total = total + F.embedding_bag(
-                inverse, part_values, per_sample_weights=masked, mode="sum"
-            )
+            total = total + bank.weighted_sum(local, torch.where(inside, weights, 0))
         return self.collective.all_sum(total)
 
     def to(self, device=None, dtype=None) -> ShardedBank:

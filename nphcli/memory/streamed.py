@@ -20,10 +20,9 @@ import torch
 from torch import Tensor
 
 from nphcli.core.devices import canonical_device
-from nphcli.core.dtypes import name_from_code, torch_dtype
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.format import open_safetensors, read_layout, tensor_spans
+from nphcli.memory.format import layout_of, open_safetensors
 
 
 class StreamedBank(MemoryBank):
@@ -39,16 +38,14 @@ class StreamedBank(MemoryBank):
         dtype: torch.dtype | None = None,
     ):
         self.path = Path(path)
-        layout = read_layout(self.path)
+        with open_safetensors(self.path) as handle:
+            layout = layout_of(self.path, handle)
+            read = [handle.get_slice(name) for name in (layout.keys, layout.values) if name]
         self.key_name, self.value_name, self.labels_name = layout.keys, layout.values, layout.labels
         self.num_memories, self.dim = layout.num_memories, layout.dim
         self.value_dim = layout.value_dim
-        spans = tensor_spans(self.path)
-        self._layout = {}  # name → (byte offset of row 0, row width, dtype), for `_rows`
-        for name in (self.key_name, self.value_name):
-            if name is not None:
-                start, _, shape, code = spans[name]
-                self._layout[name] = (start, shape[1], torch_dtype(name_from_code(code)))
+        # name → (byte offset of row 0, row width, dtype), for `_rows`
+        self._layout = {entry.name: (entry.offset, entry.shape[1], entry.dtype) for entry in read}
         self.meta = layout.meta
         self.hetero = self.value_name is not None
         self.device = canonical_device(device)

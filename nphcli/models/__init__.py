@@ -24,28 +24,18 @@ from nphcli.models import (
 from nphcli.models.base import HopfieldModel, Retrieval, Retriever, Update
 from nphcli.models.registry import (
     ModelInfo,
-    ParamInfo,
     create_model,
     get_model_info,
     layer_model_names,
     list_models,
     model_names,
 )
-from nphcli.schema.catalog import ModelCard, ParamCard, serve_live_cards
+from nphcli.schema.catalog import ModelCard, serve_live_cards
 
 
 def _live_cards() -> list[ModelCard]:
     """The registry as the torch-free catalog describes models (`nph models`, option help)."""
-    return [
-        ModelCard(
-            info.name,
-            info.summary,
-            info.formula,
-            info.cost,
-            tuple(ParamCard(p.name, p.type.__name__, p.default, p.help) for p in info.params),
-        )
-        for info in list_models()
-    ]
+    return [ModelCard(i.name, i.summary, i.formula, i.cost, i.params) for i in list_models()]
 
 
 serve_live_cards(_live_cards)
@@ -87,7 +77,6 @@ __all__ = [
     "HopfieldModel",
     "Retriever",
     "ModelInfo",
-    "ParamInfo",
     "Retrieval",
     "Update",
     "create_model",

@@ -22,17 +22,6 @@ from nphcli.engine.precision import HALF_DTYPES
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.inputs import check_budget, check_inputs, check_output, check_whole, is_real
 
-__all__ = [
-    "HopfieldModel",
-    "Retrieval",
-    "Retriever",
-    "Update",
-    "check_iteration",
-    "check_whole",
-    "padded_support",
-    "param",
-]
-
 
 def param(default: Any, help: str) -> Any:
     """A model parameter: a dataclass field whose `help` feeds `nph models`, --help, the README."""
@@ -199,7 +188,6 @@ class Retriever:
             return Retrieval(patterns=empty, steps=torch.zeros(0, dtype=torch.int64), support=None)
         if positions is None:
             positions = torch.arange(num_queries, device=queries.device)
-        out_dtype = queries.dtype
         if bank.dtype != queries.dtype:
             bank = bank.to(dtype=queries.dtype)
         if plan is None:
@@ -235,7 +223,7 @@ class Retriever:
             active = active[change > self.tol]
             if active.numel() == 0:
                 break
-        result = state.to(out_dtype)
+        result = state.to(queries.dtype)
         check_output(result, (("queries", queries), ("memories", bank)))
         return Retrieval(patterns=result, steps=steps, support=support)
 

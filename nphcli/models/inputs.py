@@ -13,14 +13,14 @@ from torch import Tensor
 
 from nphcli.core.defaults import DEFAULT_MEMORY_BUDGET
 from nphcli.core.devices import same_device
-from nphcli.core.dtypes import COMPUTE_DTYPES, torch_dtype
+from nphcli.core.dtypes import COMPUTE_DTYPES
 from nphcli.core.errors import NphError, score_overflow
 from nphcli.engine.precision import accumulation_dtype
 from nphcli.memory.bank import MemoryBank
+from nphcli.memory.format import FLOAT_DTYPES
 from nphcli.memory.given import as_table
 from nphcli.memory.open import as_memory
 
-FLOAT_DTYPES = tuple(torch_dtype(name) for name in COMPUTE_DTYPES)
 _NAMES = ", ".join(COMPUTE_DTYPES)
 
 

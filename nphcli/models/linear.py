@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -51,15 +52,18 @@ def padded_feature_readout(
     return out.reshape(*lead, *out.shape[1:])
 
 
-@register_model(
-    "linear",
-    summary="linear attention with the elu+1 feature map (Katharopoulos et al. 2020)",
-    formula="T(x) = Vᵀφ(√β K)φ(√β x) / 1ᵀφ(√β K)φ(√β x), φ(u) = elu(u) + 1",
-    cost="time O((Q+M)·d·d_v); extra memory O(d·d_v + Q·d), no Q×M scores",
-)
 @dataclass(kw_only=True)
-class Linear(HopfieldModel):
-    """β scales the feature-map inputs by √β on both sides; see the module docstring."""
+class FeatureModel(HopfieldModel):
+    """What `linear` and `random-feature` share: log-features a(√β x), a(√β k) whose
+    exponentials' inner products stand in for exp(β xᵀk); the memories folded once per memory
+    and β (`summarise_keys`), each query read against the summary."""
+
+    # The parameters besides block_rows that the folded memories depend on (the cache key).
+    summary_params: ClassVar[tuple[str, ...]] = ("beta",)
+
+    def log_features(self, x: Tensor, scale: float | Tensor, *, keys: bool) -> Tensor:
+        """a(scale · x) (…, F) of rows x (…, d) in their dtype and device (`keys`: memories)."""
+        raise NotImplementedError
 
     def prepare(self, bank: MemoryBank, block_rows: int) -> FeatureSummary:
         scale = math.sqrt(self.beta)
@@ -67,11 +71,12 @@ class Linear(HopfieldModel):
 
         def build() -> FeatureSummary:
             return summarise_keys(
-                (log_elu_plus_one(scale * keys.to(dtype)), values.to(dtype))  # (B, d), (B, d_v)
+                (self.log_features(keys.to(dtype), scale, keys=True), values.to(dtype))
                 for _, keys, values in bank.blocks(block_rows)
             )
 
-        local = cached_summary(bank, (self.name, self.beta, block_rows), build)
+        params = tuple(getattr(self, name) for name in self.summary_params)
+        local = cached_summary(bank, (self.name, *params, block_rows), build)
         return merge_summaries(local, bank.collective)  # rows spread over ranks
 
     def update(
@@ -84,11 +89,8 @@ class Linear(HopfieldModel):
         block_rows: int,
     ) -> Update:
         queries = queries.to(accumulation_dtype(queries.dtype))
-        query_logits = log_elu_plus_one(math.sqrt(self.beta) * queries)  # (Q, d)
+        query_logits = self.log_features(queries, math.sqrt(self.beta), keys=False)  # (Q, F)
         return Update(readout(query_logits, prepared))
-
-    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        return feature_plan(num_queries, bank, budget, features=bank.dim)
 
     def associate(
         self,
@@ -101,9 +103,29 @@ class Linear(HopfieldModel):
         positions: Tensor,
         dropout: Callable[[Tensor], Tensor] | None = None,
     ) -> Tensor:
-        """The feature readout with φ(√β ·) on both sides (B, H, N, d_v); `dropout` on it."""
+        """The feature readout as in `prepare` and `update` (B, H, N, d_v); `dropout` on it."""
         scale = beta.sqrt()
         out = padded_feature_readout(
-            log_elu_plus_one(scale * q), log_elu_plus_one(scale * k), v, valid
+            self.log_features(q, scale, keys=False),
+            self.log_features(k, scale, keys=True),
+            v,
+            valid,
         )  # (B, H, N, d_v)
         return dropout(out) if dropout else out
+
+
+@register_model(
+    "linear",
+    summary="linear attention with the elu+1 feature map (Katharopoulos et al. 2020)",
+    formula="T(x) = Vᵀφ(√β K)φ(√β x) / 1ᵀφ(√β K)φ(√β x), φ(u) = elu(u) + 1",
+    cost="time O((Q+M)·d·d_v); extra memory O(d·d_v + Q·d), no Q×M scores",
+)
+@dataclass(kw_only=True)
+class Linear(FeatureModel):
+    """β scales the feature-map inputs by √β on both sides; see the module docstring."""
+
+    def log_features(self, x: Tensor, scale: float | Tensor, *, keys: bool) -> Tensor:
+        return log_elu_plus_one(scale * x)  # (…, d)
+
+    def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
+        return feature_plan(num_queries, bank, budget, features=bank.dim)

@@ -14,8 +14,9 @@ from torch import Tensor
 
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import check_whole, param
+from nphcli.models.base import param
 from nphcli.models.dense import SoftmaxHeads
+from nphcli.models.inputs import check_whole
 from nphcli.models.registry import register_model
 
 

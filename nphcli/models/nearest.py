@@ -51,10 +51,7 @@ class Nearest(Retriever):
         return Update(patterns, support=positions.new_ones(queries.shape[0]))
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
-        row_bytes, cell_bytes = self.working_set(bank)
-        return running_topk_plan(
-            num_queries, bank, budget, 1, row_bytes=row_bytes, cell_bytes=cell_bytes
-        )
+        return running_topk_plan(num_queries, bank, budget, 1, self.working_set(bank))
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size = itemsize(bank.dtype)

@@ -15,8 +15,6 @@ query's −‖u‖²/2 cancel in the ratio and are left out.
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,19 +22,13 @@ from torch import Tensor
 
 from nphcli.core.errors import NphError
 from nphcli.core.resources import human_bytes, physical_memory
-from nphcli.engine.features import (
-    FeatureSummary,
-    feature_plan,
-    merge_summaries,
-    readout,
-    summarise_keys,
-)
+from nphcli.engine.features import feature_plan
 from nphcli.engine.planning import Plan, itemsize, note_over_budget
 from nphcli.engine.precision import accumulation_dtype
-from nphcli.engine.summary_cache import cached_summary
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
-from nphcli.models.linear import padded_feature_readout
+from nphcli.models.base import param
+from nphcli.models.inputs import check_whole
+from nphcli.models.linear import FeatureModel
 from nphcli.models.registry import register_model
 
 
@@ -76,13 +68,14 @@ def _projection_on(
     cost="time O((Q+M)·m·(d+d_v)); extra memory O((Q+M)·m + m·d_v), no Q×M scores",
 )
 @dataclass(kw_only=True)
-class RandomFeature(HopfieldModel):
+class RandomFeature(FeatureModel):
     """Softmax retrieval estimated with m positive random features; see the module docstring."""
 
     features: int = param(
         256, "number m of random features; more features bring the result closer to dense (~1/√m)"
     )
     seed: int = param(0, "seed of the random projection W; the same seed gives the same W")
+    summary_params = ("beta", "features", "seed")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -95,37 +88,12 @@ class RandomFeature(HopfieldModel):
         """The (m, d) projection W for pattern dimension `dim`; a function of (seed, m, d) only."""
         return _projection_on(self.seed, self.features, dim, torch.device(device), dtype)
 
-    def prepare(self, bank: MemoryBank, block_rows: int) -> FeatureSummary:
-        scale = math.sqrt(self.beta)
-        dtype = accumulation_dtype(bank.dtype)  # half memories are summed in float32
-        weights = self.projection(bank.dim, bank.device, dtype)  # (m, d)
-
-        def key_logits(keys: Tensor) -> Tensor:
-            scaled = scale * keys.to(dtype)  # (B, d)
-            return scaled @ weights.T - 0.5 * (scaled * scaled).sum(dim=1, keepdim=True)  # (B, m)
-
-        def build() -> FeatureSummary:
-            return summarise_keys(
-                (key_logits(keys), values.to(dtype)) for _, keys, values in bank.blocks(block_rows)
-            )
-
-        key = (self.name, self.beta, self.features, self.seed, block_rows)
-        local = cached_summary(bank, key, build)
-        return merge_summaries(local, bank.collective)  # rows spread over ranks
-
-    def update(
-        self,
-        queries: Tensor,
-        bank: MemoryBank,
-        positions: Tensor,
-        prepared: FeatureSummary,
-        *,
-        block_rows: int,
-    ) -> Update:
-        dtype = accumulation_dtype(queries.dtype)
-        weights = self.projection(bank.dim, bank.device, dtype)  # (m, d)
-        query_logits = (math.sqrt(self.beta) * queries.to(dtype)) @ weights.T  # (Q, m)
-        return Update(readout(query_logits, prepared))
+    def log_features(self, x: Tensor, scale: float | Tensor, *, keys: bool) -> Tensor:
+        """(scale·x) Wᵀ, less ‖scale·k‖²/2 for keys (the query's cancels in the ratio)."""
+        weights = self.projection(x.shape[-1], x.device, x.dtype)  # (m, d)
+        scaled = scale * x  # (…, d)
+        logits = scaled @ weights.T  # (…, m)
+        return logits - 0.5 * (scaled * scaled).sum(-1, keepdim=True) if keys else logits
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         compute = itemsize(accumulation_dtype(bank.dtype))  # the projection, float64 and cast:
@@ -143,22 +111,3 @@ class RandomFeature(HopfieldModel):
         smallest = f"--features {self.features}'s projection and feature summary at d = {bank.dim}"
         note_over_budget(budget, needed, smallest)
         return feature_plan(num_queries, bank, budget, features=self.features, held=held)
-
-    def associate(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        beta: Tensor,
-        valid: Tensor,
-        positions: Tensor,
-        dropout: Callable[[Tensor], Tensor] | None = None,
-    ) -> Tensor:
-        """The feature readout as in `prepare` and `update` (B, H, N, d_v); `dropout` on it."""
-        weights = self.projection(q.shape[-1], q.device, q.dtype)  # (m, d)
-        scale = beta.sqrt()
-        scaled_k = scale * k  # (B, H, M, d)
-        k_logits = scaled_k @ weights.T - 0.5 * (scaled_k * scaled_k).sum(-1, keepdim=True)
-        out = padded_feature_readout((scale * q) @ weights.T, k_logits, v, valid)
-        return dropout(out) if dropout else out  # (B, H, N, d_v)

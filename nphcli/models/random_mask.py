@@ -16,7 +16,7 @@ import torch.nn.functional as F  # noqa: N812  (torch's own convention)
 from torch import Tensor
 
 from nphcli.engine.attention import fused_attention_chosen, gathered_attention, masked_attention
-from nphcli.engine.blocks import GATHER_LIMIT
+from nphcli.engine.blocks import gathers
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.hashing import query_state
 from nphcli.engine.masks import (
@@ -33,7 +33,8 @@ from nphcli.engine.masks import (
 )
 from nphcli.engine.planning import Plan, itemsize, plan_rows
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
+from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.inputs import check_whole
 from nphcli.models.registry import register_model
 
 
@@ -76,7 +77,7 @@ class RandomMask(HopfieldModel):
         k = resolve_k(self.k, bank.num_memories)
         support = positions.new_full((queries.shape[0],), k)  # (Q,)
         num_memories = bank.num_memories
-        if _gathers(k, num_memories):  # (every k that `uses_floyd` gathers: 64·k ≤ M)
+        if gathers(k, num_memories):  # (every k that `uses_floyd` gathers: 64·k ≤ M)
             if uses_floyd(num_memories, k) and positions.shape[0] * k <= HOST_FLOYD_MAX_DRAWS:
                 chosen = floyd_host(self.seed, positions, num_memories, k)
             else:
@@ -103,7 +104,7 @@ class RandomMask(HopfieldModel):
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size, k = itemsize(bank.dtype), resolve_k(self.k, bank.num_memories)
         row_bytes = (bank.dim + 2 * bank.value_dim) * size
-        if _gathers(k, bank.num_memories):
+        if gathers(k, bank.num_memories):
             # The running k smallest hashes, indices and gathered rows; per pair, hash scratch.
             return row_bytes + 4 * k * 8 + k * (bank.dim + bank.value_dim + 2) * size, 4 * 8
         # A row of the (Q, M) mask and of its keys; per pair, a score's temporaries and a mask.
@@ -113,7 +114,7 @@ class RandomMask(HopfieldModel):
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """All memories at once where the fused kernel scores them (only the mask grows with M)."""
         k = resolve_k(self.k, bank.num_memories)
-        if not _gathers(k, bank.num_memories) and fused_attention_chosen(bank, 1):
+        if not gathers(k, bank.num_memories) and fused_attention_chosen(bank, 1):
             row_bytes, _ = self.working_set(bank)
             rows = plan_rows(budget, 1, row_bytes, total=num_queries)
             return Plan(query_rows=rows, memory_rows=bank.num_memories)
@@ -128,11 +129,6 @@ class RandomMask(HopfieldModel):
         num_keys = scores.shape[-1]
         keep = random_mask(self.seed, positions, num_keys, resolve_k(self.k, num_keys))  # (N, M)
         return masked_softmax(scores, keep[None, None])
-
-
-def _gathers(k: int, num_memories: int) -> bool:
-    """Read each query's k memories by index when they are few; else score every block."""
-    return k * GATHER_LIMIT <= num_memories
 
 
 # Up to this many draws (Q·k), Floyd's steps run in Python integers: the tensor form's ~250 small

@@ -10,20 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from nphcli.core.errors import NphError
 from nphcli.core.suggest import did_you_mean
+from nphcli.schema.catalog import ParamCard
 from nphcli.schema.fields import FIELDS
 
 if TYPE_CHECKING:  # base.py imports this module's decorator users, not this module
     from nphcli.models.base import Retriever
-
-
-@dataclass(frozen=True)
-class ParamInfo:
-    """One keyword parameter of a model, as `nph models` and `--help` show it."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
 
 
 @dataclass(frozen=True)
@@ -37,21 +28,21 @@ class ModelInfo:
     cost: str  # time and extra memory of one update for Q queries and M memories
 
     @property
-    def params(self) -> tuple[ParamInfo, ...]:
+    def params(self) -> tuple[ParamCard, ...]:
+        """Its keyword parameters, as `nph models` and `--help` show them."""
         return tuple(
-            ParamInfo(f.name, _field_type(f), f.default, f.metadata.get("help", ""))
+            ParamCard(f.name, _type_name(f.type), f.default, f.metadata.get("help", ""))
             for f in dataclasses.fields(self.cls)
             if f.init
         )
 
 
 _MODELS: dict[str, ModelInfo] = {}
-_TYPES = {"float": float, "int": int, "bool": bool, "str": str}
 
 
-def _field_type(field: dataclasses.Field) -> type:
+def _type_name(annotation: Any) -> str:
     # With `from __future__ import annotations` the annotation is a string such as "float".
-    return _TYPES.get(field.type, field.type) if isinstance(field.type, str) else field.type
+    return annotation if isinstance(annotation, str) else annotation.__name__
 
 
 def register_model(name: str, *, summary: str, formula: str, cost: str):

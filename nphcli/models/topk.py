@@ -18,7 +18,7 @@ from nphcli.engine.candidate_rule import CandidateRule
 from nphcli.engine.exact_search import exact_topk
 from nphcli.engine.masks import K_HELP, check_k, resolve_k, topk_mask
 from nphcli.engine.planning import Plan, itemsize
-from nphcli.engine.selection import running_topk_plan
+from nphcli.engine.selection import running_topk_plan, stable_top
 from nphcli.memory.bank import MemoryBank
 from nphcli.models.base import HopfieldModel, Update, param
 from nphcli.models.registry import register_model
@@ -67,7 +67,7 @@ class TopK(HopfieldModel):
 
         def apply(scores: Tensor) -> tuple[Tensor, Tensor]:
             kept = min(k, scores.shape[1])
-            order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :kept]
+            order = stable_top(scores, kept)
             top = scores.gather(1, order)  # (Q, k)
             weights = torch.zeros_like(scores).scatter(1, order, torch.softmax(self.beta * top, 1))
             cut = top[:, -1] if kept == k else torch.full_like(top[:, 0], -torch.inf)  # (Q,)
@@ -77,11 +77,8 @@ class TopK(HopfieldModel):
 
     def plan(self, num_queries: int, bank: MemoryBank, budget: int) -> Plan:
         """The running top-k's blocks (`selection.running_topk_plan`)."""
-        row_bytes, cell_bytes = self.working_set(bank)
         k = resolve_k(self.k, bank.num_memories)
-        return running_topk_plan(
-            num_queries, bank, budget, k, row_bytes=row_bytes, cell_bytes=cell_bytes
-        )
+        return running_topk_plan(num_queries, bank, budget, k, self.working_set(bank))
 
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size = itemsize(bank.dtype)

@@ -15,12 +15,13 @@ from torch import Tensor
 
 from nphcli.core.errors import NphError
 from nphcli.engine.attention import gathered_attention, masked_attention
-from nphcli.engine.blocks import GATHER_LIMIT
+from nphcli.engine.blocks import gathers
 from nphcli.engine.functional import masked_softmax
 from nphcli.engine.masks import window_band, window_mask
 from nphcli.engine.planning import itemsize
 from nphcli.memory.bank import MemoryBank
-from nphcli.models.base import HopfieldModel, Update, check_whole, param
+from nphcli.models.base import HopfieldModel, Update, param
+from nphcli.models.inputs import check_whole
 from nphcli.models.registry import register_model
 
 
@@ -62,18 +63,17 @@ class Window(HopfieldModel):
                 f"stored pattern i, so give at most M + w = {num_memories + w} queries or a "
                 "larger --window"
             )
-        if _gathers(w, num_memories):
+        if gathers(2 * w + 1, num_memories):
             index, valid = window_band(positions, num_memories, w)  # (Q, c), (Q, c)
             patterns = gathered_attention(queries, bank, index, valid, beta=self.beta)
             return Update(patterns, support=valid.sum(dim=1))  # (Q, d_v), (Q,)
-        offsets = positions.to(torch.int64)[:, None]  # (Q, 1)
-
-        def keep(start: int, rows: int) -> Tensor:
-            memory_index = torch.arange(start, start + rows, device=positions.device)  # (B,)
-            return (memory_index[None, :] - offsets).abs() <= w  # (Q, B)
-
+        offsets = positions.to(torch.int64)  # (Q,): a block's mask is the window shifted by start
         patterns, support = masked_attention(
-            queries, bank, keep, beta=self.beta, block_rows=block_rows
+            queries,
+            bank,
+            lambda start, rows: window_mask(offsets - start, rows, w),  # (Q, B)
+            beta=self.beta,
+            block_rows=block_rows,
         )
         return Update(patterns, support=support)
 
@@ -91,12 +91,7 @@ class Window(HopfieldModel):
     def working_set(self, bank: MemoryBank) -> tuple[int, int]:
         size = itemsize(bank.dtype)
         row_bytes = (bank.dim + 2 * bank.value_dim) * size
-        if _gathers(self.window, bank.num_memories):
+        if gathers(2 * self.window + 1, bank.num_memories):
             width = min(2 * self.window + 1, bank.num_memories)
             return row_bytes + width * (bank.dim + bank.value_dim + 4) * size + 2 * width * 8, 1
         return row_bytes, 4 * size + 2 * 8
-
-
-def _gathers(window: int, num_memories: int) -> bool:
-    """Gather each query's band of 2w + 1 memories unless it covers much of the memory."""
-    return (2 * window + 1) * GATHER_LIMIT <= num_memories

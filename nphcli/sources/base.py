@@ -160,6 +160,24 @@ def choose(available: int, n: int | None, seed: int, *, what: str) -> tuple[Tens
     return indices, selection
 
 
+def file_meta(spec, kind, item_shape, available, selection, options) -> dict[str, Any]:
+    """The metadata of patterns read from the file `spec`."""
+    meta: dict[str, Any] = {
+        "source": f"file:{Path(spec).name}",
+        "kind": kind,
+        "origin": str(Path(spec).resolve()),
+        "fallback": False,
+        "available": available,
+        "selection": selection,
+        "seed": options.seed,
+    }
+    if item_shape:
+        meta["item_shape"] = item_shape
+    if kind == IMAGE:
+        meta["pixel_range"] = [0, 255]
+    return meta
+
+
 def check_finite(patterns: Tensor, what: str, row_name: Callable[[int], str] | None = None):
     """Raise an NphError naming the first NaN or infinite value (row and column, 1-based)."""
     import torch

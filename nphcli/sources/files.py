@@ -21,6 +21,7 @@ from nphcli.sources.base import (
     SourceOptions,
     check_finite,
     choose,
+    file_meta,
     register_source,
 )
 from nphcli.sources.vision import first_line
@@ -197,7 +198,7 @@ def load_folder(spec: str, options: SourceOptions) -> Loaded:
         arrays.append(array[None] if array.ndim == 2 else array.transpose(2, 0, 1))
     images = torch.from_numpy(np.stack(arrays))  # (M, C, H, W)
     patterns = images.reshape(images.shape[0], -1).to(torch.float32)  # (M, C*H*W)
-    meta = _meta(spec, IMAGE, list(images.shape[1:]), len(files), selection, options)
+    meta = file_meta(spec, IMAGE, list(images.shape[1:]), len(files), selection, options)
     meta["files"] = "sorted by name"
     return Loaded(patterns, None, meta)
 
@@ -229,45 +230,27 @@ def _from_array(
         item_shape = [1, *tensor.shape[1:]]
     patterns = tensor.reshape(tensor.shape[0], -1)  # (M, d)
     check_finite(patterns, what)
-    loaded = _finish(spec, patterns, None, options, kind, item_shape, {"key": key or None})
-    if options.ids is None:
-        return loaded
-    from nphcli.sources.tables import read_ids
+    items = None
+    if options.ids is not None:
+        from nphcli.sources.tables import read_ids
 
-    items = read_ids(options.ids, patterns.shape[0])
-    indices, _ = choose(patterns.shape[0], options.n, options.seed, what=spec)  # as _finish chose
-    if indices is not None:
-        items = [items[int(i)] for i in indices]
-    return loaded._replace(items=items)
+        items = read_ids(options.ids, patterns.shape[0])
+    return _finish(spec, patterns, None, options, kind, item_shape, {"key": key or None}, items)
 
 
-def _finish(spec, patterns: Tensor, labels: Tensor | None, options, kind, item_shape, extra):
-    """The chosen subset of patterns (N, d) float32 and labels (N,), with its metadata (`extra`
-    adds its keys that are not None)."""
+def _finish(
+    spec, patterns: Tensor, labels: Tensor | None, options, kind, item_shape, extra, items=None
+):
+    """The chosen subset of patterns (N, d) float32, labels (N,) and items, with its metadata
+    (`extra` adds its keys that are not None)."""
     indices, selection = choose(patterns.shape[0], options.n, options.seed, what=spec)
     if indices is not None:
         patterns = patterns[indices]
         labels = None if labels is None else labels[indices]
-    meta = _meta(spec, kind, item_shape, selection["of"], selection, options)
+        items = None if items is None else [items[int(i)] for i in indices]
+    meta = file_meta(spec, kind, item_shape, selection["of"], selection, options)
     meta.update({k: v for k, v in extra.items() if v is not None})
-    return Loaded(patterns.contiguous(), labels, meta)
-
-
-def _meta(spec, kind, item_shape, available, selection, options) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "source": f"file:{Path(spec).name}",
-        "kind": kind,
-        "origin": str(Path(spec).resolve()),
-        "fallback": False,
-        "available": available,
-        "selection": selection,
-        "seed": options.seed,
-    }
-    if item_shape:
-        meta["item_shape"] = item_shape
-    if kind == IMAGE:
-        meta["pixel_range"] = [0, 255]
-    return meta
+    return Loaded(patterns.contiguous(), labels, meta, items)
 
 
 def _pick_key(spec: str, keys: list[str], key: str | None) -> str:

@@ -29,10 +29,9 @@ def load_random(spec: str, options: SourceOptions) -> Loaded:
     n = DEFAULT_N if options.n is None else options.n
     dim = DEFAULT_DIM if options.dim is None else options.dim
     distribution = options.distribution or "gaussian"
-    if n <= 0:
-        raise NphError(f"--n must be at least 1, got {n}")
-    if dim <= 0:
-        raise NphError(f"--dim must be at least 1, got {dim}")
+    for flag, value in (("--n", n), ("--dim", dim)):
+        if value <= 0:
+            raise NphError(f"{flag} must be at least 1, got {value}")
     if distribution not in DISTRIBUTIONS:
         raise NphError(
             f"--distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}"

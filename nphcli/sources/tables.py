@@ -18,7 +18,7 @@ from nphcli.core.jsontext import parse_json
 from nphcli.core.notices import notice
 from nphcli.memory.items import check_items
 from nphcli.sources.arrow import arrow_batches, number_problem, read_arrow
-from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, register_source
+from nphcli.sources.base import VECTOR, Loaded, SourceOptions, choose, file_meta, register_source
 from nphcli.sources.embedders import check_same_embedder, resolve_embedder
 
 if TYPE_CHECKING:
@@ -156,16 +156,8 @@ def table_source(
     if indices is not None:
         items = [items[int(i)] for i in indices]
         rows = [rows[int(i)] for i in indices]
-    meta: dict[str, Any] = {
-        "source": f"file:{Path(spec).name}",
-        "kind": VECTOR,
-        "origin": str(Path(spec).resolve()),
-        "fallback": False,
-        "available": selection["of"],
-        "selection": selection,
-        "seed": options.seed,
-        "recall": dict(ITEM_RECALL),  # what `nph recall` uses unless told otherwise
-    }
+    meta = file_meta(spec, VECTOR, None, selection["of"], selection, options)
+    meta["recall"] = dict(ITEM_RECALL)  # what `nph recall` uses unless told otherwise
     if all(embedded):
         if options.embed is not None:
             raise NphError(f"{spec} holds embeddings already; --embed embeds texts only")
