@@ -31,8 +31,8 @@ from nphcli.experiments.mil_config import PAPER_MIL_MODELS, VARIANTS, Variant
 from nphcli.experiments.mil_protocol import (
     Hyper,
     Protocol,
-    draw_hypers,
     roc_auc,
+    search_draws,
     stratified_folds,
     stratified_holdout,
 )
@@ -212,7 +212,7 @@ def _draws(protocol: Protocol, seed: int, fold: int) -> list[Hyper]:
     """The hyper-parameters a fold of `seed` trains: the fixed point, or the search's draws."""
     if protocol.search == "fixed":
         return [protocol.fixed]
-    return draw_hypers(protocol.trials, seed=1 + seed * 1_000 + fold)
+    return search_draws(protocol.trials, seed=1 + seed * 1_000 + fold)
 
 
 def train_record(record: dict[str, Any], bags: Bags, split: tuple, hyper: Hyper) -> dict:

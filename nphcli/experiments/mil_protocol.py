@@ -51,19 +51,19 @@ class Hyper:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def draw_hypers(count: int, seed: int) -> list[Hyper]:
-    """`count` independent uniform draws from `SEARCH_SPACE` (random search), from `seed` alone."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    hypers = []
-    for _ in range(count):
-        picks = {
-            name: values[int(torch.randint(len(values), (1,), generator=generator))]
-            for name, values in SEARCH_SPACE.items()
-        }
-        hypers.append(Hyper(**picks))  # the space's values have the fields' types
-    return hypers
+def search_draws(count: int, seed: int) -> list[Hyper]:
+    """`count` trials of a random search of `SEARCH_SPACE` (Optuna's RandomSampler, seeded), all
+    asked up front: their draws do not depend on results. The caller trains and keeps the best."""
+    try:
+        import optuna
+    except ImportError:
+        raise NphError("the full protocol needs Optuna: pip install 'nph[search]'") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per study or trial
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    trials = [study.ask() for _ in range(count)]
+    return [
+        Hyper(**{n: t.suggest_categorical(n, v) for n, v in SEARCH_SPACE.items()}) for t in trials
+    ]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,50 @@ def test_the_command_refuses_bad_input_in_one_line(invoke, tmp_path, args, words
 def test_the_command_needs_its_data_folder(invoke, tmp_path):
     result = invoke("paper", "mil", "--out", tmp_path / "res")
     assert_one_error_line(result, "nph paper mil needs --data")
+
+
+def _fake_training(results):
+    """A `train_fold` that returns `results[fold][hyper]` at once, fold read from its seed."""
+
+    def train_fold(bags, split, hyper, model, *, seed, epochs):
+        val_auc, val_loss, test_auc = results[seed % 1_000][hyper]
+        return {"val_auc": val_auc, "val_loss": val_loss, "best_epoch": 1, "test_auc": test_auc}
+
+    return train_fold
+
+
+def test_the_full_protocols_search_keeps_the_best_validation_auc_ties_by_loss(
+    tmp_path, monkeypatch
+):
+    """Each fold's 4 Optuna draws are all trained and logged; kept: the best validation AUC, of
+    two equal ones the lower validation loss (test AUC 0.2 in fold 0, 0.6 in fold 1)."""
+    pytest.importorskip("optuna")
+    search = dataclasses.replace(TINY, name="full", seeds=1, search="per-fold", trials=4)
+    draws = [mil_protocol.search_draws(4, seed=1 + fold) for fold in range(2)]
+    assert all(len(set(d)) == 4 for d in draws)
+    scored = [[(0.9, 0.5, 0.1), (0.9, 0.3, 0.2), (0.8, 0.1, 0.3), (0.5, 0.0, 0.4)],
+              [(0.7, 0.1, 0.5), (1.0, 0.2, 0.6), (1.0, 0.4, 0.7), (0.2, 0.0, 0.8)]]  # fmt: skip
+    results = [dict(zip(d, s, strict=True)) for d, s in zip(draws, scored, strict=True)]
+    monkeypatch.setattr(mil_paper, "train_fold", _fake_training(results))
+    _csv(tmp_path, _bags(16))
+    per_seed, meta = mil_paper.run(search, tmp_path, tmp_path / "out", models=["dense"])
+    assert per_seed["dense", "UCSB"] == [pytest.approx((0.2 + 0.6) / 2)]
+    logged = [
+        json.loads(line) for line in (tmp_path / "out" / "runs.jsonl").read_text().splitlines()
+    ]
+    assert meta["trainings_logged"] == 8
+    assert {(r["fold"], Hyper(**r["hyper"])) for r in logged} == {
+        (fold, hyper) for fold in range(2) for hyper in draws[fold]
+    }
+
+
+def test_only_the_full_protocol_needs_optuna(invoke, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
+    _csv(tmp_path, _bags(40))  # ≥ 10 bags of each class: the full protocol's 10 folds
+    args = ("--data", tmp_path, "--out", tmp_path / "f", "--datasets", "ucsb")
+    result = invoke("paper", "mil", *args, "--protocol", "full")
+    assert_one_error_line(result, "the full protocol needs Optuna", "pip install 'nph[search]'")
+    results = [{HYPER: (1.0, 0.1, 0.7)}] * 2
+    monkeypatch.setattr(mil_paper, "train_fold", _fake_training(results))
+    per_seed, _ = mil_paper.run(TINY, tmp_path, tmp_path / "q", models=["dense"])
+    assert per_seed["dense", "UCSB"] == [pytest.approx(0.7)] * 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 import pytest
 import torch
@@ -12,8 +13,8 @@ from nphcli.experiments.mil_protocol import (
     PROTOCOLS,
     SEARCH_SPACE,
     Hyper,
-    draw_hypers,
     roc_auc,
+    search_draws,
     stratified_folds,
     stratified_holdout,
 )
@@ -48,15 +49,24 @@ def test_auc_extremes_and_one_class():
         roc_auc(torch.rand(3), torch.ones(3))
 
 
-def test_draws_are_seeded_and_in_the_papers_space():
-    draws = draw_hypers(50, seed=3)
-    assert draws == draw_hypers(50, seed=3) and draws != draw_hypers(50, seed=4)
+def test_search_draws_are_seeded_and_in_the_papers_space():
+    pytest.importorskip("optuna")
+    draws = search_draws(50, seed=3)
+    assert draws == search_draws(50, seed=3) and draws != search_draws(50, seed=4)
     for hyper in draws:
         for name, value in vars(hyper).items():
-            assert value in SEARCH_SPACE[name], (name, value)
+            assert value in SEARCH_SPACE[name] and type(value) is type(SEARCH_SPACE[name][0])
     # 50 uniform draws reach every value of every parameter (probability of a miss < 1e-8)
     for name, values in SEARCH_SPACE.items():
         assert {getattr(h, name) for h in draws} == set(values), name
+
+
+def test_the_search_without_optuna_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
+    with pytest.raises(
+        NphError, match=r"^the full protocol needs Optuna: pip install 'nph\[search\]'$"
+    ):
+        search_draws(2, seed=0)
 
 
 @pytest.mark.parametrize(
