@@ -19,7 +19,7 @@ from nphcli.memory.file import save_memory
 from nphcli.memory.format import read_metadata
 from nphcli.memory.items import record_file, remove_unnamed, staged_items
 from nphcli.memory.segments import read_segments
-from nphcli.memory.shards import split_rows, write_shards
+from nphcli.memory.shards import new_manifest_path, split_rows, write_shards
 from nphcli.sources.pairing import in_store_dtype, load_labels, load_values_and_items
 from nphcli.theory.retrievable import META_KEY as RETRIEVABLE_KEY
 from nphcli.theory.retrievable import count_unretrievable, unretrievable_notice
@@ -96,6 +96,7 @@ def store_memory(
         meta.pop("classes", None)  # the dataset's class names no longer apply
     if parts is not None:  # refused before anything is written
         split_rows(prepared.patterns.shape[0], parts)
+        new_manifest_path(out, out.parent, force=force)
     found = count_unretrievable(prepared.patterns)
     meta = {**meta, RETRIEVABLE_KEY: found}
     replaced = _items_file(out)  # the sidecar the memory being replaced names, if any

@@ -55,6 +55,16 @@ _OWN_KEYS = {"format", "format_version", "nph_version", "created", "M", "d", "dt
 _OWN_KEYS |= {"content_sha256"}  # each shard records its own; the manifest, the source's
 
 
+def new_manifest_path(memory: Path, out_dir: Path, *, force: bool) -> Path:
+    """Where `write_shards` puts `memory`'s manifest; refused if one is there and not `force`
+    (checked by `nph store --parts` too, before it writes the memory)."""
+    path = out_dir / f"{memory.stem}.shards.json"
+    check_folder(path)
+    if path.exists() and not force:
+        raise NphError(f"{path} already exists; pass --force to replace it")
+    return path
+
+
 def split_rows(num_memories: int, parts: int) -> list[int]:
     """Rows per shard for `parts` shards as even as possible (sizes differ by at most 1)."""
     if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
@@ -120,10 +130,7 @@ def write_shards(
     except OSError as error:
         raise NphError(f"cannot create --out-dir {out_dir}: {error.strerror}") from None
     stem = source.stem
-    manifest_path = out_dir / f"{stem}.shards.json"
-    check_folder(manifest_path)
-    if manifest_path.exists() and not force:
-        raise NphError(f"{manifest_path} already exists; pass --force to replace it")
+    manifest_path = new_manifest_path(source, out_dir, force=force)
     # The set id hashes the source's bytes and the split: the same split of one file, the same id.
     digest = hashlib.sha256(json.dumps(sizes).encode())
     with open(source, "rb") as handle:

@@ -148,10 +148,7 @@ def _bad_sets(tmp_path):
     _edit(gap, lambda d: d["parts"][1].update(offset=12))
     cases["gap"] = (gap, "are in no shard")
 
-    for label, change in (
-        ("dim", lambda k: torch.cat([k, k[:, :1]], dim=1)),
-        ("dtype", None),
-    ):
+    for label, change in (("dim", lambda k: torch.cat([k, k[:, :1]], dim=1)), ("dtype", None)):
         broken = fresh(label)
         target = _part(broken, 2)
         shard = load_memory(target)
@@ -175,6 +172,22 @@ def test_bad_shard_sets_are_refused_before_any_compute(tmp_path, invoke):
         result = invoke("retrieve", "--memory", manifest, "--queries", "3", "--out", out)
         assert_one_error_line(result, message)
         assert not out.exists()
+
+
+def test_store_parts_refuses_an_existing_manifest_before_writing_the_memory(tmp_path, invoke):
+    """A manifest of that name already there (no --force): nothing is written, not even the
+    memory file that the shards would have come from."""
+    out = tmp_path / "digits.safetensors"
+    (tmp_path / "digits.shards.json").write_text("{}")
+    result = invoke("store", "random", "--n", "12", "--dim", "8", "-o", out, "--parts", "2")
+    assert_one_error_line(result, "--force")
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["digits.shards.json"]
+    forced = invoke(
+        "store", "random", "--n", "12", "--dim", "8", "-o", out, "--parts", "2", "--force"
+    )
+    assert forced.exit_code == 0, forced.output
+    assert read_manifest(tmp_path / "digits.shards.json").num_memories == 12
 
 
 def test_cli_shard_and_retrieve_over_the_manifest(tmp_path, invoke):
