@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 from nphcli.evaluation.settings import build_model, expand_settings
 from nphcli.schema.catalog import model_card
 from nphcli.schema.fields import fields, get_field
 from nphcli.schema.option import arguments, options_of
 from nphcli.schema.settings import InputSpec, OutputSpec, RetrieveSettings, Spread
+from nphcli.theory.retrievable import recorded_or_counted, unretrievable_notice
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,11 +83,12 @@ class Outcome:
     trace: list | None = None  # the --trace steps of a single setting
 
 
-def check_request(request: RetrieveRequest, models: Sequence[Any] | None = None) -> None:
-    """Refuse, before any work, outputs that cannot be written and settings an --index cannot
-    serve (`models`: those of the settings, when already built)."""
+def check_request(request: RetrieveRequest) -> list[Any]:
+    """The model of every setting, each built (and checked) once; before any work, outputs that
+    cannot be written and settings an --index cannot serve are refused."""
     from nphcli.core.atomic import check_output
 
+    models = [build_model(settings) for settings in request.settings]
     output = request.output
     for path in output.files():
         check_output(path, force=output.force, protect=request.inputs.files())
@@ -97,15 +100,15 @@ def check_request(request: RetrieveRequest, models: Sequence[Any] | None = None)
         from nphcli.presentation.comparison_image import check_image_output
 
         check_image_output(output.save_grid, scale=output.scale)
-    for i, settings in enumerate(request.settings):
+    for settings, model in zip(request.settings, models, strict=True):
         if settings.index is not None:
             from nphcli.ann.run import check_index_run
             from nphcli.core.devices import resolve_device
 
-            model = build_model(settings) if models is None else models[i]
             check_index_run(
                 settings.index, request.inputs.memory, model, resolve_device(settings.device)
             )
+    return models
 
 
 def run_request(request: RetrieveRequest) -> Outcome:
@@ -114,8 +117,7 @@ def run_request(request: RetrieveRequest) -> Outcome:
     from nphcli.app.threads import use_threads
 
     use_threads(request.spread.threads)
-    models = [build_model(settings) for settings in request.settings]  # each checked once
-    check_request(request, models)
+    models = check_request(request)
     if request.distributed:
         return _run_distributed(request, models)
     return _run_here(request, models)
@@ -132,7 +134,9 @@ def _run_here(request: RetrieveRequest, models: list[Any]) -> Outcome:
     reports = evaluate_request(request, inputs, models)
     stored = request.inputs.queries_file is None and request.inputs.query_text is None
     if stored and any(model_card(s.model).takes("beta") for s in request.settings):
-        _say_unretrievable(inputs.memory)  # the queries are stored patterns, scored with β
+        # the queries are stored patterns, scored with β
+        if warning := unretrievable_notice(recorded_or_counted(inputs.memory)):
+            notice(warning)
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report
@@ -156,7 +160,6 @@ def evaluate_request(request: RetrieveRequest, inputs: Any, models: Sequence[Any
 def _add_recall(items, memory, models: Sequence[Any], reports: list) -> None:
     """With a memory whose rows have ids and texts (`items`), what each query recalled (where
     `recall.applies`): the items carrying its weight, and the item nearest its output."""
-    from nphcli.core.notices import notice
     from nphcli.evaluation import recall
 
     if items is None:
@@ -166,15 +169,6 @@ def _add_recall(items, memory, models: Sequence[Any], reports: list) -> None:
         return
     for model, report in zip(models, reports, strict=True):
         report.recall = recall.recall(model, memory, report.queries, report.retrieved, items=items)
-
-
-def _say_unretrievable(memory) -> None:
-    from nphcli.core.notices import notice
-    from nphcli.theory.retrievable import recorded_or_counted, unretrievable_notice
-
-    warning = unretrievable_notice(recorded_or_counted(memory))
-    if warning:
-        notice(warning)
 
 
 def _run_distributed(request: RetrieveRequest, models: list[Any]) -> Outcome:

@@ -14,6 +14,7 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.presentation.plot_data import choose_x, independent, is_setting, natural, short
+from nphcli.presentation.report_sections import metric_value
 
 LINES = 10  # lines in one figure's legend that a reader tells apart
 PANELS = 9  # panels in one figure
@@ -39,10 +40,10 @@ def section_figures(
         notes.append("line plots: no numeric setting varies here (the table holds every value)")
     else:
         for metric in ("success", "sse"):
-            if any(_has(row, metric) for row in rows):
+            if any(metric_value(row, metric) is not None for row in rows):
                 _lines(rows, metric, x, x_label, varying, facet, drawn, notes)
     axes = [c for c in AXES if c in varying and _numeric(rows, c)]
-    if len(axes) >= 2 and any(_has(row, "success") for row in rows):
+    if len(axes) >= 2 and any(metric_value(row, "success") is not None for row in rows):
         _phase(rows, axes[0], axes[1], varying, facet, drawn, notes)
     return drawn, notes
 
@@ -150,11 +151,6 @@ def _worst(rows, inner, outer) -> int:
 
 def _groups(rows, columns) -> int:
     return len({tuple(short(row.get(c)) for c in columns) for row in rows})
-
-
-def _has(row: dict[str, Any], metric: str) -> bool:
-    value = row.get(f"{metric}_mean", row.get(metric))
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _numeric(rows, column) -> bool:
