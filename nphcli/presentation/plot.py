@@ -58,11 +58,18 @@ def check_plot_output(out: str | os.PathLike) -> str:
 
 
 def plot_results(
-    rows: list[dict[str, Any]], out: str | os.PathLike, *, force: bool = False, **options: Any
+    rows: list[dict[str, Any]],
+    out: str | os.PathLike,
+    *,
+    y: str | None = None,
+    force: bool = False,
+    **options: Any,
 ) -> Path:
-    """Draw `results_figure(rows, **options)` and save it as `out`'s extension says."""
+    """Draw `results_figure(rows, **options)`, or with `y` the phase diagram
+    `phase_figure(rows, y=y, **options)`, and save it as `out`'s extension says."""
     file_format = check_plot_output(out)
-    return _save(results_figure(rows, **options), out, file_format, force)
+    figure = results_figure(rows, **options) if y is None else phase_figure(rows, y=y, **options)
+    return _save(figure, out, file_format, force)
 
 
 def results_figure(
@@ -113,14 +120,6 @@ def results_figure(
     )
     heading(figure, title or partial(_title, data, metric_name))
     return figure
-
-
-def plot_phase(
-    rows: list[dict[str, Any]], out: str | os.PathLike, *, force: bool = False, **options: Any
-) -> Path:
-    """Draw `phase_figure(rows, **options)` and save it as `out`'s extension says."""
-    file_format = check_plot_output(out)
-    return _save(phase_figure(rows, **options), out, file_format, force)
 
 
 def phase_figure(

@@ -49,8 +49,6 @@ def section_figures(
 
 
 def _lines(rows, metric, x, x_label, varying, facet, drawn, notes) -> None:
-    from nphcli.presentation.plot import plot_results
-
     by = independent([c for c in varying if c not in (x, facet)], rows, [x, facet])
     if facet is None and _worst(rows, by, []) > LINES:
         facet = _best_split(rows, by, [], most=PANELS)
@@ -60,13 +58,10 @@ def _lines(rows, metric, x, x_label, varying, facet, drawn, notes) -> None:
         panels = 1 if facet is None else len({short(r.get(facet)) for r in subset})
         size = (WIDTH, 180 + 300 * math.ceil(panels / math.ceil(math.sqrt(panels))))
         caption = what + (f" ({where})" if where else "")
-        drawn += _draw(plot_results, subset, caption, notes, metric=metric, x=x, facet=facet,
-                       size=size)  # fmt: skip
+        drawn += _draw(subset, caption, notes, metric=metric, x=x, facet=facet, size=size)
 
 
 def _phase(rows, x, y, varying, facet, drawn, notes) -> None:
-    from nphcli.presentation.plot import plot_phase
-
     by = independent([c for c in varying if c not in (x, y, facet)], rows, [x, y, facet])
     inner = by if facet is None else [facet, *by]
     splits = _splits(rows, inner, PANELS)
@@ -76,8 +71,7 @@ def _phase(rows, x, y, varying, facet, drawn, notes) -> None:
         columns = math.ceil(math.sqrt(panels))
         size = (WIDTH, 200 + 320 * math.ceil(panels / columns))
         caption = what + (f" ({where})" if where else "")
-        drawn += _draw(plot_phase, subset, caption, notes, metric="success", x=x, y=y,
-                       facet=facet, size=size)  # fmt: skip
+        drawn += _draw(subset, caption, notes, metric="success", x=x, y=y, facet=facet, size=size)
 
 
 def _figures(rows, splits, what, notes):
@@ -106,11 +100,14 @@ def _narrow(rows, splits, what, count) -> str:
     )
 
 
-def _draw(draw, rows, caption, notes, **options) -> list[tuple[str, bytes]]:
+def _draw(rows, caption, notes, **options) -> list[tuple[str, bytes]]:
+    """The figure `plot_results(rows, **options)` draws, as PNG bytes; a note where it cannot."""
+    from nphcli.presentation.plot import plot_results
+
     with tempfile.TemporaryDirectory(prefix="nph-report-") as folder:
         path = Path(folder) / "figure.png"
         try:
-            draw(rows, path, **options)
+            plot_results(rows, path, **options)
         except NphError as error:
             notes.append(f"{caption}: {error}")
             return []
