@@ -7,6 +7,7 @@ gives JSON, and both become the same `RetrieveRequest`, so the two cannot drift 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,13 +149,33 @@ def _run_here(request: RetrieveRequest, models: list[Any]) -> Outcome:
 def evaluate_request(request: RetrieveRequest, inputs: Any, models: Sequence[Any]) -> list:
     """The report of every setting on `inputs` (read once), with what each query recalled
     where the memory's rows are items (ids and texts)."""
-    from nphcli.app.product import evaluate_settings
     from nphcli.memory.items import open_items
 
     items = open_items(request.inputs.memory, inputs.memory.meta)  # checked before retrieval
     reports = evaluate_settings(inputs, request.settings, models)
     _add_recall(items, inputs.memory, models, reports)
     return reports
+
+
+def evaluate_settings(
+    inputs: Any, grid: Sequence[RetrieveSettings], models: Sequence[Any] | None = None
+) -> list:
+    """Evaluate every setting of `grid` on the same `inputs` (read once), in order: start-up and
+    reading the memory cost seconds, a small retrieval milliseconds. Each setting is an ordinary
+    `RetrieveSettings`, so its report is exactly what a single run gives.
+
+    Every model is built (unless given, one per setting) before the first retrieval, so a bad
+    parameter fails before any work. The inputs' load time is reported by the first setting
+    only (the others reuse them), so the reports' `total_s` add up to the wall time spent.
+    """
+    from nphcli.evaluation.evaluate import evaluate_inputs
+
+    models = [build_model(settings) for settings in grid] if models is None else models
+    reuse = dataclasses.replace(inputs, load_s=0.0)  # read once: later settings cost no load
+    return [
+        evaluate_inputs(inputs if i == 0 else reuse, settings, model)
+        for i, (settings, model) in enumerate(zip(grid, models, strict=True))
+    ]
 
 
 def _add_recall(items, memory, models: Sequence[Any], reports: list) -> None:
