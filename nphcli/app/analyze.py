@@ -56,8 +56,7 @@ class AnalysisRequest:
 
 def analyze(memory: Memory, request: AnalysisRequest, *, source: str | None = None) -> dict:
     """The JSON-ready result of `nph analyze` (see its --help and the README)."""
-    from nphcli.theory.readings import support_reading
-    from nphcli.theory.well_separated import well_separation
+    from nphcli.theory.well_separated import support_reading, well_separation
 
     request.check()
     options = request.options
