@@ -113,7 +113,7 @@ def _query_results(memory: Memory, request: AnalysisRequest, report, check) -> d
         queries["per_query"] = check.per_query()
     out: dict[str, Any] = {"queries": queries}
     if request.options.fixed_point:
-        from nphcli.theory.convergence import fixed_point_check
+        from nphcli.theory.energy import fixed_point_check
 
         out["fixed_point"] = fixed_point_check(
             request.model,

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import write_memory
 
-from nphcli.theory import convergence
+from nphcli.theory.energy import fixed_point_check
 from nphcli.theory.well_separated import support_reading, well_separation
 
 
@@ -71,9 +71,7 @@ def test_fixed_point_check_counts_by_hand():
     X = 3.0 * torch.eye(5, dtype=torch.float64)
     targets = torch.arange(5)
     queries = X + 0.1  # every query is closest to its own pattern
-    out = convergence.fixed_point_check(
-        "topk", {"beta": 2.0, "k": 2}, X, queries, targets, targets, steps=20
-    )
+    out = fixed_point_check("topk", {"beta": 2.0, "k": 2}, X, queries, targets, targets, steps=20)
     assert out["queries"] == 5 and out["converged"] == 5 and out["at_target"] == 5
     assert out["energy_monotone"] == 5 and out["dense_energy_monotone"] == 5
     # The fixed point of top-2 is closer to ξ_μ than dense's (fewer competitors).
