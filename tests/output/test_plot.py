@@ -323,8 +323,7 @@ def test_the_title_never_overlaps_the_legend_or_another_text(size):
     """Measured by matplotlib's renderer: the long title of many fixed settings wraps left of
     the legend and inside the figure, at the default size and others."""
     pytest.importorskip("matplotlib")
-    from nphcli.presentation.figure_text import overlapping_texts
-    from nphcli.presentation.plot import phase_figure, results_figure
+    from nphcli.presentation.plot import overlapping_texts, phase_figure, results_figure
 
     fixed = {"memory": "a-long-memory-file-name.safetensors", "dataset": "mnist", "d": 784}
     fixed["memory_sha256"] = "8bb315c105f3f6ff6816c31c072e4b769b237bad31e22bde54a8f878fc8e1ad6"
