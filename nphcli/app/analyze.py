@@ -56,8 +56,7 @@ class AnalysisRequest:
 
 def analyze(memory: Memory, request: AnalysisRequest, *, source: str | None = None) -> dict:
     """The JSON-ready result of `nph analyze` (see its --help and the README)."""
-    from nphcli.theory.readings import support_reading
-    from nphcli.theory.well_separated import well_separation
+    from nphcli.theory.well_separated import support_reading, well_separation
 
     request.check()
     options = request.options
@@ -114,7 +113,7 @@ def _query_results(memory: Memory, request: AnalysisRequest, report, check) -> d
         queries["per_query"] = check.per_query()
     out: dict[str, Any] = {"queries": queries}
     if request.options.fixed_point:
-        from nphcli.theory.convergence import fixed_point_check
+        from nphcli.theory.energy import fixed_point_check
 
         out["fixed_point"] = fixed_point_check(
             request.model,

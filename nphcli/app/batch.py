@@ -18,7 +18,6 @@ from nphcli.app.request import check_request, evaluate_request, request_from
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.evaluation.inputs import Inputs, read_inputs
-from nphcli.evaluation.settings import build_model
 from nphcli.memory import open_memory
 from nphcli.memory.bank import MemoryBank
 from nphcli.schema.fields import check_keys, get_field
@@ -76,8 +75,7 @@ def run_job(job: Any, cache: MemoryCache) -> list[dict[str, Any]]:
     }
     values["json"] = [True]  # a job's answer is JSON: several settings may report per query
     request = request_from(values)
-    models = [build_model(settings) for settings in request.settings]
-    check_request(request, models)
+    models = check_request(request)
     reports = evaluate_request(request, _inputs(request.inputs, cache), models)
     return [report.to_json(per_query=request.output.per_query) for report in reports]
 

@@ -7,17 +7,20 @@ gives JSON, and both become the same `RetrieveRequest`, so the two cannot drift 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
+from nphcli.core.notices import notice
 from nphcli.evaluation.settings import build_model, expand_settings
 from nphcli.schema.catalog import model_card
 from nphcli.schema.fields import fields, get_field
 from nphcli.schema.option import arguments, options_of
 from nphcli.schema.settings import InputSpec, OutputSpec, RetrieveSettings, Spread
+from nphcli.theory.retrievable import recorded_or_counted, unretrievable_notice
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,11 +84,12 @@ class Outcome:
     trace: list | None = None  # the --trace steps of a single setting
 
 
-def check_request(request: RetrieveRequest, models: Sequence[Any] | None = None) -> None:
-    """Refuse, before any work, outputs that cannot be written and settings an --index cannot
-    serve (`models`: those of the settings, when already built)."""
+def check_request(request: RetrieveRequest) -> list[Any]:
+    """The model of every setting, each built (and checked) once; before any work, outputs that
+    cannot be written and settings an --index cannot serve are refused."""
     from nphcli.core.atomic import check_output
 
+    models = [build_model(settings) for settings in request.settings]
     output = request.output
     for path in output.files():
         check_output(path, force=output.force, protect=request.inputs.files())
@@ -97,15 +101,15 @@ def check_request(request: RetrieveRequest, models: Sequence[Any] | None = None)
         from nphcli.presentation.comparison_image import check_image_output
 
         check_image_output(output.save_grid, scale=output.scale)
-    for i, settings in enumerate(request.settings):
+    for settings, model in zip(request.settings, models, strict=True):
         if settings.index is not None:
             from nphcli.ann.run import check_index_run
             from nphcli.core.devices import resolve_device
 
-            model = build_model(settings) if models is None else models[i]
             check_index_run(
                 settings.index, request.inputs.memory, model, resolve_device(settings.device)
             )
+    return models
 
 
 def run_request(request: RetrieveRequest) -> Outcome:
@@ -114,8 +118,7 @@ def run_request(request: RetrieveRequest) -> Outcome:
     from nphcli.app.threads import use_threads
 
     use_threads(request.spread.threads)
-    models = [build_model(settings) for settings in request.settings]  # each checked once
-    check_request(request, models)
+    models = check_request(request)
     if request.distributed:
         return _run_distributed(request, models)
     return _run_here(request, models)
@@ -132,7 +135,9 @@ def _run_here(request: RetrieveRequest, models: list[Any]) -> Outcome:
     reports = evaluate_request(request, inputs, models)
     stored = request.inputs.queries_file is None and request.inputs.query_text is None
     if stored and any(model_card(s.model).takes("beta") for s in request.settings):
-        _say_unretrievable(inputs.memory)  # the queries are stored patterns, scored with β
+        # the queries are stored patterns, scored with β
+        if warning := unretrievable_notice(recorded_or_counted(inputs.memory)):
+            notice(warning)
     trace = None
     if request.output.trace:
         from nphcli.theory.energy import trace_report
@@ -144,7 +149,6 @@ def _run_here(request: RetrieveRequest, models: list[Any]) -> Outcome:
 def evaluate_request(request: RetrieveRequest, inputs: Any, models: Sequence[Any]) -> list:
     """The report of every setting on `inputs` (read once), with what each query recalled
     where the memory's rows are items (ids and texts)."""
-    from nphcli.app.product import evaluate_settings
     from nphcli.memory.items import open_items
 
     items = open_items(request.inputs.memory, inputs.memory.meta)  # checked before retrieval
@@ -153,10 +157,30 @@ def evaluate_request(request: RetrieveRequest, inputs: Any, models: Sequence[Any
     return reports
 
 
+def evaluate_settings(
+    inputs: Any, grid: Sequence[RetrieveSettings], models: Sequence[Any] | None = None
+) -> list:
+    """Evaluate every setting of `grid` on the same `inputs` (read once), in order: start-up and
+    reading the memory cost seconds, a small retrieval milliseconds. Each setting is an ordinary
+    `RetrieveSettings`, so its report is exactly what a single run gives.
+
+    Every model is built (unless given, one per setting) before the first retrieval, so a bad
+    parameter fails before any work. The inputs' load time is reported by the first setting
+    only (the others reuse them), so the reports' `total_s` add up to the wall time spent.
+    """
+    from nphcli.evaluation.evaluate import evaluate_inputs
+
+    models = [build_model(settings) for settings in grid] if models is None else models
+    reuse = dataclasses.replace(inputs, load_s=0.0)  # read once: later settings cost no load
+    return [
+        evaluate_inputs(inputs if i == 0 else reuse, settings, model)
+        for i, (settings, model) in enumerate(zip(grid, models, strict=True))
+    ]
+
+
 def _add_recall(items, memory, models: Sequence[Any], reports: list) -> None:
     """With a memory whose rows have ids and texts (`items`), what each query recalled (where
     `recall.applies`): the items carrying its weight, and the item nearest its output."""
-    from nphcli.core.notices import notice
     from nphcli.evaluation import recall
 
     if items is None:
@@ -166,15 +190,6 @@ def _add_recall(items, memory, models: Sequence[Any], reports: list) -> None:
         return
     for model, report in zip(models, reports, strict=True):
         report.recall = recall.recall(model, memory, report.queries, report.retrieved, items=items)
-
-
-def _say_unretrievable(memory) -> None:
-    from nphcli.core.notices import notice
-    from nphcli.theory.retrievable import recorded_or_counted, unretrievable_notice
-
-    warning = unretrievable_notice(recorded_or_counted(memory))
-    if warning:
-        notice(warning)
 
 
 def _run_distributed(request: RetrieveRequest, models: list[Any]) -> Outcome:

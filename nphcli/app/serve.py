@@ -57,39 +57,6 @@ class Served:
         self.recaller = Recaller.open(self.path, verify=False)
         self.recaller._embedder = embedder
 
-    def remember(self, text, embedding, key, meta, upsert) -> dict[str, Any]:
-        if text is None and embedding is None:
-            raise NphError("remember needs a text or an embedding")
-        if embedding is None:
-            if not isinstance(text, str) or not text.strip():
-                raise NphError("the text to remember is empty")
-            embedding = self.recaller.embed(text)[0].tolist()  # (d,)
-        key = str(uuid.uuid4().hex[:12]) if key is None else key
-        row = {"id": key, "embedding": embedding, "text": text, "meta": meta}
-        with tempfile.TemporaryDirectory() as folder:
-            table = Path(folder) / "remembered.jsonl"
-            table.write_text(json.dumps({k: v for k, v in row.items() if v is not None}) + "\n")
-            change = add_items(self.path, table, upsert=upsert)
-        self.reload()
-        return {"id": key, "replaced": change.forgotten, "items": change.items}
-
-    def forget(self, ids: list[str]) -> dict[str, Any]:
-        change = forget_items(self.path, [str(key) for key in ids])
-        self.reload()
-        return {"forgotten": change.forgotten, "items": change.items}
-
-    def info(self) -> dict[str, Any]:
-        memory = self.recaller.memory
-        meta = memory.meta
-        return {
-            "memory": str(self.path),
-            "items": memory.num_memories,
-            "dim": memory.dim,
-            "embedder": (meta.get("embedder") or {}).get("name"),
-            "recall_defaults": self.recaller.defaults(),
-            "segments": meta.get("segments"),
-        }
-
 
 def build_server(path: str | os.PathLike):
     """An MCP server over the memory file at `path`, its tools registered; `.run()` serves."""
@@ -118,7 +85,20 @@ def build_server(path: str | os.PathLike):
         """Store an item: a text (embedded as the memory's items are) or an embedding, with an
         optional id (default: a new one) and meta. An id stored already is refused unless
         upsert, which replaces it. Saved to disk before the call returns."""
-        return served.remember(text, embedding, id, meta, upsert)
+        if text is None and embedding is None:
+            raise NphError("remember needs a text or an embedding")
+        if embedding is None:
+            if not isinstance(text, str) or not text.strip():
+                raise NphError("the text to remember is empty")
+            embedding = served.recaller.embed(text)[0].tolist()  # (d,)
+        key = str(uuid.uuid4().hex[:12]) if id is None else id
+        row = {"id": key, "embedding": embedding, "text": text, "meta": meta}
+        with tempfile.TemporaryDirectory() as folder:
+            table = Path(folder) / "remembered.jsonl"
+            table.write_text(json.dumps({k: v for k, v in row.items() if v is not None}) + "\n")
+            change = add_items(served.path, table, upsert=upsert)
+        served.reload()
+        return {"id": key, "replaced": change.forgotten, "items": change.items}
 
     # Arguments are typed loosely (int | str, list) and checked here: the SDK's own validation
     # errors are several lines of pydantic; ours are one.
@@ -145,12 +125,23 @@ def build_server(path: str | os.PathLike):
     def forget(ids: list | str) -> dict[str, Any]:
         """Forget the items with these ids (a list, or a comma list): no recall returns them
         from now on."""
-        return served.forget(ids.split(",") if isinstance(ids, str) else ids)
+        keys = ids.split(",") if isinstance(ids, str) else ids
+        change = forget_items(served.path, [str(key) for key in keys])
+        served.reload()
+        return {"forgotten": change.forgotten, "items": change.items}
 
     @one_line
     def info() -> dict[str, Any]:
         """What the memory holds: its items, their dimension, embedder and recall defaults."""
-        return served.info()
+        memory = served.recaller.memory
+        return {
+            "memory": str(served.path),
+            "items": memory.num_memories,
+            "dim": memory.dim,
+            "embedder": (memory.meta.get("embedder") or {}).get("name"),
+            "recall_defaults": served.recaller.defaults(),
+            "segments": memory.meta.get("segments"),
+        }
 
     return server
 

@@ -2,7 +2,7 @@
 and with --model the Theorem 4.1 / Corollary 4.1 checks on corrupted queries).
 
 `nph analyze --capacity` (no FILE): the capacity experiment (Proposition 4.1 / Ramsauer et al.
-Theorem 3) on seeded random patterns; `nphcli.cli.analyze_capacity` parses and renders it.
+Theorem 3) on seeded random patterns (`nphcli.theory.capacity`).
 
 Parsing and rendering only; `nphcli.app.analyze` does the work.
 """
@@ -10,6 +10,7 @@ Parsing and rendering only; `nphcli.app.analyze` does the work.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -108,14 +109,50 @@ def analyze_command(
 
 
 def _capacity(file, analysis: dict, capacity: dict, values: dict, as_json: bool) -> None:
-    """`--capacity`: the analysis options that need a FILE are refused by flag."""
-    from nphcli.cli.analyze_capacity import capacity_mode
+    """`--capacity`: check the options, run the experiment, print a table or JSON. The experiment
+    draws its own patterns, so a FILE or an option that needs one (the analysis options, and
+    --mask, --noise, --queries) is refused by flag rather than silently ignored. `values`: the
+    retrieval options given, one value each (--model, --seed, the model's parameters with
+    --beta)."""
+    from nphcli.theory.capacity import run_capacity
 
+    if file is not None:
+        raise NphError("--capacity draws its own random patterns and takes no FILE")
     refused = {"--theorem-k": analysis["theorem_k"], "--per-pattern": analysis["per_pattern"]}
     refused.update({"--per-query": analysis["per_query"]})
     refused["--sample"] = analysis["sample"] != get_field("sample", ANALYSIS_FIELDS).default
-    settings = {**arguments(CapacityRequest, capacity), "steps": analysis["fixed_point"] or None}
-    capacity_mode(file=file, refused=refused, settings=settings, values=values, as_json=as_json)
+    params = dict(values)
+    model, seed = params.pop("model", None), params.pop("seed", None)
+    refused.update({f"--{name}": params.pop(name, None) for name in ("mask", "noise", "queries")})
+    given = [flag for flag, value in refused.items() if value not in (None, 0, False)]
+    if given:
+        raise NphError(f"{', '.join(given)} do not go with --capacity (they need a FILE)")
+    for name in ("steps", "tol"):
+        if name in params:
+            raise NphError(f"--{name} does not go with --capacity; --fixed-point sets the steps")
+    fields = {**arguments(CapacityRequest, capacity), "steps": analysis["fixed_point"] or None}
+    fields.update({"beta": params.pop("beta", None), "seed": seed})
+    fields = {name: value for name, value in fields.items() if value is not None}
+    if "sizes" in fields:
+        fields["sizes"] = _sizes(fields["sizes"])
+    if model is not None:
+        fields["models"] = (model,)
+    result = run_capacity(CapacityRequest(**fields, params=params))
+    if as_json:
+        print_json(result)
+        return
+    _print_capacity(result["capacity"])
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """'2,4,8' → (2, 4, 8); anything else is a one-line error naming --sizes."""
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise NphError(f"--sizes takes a comma list of whole numbers, got {text!r}") from None
+    if not sizes:
+        raise NphError("--sizes needs at least one pattern count")
+    return sizes
 
 
 def _single(values: dict[str, list[Any]]) -> dict[str, Any]:
@@ -198,3 +235,47 @@ def _tightness(summary: dict) -> str:
     mins = {name: summary.get(f"{name}_tightness_min") for name in names}
     shown = [f"{name} {format_value(value)}" for name, value in mins.items() if value is not None]
     return ", ".join(shown) or "-"
+
+
+def _print_capacity(result: dict[str, Any]) -> None:
+    """The bound's constants, then success against M per model with M* marked."""
+    bound = result["bound"]
+    m_star = bound["M_star"]
+    run = (result["steps"], result["epsilon"], result["trials"], result["seed"])
+    rows = [
+        (
+            "d, m (K)",
+            f"{result['d']}, {format_value(result['radius'])} ({format_value(bound['K'])})",
+        ),
+        ("β, p", f"{format_value(result['beta'])}, {format_value(result['p'])}"),
+        ("a, b, c", ", ".join(format_value(bound[key]) for key in ("a", "b", "c"))),
+        (
+            "condition c ≥ (2/√p)^(4/(d−1))",
+            f"{bound['condition_met']} (needs c ≥ {format_value(bound['c_min'])})",
+        ),
+        ("M* = √p·c^((d−1)/4)", _m_star(m_star, bound["log10_M_star"])),
+        ("sphere S_μ", result["sphere"]),
+        ("steps, ε, trials, seed", ", ".join(map(format_value, run))),
+    ]
+    print_table(
+        "Capacity (Ramsauer et al. Theorem 3; Hu et al. 2025 Prop. 4.1)",
+        ["quantity", "value"],
+        rows,
+        width=120,
+    )
+    fractions = ("stored_fraction", "at_target_fraction", "premise_all", "premise_fraction")
+    above = "> M*" if bound["condition_met"] else "(vacuous)"
+    table = [
+        [row["model"], row["M"], "≤ M*" if row["below_bound"] else above, row["all_stored"]]
+        + [row[k] for k in fractions]
+        for row in result["rows"]
+    ]
+    columns = ["model", "M", "vs M*", "all stored", "stored", "nearest is target", "premise, all"]
+    columns.append("premise")
+    print_table("Success against M (fractions over trials / patterns)", columns, table, width=120)
+
+
+def _m_star(m_star: float, log10: float) -> str:
+    if math.isinf(m_star):
+        return f"10^{log10:.1f}"
+    return format_value(m_star)

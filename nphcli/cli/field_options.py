@@ -17,19 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from nphcli.schema.fields import FIELDS, get_field, param_fields
-from nphcli.schema.option import Field
-
-PANELS = {
-    "input": "Input",
-    "model": "Model and its parameters",
-    "corruption": "Corruption",
-    "run": "Run",
-    "device": "Device",
-    "index": "Approximate index",
-    "distributed": "Distributed",
-    "output": "Output",
-    "analysis": "Analysis",
-}
+from nphcli.schema.option import GROUPS, Field
 
 
 def with_fields(
@@ -148,7 +136,7 @@ def _option(field: Field, help_text: str | None = None) -> Any:
     """The typer annotation of a field's option: a switch for booleans, else text parsed by
     the field itself (so a comma list works wherever the field takes many values). `help_text`,
     when given, is shown as it is instead of the field's help and default."""
-    panel = PANELS.get(field.group)
+    panel = GROUPS[field.group]
     flags = (field.flag, field.short) if field.short else (field.flag,)
     if field.kind == "bool":
         text = field.help if help_text is None else help_text

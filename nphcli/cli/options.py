@@ -14,15 +14,10 @@ import typer
 from nphcli.schema.fields import get_field
 from nphcli.schema.option import Field
 
-
-def _help(name: str) -> str:
-    return get_field(name).help
-
-
-JsonOutput = Annotated[bool, typer.Option("--json", help=_help("json"))]
+JsonOutput = Annotated[bool, typer.Option("--json", help=get_field("json").help)]
 # Checked and applied by `nphcli.app.threads.use_threads`.
 Threads = Annotated[
-    int | None, typer.Option("--threads", help=_help("threads"), show_default=False)
+    int | None, typer.Option("--threads", help=get_field("threads").help, show_default=False)
 ]
 
 # Choosing and splitting result rows, for the commands that present them (nph plot, nph report).

@@ -7,7 +7,6 @@ the work.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -68,7 +67,7 @@ def plot_command(
     settings. Needs matplotlib (pip install matplotlib)."""
     from nphcli.core.atomic import check_writable
     from nphcli.core.errors import NphError
-    from nphcli.presentation.plot import check_plot_output, parse_pixels, plot_phase, plot_results
+    from nphcli.presentation.plot import check_plot_output, parse_pixels, plot_results
     from nphcli.sweeps.reading import read_inputs
 
     o = own_values(given, PLOT_FIELDS)
@@ -79,9 +78,8 @@ def plot_command(
         raise NphError("--out would replace a results file; choose another name")
     check_writable(out, force=force)
     rows, _ = read_inputs(results)
-    draw = plot_results if y is None else partial(plot_phase, y=y)
     metric = o["metric"] or ("sse" if y is None else "success")
     shared = {name: o[name] for name in ("x", "facet", "title")}
-    draw(rows, out, metric=metric, where=where, size=pixels, force=force, **shared)
+    plot_results(rows, out, metric=metric, where=where, y=y, size=pixels, force=force, **shared)
     if not quiet():
         stderr_console().print(f"wrote {out}", highlight=False)

@@ -179,7 +179,7 @@ def _summary_rows(meta: dict, size_bytes: int, has_labels: bool) -> list[tuple[s
     }.get(selection.get("method"), "?")
     norm = meta.get("normalize", {})
     low, high = meta.get("value_range", [None, None])
-    rows = [
+    return [
         ("source", meta.get("source", "?")),
         ("origin", meta.get("origin", "?") + ("  [fallback]" if meta.get("fallback") else "")),
         ("split", meta.get("split") or "-"),
@@ -202,4 +202,3 @@ def _summary_rows(meta: dict, size_bytes: int, has_labels: bool) -> list[tuple[s
         ("dtype", meta.get("dtype", "?")),
         ("size", f"{size_bytes:,} bytes"),
     ]
-    return rows

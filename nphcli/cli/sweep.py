@@ -33,7 +33,7 @@ GRID_OPTIONS = tuple(
     dataclasses.replace(f, default=None, help=f"{f.help} [default: the grid's, else {f.default}].")
     for f in (own_field(name) for name in ("dataset", "sizes", "trials", "normalize"))
 )
-REQUEST_FIELDS = options_of(SweepRequest)  # --preset, --config, --root, --out, ...
+REQUEST_FIELDS = options_of(SweepRequest, "output")  # --preset, --config, --root, --out, ...
 PRINT_CONFIG = Field(
     "print_config",
     "bool",

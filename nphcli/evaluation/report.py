@@ -246,7 +246,7 @@ def run_config(
     from nphcli.models import get_model_info
 
     origin = provenance(memory)
-    config = {
+    return {
         "model": settings.model,
         "params": {p.name: getattr(model, p.name) for p in get_model_info(settings.model).params},
         "seed": settings.seed,
@@ -278,7 +278,6 @@ def run_config(
         "memory_budget": settings.budget,
         "nph_version": __version__,
     }
-    return config
 
 
 def _corruption_config(corruption: Corruption, mask_mode: str) -> dict[str, Any]:

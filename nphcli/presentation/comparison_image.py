@@ -24,6 +24,7 @@ from nphcli.core.errors import NphError
 from nphcli.evaluation.corruption import image_shape
 from nphcli.evaluation.report import RetrievalReport
 from nphcli.memory.bank import MemoryBank
+from nphcli.presentation.plot_data import short
 
 ROWS = ("corrupted query", "retrieved", "target")
 GUTTER = 0.5  # grey between cells, visible on black and white backgrounds
@@ -163,9 +164,9 @@ def _corruption_text(report: RetrievalReport) -> str:
     corruption = report.config["corruption"]
     parts = []
     if corruption.get("mask"):
-        parts.append(f"mask {_short(corruption['mask'])} {corruption.get('mask_mode', '')}")
+        parts.append(f"mask {short(corruption['mask'])} {corruption.get('mask_mode', '')}")
     if corruption.get("noise"):
-        parts.append(f"noise {_short(corruption['noise'])}")
+        parts.append(f"noise {short(corruption['noise'])}")
     return ", ".join(p.strip() for p in parts) or "none"
 
 
@@ -177,7 +178,7 @@ def _distinguishing(reports: list[RetrievalReport]) -> set[str]:
     return {
         name
         for name in names
-        if len({_short(p.get(name)) for p in taken if name in p}) > 1
+        if len({short(p.get(name)) for p in taken if name in p}) > 1
         or any(name not in p for p in taken)
     }
 
@@ -187,15 +188,9 @@ def _setting_text(report: RetrievalReport, shown: set[str], with_corruption: boo
     font has no Greek), and its corruption when settings differ in it."""
     params = report.config["params"]
     parts = [report.config["model"]]
-    parts += [f"{name}={_short(value)}" for name, value in params.items() if name in shown]
+    parts += [f"{name}={short(value)}" for name, value in params.items() if name in shown]
     text = " ".join(parts)
     return f"{text} ({_corruption_text(report)})" if with_corruption else text
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else f"{value:.4g}"
-    return str(value)
 
 
 def render_rows(

@@ -3,7 +3,9 @@ phase diagram (a heatmap over two settings, the success = 0.5 boundary outlined 
 
 `nphcli.presentation.plot_data` decides what is drawn. matplotlib is optional and imported only
 here, through its object-oriented API on the Agg canvas: no global backend, no display. The
-file's extension picks the format; a PNG has exactly the requested size in pixels.
+file's extension picks the format; a PNG has exactly the requested size in pixels. A figure's
+texts are kept apart: its title is wrapped until the renderer measures it clear of the legend and
+inside the figure (`heading`), and `overlapping_texts` checks that no two texts overlap.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Any
 
 from nphcli.core.atomic import atomic_write
 from nphcli.core.errors import NphError
-from nphcli.presentation.figure_text import heading, plain
 from nphcli.presentation.plot_data import METRIC_LABELS, Curves, Surfaces, curves, surfaces
 from nphcli.schema.catalog import param_cards
 
@@ -58,11 +59,18 @@ def check_plot_output(out: str | os.PathLike) -> str:
 
 
 def plot_results(
-    rows: list[dict[str, Any]], out: str | os.PathLike, *, force: bool = False, **options: Any
+    rows: list[dict[str, Any]],
+    out: str | os.PathLike,
+    *,
+    y: str | None = None,
+    force: bool = False,
+    **options: Any,
 ) -> Path:
-    """Draw `results_figure(rows, **options)` and save it as `out`'s extension says."""
+    """Draw `results_figure(rows, **options)`, or with `y` the phase diagram
+    `phase_figure(rows, y=y, **options)`, and save it as `out`'s extension says."""
     file_format = check_plot_output(out)
-    return _save(results_figure(rows, **options), out, file_format, force)
+    figure = results_figure(rows, **options) if y is None else phase_figure(rows, y=y, **options)
+    return _save(figure, out, file_format, force)
 
 
 def results_figure(
@@ -113,14 +121,6 @@ def results_figure(
     )
     heading(figure, title or partial(_title, data, metric_name))
     return figure
-
-
-def plot_phase(
-    rows: list[dict[str, Any]], out: str | os.PathLike, *, force: bool = False, **options: Any
-) -> Path:
-    """Draw `phase_figure(rows, **options)` and save it as `out`'s extension says."""
-    file_format = check_plot_output(out)
-    return _save(phase_figure(rows, **options), out, file_format, force)
 
 
 def phase_figure(
@@ -309,3 +309,54 @@ def _figure(size: tuple[int, int], panels: int):
     for axes in grid.flat[panels:]:
         axes.set_visible(False)
     return figure, grid
+
+
+def plain(figure: Any) -> None:
+    """Every text of `figure` drawn as it is written: each is data (a label, a file name), so a
+    `$` in it is a dollar sign, never the start of TeX that matplotlib would fail to parse."""
+    from matplotlib.text import Text
+
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
+
+
+def overlapping_texts(figure: Any) -> list[tuple[str, str]]:
+    """Pairs of the figure's texts whose drawn boxes overlap: its title, axis labels, panel
+    titles and legends, measured by the renderer (after a layout), named by their text."""
+    plain(figure)
+    figure.draw_without_rendering()
+    renderer = figure.canvas.get_renderer()
+    boxes = []
+    texts = [getattr(figure, name, None) for name in ("_suptitle", "_supxlabel", "_supylabel")]
+    texts += [axes.title for axes in figure.axes if axes.get_visible()]
+    for text in texts:
+        if text is not None and text.get_visible() and text.get_text().strip():
+            boxes.append((text.get_text(), text.get_window_extent(renderer)))
+    for legend in figure.legends + [a.get_legend() for a in figure.axes if a.get_legend()]:
+        boxes.append(("legend", legend.get_window_extent(renderer)))
+    return [
+        (name, other)
+        for n, (name, box) in enumerate(boxes)
+        for other, second in boxes[n + 1 :]
+        if box.overlaps(second)
+    ]
+
+
+def heading(figure: Any, title: str | Any) -> None:
+    """Set the figure's title at the top left: a given text as it is, or `title(chars)` wrapped
+    to fewer characters a line until its box stays inside the figure and clear of the legend.
+    The y axis label, centred on the figure, is then centred below the title if it reached it."""
+    chars = int(figure.bbox.width) // 6
+    for _ in range(12):
+        text = title if isinstance(title, str) else title(chars)
+        heading = figure.suptitle(text, fontsize=9, x=0.01, ha="left")
+        clashes = [pair for pair in overlapping_texts(figure) if text in pair]
+        inside = heading.get_window_extent().x1 <= 0.99 * figure.bbox.x1  # as far as x=0.01
+        if isinstance(title, str) or chars <= 20:
+            break
+        if inside and not any("legend" in pair for pair in clashes):
+            break
+        chars = max(20, int(chars * 0.85))
+    label = figure._supylabel
+    if label is not None and heading.get_window_extent().overlaps(label.get_window_extent()):
+        label.set_y(heading.get_window_extent().y0 / 2 / figure.bbox.height)

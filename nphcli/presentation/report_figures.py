@@ -14,6 +14,7 @@ from typing import Any
 
 from nphcli.core.errors import NphError
 from nphcli.presentation.plot_data import choose_x, independent, is_setting, natural, short
+from nphcli.presentation.report_sections import metric_value
 
 LINES = 10  # lines in one figure's legend that a reader tells apart
 PANELS = 9  # panels in one figure
@@ -39,17 +40,15 @@ def section_figures(
         notes.append("line plots: no numeric setting varies here (the table holds every value)")
     else:
         for metric in ("success", "sse"):
-            if any(_has(row, metric) for row in rows):
+            if any(metric_value(row, metric) is not None for row in rows):
                 _lines(rows, metric, x, x_label, varying, facet, drawn, notes)
     axes = [c for c in AXES if c in varying and _numeric(rows, c)]
-    if len(axes) >= 2 and any(_has(row, "success") for row in rows):
+    if len(axes) >= 2 and any(metric_value(row, "success") is not None for row in rows):
         _phase(rows, axes[0], axes[1], varying, facet, drawn, notes)
     return drawn, notes
 
 
 def _lines(rows, metric, x, x_label, varying, facet, drawn, notes) -> None:
-    from nphcli.presentation.plot import plot_results
-
     by = independent([c for c in varying if c not in (x, facet)], rows, [x, facet])
     if facet is None and _worst(rows, by, []) > LINES:
         facet = _best_split(rows, by, [], most=PANELS)
@@ -59,13 +58,10 @@ def _lines(rows, metric, x, x_label, varying, facet, drawn, notes) -> None:
         panels = 1 if facet is None else len({short(r.get(facet)) for r in subset})
         size = (WIDTH, 180 + 300 * math.ceil(panels / math.ceil(math.sqrt(panels))))
         caption = what + (f" ({where})" if where else "")
-        drawn += _draw(plot_results, subset, caption, notes, metric=metric, x=x, facet=facet,
-                       size=size)  # fmt: skip
+        drawn += _draw(subset, caption, notes, metric=metric, x=x, facet=facet, size=size)
 
 
 def _phase(rows, x, y, varying, facet, drawn, notes) -> None:
-    from nphcli.presentation.plot import plot_phase
-
     by = independent([c for c in varying if c not in (x, y, facet)], rows, [x, y, facet])
     inner = by if facet is None else [facet, *by]
     splits = _splits(rows, inner, PANELS)
@@ -75,8 +71,7 @@ def _phase(rows, x, y, varying, facet, drawn, notes) -> None:
         columns = math.ceil(math.sqrt(panels))
         size = (WIDTH, 200 + 320 * math.ceil(panels / columns))
         caption = what + (f" ({where})" if where else "")
-        drawn += _draw(plot_phase, subset, caption, notes, metric="success", x=x, y=y,
-                       facet=facet, size=size)  # fmt: skip
+        drawn += _draw(subset, caption, notes, metric="success", x=x, y=y, facet=facet, size=size)
 
 
 def _figures(rows, splits, what, notes):
@@ -105,11 +100,14 @@ def _narrow(rows, splits, what, count) -> str:
     )
 
 
-def _draw(draw, rows, caption, notes, **options) -> list[tuple[str, bytes]]:
+def _draw(rows, caption, notes, **options) -> list[tuple[str, bytes]]:
+    """The figure `plot_results(rows, **options)` draws, as PNG bytes; a note where it cannot."""
+    from nphcli.presentation.plot import plot_results
+
     with tempfile.TemporaryDirectory(prefix="nph-report-") as folder:
         path = Path(folder) / "figure.png"
         try:
-            draw(rows, path, **options)
+            plot_results(rows, path, **options)
         except NphError as error:
             notes.append(f"{caption}: {error}")
             return []
@@ -150,11 +148,6 @@ def _worst(rows, inner, outer) -> int:
 
 def _groups(rows, columns) -> int:
     return len({tuple(short(row.get(c)) for c in columns) for row in rows})
-
-
-def _has(row: dict[str, Any], metric: str) -> bool:
-    value = row.get(f"{metric}_mean", row.get(metric))
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _numeric(rows, column) -> bool:

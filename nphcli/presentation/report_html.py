@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import base64
 import datetime
-import html
 import io
 import json
 import os
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +102,12 @@ def render(
     facet: str | None = None,
 ) -> str:
     """The HTML page: a summary, one section per experiment, the comparison pictures."""
-    e = html.escape
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{e(title)}</title><style>{STYLE}</style></head><body>",
-        f"<h1>{e(title)}</h1>",
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
         _summary(found, where, facet),
     ]
     for number, (section, (shown, notes)) in enumerate(zip(found, drawn, strict=True), start=1):
@@ -139,13 +138,12 @@ def _summary(found: list[Section], where: list[str], facet: str | None) -> str:
     if facet:
         text += f" One panel per {facet} (--facet) where it varies."
     made_with = f"Made {made} with nph {__version__}, torch {torch.__version__}."
-    return f'<p>{html.escape(text)}</p><p class="note">{html.escape(made_with)}</p>'
+    return f'<p>{escape(text)}</p><p class="note">{escape(made_with)}</p>'
 
 
 def _section(number: int, section: Section, shown: list, notes: list[str]) -> list[str]:
-    e = html.escape
     table = compact_table(section.rows)
-    parts = [f"<section><h2>{number}. {e(section.title)}</h2>"]
+    parts = [f"<section><h2>{number}. {escape(section.title)}</h2>"]
     about = f"{section.source['kind']}; {len(section.rows)} rows"
     if section.memory:
         about += f"; memory {section.memory}"
@@ -154,12 +152,12 @@ def _section(number: int, section: Section, shown: list, notes: list[str]) -> li
             f". This file holds rows of {section.split} memories: one section each, never "
             "averaged together"
         )
-    parts.append(f'<p class="note">{e(about)}.</p>')
+    parts.append(f'<p class="note">{escape(about)}.</p>')
     if table.constants:
         items = " · ".join(f"{k} = {v}" for k, v in table.constants)
-        parts.append(f"<p><b>Same in every row:</b> {e(items)}</p>")
+        parts.append(f"<p><b>Same in every row:</b> {escape(items)}</p>")
     parts += [_figure(caption, png) for caption, png in shown]
-    parts += [f'<p class="note">Not drawn: {e(note)}</p>' for note in notes]
+    parts += [f'<p class="note">Not drawn: {escape(note)}</p>' for note in notes]
     if table.columns or table.metrics:
         parts.append(_table(table))
     parts.append(_provenance(section, table))
@@ -168,34 +166,31 @@ def _section(number: int, section: Section, shown: list, notes: list[str]) -> li
 
 
 def _figure(caption: str, png: bytes) -> str:
-    e = html.escape
     data = base64.b64encode(png).decode("ascii")
     return (
-        f'<figure><img src="data:image/png;base64,{data}" alt="{e(caption)}">'
-        f"<figcaption>{e(caption)}</figcaption></figure>"
+        f'<figure><img src="data:image/png;base64,{data}" alt="{escape(caption)}">'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
     )
 
 
 def _provenance(section: Section, table: Table) -> str:
     """Where the section's rows came from: the input file, the provenance every row shares,
     and the config every record of retrieve/batch JSON shares."""
-    e = html.escape
     source = section.source
     items = [("input", f"{source['path']} ({source['kind']}, {source['rows']} rows)")]
     items += table.provenance
-    lines = [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in items]
+    lines = [f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in items]
     if source.get("config"):
         config = json.dumps(source["config"], indent=1, sort_keys=True)
         lines.append(
             f"<tr><th>config shared by every record</th><td><details><summary>show</summary>"
-            f"<pre><code>{e(config)}</code></pre></details></td></tr>"
+            f"<pre><code>{escape(config)}</code></pre></details></td></tr>"
         )
     return f"<h3>Provenance</h3><table>{''.join(lines)}</table>"
 
 
 def _table(table: Table) -> str:
     """The compact table; the best value of each metric column in bold (ties all marked)."""
-    e = html.escape
     at = len(table.columns) + 1  # the first metric's cell
     best = {}
     for i, metric in enumerate(table.metrics, start=at):
@@ -204,10 +199,12 @@ def _table(table: Table) -> str:
             best[i] = max(values) if METRICS[metric] else min(values)
     header = [*table.columns, *(["rows"] if table.count else []), *table.metrics]
     titles = [METRIC_LABELS.get(h, h) for h in header]
-    head = "".join(f'<th title="{e(t)}">{e(h)}</th>' for h, t in zip(header, titles, strict=True))
+    head = "".join(
+        f'<th title="{escape(t)}">{escape(h)}</th>' for h, t in zip(header, titles, strict=True)
+    )
     lines = []
     for line in table.body:
-        cells = [f"<td>{e(str(v))}</td>" for v in line[: len(table.columns)]]
+        cells = [f"<td>{escape(str(v))}</td>" for v in line[: len(table.columns)]]
         if table.count:
             cells.append(f'<td class="num">{line[len(table.columns)]}</td>')
         for i, value in enumerate(line[at:], start=at):
@@ -221,7 +218,7 @@ def _table(table: Table) -> str:
     note = (
         '<p class="note">One line per setting, means over its rows; ★ marks the best value of each '
         f"column (highest {_names(True)}; lowest {_names(False)})."
-        + (f" Not shown: {e(follows)} (one value per value)." if follows else "")
+        + (f" Not shown: {escape(follows)} (one value per value)." if follows else "")
         + "</p>"
     )
     return f'{note}<div class="scroll"><table><tr>{head}</tr>{"".join(lines)}</table></div>'

@@ -25,13 +25,21 @@ if TYPE_CHECKING:
 
 from nphcli.core.errors import NphError
 
-# Groups of options, in the order `--help` shows them. Those of SETTING_GROUPS decide a setting
-# (what `RetrieveSettings` holds, its `Corruption` and `IndexSettings` included); the others say
-# what is read, how the work is spread and what is written.
-GROUPS = (
-    *("input", "model", "corruption", "run", "device", "index", "distributed", "output"),
-    "analysis",
-)
+# Groups of options, each with the title of its `--help` panel, in the order `--help` shows
+# them. Those of SETTING_GROUPS decide a setting (what `RetrieveSettings` holds, its `Corruption`
+# and `IndexSettings` included); the others say what is read, how the work is spread and what is
+# written.
+GROUPS = {
+    "input": "Input",
+    "model": "Model and its parameters",
+    "corruption": "Corruption",
+    "run": "Run",
+    "device": "Device",
+    "index": "Approximate index",
+    "distributed": "Distributed",
+    "output": "Output",
+    "analysis": "Analysis",
+}
 SETTING_GROUPS = ("model", "corruption", "run", "device", "index")
 
 _KIND_WORDS = {

@@ -34,6 +34,7 @@ _JSON_ONLY = "it prints one JSON object per setting; use `nph retrieve` for file
 _ROWS = "a sweep writes one row per run to its --out results file"
 _WHOLE_PROCESS = "threads are the whole process's: give --threads to the command"
 _WITH_INDEX = "it goes with --index"
+_SEARCH: Limits = {"minimum": 1, "refused": {"sweep": _WITH_INDEX}}  # how an --index is searched
 # Commands whose options are not generated (batch, mil) build their --threads from this text.
 THREADS_HELP = (
     "CPU threads torch computes with (also $NPH_THREADS) [default: 1 for nph sweep, whose runs "
@@ -164,29 +165,22 @@ class IndexSettings:
         refused={"sweep": "an index belongs to one memory file, and a sweep draws its memories"},
     )
     nprobe: int | None = setting(
-        None,
-        f"With an ivf/ivfpq --index: lists searched [default: {DEFAULT_NPROBE}].",
-        minimum=1,
-        refused={"sweep": _WITH_INDEX},
+        None, f"With an ivf/ivfpq --index: lists searched [default: {DEFAULT_NPROBE}].", **_SEARCH
     )
     ef: int | None = setting(
-        None,
-        f"With an hnsw --index: search breadth [default: {DEFAULT_EF}].",
-        minimum=1,
-        refused={"sweep": _WITH_INDEX},
+        None, f"With an hnsw --index: search breadth [default: {DEFAULT_EF}].", **_SEARCH
     )
     candidates: int | None = setting(
         None,
         f"With --index: candidates per query [default: max({DEFAULT_CANDIDATES}, topk's k)].",
-        minimum=1,
-        refused={"sweep": _WITH_INDEX},
+        **_SEARCH,
     )
     check_exact: int = setting(
         DEFAULT_CHECK_EXACT,
         "With --index: compare this many seeded queries with exact retrieval (recall@k, pattern "
         "and error differences); 0 skips it.",
         minimum=0,
-        refused={"sweep": _WITH_INDEX},
+        refused=_SEARCH["refused"],
     )
 
     def __post_init__(self) -> None:

@@ -34,7 +34,7 @@ CHECK_COUNTS = (
     "query_holds",
     "corollary_holds",
 )
-# Counts of the bounds that do hold (`nphcli.theory.bounds`), and their tightness (bound / error).
+# Counts of the bounds that do hold (`nphcli.theory.checks`), and their tightness (bound / error).
 BOUND_COUNTS = ("lemma_holds", "tight_holds", "weight_holds", "stated_self_holds_premises")
 TIGHTNESS = (
     "stated_tightness_min",

@@ -229,7 +229,7 @@ def resolve(
             raise NphError(
                 f"{where}: queries = {queries} exceeds the smallest memory size {min(sizes)}"
             )
-    config = SweepConfig(
+    return SweepConfig(
         dataset=dataset,
         models=models,
         sizes=sizes,
@@ -241,7 +241,6 @@ def resolve(
         origin=origin,
         noise_variance=variance,
     )
-    return config
 
 
 def _own_values(value: Any, key: str, where: str) -> list[Any]:

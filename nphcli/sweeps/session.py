@@ -36,22 +36,18 @@ class SweepRequest:
     out: Path = output_field_setting(
         "Results file, one row per run: .jsonl (JSON Lines) or .csv.", DEFAULT_OUT
     )
-    resume: bool = setting(False, "Continue --out: skip the runs already in it.", group="output")
+    resume: bool = setting(False, "Continue --out: skip the runs already in it.")
     force: bool = setting(
         False,
         "Replace an existing --out (and --plot); the old file stays until the sweep completes.",
-        group="output",
     )
     plot: Path | None = setting(
-        None,
-        "Also draw mean SSE against the varying axis to this file (.png, .svg or .pdf).",
-        group="output",
+        None, "Also draw mean SSE against the varying axis to this file (.png, .svg or .pdf)."
     )
     theory: bool = setting(
         False,
         "Add the paper's §4 checks to every row (separation, "
         'Theorem 4.1 bound, Corollary 4.1; README, "Sweeps").',
-        group="output",
     )
     given: dict[str, Any] = field(default_factory=dict)  # keys given as options (file values)
     threads: int | None = None  # CPU threads for torch; None: $NPH_THREADS, else SWEEP_THREADS

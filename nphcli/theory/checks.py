@@ -12,7 +12,7 @@ sparse-structured model: softmax over a support set S(x) ⊆ {1 … M} of k memo
 - Theorem 4.1 as stated, for x in the sphere S_μ = {x : ‖x − ξ_μ‖ ≤ R} and μ ∈ S(x):
   ‖T(x) − ξ_μ‖ ≤ m(M + k − 2)·exp(−β(⟨ξ_μ, x⟩ − max_{ν≠μ} ⟨ξ_μ, ξ_ν⟩));
 - the query-gap bound, the same with the gap at the query, Δ̃_μ(x) = ⟨x, ξ_μ⟩ − max_{ν≠μ}
-  ⟨x, ξ_ν⟩, which holds for every x with μ ∈ S(x) (derived in `nphcli.theory.bounds`, with the
+  ⟨x, ξ_ν⟩, which holds for every x with μ ∈ S(x) (derived below, with the
   other bounds that hold). The stated bound uses ⟨ξ_μ, ξ_ν⟩ where the proof has ⟨x, ξ_ν⟩; inside
   S_μ the difference can outweigh the constant's slack, and it fails on well-separated,
   in-sphere, in-support queries (docs/reproduction.md; `tests/theory/counterexamples.py`);
@@ -25,6 +25,23 @@ blockwise code) and reports how far the model's own output is from it (`impl_gap
 is an implementation problem, a failure with a small gap a problem with the statement. Which
 memories a model's support holds is asked of the model (`support_mask`, which only the
 sparse-structured models define), so nothing here knows a model by its name.
+
+The bounds that do hold, and how tight they are (`bound_summary`). With μ ∈ S(x), p the softmax
+of β⟨x, ξ_ν⟩ over S(x) and Δ̃_μ(x) = ⟨x, ξ_μ⟩ − max_{ν≠μ} ⟨x, ξ_ν⟩ the query's own gap,
+
+    T(x) − ξ_μ = Σ_{ν∈S, ν≠μ} p_ν (ξ_ν − ξ_μ)                                  (Σ p = 1)
+
+so, every ‖ξ_ν − ξ_μ‖ being at most 2m and every p_ν/p_μ at most exp(−β Δ̃_μ(x)):
+
+    weight:  ‖T(x) − ξ_μ‖ ≤ 2m(1 − p_μ)
+    tight:                ≤ 2m(k − 1)·exp(−β Δ̃_μ(x))          (1 − p_μ ≤ Σ_{ν≠μ} p_ν/p_μ)
+    query:                ≤ m(M + k − 2)·exp(−β Δ̃_μ(x))        (2(k − 1) ≤ M + k − 2, k ≤ M)
+    lemma:                ≤ m(M + k − 2)·exp(−β(Δ_μ − 2m‖x − ξ_μ‖))
+                                    (Δ̃_μ(x) ≥ Δ_μ − 2m‖x − ξ_μ‖ by Cauchy–Schwarz)
+
+Each holds for every x whose target is in its support; no sphere or separation premise is
+needed. The tightness of a bound on a query is bound / error (≥ 1 when it holds; the stated
+Theorem 4.1 bound, which is not valid, can fall below 1).
 """
 
 from __future__ import annotations
@@ -38,7 +55,6 @@ import torch
 from torch import Tensor
 
 from nphcli.models import HopfieldModel, create_model
-from nphcli.theory.bounds import bound_summary, tight_bound
 from nphcli.theory.separation import Separation, separation
 from nphcli.theory.well_separated import well_separation_threshold
 
@@ -89,7 +105,7 @@ class QueryCheck:
     stated_bound: Tensor  # m(M + k − 2) exp(−β(⟨ξ_μ, x⟩ − max_{ν≠μ}⟨ξ_μ, ξ_ν⟩))
     query_bound: Tensor  # m(M + k − 2) exp(−β Δ̃_μ(x))
     dense_error: Tensor  # ‖T_dense(x) − ξ_μ‖, float64
-    # The bounds of `nphcli.theory.bounds` (see there), and the stated bound with ν = μ in its max.
+    # The bounds that hold (module docstring), and the stated bound with ν = μ in its max.
     stated_self_bound: Tensor  # m(M + k − 2) exp(−β(⟨ξ_μ, x⟩ − max_ν⟨ξ_μ, ξ_ν⟩))
     lemma_bound: Tensor  # m(M + k − 2) exp(−β(Δ_μ − 2m‖x − ξ_μ‖))
     tight_bound: Tensor  # 2m(k − 1) exp(−β Δ̃_μ(x))
@@ -100,27 +116,17 @@ class QueryCheck:
         """Theorem 4.1's premises: μ ∈ S(x) and x ∈ S_μ (‖x − ξ_μ‖ ≤ R)."""
         return self.in_support & self.in_sphere
 
-    @property
-    def stated_holds(self) -> Tensor:
-        return _holds(self.error, self.stated_bound)
-
-    @property
-    def query_holds(self) -> Tensor:
-        return _holds(self.error, self.query_bound)
-
-    @property
-    def corollary_holds(self) -> Tensor:
-        return _holds(self.error, self.dense_error)
-
     def holds(self, bound: str) -> Tensor:
-        """(Q,) bool: error ≤ the named bound field (e.g. "lemma_bound"), to rounding."""
-        return _holds(self.error, getattr(self, bound))
+        """(Q,) bool: error ≤ the named bound field (e.g. "lemma_bound"; Corollary 4.1's is
+        "dense_error"), to rounding."""
+        return self.error <= getattr(self, bound) * (1 + RELATIVE_SLACK)
 
     def summary(self) -> dict[str, Any]:
         """Counts over the queries (so trials can be added up), and the largest impl_gap."""
         support = self.in_support
         premises = self.premises
         premises_ws = premises & self.well_separated
+        stated = self.holds("stated_bound")
         return {
             "queries": int(self.target.numel()),
             "k_mean": float(self.k.double().mean()),
@@ -129,11 +135,11 @@ class QueryCheck:
             "premises": int(premises.sum()),
             "premises_well_separated": int(premises_ws.sum()),
             "well_separated": int(self.well_separated.sum()),
-            "stated_holds": int((self.stated_holds & support).sum()),
-            "stated_holds_premises": int((self.stated_holds & premises).sum()),
-            "stated_holds_premises_well_separated": int((self.stated_holds & premises_ws).sum()),
-            "query_holds": int((self.query_holds & support).sum()),
-            "corollary_holds": int((self.corollary_holds & support).sum()),
+            "stated_holds": int((stated & support).sum()),
+            "stated_holds_premises": int((stated & premises).sum()),
+            "stated_holds_premises_well_separated": int((stated & premises_ws).sum()),
+            "query_holds": int((self.holds("query_bound") & support).sum()),
+            "corollary_holds": int((self.holds("dense_error") & support).sum()),
             "impl_gap_max": float(self.impl_gap.max()) if self.impl_gap.numel() else 0.0,
             **bound_summary(self),
         }
@@ -142,14 +148,10 @@ class QueryCheck:
         """Every per-query field (the tensors, in declaration order) and the three verdicts."""
         tensors = [f.name for f in dataclasses.fields(self) if f.type == "Tensor"]
         out = {name: getattr(self, name).tolist() for name in tensors}
-        out["stated_holds"] = self.stated_holds.tolist()
-        out["query_holds"] = self.query_holds.tolist()
-        out["corollary_holds"] = self.corollary_holds.tolist()
+        out["stated_holds"] = self.holds("stated_bound").tolist()
+        out["query_holds"] = self.holds("query_bound").tolist()
+        out["corollary_holds"] = self.holds("dense_error").tolist()
         return out
-
-
-def _holds(error: Tensor, bound: Tensor) -> Tensor:
-    return error <= bound * (1 + RELATIVE_SLACK)
 
 
 def check_queries(
@@ -320,3 +322,41 @@ def check_report(memory: Any, report: Any) -> QueryCheck | None:
         model=config["model"],
         params=params,
     )
+
+
+# The per-query bound fields of `QueryCheck` whose tightness is summarised.
+TIGHTNESS_BOUNDS = (
+    "stated_bound",
+    "stated_self_bound",
+    "query_bound",
+    "lemma_bound",
+    "tight_bound",
+    "weight_bound",
+)
+# The valid bounds (beyond `query_bound`, counted by theory) whose "holds" counts are reported.
+VALID_BOUNDS = ("lemma_bound", "tight_bound", "weight_bound")
+
+
+def tight_bound(beta: float, k: Tensor, m: float, gap: Tensor) -> Tensor:
+    """2m(k − 1)·exp(−β·gap), elementwise over k and gap (float64)."""
+    factor = (k.to(torch.float64) - 1).clamp(min=0)
+    return 2 * m * factor * torch.exp(-beta * gap.to(torch.float64))
+
+
+def bound_summary(check: Any) -> dict[str, Any]:
+    """Counts of the valid bounds holding on in-support queries, the stated bound with ν = μ
+    in its max on queries meeting Theorem 4.1's premises, and each bound's tightness
+    (min and median of bound / error over in-support queries with a non-zero error)."""
+    support = check.in_support
+    out: dict[str, Any] = {}
+    for name in VALID_BOUNDS:
+        out[f"{name.removesuffix('_bound')}_holds"] = int((check.holds(name) & support).sum())
+    self_holds = check.holds("stated_self_bound") & check.premises
+    out["stated_self_holds_premises"] = int(self_holds.sum())
+    error = check.error[support]
+    for name in TIGHTNESS_BOUNDS:  # bound / error where the error is not 0
+        ratio = (getattr(check, name)[support][error > 0] / error[error > 0]).to(torch.float64)
+        short = name.removesuffix("_bound")
+        out[f"{short}_tightness_min"] = float(ratio.min()) if ratio.numel() else None
+        out[f"{short}_tightness_median"] = float(ratio.median()) if ratio.numel() else None
+    return out

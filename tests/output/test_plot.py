@@ -215,16 +215,16 @@ def test_surfaces_are_cells_of_means_and_stds_one_panel_per_model():
 
 
 def test_phase_diagram_draws_panels_boundary_and_spread(tmp_path):
-    from nphcli.presentation.plot import plot_phase
+    from nphcli.presentation.plot import plot_results
 
-    svg = plot_phase(phase_rows(), tmp_path / "p.svg", x="beta", y="noise").read_text()
+    svg = plot_results(phase_rows(), tmp_path / "p.svg", x="beta", y="noise").read_text()
     assert svg.count("<image") == 2 + 1  # one heatmap per model, and the colour bar
     assert "stroke: #ffffff; stroke-width: 2" in svg  # the success = 0.5 boundary
     assert "±0.05" in svg  # the spread over two trials, written in the cells
     single = phase_rows(trials=(0,))
     for row in single:
         row["success_mean"] = 0.9  # every cell succeeds: no boundary to draw
-    svg = plot_phase(single, tmp_path / "q.svg", x="beta", y="noise").read_text()
+    svg = plot_results(single, tmp_path / "q.svg", x="beta", y="noise").read_text()
     assert "stroke: #ffffff; stroke-width: 2" not in svg and "±" not in svg
 
 
@@ -273,17 +273,17 @@ def test_panels_in_natural_order():
 
 
 def test_phase_cells_show_their_values_and_the_boundary_only_when_drawn(tmp_path):
-    from nphcli.presentation.plot import plot_phase
+    from nphcli.presentation.plot import plot_results
 
     single = phase_rows(trials=(0,))
-    svg = plot_phase(single, tmp_path / "p.svg", x="beta", y="noise").read_text()
+    svg = plot_results(single, tmp_path / "p.svg", x="beta", y="noise").read_text()
     dense = [r for r in single if r["model"] == "dense"]
     for row in dense:  # every cell's value is written in it
         assert f"<!-- {row['success_mean']:.2g} -->" in svg
     assert "white line: success = 0.5" in svg
     for row in single:
         row["success_mean"] = 0.9
-    svg = plot_phase(single, tmp_path / "q.svg", x="beta", y="noise").read_text()
+    svg = plot_results(single, tmp_path / "q.svg", x="beta", y="noise").read_text()
     assert "white line" not in svg and "<!-- 0.9 -->" in svg
 
 
@@ -323,8 +323,7 @@ def test_the_title_never_overlaps_the_legend_or_another_text(size):
     """Measured by matplotlib's renderer: the long title of many fixed settings wraps left of
     the legend and inside the figure, at the default size and others."""
     pytest.importorskip("matplotlib")
-    from nphcli.presentation.figure_text import overlapping_texts
-    from nphcli.presentation.plot import phase_figure, results_figure
+    from nphcli.presentation.plot import overlapping_texts, phase_figure, results_figure
 
     fixed = {"memory": "a-long-memory-file-name.safetensors", "dataset": "mnist", "d": 784}
     fixed["memory_sha256"] = "8bb315c105f3f6ff6816c31c072e4b769b237bad31e22bde54a8f878fc8e1ad6"

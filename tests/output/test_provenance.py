@@ -143,7 +143,7 @@ def test_rows_of_two_memories_with_one_name_are_never_averaged(tmp_path, invoke)
 
 
 def test_sweep_rows_name_the_pool_and_the_drawn_memory(tmp_path):
-    from nphcli.sweeps.pool import Pool, draw_memory
+    from nphcli.sweeps.runner import Pool, draw_memory
 
     patterns = torch.randn(30, 4, generator=torch.Generator().manual_seed(2))
     pool = Pool(patterns, None, {"normalize": {"method": "none"}}, "random")

@@ -138,7 +138,7 @@ def test_out_of_memory_is_one_line_saying_what_to_reduce(invoke, digits, monkeyp
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("nphcli.app.product.evaluate_settings", fail)
+    monkeypatch.setattr("nphcli.app.request.evaluate_settings", fail)
     result = invoke("retrieve", "--memory", digits)
     assert_one_error_line(result, "out of memory", "--batch-size", "--memory-budget", code=1)
 
@@ -147,7 +147,7 @@ def test_a_bug_keeps_its_traceback(invoke, digits, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("an index went wrong")
 
-    monkeypatch.setattr("nphcli.app.product.evaluate_settings", fail)
+    monkeypatch.setattr("nphcli.app.request.evaluate_settings", fail)
     result = invoke("retrieve", "--memory", digits)
     assert isinstance(result.exception, RuntimeError)
 

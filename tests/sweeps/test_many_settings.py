@@ -18,7 +18,7 @@ import torch
 from conftest import assert_one_error_line, write_memory
 
 from nphcli.app.batch import MemoryCache, run_jobs
-from nphcli.app.product import evaluate_settings
+from nphcli.app.request import evaluate_settings
 from nphcli.core.errors import NphError
 from nphcli.evaluation.inputs import read_inputs
 from nphcli.evaluation.report import TIMINGS

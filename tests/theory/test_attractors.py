@@ -212,7 +212,7 @@ def test_every_attractor_label_names_its_model(invoke, mnist, tmp_path, monkeypa
     from matplotlib.text import Text
 
     from nphcli.presentation import attractor_plots
-    from nphcli.presentation.figure_text import overlapping_texts
+    from nphcli.presentation.plot import overlapping_texts
 
     drawn = {}
     save = attractor_plots._save

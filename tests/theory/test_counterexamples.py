@@ -79,7 +79,7 @@ def test_sparse_stated_counterexample_meets_every_premise_and_fails_136_fold():
     check = cx.check(ex)
     assert check.k.tolist() == [3] and bool(check.in_support[0])
     assert bool(check.premises[0] and check.well_separated[0])
-    assert not bool(check.stated_holds[0])
+    assert not bool(check.holds("stated_bound")[0])
     assert float(check.error[0]) == pytest.approx(ref["error"], rel=1e-9)
     assert float(check.error[0] / check.stated_bound[0]) == pytest.approx(ratio, rel=1e-9)
     # The model's support is the top-3 {1, 2, 3}: its output matches the reference.
@@ -107,7 +107,7 @@ def test_dense_stated_counterexample():
     assert ref["error"] > ref["stated"]
     assert ref["error"] == pytest.approx(2.01e-4, rel=5e-3)
     check = cx.check(ex)
-    assert not bool(check.stated_holds[0]) and bool(check.query_holds[0])
+    assert not bool(check.holds("stated_bound")[0]) and bool(check.holds("query_bound")[0])
 
 
 def test_stated_bound_with_self_in_the_max_is_false_too():
@@ -122,7 +122,7 @@ def test_stated_bound_with_self_in_the_max_is_false_too():
     assert bool(check.premises[0])
     assert not bool(check.holds("stated_self_bound")[0])
     assert float(check.stated_self_bound[0]) == pytest.approx(ref["stated_self"], rel=1e-9)
-    assert bool(check.query_holds[0] and check.holds("tight_bound")[0])
+    assert bool(check.holds("query_bound")[0] and check.holds("tight_bound")[0])
 
 
 def test_corollary_top_scoring_counterexample():
@@ -137,7 +137,7 @@ def test_corollary_top_scoring_counterexample():
     assert dense == pytest.approx(3.80e-7, rel=2e-3)
     check = cx.check(ex)
     assert bool(check.premises[0] and check.well_separated[0])
-    assert not bool(check.corollary_holds[0])
+    assert not bool(check.holds("dense_error")[0])
     assert float(check.dense_error[0]) == pytest.approx(dense, rel=1e-9)
 
 
@@ -146,18 +146,18 @@ def test_corollary_cancellation_counterexample():
     X, x = ex["patterns"], ex["query"]
     sparse = reference(X, x, 0, ex["beta"], [0, 1])["error"]
     assert sparse > dense_error(X, x, 0, ex["beta"])
-    assert not bool(cx.check(ex).corollary_holds[0])
+    assert not bool(cx.check(ex).holds("dense_error")[0])
 
 
 def test_every_listed_example_contradicts_its_claim():
     for name, make in cx.EXAMPLES.items():
         check = cx.check(make())
         held = {
-            "stated_bound_dense": check.stated_holds,
-            "stated_bound_sparse": check.stated_holds,
+            "stated_bound_dense": check.holds("stated_bound"),
+            "stated_bound_sparse": check.holds("stated_bound"),
             "stated_bound_with_self": check.holds("stated_self_bound"),
-            "corollary_cancellation": check.corollary_holds,
-            "corollary_top_scoring": check.corollary_holds,
+            "corollary_cancellation": check.holds("dense_error"),
+            "corollary_top_scoring": check.holds("dense_error"),
         }[name]
         assert bool(check.in_support[0]) and not bool(held[0]), name
         for bound in ("query_bound", "lemma_bound", "tight_bound", "weight_bound"):

@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import write_memory
 
-from nphcli.theory import convergence, readings
-from nphcli.theory.well_separated import well_separation
+from nphcli.theory.energy import fixed_point_check
+from nphcli.theory.well_separated import support_reading, well_separation
 
 
 def reference_support_reading(X, beta, k):
@@ -35,7 +35,7 @@ def test_support_reading_matches_a_loop_reference(seed, k):
     generator = torch.Generator().manual_seed(seed)
     X = torch.randn(8, 3, generator=generator, dtype=torch.float64)
     X[1] = X[0] + 0.01  # a close pair far below every other distance
-    got = readings.support_reading(X, 2.0, k)
+    got = support_reading(X, 2.0, k)
     expected = reference_support_reading(X, 2.0, k)
     assert got.R.tolist() == pytest.approx([r for r, _ in expected], rel=1e-12)
     assert got.well_separated.tolist() == [w for _, w in expected]
@@ -44,7 +44,7 @@ def test_support_reading_matches_a_loop_reference(seed, k):
 def test_support_reading_with_k_equal_M_is_the_all_pairs_reading():
     generator = torch.Generator().manual_seed(4)
     X = 3 * torch.randn(10, 5, generator=generator, dtype=torch.float64)
-    support = readings.support_reading(X, 1.0)
+    support = support_reading(X, 1.0)
     pairs = well_separation(X, 1.0)
     assert torch.equal(support.well_separated, pairs.well_separated)
     assert float(support.R[0]) == pairs.separation.R
@@ -56,7 +56,7 @@ def test_support_reading_never_separates_a_pattern_in_its_supports_closest_pair(
     its support (distance 2R_μ), Δ_μ ≤ 2mR_μ, below the threshold (log term ≥ 0 here)."""
     generator = torch.Generator().manual_seed(seed)
     X = torch.randn(10, 4, generator=generator, dtype=torch.float64)
-    got = readings.support_reading(X, 1.0, 4)
+    got = support_reading(X, 1.0, 4)
     hits = 0
     for i, mu in enumerate(got.rows.tolist()):
         top = (X @ X[mu]).topk(4).indices.tolist()
@@ -71,9 +71,7 @@ def test_fixed_point_check_counts_by_hand():
     X = 3.0 * torch.eye(5, dtype=torch.float64)
     targets = torch.arange(5)
     queries = X + 0.1  # every query is closest to its own pattern
-    out = convergence.fixed_point_check(
-        "topk", {"beta": 2.0, "k": 2}, X, queries, targets, targets, steps=20
-    )
+    out = fixed_point_check("topk", {"beta": 2.0, "k": 2}, X, queries, targets, targets, steps=20)
     assert out["queries"] == 5 and out["converged"] == 5 and out["at_target"] == 5
     assert out["energy_monotone"] == 5 and out["dense_energy_monotone"] == 5
     # The fixed point of top-2 is closer to ξ_μ than dense's (fewer competitors).

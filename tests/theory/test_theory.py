@@ -81,8 +81,8 @@ def test_bound_holds_on_well_separated_patterns(model, params):
     )
     premises = check.premises & check.well_separated
     assert premises.any()
-    assert bool(check.stated_holds[premises].all())
-    assert bool(check.query_holds[check.in_support].all())
+    assert bool(check.holds("stated_bound")[premises].all())
+    assert bool(check.holds("query_bound")[check.in_support].all())
     # The model's own output and the float64 reference agree: the support sets match.
     assert float(check.impl_gap.max()) < 1e-12
 
@@ -96,8 +96,9 @@ def test_stated_bound_counterexample_meets_every_premise():
     check = theory.check_queries(X, x, y, target, target, model="dense", params=params)
     assert check.R == pytest.approx(0.05)
     assert bool(check.in_support[0] and check.in_sphere[0] and check.well_separated[0])
-    assert not bool(check.stated_holds[0])  # error > m(M + k − 2) exp(−β(⟨ξ_μ,x⟩ − max⟨ξ_μ,ξ_ν⟩))
-    assert bool(check.query_holds[0])  # error ≤ m(M + k − 2) exp(−β Δ̃_μ(x))
+    # error > m(M + k − 2) exp(−β(⟨ξ_μ,x⟩ − max⟨ξ_μ,ξ_ν⟩))
+    assert not bool(check.holds("stated_bound")[0])
+    assert bool(check.holds("query_bound")[0])  # error ≤ m(M + k − 2) exp(−β Δ̃_μ(x))
     # Inside S_μ the stated bound times exp(βm‖x − ξ_μ‖) is always a valid bound.
     corrected = check.stated_bound * torch.exp(check.beta * check.m * check.distance)
     assert bool((check.error <= corrected).all())
@@ -116,7 +117,7 @@ def test_bounds_on_random_queries():
         y = create_model(model, **full).retrieve(queries, X, positions=targets).patterns
         check = theory.check_queries(X, queries, y, targets, targets, model=model, params=full)
         support = check.in_support
-        assert bool(check.query_holds[support].all())
+        assert bool(check.holds("query_bound")[support].all())
         corrected = check.stated_bound * torch.exp(check.beta * check.m * check.distance)
         assert bool((check.error[support] <= corrected[support] * (1 + 1e-9)).all())
 
@@ -128,7 +129,7 @@ def test_corollary_on_constructed_data():
     params = {"beta": 0.5, "steps": 1, "k": 2}
     y = create_model("topk", **params).retrieve(X, X).patterns
     check = theory.check_queries(X, X, y, targets, targets, model="topk", params=params)
-    assert bool(check.in_support.all()) and bool(check.corollary_holds.all())
+    assert bool(check.in_support.all()) and bool(check.holds("dense_error").all())
     assert bool((check.error < check.dense_error).all())
     # Fails per query: competitors on both sides cancel under dense weights, not under top-2.
     example = cx.corollary_counterexample()
@@ -137,7 +138,7 @@ def test_corollary_on_constructed_data():
     params = {"beta": example["beta"], "steps": 1, "k": example["k"]}
     y = create_model("topk", **params).retrieve(x, X).patterns
     check = theory.check_queries(X, x, y, target, target, model="topk", params=params)
-    assert bool(check.in_support[0]) and not bool(check.corollary_holds[0])
+    assert bool(check.in_support[0]) and not bool(check.holds("dense_error")[0])
     # The bounds themselves always obey the corollary: M + k − 2 ≤ 2(M − 1).
     dense = theory.theorem_bound(1.0, 3, torch.tensor([3]), 1.0, torch.tensor([0.5]))
     sparse = theory.theorem_bound(1.0, 3, torch.tensor([2]), 1.0, torch.tensor([0.5]))
