@@ -126,8 +126,9 @@ def test_shard(big, tmp_path):
 def test_index(big, tmp_path):
     pytest.importorskip("faiss")
     out = tmp_path / "big.index"
-    # FAISS's growing inverted lists fragment the heap: more room, still less than the file.
+    # FAISS's growing inverted lists fragment the heap: more room, still less than the file
+    # (340 MiB failed one run in two on this 488 MiB file).
     args = ["index", big, "--kind", "ivfpq", "--lists", "4", "--out", out, "--json"]
-    result = _run(*args, headroom=340 << 20)
+    result = _run(*args, headroom=440 << 20)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["M"] == ROWS
