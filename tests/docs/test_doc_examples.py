@@ -5,7 +5,8 @@ The convention (docs/development.md, "Documentation"): a ```sh block is run line
 output; a ```pycon block is a doctest. A block preceded by `<!-- no-run: reason -->` is not run,
 and ```text is not a command. Each page runs in its own temporary folder, its blocks in page
 order, on a small memory made once per session. `nph` runs in-process through the CLI runner;
-a line that needs a real shell (a pipe) runs in bash, which makes the page `slow`.
+a line that needs a real shell (a pipe) runs in bash, which makes the page `slow`, as does a line
+that draws figures (`nph plot`, `nph report`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ RUN = ("sh", "python", "console", "pycon")
 LANGUAGES = (*RUN, "text")
 NO_RUN = re.compile(r"<!-- no-run: (\S.*?) -->")
 FENCE = re.compile(r"^```(\S*)\s*$")
+# Commands that draw figures (seconds each): a page running one is `slow`; tests/output has the
+# fast tests of both commands.
+DRAWS = re.compile(r"nph (plot|report)\b")
 
 
 @dataclass(frozen=True)
@@ -251,10 +255,12 @@ def _pages_to_run():
         runnable = _runnable(page)
         if not runnable:
             continue
-        needs_bash = any(
-            _needs_bash(c) for b in runnable if b.lang == "sh" for c in _commands(b.code)
-        )
-        marks = [pytest.mark.slow] if needs_bash else []
+        sh = [c for b in runnable if b.lang == "sh" for c in _commands(b.code)]
+        shown = [
+            re.findall(r"^\$ (.*)", b.code, flags=re.M) for b in runnable if b.lang == "console"
+        ]
+        draws = any(DRAWS.match(c) for c in [*sh, *(c for cs in shown for c in cs)])
+        marks = [pytest.mark.slow] if draws or any(map(_needs_bash, sh)) else []
         yield pytest.param(page, id=page.name, marks=marks)
 
 

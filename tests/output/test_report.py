@@ -324,8 +324,26 @@ def _grid_rows(**levels):
     return rows
 
 
-@pytest.mark.slow
-def test_many_lines_become_panels_and_many_panels_become_figures():
+@pytest.fixture
+def drawn_kinds(monkeypatch) -> set:
+    """Draws the first figure of each kind (lines, phase diagram) and only captions the others
+    (a figure of many panels takes seconds): for tests of how rows are split into figures and
+    panels. Returns the kinds drawn."""
+    from nphcli.presentation import report_figures
+
+    real, kinds = report_figures._draw, set()
+
+    def draw_first(draw, rows, caption, notes, **options):
+        if draw in kinds:
+            return [(caption, b"")]
+        kinds.add(draw)
+        return real(draw, rows, caption, notes, **options)
+
+    monkeypatch.setattr(report_figures, "_draw", draw_first)
+    return kinds
+
+
+def test_many_lines_become_panels_and_many_panels_become_figures(drawn_kinds):
     from nphcli.presentation.report_figures import LINES, PANELS, section_figures
 
     # 3 × 4 × 2 settings beside β and noise: panels per b, one figure per a for the phase
@@ -333,6 +351,7 @@ def test_many_lines_become_panels_and_many_panels_become_figures():
     drawn, notes = section_figures(rows)
     captions = [caption for caption, _ in drawn]
     assert not notes
+    assert len(drawn_kinds) == 2 and sum(png.startswith(b"\x89PNG") for _, png in drawn) == 2
     lines = [c for c in captions if c.startswith(("success against", "sse against"))]
     assert lines and all(", one panel per" in c for c in lines)
     phases = [c for c in captions if c.startswith("phase diagram")]
@@ -346,7 +365,7 @@ def test_many_lines_become_panels_and_many_panels_become_figures():
     assert any("--where" in note and "figures would be needed" in note for note in notes)
 
 
-def test_report_facet_names_a_setting_it_splits(invoke, tmp_path):
+def test_report_facet_names_a_setting_it_splits(invoke, tmp_path, drawn_kinds):
     results = write_jsonl(tmp_path / "grid.jsonl", _grid_rows(a=["p", "q"]))
     out = tmp_path / "f.html"
     result = invoke("report", results, "--out", out, "--facet", "a")
