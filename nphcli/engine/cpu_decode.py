@@ -11,6 +11,7 @@ softmax over blocks of rows, as flash attention does, compiled by numba. Same an
 from __future__ import annotations
 
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -20,7 +21,8 @@ from torch import Tensor
 
 BLOCK_ROWS = 64  # rows scored before their weighted adds: 64 · d floats stay in L2
 MIN_ROWS_PER_THREAD = 4096  # below this a second thread costs more than it saves
-_POOL: dict[int, ThreadPoolExecutor] = {}
+_POOL: dict[tuple[int, int], ThreadPoolExecutor] = {}  # by (process, threads): a forked child
+# inherits the parent's pools without their threads, so it makes its own
 
 
 @numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
@@ -74,7 +76,8 @@ def decode_partials(
     if parts == 1:
         run(0)
     else:
-        pool = _POOL.setdefault(parts, ThreadPoolExecutor(parts, "nph-decode"))
+        key = (os.getpid(), parts)
+        pool = _POOL.get(key) or _POOL.setdefault(key, ThreadPoolExecutor(parts, "nph-decode"))
         list(pool.map(run, range(parts)))
     return best, norm, total
 

@@ -121,3 +121,32 @@ def test_a_failing_kernel_says_so_once_and_falls_back(
     )
     assert caplog.text.count("numba could not compile") == 1
     assert attention._DECODE["cpu_decode"]["failed"] is not None
+
+
+def _decode_in_child(queries, keys, done) -> None:
+    from nphcli.engine import cpu_decode
+
+    partials = cpu_decode.decode_partials(queries, keys, keys, scale=1.0, programs=2)
+    done.put(_fold(partials).tolist())  # plain numbers: a tensor would be shared by descriptor
+
+
+def test_a_forked_child_runs_the_kernel_on_threads_of_its_own(monkeypatch):
+    """The parent's thread pool is copied into a forked child without its threads: a child that
+    used it would wait forever (the join's limit only keeps a broken run from hanging CI)."""
+    import multiprocessing
+
+    from nphcli.engine import cpu_decode
+
+    monkeypatch.setattr(cpu_decode, "MIN_ROWS_PER_THREAD", 50)
+    keys = torch.randn(400, 16, generator=torch.Generator().manual_seed(4))
+    cpu_decode.decode_partials(keys[:1], keys, keys, scale=1.0, programs=2)  # the parent's pool
+    context = multiprocessing.get_context("fork")
+    done = context.Queue()
+    child = context.Process(target=_decode_in_child, args=(keys[:1], keys, done))
+    child.start()
+    child.join(120)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0
+    got = torch.tensor(done.get(timeout=5), dtype=torch.float64)
+    torch.testing.assert_close(got, _reference(keys[:1], keys, keys, 1.0), rtol=1e-5, atol=1e-6)
