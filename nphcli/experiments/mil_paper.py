@@ -208,10 +208,10 @@ def _record(dataset: str, label: str, protocol: Protocol, seed: int, fold: int, 
     }  # fmt: skip
 
 
-def _draws(protocol: Protocol, seed: int, fold: int) -> list[Hyper]:
+def _draws(protocol: Protocol, seed: int, fold: int) -> tuple[Hyper, ...]:
     """The hyper-parameters a fold of `seed` trains: the fixed point, or the search's draws."""
     if protocol.search == "fixed":
-        return [protocol.fixed]
+        return (protocol.fixed,)
     return search_draws(protocol.trials, seed=1 + seed * 1_000 + fold)
 
 

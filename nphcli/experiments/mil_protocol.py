@@ -12,6 +12,7 @@ docs/reproduction.md says why), instead of searching.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -51,7 +52,8 @@ class Hyper:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def search_draws(count: int, seed: int) -> list[Hyper]:
+@functools.cache  # asked once per (seed, fold), not again for every model that trains them
+def search_draws(count: int, seed: int) -> tuple[Hyper, ...]:
     """`count` trials of a random search of `SEARCH_SPACE` (Optuna's RandomSampler, seeded), all
     asked up front: their draws do not depend on results. The caller trains and keeps the best."""
     try:
@@ -61,9 +63,9 @@ def search_draws(count: int, seed: int) -> list[Hyper]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per study or trial
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     trials = [study.ask() for _ in range(count)]
-    return [
+    return tuple(
         Hyper(**{n: t.suggest_categorical(n, v) for n, v in SEARCH_SPACE.items()}) for t in trials
-    ]
+    )
 
 
 @dataclass(frozen=True)

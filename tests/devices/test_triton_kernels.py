@@ -149,7 +149,8 @@ def test_retrieval_through_the_kernels_equals_the_formula(
     got = model.retrieve(queries.to(device), keys.to(device), memory_budget=2**18).patterns
     want = _reference(queries, keys, keys, 6.0, params.get("heads", 1))
     torch.testing.assert_close(got.double().cpu(), want, rtol=1e-5, atol=1e-6)
-    assert blocks._KERNEL["failed"] is None and attention._DECODE["triton_kernels"]["failed"] is None
+    assert blocks._KERNEL["failed"] is None
+    assert attention._DECODE["triton_kernels"]["failed"] is None
     used = "decode_partials" if num_queries <= 1 else "softmax_step"
     assert len(calls[used]) >= (1 if used == "decode_partials" else 2)  # several blocks
 

@@ -6,11 +6,7 @@ import pytest
 import torch
 
 from nphcli.core.errors import NphError
-from nphcli.experiments.datasets import (
-    load_mil_csv,
-    load_mil_mat,
-    pad_bags,
-)
+from nphcli.experiments.datasets import load_mil_csv, load_mil_mat, pad_bags
 from nphcli.layers import NPHPooling
 from nphcli.models import create_model
 

@@ -265,6 +265,7 @@ def test_the_full_protocols_search_keeps_the_best_validation_auc_ties_by_loss(
 
 def test_only_the_full_protocol_needs_optuna(invoke, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
+    mil_protocol.search_draws.cache_clear()  # draws asked earlier would hide the import
     _csv(tmp_path, _bags(40))  # ≥ 10 bags of each class: the full protocol's 10 folds
     args = ("--data", tmp_path, "--out", tmp_path / "f", "--datasets", "ucsb")
     result = invoke("paper", "mil", *args, "--protocol", "full")

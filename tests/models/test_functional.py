@@ -18,13 +18,7 @@ from conftest import fmix32_reference
 from nphcli.core.errors import NphError
 from nphcli.engine.functional import entmax_bisect, masked_softmax, sparsemax
 from nphcli.engine.hashing import random_keys
-from nphcli.engine.masks import (
-    check_k,
-    floyd_subset,
-    random_mask,
-    resolve_k,
-    topk_mask,
-)
+from nphcli.engine.masks import check_k, floyd_subset, random_mask, resolve_k, topk_mask
 from nphcli.models import create_model
 
 
