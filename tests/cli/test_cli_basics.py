@@ -64,10 +64,7 @@ def test_a_narrow_output_encoding_gets_ascii_tables_not_a_traceback(tmp_path):
     memory = str(tmp_path / "m.safetensors")
     write_memory(memory, torch.eye(8, 4))
     retrieve = subprocess.run(
-        [*run, "retrieve", "--memory", memory],
-        env=env,
-        capture_output=True,
-        text=True,
+        [*run, "retrieve", "--memory", memory], env=env, capture_output=True, text=True
     )
     assert retrieve.returncode == 0, retrieve.stderr
     assert "Traceback" not in retrieve.stderr and "sse" in retrieve.stdout

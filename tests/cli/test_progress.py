@@ -56,8 +56,4 @@ def test_mil_reports_every_epoch_to_the_progress_callable(tmp_path, monkeypatch)
     )  # fmt: skip
     calls = []
     mil.run_experiment(config, tmp_path / "mil.jsonl", progress=lambda *a: calls.append(a))
-    assert calls == [
-        (4,),
-        *[(None, "dense M=3 run 0")] * 2,
-        *[(None, "sparse M=3 run 0")] * 2,
-    ]
+    assert calls == [(4,), *[(None, "dense M=3 run 0")] * 2, *[(None, "sparse M=3 run 0")] * 2]

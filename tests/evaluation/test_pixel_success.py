@@ -49,9 +49,7 @@ def test_noise_clip_is_the_clamped_plain_noise():
     patterns = torch.rand(5, 16, generator=generator)
     plain = corrupt(patterns, Corruption(noise=0.7), generator=torch.Generator().manual_seed(1))
     clipped = corrupt(
-        patterns,
-        Corruption(noise=0.7, noise_clip=True),
-        generator=torch.Generator().manual_seed(1),
+        patterns, Corruption(noise=0.7, noise_clip=True), generator=torch.Generator().manual_seed(1)
     )
     assert torch.equal(clipped.queries, plain.queries.clamp(0.0, 1.0))
     assert float(plain.queries.min()) < 0 and float(plain.queries.max()) > 1

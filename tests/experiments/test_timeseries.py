@@ -334,10 +334,7 @@ def test_no_train_needs_finished_runs(tmp_path, invoke):
 
 
 @pytest.mark.parametrize(
-    ("extra", "words"),
-    [
-        (["--models", "dense,bogus"], ["unknown model 'bogus'"]),
-    ],
+    ("extra", "words"), [(["--models", "dense,bogus"], ["unknown model 'bogus'"])]
 )
 def test_cli_refuses_before_training(tmp_path, invoke, extra, words):
     data = write_csv(tmp_path / "ETTh1.csv", sine(50))

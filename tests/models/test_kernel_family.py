@@ -16,11 +16,7 @@ from torch.utils._pytree import tree_leaves
 from nphcli.core.errors import NphError
 from nphcli.models import create_model, model_names
 
-KERNEL_MODELS = {
-    "linear": {},
-    "random-feature": {"features": 32},
-    "multihead": {"heads": 2},
-}
+KERNEL_MODELS = {"linear": {}, "random-feature": {"features": 32}, "multihead": {"heads": 2}}
 
 
 def _data(

@@ -347,9 +347,6 @@ def test_the_boundary_runs_along_cell_edges():
     from nphcli.presentation.plot import boundary_edges
 
     wins = np.array([[0.2, 0.9], [0.1, 0.8]])  # (y, x): the right column succeeds
-    assert boundary_edges(wins) == [
-        [(0.5, -0.5), (0.5, 0.5)],
-        [(0.5, 0.5), (0.5, 1.5)],
-    ]
+    assert boundary_edges(wins) == [[(0.5, -0.5), (0.5, 0.5)], [(0.5, 0.5), (0.5, 1.5)]]
     assert boundary_edges(np.array([[0.2, np.nan, 0.9]])) == []
     assert boundary_edges(np.array([[0.9], [0.1]])) == [[(-0.5, 0.5), (0.5, 0.5)]]

@@ -52,10 +52,7 @@ def test_options_are_derived_from_the_declarations_in_order():
         ("level", "float", 0.5, "corruption"),
         ("source", "path", None, "run"),
     ]
-    assert arguments(_Outer, {"count": 2, "level": 0.1, "source": "x"}) == {
-        "count": 2,
-        "file": "x",
-    }
+    assert arguments(_Outer, {"count": 2, "level": 0.1, "source": "x"}) == {"count": 2, "file": "x"}
     with pytest.raises(NphError, match=r"^count= must be a whole number ≥ 1, got 0$"):
         _Outer(count=0)
     with pytest.raises(NphError, match=r"^level= must be a fraction in \[0, 1\], got 2"):

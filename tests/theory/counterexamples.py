@@ -135,13 +135,7 @@ def corollary_top_scoring() -> dict[str, Any]:
     (fixed-point convergence of the sparse model at least as good as the dense one) relies on
     Corollary 4.1.
     """
-    rows = [
-        [1.0, 0.0, 0.0],
-        [0.7, 1.0, 0.0],
-        [0.7, -1.0, 0.0],
-        [-1.0, 0.0, 0.0],
-        [-1.0, 0.0, 0.1],
-    ]
+    rows = [[1.0, 0.0, 0.0], [0.7, 1.0, 0.0], [0.7, -1.0, 0.0], [-1.0, 0.0, 0.0], [-1.0, 0.0, 0.1]]
     return _example(
         rows,
         [1.0, 0.01, 0.0],
