@@ -278,8 +278,9 @@ def spread_text(cell: Cell, digits: int = 3) -> str:
 
 
 def seeds_text(cells: Iterable[Cell]) -> str:
-    """How many seeds the results of `cells` average: `1 seed`, `2 seeds`, `1–2 seeds`."""
-    counts = sorted({c.seeds for c in cells if c.seeds})
+    """How many seeds the models' results in `cells` average: `1 seed`, `2 seeds`, `1–2 seeds`
+    (a deterministic baseline's one evaluation is not a seed)."""
+    counts = sorted({c.seeds for c in cells if c.seeds and c.verdict != "baseline"})
     if not counts:
         return "no seeds"
     low, high = counts[0], counts[-1]

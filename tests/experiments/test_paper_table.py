@@ -198,6 +198,16 @@ def test_the_caption_counts_the_seeds_each_cell_has():
     )  # fmt: skip
     assert pt.seeds_text(cells) == "1–2 seeds"
     assert "mean of 1–2 seeds" in comparison_figure(table, cells)._suptitle.get_text()
+    series = pt.get_table("mts-result")
+    column = "ETTh1/96/MSE"
+    with_baseline = pt.compare(
+        series,
+        {("dense", column): [0.14, 0.15], ("repeat-last", column): [0.132]},
+        rows=["dense", "repeat-last"],
+        columns=[column],
+    )
+    assert with_baseline[1].verdict == "baseline"  # one evaluation, not one seed
+    assert pt.seeds_text(with_baseline) == "2 seeds"
 
 
 def test_help_quotes_the_measured_times_the_docs_report():
