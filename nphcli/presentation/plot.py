@@ -211,8 +211,7 @@ def _crosses(a: float, b: float) -> bool:
 
 
 def _save(figure: Any, out: str | os.PathLike, file_format: str, force: bool) -> Path:
-    """Write `figure` atomically. Every text is data (a label, a file name), so a `$` in it is a
-    dollar sign, never the start of TeX that matplotlib would fail to parse."""
+    """Write `figure` atomically, every text of it `plain`."""
     plain(figure)
     with atomic_write(out, force=force) as tmp:
         figure.savefig(tmp, format=file_format, dpi=DPI)
