@@ -8,6 +8,7 @@ written atomically.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 from nphcli.core.atomic import atomic_write
@@ -51,9 +52,7 @@ def plot_sizes(rows: list[dict[str, Any]], out: str | os.PathLike) -> None:
     figure, (axes,) = _figure(7.5, 4.5)
     largest = max(max(row["sizes"]) for row in rows)
     for column, row in enumerate(rows):
-        counts: dict[int, int] = {}
-        for s in row["sizes"]:
-            counts[s] = counts.get(s, 0) + 1
+        counts = Counter(row["sizes"])
         total = len(row["sizes"])
         sizes = sorted(counts)
         shares = [counts[s] / total for s in sizes]

@@ -211,8 +211,7 @@ def _crosses(a: float, b: float) -> bool:
 
 
 def _save(figure: Any, out: str | os.PathLike, file_format: str, force: bool) -> Path:
-    """Write `figure` atomically. Every text is data (a label, a file name), so a `$` in it is a
-    dollar sign, never the start of TeX that matplotlib would fail to parse."""
+    """Write `figure` atomically, every text of it `plain`."""
     plain(figure)
     with atomic_write(out, force=force) as tmp:
         figure.savefig(tmp, format=file_format, dpi=DPI)
@@ -345,18 +344,24 @@ def overlapping_texts(figure: Any) -> list[tuple[str, str]]:
 def heading(figure: Any, title: str | Any) -> None:
     """Set the figure's title at the top left: a given text as it is, or `title(chars)` wrapped
     to fewer characters a line until its box stays inside the figure and clear of the legend.
-    The y axis label, centred on the figure, is then centred below the title if it reached it."""
+    The y axis label, centred on the figure, is then centred below the title if it reached it.
+    One layout places the texts: the title's corner and the legend do not move with the title's
+    length, so each wrapping is measured by the renderer without laying out again."""
     chars = int(figure.bbox.width) // 6
-    for _ in range(12):
-        text = title if isinstance(title, str) else title(chars)
-        heading = figure.suptitle(text, fontsize=9, x=0.01, ha="left")
-        clashes = [pair for pair in overlapping_texts(figure) if text in pair]
-        inside = heading.get_window_extent().x1 <= 0.99 * figure.bbox.x1  # as far as x=0.01
-        if isinstance(title, str) or chars <= 20:
-            break
-        if inside and not any("legend" in pair for pair in clashes):
+    text = title if isinstance(title, str) else title(chars)
+    heading = figure.suptitle(text, fontsize=9, x=0.01, ha="left")
+    plain(figure)
+    figure.get_layout_engine().execute(figure)
+    renderer = figure.canvas.get_renderer()
+    legends = [legend.get_window_extent(renderer) for legend in figure.legends]
+    for _ in range(0 if isinstance(title, str) else 11):  # 12 wrappings at most
+        box = heading.get_window_extent(renderer)
+        inside = box.x1 <= 0.99 * figure.bbox.x1  # as far as x=0.01
+        if chars <= 20 or (inside and not any(box.overlaps(legend) for legend in legends)):
             break
         chars = max(20, int(chars * 0.85))
+        heading.set_text(title(chars))
+    box = heading.get_window_extent(renderer)
     label = figure._supylabel
-    if label is not None and heading.get_window_extent().overlaps(label.get_window_extent()):
-        label.set_y(heading.get_window_extent().y0 / 2 / figure.bbox.height)
+    if label is not None and box.overlaps(label.get_window_extent(renderer)):
+        label.set_y(box.y0 / 2 / figure.bbox.height)

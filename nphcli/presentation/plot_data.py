@@ -336,16 +336,17 @@ def independent(columns: list[str], rows: list[dict[str, Any]], given: list) -> 
     """`columns` less those that the rest (and the `given` columns) determine, such as Q and
     batch_size, which follow M: naming them would split no line and only lengthen names."""
     kept = list(columns)
-
-    def groups(names: list) -> int:
-        return len({tuple(short(row.get(c)) for c in names if c is not None) for row in rows})
-
     # a memory's own columns go first: M names a line better than the drawn shape 20x16
     for column in sorted(reversed(columns), key=lambda c: not c.startswith("memory")):
         rest = [c for c in kept if c != column]
-        if groups([*rest, *given]) == groups([*kept, *given]):
+        if groups(rows, [*rest, *given]) == groups(rows, [*kept, *given]):
             kept = rest
     return kept
+
+
+def groups(rows: list[dict[str, Any]], columns: list) -> int:
+    """How many value combinations of `columns` (a None column skipped) the rows hold."""
+    return len({tuple(short(row.get(c)) for c in columns if c is not None) for row in rows})
 
 
 def natural(name: str) -> tuple:

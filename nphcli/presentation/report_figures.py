@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
-from nphcli.presentation.plot_data import choose_x, independent, is_setting, natural, short
+from nphcli.presentation.plot_data import choose_x, groups, independent, is_setting, natural, short
 from nphcli.presentation.report_sections import metric_value
 
 LINES = 10  # lines in one figure's legend that a reader tells apart
@@ -67,7 +67,7 @@ def _phase(rows, x, y, varying, facet, drawn, notes) -> None:
     splits = _splits(rows, inner, PANELS)
     what = f"phase diagram: success over {x} and {y}"
     for where, subset in _figures(rows, splits, what, notes):
-        panels = _groups(subset, [c for c in inner if c not in splits]) or 1
+        panels = groups(subset, [c for c in inner if c not in splits]) or 1
         columns = math.ceil(math.sqrt(panels))
         size = (WIDTH, 200 + 320 * math.ceil(panels / columns))
         caption = what + (f" ({where})" if where else "")
@@ -76,15 +76,15 @@ def _phase(rows, x, y, varying, facet, drawn, notes) -> None:
 
 def _figures(rows, splits, what, notes):
     """(`where` words, rows) of each figure: one per combination of the `splits` values."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    per_key: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(tuple(short(row.get(c)) for c in splits), []).append(row)
-    if len(groups) > FIGURES:
-        notes.append(_narrow(rows, splits, what, len(groups)))
+        per_key.setdefault(tuple(short(row.get(c)) for c in splits), []).append(row)
+    if len(per_key) > FIGURES:
+        notes.append(_narrow(rows, splits, what, len(per_key)))
         return []
-    ordered = sorted(groups, key=lambda k: tuple(natural(v) for v in k))
+    ordered = sorted(per_key, key=lambda k: tuple(natural(v) for v in k))
     return [
-        (" ".join(f"{c}={v}" for c, v in zip(splits, key, strict=True)), groups[key])
+        (" ".join(f"{c}={v}" for c, v in zip(splits, key, strict=True)), per_key[key])
         for key in ordered
     ]
 
@@ -105,9 +105,8 @@ def _draw(rows, caption, notes, **options) -> list[tuple[str, bytes]]:
     from nphcli.presentation.plot import plot_results
 
     with tempfile.TemporaryDirectory(prefix="nph-report-") as folder:
-        path = Path(folder) / "figure.png"
         try:
-            plot_results(rows, path, **options)
+            path = plot_results(rows, Path(folder) / "figure.png", **options)
         except NphError as error:
             notes.append(f"{caption}: {error}")
             return []
@@ -123,7 +122,7 @@ def _splits(rows, columns, most) -> list[str]:
         for chosen in itertools.combinations(columns, size):
             inner = [c for c in columns if c not in chosen]
             if _worst(rows, inner, list(chosen)) <= most:
-                found = (_groups(rows, list(chosen)), size, list(chosen))
+                found = (groups(rows, list(chosen)), size, list(chosen))
                 best = found if best is None or found[:2] < best[:2] else best
     if best is None:  # nothing small enough: as split as allowed, for the note to say so
         return list(columns[:4])
@@ -143,11 +142,7 @@ def _worst(rows, inner, outer) -> int:
     parts: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
         parts.setdefault(tuple(short(row.get(c)) for c in outer), []).append(row)
-    return max(_groups(part, inner) for part in parts.values())
-
-
-def _groups(rows, columns) -> int:
-    return len({tuple(short(row.get(c)) for c in columns) for row in rows})
+    return max(groups(part, inner) for part in parts.values())
 
 
 def _numeric(rows, column) -> bool:

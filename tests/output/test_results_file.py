@@ -22,9 +22,9 @@ def sweep(invoke, pool, out, sizes, *extra):
 
 
 @pytest.mark.slow
-def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_path, pool):
-    """Two real processes: one holds the results file's lock, the sweep started second fails
-    in one line naming the holder, and runs once the holder is gone."""
+def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_path, pool, invoke):
+    """Two real processes: one holds the results file's lock, the sweep started second (in this
+    test's process) fails in one line naming the holder, and runs once the holder is gone."""
     out = tmp_path / "s.csv"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     holder = subprocess.Popen(
@@ -41,15 +41,12 @@ def test_a_second_writer_is_refused_while_another_process_holds_the_file(tmp_pat
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        command = [sys.executable, "-m", "nphcli", "sweep", "--dataset", str(pool), *TINY]
-        command += ["--sizes", "5", "--out", str(out)]
-        second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-        assert_one_error_line(second, f"pid {holder.pid}", "being written")
+        assert_one_error_line(sweep(invoke, pool, out, "5"), f"pid {holder.pid}", "being written")
         assert not out.exists()  # the refused sweep wrote nothing
     finally:
         holder.communicate("", timeout=60)  # stdin closed: the holder exits
-    again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert again.returncode == 0, again.stderr
+    again = sweep(invoke, pool, out, "5")
+    assert again.exit_code == 0, again.stderr
     assert len(read_results(out).rows) == 2 * 2
     assert not lock_path(out).exists()  # released and removed
 
