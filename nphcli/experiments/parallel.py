@@ -40,8 +40,11 @@ def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]
     import torch
 
     threads = max(1, torch.get_num_threads() // jobs)  # this process's threads, shared out
-    # spawn: a forked child of a process that has run torch's thread pools can hang
-    context = multiprocessing.get_context("spawn")
+    # Not forked from this process: a forked child of a process that has run torch's thread
+    # pools can hang. The fork server has only imported the tasks' modules (torch among them),
+    # once, rather than once in each of `jobs` fresh interpreters.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(sorted({fn.__module__ for fn, _ in tasks}))
     with ProcessPoolExecutor(
         jobs, mp_context=context, initializer=_set_threads, initargs=(threads,)
     ) as pool:
