@@ -7,11 +7,9 @@ parameters below only pick settings that exercise each model's paths (e.g. gathe
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
-from conftest import family_params, real_valued_models
+from conftest import family_params, real_valued_models, tensors_in
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nphcli.core.errors import NphError
@@ -246,24 +244,14 @@ class _LargestTensor(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         # Most ops make nothing larger than the largest so far: their inputs need no look.
-        larger = [t.untyped_storage() for t in _tensors(out)]
+        larger = [t.untyped_storage() for t in tensors_in(out)]
         larger = [s for s in larger if s.nbytes() > self.largest]
         if larger:
-            inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+            inputs = {t.untyped_storage().data_ptr() for t in tensors_in((args, kwargs))}
             for storage in larger:
                 if storage.data_ptr() not in inputs:
                     self.largest = max(self.largest, storage.nbytes())
         return out
-
-
-def _tensors(value) -> Iterator[torch.Tensor]:
-    """The tensors in an aten op's arguments or results (tensors in lists, tuples and dicts):
-    what `tree_leaves` finds, without its generic walk, which cost most of a recorded run."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple, dict)):
-        for item in value.values() if isinstance(value, dict) else value:
-            yield from _tensors(item)
 
 
 class _OpaqueBank(MemoryBank):
