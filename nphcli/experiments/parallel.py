@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import torch
+
 from nphcli.core.errors import NphError
 
 Task = tuple[Callable[..., Any], tuple[Any, ...]]
@@ -37,13 +39,13 @@ def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    import torch
-
     threads = max(1, torch.get_num_threads() // jobs)  # this process's threads, shared out
-    # spawn: a forked child of a process that has run torch's thread pools can hang
-    context = multiprocessing.get_context("spawn")
+    # A fork server that imported the tasks' modules once, not `jobs` fresh interpreters; never a
+    # fork of this process (a forked child of one that has run torch's thread pools can hang).
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(sorted({fn.__module__ for fn, _ in tasks}))
     with ProcessPoolExecutor(
-        jobs, mp_context=context, initializer=_set_threads, initargs=(threads,)
+        jobs, mp_context=context, initializer=torch.set_num_threads, initargs=(threads,)
     ) as pool:
         pending = {pool.submit(fn, *args): index for index, (fn, args) in enumerate(tasks)}
         try:
@@ -52,14 +54,7 @@ def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]
                 for future in done:
                     yield pending.pop(future), future.result()
         finally:
-            for future in pending:
-                future.cancel()
-
-
-def _set_threads(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
+            pool.shutdown(cancel_futures=True)  # waits only for the trainings already running
 
 
 def _on_ray(tasks: Sequence[Task], address: str) -> Iterator[tuple[int, Any]]:
@@ -88,5 +83,5 @@ def _on_ray(tasks: Sequence[Task], address: str) -> Iterator[tuple[int, Any]]:
 
 
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    _set_threads(1)
+    torch.set_num_threads(1)
     return fn(*args)

@@ -22,7 +22,7 @@ from torch import Tensor
 from nphcli.core.devices import canonical_device
 from nphcli.core.errors import NphError
 from nphcli.memory.bank import MemoryBank
-from nphcli.memory.format import layout_of, open_safetensors
+from nphcli.memory.format import all_finite, layout_of, open_safetensors
 
 
 class StreamedBank(MemoryBank):
@@ -127,7 +127,7 @@ class StreamedBank(MemoryBank):
         return self._checked(rows[inverse], name, None)
 
     def _checked(self, block: Tensor, name: str, start: int | None) -> Tensor:
-        if not torch.isfinite(block).all():
+        if not all_finite(block):
             where = f" in rows from {start}" if start is not None else ""
             raise NphError(f"{self.path}: '{name}' contains NaN or infinite values{where}")
         block = block.to(dtype=self.dtype)

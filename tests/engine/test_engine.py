@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import family_params, real_valued_models
+from conftest import family_params, real_valued_models, tensors_in
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from nphcli.core.errors import NphError
 from nphcli.engine.attention import SDPA_MATH, fused_attention_choice, fused_attention_chosen
@@ -244,14 +243,12 @@ class _LargestTensor(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        inputs = {
-            leaf.untyped_storage().data_ptr()
-            for leaf in tree_leaves((args, kwargs))
-            if isinstance(leaf, torch.Tensor)
-        }
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                storage = leaf.untyped_storage()
+        # Most ops make nothing larger than the largest so far: their inputs need no look.
+        larger = [t.untyped_storage() for t in tensors_in(out)]
+        larger = [s for s in larger if s.nbytes() > self.largest]
+        if larger:
+            inputs = {t.untyped_storage().data_ptr() for t in tensors_in((args, kwargs))}
+            for storage in larger:
                 if storage.data_ptr() not in inputs:
                     self.largest = max(self.largest, storage.nbytes())
         return out

@@ -41,11 +41,27 @@ def test_tasks_run_in_order_in_one_process_and_jobs_must_be_positive():
 
 
 CONFIG = replace(TINY, runs=2, variants=("dense", "linear"))
+MODELS = ["dense", "linear"]  # of the MIL runs
+# 200 rows: 8 batches an epoch, distinct records for each variant and run. Where a training runs
+# cannot change them however many batches it has (each seeds all it draws from its arguments).
+ROWS = 200
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """A folder with the time series (s.csv) and MIL bags, their records in one process
+    (one.jsonl, mil/runs.jsonl), and the MIL run's per-seed results: what every way of running
+    them in parallel must write and return."""
+    folder = tmp_path_factory.mktemp("one")
+    data = write_csv(folder / "s.csv", sine(ROWS, period=100))
+    timeseries_run.run_experiment(CONFIG, data, folder / "one.jsonl")
+    _csv(folder, _bags(16))
+    return folder, mil_paper.run(MIL_TINY, folder, folder / "mil", models=MODELS)[0]
 
 
 @pytest.mark.slow  # trains 5 tiny networks: seconds on a busy machine
 def test_a_killed_time_series_run_resumes_without_redoing_finished_trainings(tmp_path, monkeypatch):
-    data = write_csv(tmp_path / "s.csv", sine(400, period=100))
+    data = write_csv(tmp_path / "s.csv", sine(ROWS, period=100))
     out = tmp_path / "runs.jsonl"
     trained = []
     real = timeseries_run.train_one
@@ -66,37 +82,32 @@ def test_a_killed_time_series_run_resumes_without_redoing_finished_trainings(tmp
 
 
 @pytest.mark.slow
-def test_jobs_write_the_same_time_series_records_as_one_process(tmp_path):
-    data = write_csv(tmp_path / "s.csv", sine(400, period=100))
-    timeseries_run.run_experiment(CONFIG, data, tmp_path / "one.jsonl")
-    timeseries_run.run_experiment(CONFIG, data, tmp_path / "two.jsonl", jobs=2)
-    assert _lines(tmp_path / "two.jsonl") == _lines(tmp_path / "one.jsonl")
+def test_jobs_write_the_same_time_series_records_as_one_process(one_process, tmp_path):
+    folder, _ = one_process
+    timeseries_run.run_experiment(CONFIG, folder / "s.csv", tmp_path / "two.jsonl", jobs=2)
+    assert _lines(tmp_path / "two.jsonl") == _lines(folder / "one.jsonl")
 
 
 @pytest.mark.slow
-def test_jobs_write_the_same_mil_trainings_as_one_process(tmp_path):
-    _csv(tmp_path, _bags(16))
-    one = mil_paper.run(MIL_TINY, tmp_path, tmp_path / "one", models=["dense", "linear"])
-    two = mil_paper.run(MIL_TINY, tmp_path, tmp_path / "two", models=["dense", "linear"], jobs=2)
-    assert one[0] == two[0]
+def test_jobs_write_the_same_mil_trainings_as_one_process(one_process, tmp_path):
+    folder, one = one_process
+    two = mil_paper.run(MIL_TINY, folder, tmp_path / "two", models=MODELS, jobs=2)
+    assert one == two[0]
     key = lambda r: (r["seed"], r["model"], r["fold"])  # noqa: E731
     assert sorted(_lines(tmp_path / "two" / "runs.jsonl"), key=key) == sorted(
-        _lines(tmp_path / "one" / "runs.jsonl"), key=key
+        _lines(folder / "mil" / "runs.jsonl"), key=key
     )
 
 
 @pytest.mark.slow
-def test_a_local_ray_instance_writes_the_same_records_as_one_process(tmp_path):
+def test_a_local_ray_instance_writes_the_same_records_as_one_process(one_process, tmp_path):
     ray = pytest.importorskip("ray")
-    data = write_csv(tmp_path / "s.csv", sine(400, period=100))
-    timeseries_run.run_experiment(CONFIG, data, tmp_path / "one.jsonl")
+    folder, one = one_process
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        timeseries_run.run_experiment(CONFIG, data, tmp_path / "ray.jsonl", ray="auto")
-        _csv(tmp_path, _bags(16))
-        models = ["dense", "linear"]
-        on_ray = mil_paper.run(MIL_TINY, tmp_path, tmp_path / "mil", models=models, ray="auto")
+        timeseries_run.run_experiment(CONFIG, folder / "s.csv", tmp_path / "ray.jsonl", ray="auto")
+        on_ray = mil_paper.run(MIL_TINY, folder, tmp_path / "mil", models=MODELS, ray="auto")
     finally:
         ray.shutdown()
-    assert _lines(tmp_path / "ray.jsonl") == _lines(tmp_path / "one.jsonl")
-    assert on_ray[0] == mil_paper.run(MIL_TINY, tmp_path, tmp_path / "mil1", models=models)[0]
+    assert _lines(tmp_path / "ray.jsonl") == _lines(folder / "one.jsonl")
+    assert on_ray[0] == one

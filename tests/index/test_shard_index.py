@@ -257,7 +257,7 @@ def test_a_dead_rank_fails_the_indexed_query_naming_it(scene):
 
 
 @pytest.mark.slow
-def test_cli_workers_report_recall_against_exhaustive(scene, tmp_path):
+def test_cli_workers_report_recall_against_exhaustive(scene, tmp_path, invoke):
     import subprocess
     import sys
 
@@ -273,14 +273,9 @@ def test_cli_workers_report_recall_against_exhaustive(scene, tmp_path):
     assert report["distributed"]["ranks"] == 2
     assert report["index"]["check_exact"]["recall_at_k"] == 1.0  # every list probed
     assert len(report["distributed"]["peak_rss_bytes"]) == 2
-    missing = manifest.parent / "nothing.json"
-    done = subprocess.run(
-        [*args[:4], str(missing), *args[5:], "--workers", "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert_one_error_line(done, str(missing))
+    missing = manifest.parent / "nothing.json"  # refused before any worker starts
+    done = invoke("retrieve", "--memory", missing, *args[6:], "--workers", "2")
+    assert_one_error_line(done, str(missing), "not found")
 
 
 def test_kind_must_be_known(scene):

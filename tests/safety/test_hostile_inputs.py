@@ -18,6 +18,7 @@ from conftest import assert_one_error_line
 from nphcli.core.errors import NphError
 from nphcli.core.jsontext import parse_json
 from nphcli.memory.file import save_memory
+from nphcli.memory.format import all_finite
 from nphcli.memory.shards import MAX_MANIFEST_BYTES, write_shards
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -100,6 +101,19 @@ def test_hostile_memory_file(invoke, tmp_path, case, make, words):
     path = make(tmp_path / "bad.safetensors")
     for command in (["info", path], ["retrieve", "--memory", path, "--stream"]):
         assert_one_error_line(invoke(*command), *words)
+
+
+def test_finite_check_is_exact_where_its_quick_sum_overflows():
+    """`all_finite` trusts one sum when it is finite; finite rows whose sum overflows (float32
+    near its maximum, float16 past 65504) are not refused, and a non-finite entry always is."""
+    big = torch.full((4, 3), 3e38)
+    half = torch.full((8,), 6e4, dtype=torch.float16)
+    assert all_finite(big) and all_finite(half) and all_finite(torch.empty(0, 3))
+    for tensor in (big, half, torch.randn(5, 3)):
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            spoiled = tensor.clone()
+            spoiled[-1] = bad
+            assert not all_finite(spoiled), (tensor.dtype, bad)
 
 
 def test_parse_json_bounds():
