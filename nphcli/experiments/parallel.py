@@ -42,8 +42,12 @@ def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]
     threads = max(1, torch.get_num_threads() // jobs)  # this process's threads, shared out
     # A fork server that imported the tasks' modules once, not `jobs` fresh interpreters; never a
     # fork of this process (a forked child of one that has run torch's thread pools can hang).
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(sorted({fn.__module__ for fn, _ in tasks}))
+    # Windows has no fork server: fresh interpreters there.
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("spawn")
+    else:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(sorted({fn.__module__ for fn, _ in tasks}))
     with ProcessPoolExecutor(
         jobs, mp_context=context, initializer=torch.set_num_threads, initargs=(threads,)
     ) as pool:
