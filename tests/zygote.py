@@ -23,6 +23,7 @@ import runpy
 import select
 import socket
 import sys
+import types
 
 for name in ("torch", "safetensors.torch", "nphcli.cli.app", "nphcli.memory.open", "faiss"):
     if name != "faiss" or importlib.util.find_spec(name):  # faiss: the ann extra
@@ -84,10 +85,14 @@ if request["headroom"] is not None:  # cap the address space at what the imports
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 args = request["args"]
 del request
+# sys.path[0] and __main__ as `python -c` and `python -m` set them: multiprocessing's spawned
+# workers run the main module's file again, which must not be this one.
 if args[0] == "-c":  # as `python -c CODE ARGS`
-    sys.argv = args[1:]
-    sys.argv[0] = "-c"
-    exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
+    sys.argv = ["-c", *args[2:]]
+    sys.path[0] = ""
+    sys.modules["__main__"] = main = types.ModuleType("__main__")
+    exec(compile(args[1], "<string>", "exec"), main.__dict__)
 else:
     sys.argv = ["nph", *args]
+    sys.path[0] = os.getcwd()
     runpy.run_module("nphcli", run_name="__main__", alter_sys=True)
