@@ -261,11 +261,33 @@ class ZygoteChild:
         return texts.get(0), texts.get(1)
 
 
+class FreshInterpreters:
+    """`Zygote`'s interface where there is no fork or pidfd (Windows, macOS): each command in a
+    fresh interpreter, as `python -m nphcli ARGS` (or `python -c CODE ARGS`)."""
+
+    def popen(self, *args: object, env=None, headroom=None, **streams) -> subprocess.Popen:
+        assert headroom is None, "a cap on address space needs the zygote (Linux)"
+        words = [str(a) for a in args]
+        command = [sys.executable, *([] if words[0] == "-c" else ["-m", "nphcli"]), *words]
+        env = {**(os.environ if env is None else env), "PYTHONPATH": str(Path(__file__).parents[1])}
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        streams = {"stdin": subprocess.DEVNULL, **pipes, **streams}
+        return subprocess.Popen(command, env=env, text=True, start_new_session=True, **streams)
+
+    def run(self, *args: object, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+        child = self.popen(*args, **kwargs)
+        out, err = child.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(args, child.returncode, out, err)
+
+    def close(self) -> None:
+        pass
+
+
 @pytest.fixture(scope="session")
 def zygote():
     """One preloaded process per test session (each xdist worker) that forks real `nph`
-    processes (`Zygote`)."""
-    process = Zygote()
+    processes (`Zygote`); fresh interpreters where it cannot (`FreshInterpreters`)."""
+    process = Zygote() if hasattr(os, "pidfd_open") else FreshInterpreters()
     yield process
     process.close()
 
