@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
 import weakref
 from pathlib import Path
 
@@ -105,6 +111,185 @@ def invoke(runner):
         return runner.invoke(app, [str(a) for a in args], **kwargs)
 
     return run
+
+
+class Zygote:
+    """Starts real `nph` processes as forks of one process that imported torch and the CLI once
+    (tests/zygote.py): about 3 s of imports less per process. `popen` answers like
+    `subprocess.Popen`: a real child with its own pid, exit status, pipes and session (it leads a
+    session of its own, as with `start_new_session=True`, so a test may signal its group).
+
+    Not for a test about a fresh interpreter's start-up: what happens while importing, `python -m
+    nphcli` itself, environment variables read at import (the zygote imported with its own
+    environment; a child gets the one given here), or anything torch set up before the fork."""
+
+    def __init__(self) -> None:
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "OMP_NUM_THREADS": "1",  # no thread pool to copy into the forks
+            "MALLOC_ARENA_MAX": "2",  # each thread's malloc arena reserves 64 MiB of address space
+        }
+        script = Path(__file__).with_name("zygote.py")
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        theirs.close()
+        self.exits: dict[int, int] = {}
+        self.requests = 0
+
+    def receive(self, timeout: float | None) -> dict | None:
+        """The zygote's next message (a pid started, or a child's exit status), None if none
+        came within `timeout` seconds."""
+        ready, _, _ = select.select([self.channel], [], [], timeout)
+        if not ready:
+            return None
+        message = json.loads(self.channel.recv(1 << 16) or b"null")
+        assert message is not None, "the zygote ended"
+        if "exit" in message:
+            self.exits[message["id"]] = message["exit"]
+        return message
+
+    def popen(
+        self,
+        *args: object,
+        cwd: Path | str | None = None,
+        env: dict[str, str] | None = None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        headroom: int | None = None,
+    ) -> ZygoteChild:
+        """`nph ARGS` (or `-c CODE ARGS`, as `python -c`) in a fork; `headroom` caps its address
+        space at what the imports use plus that many bytes."""
+        ours, theirs = [], []
+        for number, stream in enumerate((stdin, stdout, stderr)):
+            if stream == subprocess.PIPE:
+                read, write = os.pipe()
+                ours.append(open(write if number == 0 else read, "w" if number == 0 else "r"))
+                theirs.append(read if number == 0 else write)
+            else:
+                ours.append(None)
+                if stream == subprocess.DEVNULL:
+                    theirs.append(os.open(os.devnull, os.O_RDWR))
+                else:  # None (this process's own), a descriptor or a file
+                    fd = stream.fileno() if hasattr(stream, "fileno") else stream
+                    theirs.append(os.dup(number if fd is None else fd))
+        self.requests += 1
+        request = {
+            "id": self.requests,
+            "args": [str(a) for a in args],
+            "cwd": str(cwd or os.getcwd()),
+            "env": dict(os.environ if env is None else env),
+            "headroom": headroom,
+        }
+        socket.send_fds(self.channel, [json.dumps(request).encode()], theirs)
+        for fd in theirs:
+            os.close(fd)
+        while (message := self.receive(None)) and message.get("pid") is None:
+            pass
+        assert message["id"] == self.requests
+        return ZygoteChild(self, self.requests, message["pid"], args, *ours)
+
+    def run(self, *args: object, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+        """`popen`, then its output and exit status, as `subprocess.run(capture_output=True,
+        text=True)` does."""
+        child = self.popen(*args, **kwargs)
+        out, err = child.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(args, child.returncode, out, err)
+
+    def close(self) -> None:
+        self.channel.close()
+        self.process.wait(timeout=60)
+
+
+class ZygoteChild:
+    """A child of the zygote, as much of `subprocess.Popen` as the tests use."""
+
+    def __init__(self, zygote: Zygote, number: int, pid: int, args, stdin, stdout, stderr):
+        self.zygote, self.number, self.pid, self.args = zygote, number, pid, args
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self.zygote.exits.get(self.number)
+
+    def poll(self) -> int | None:
+        while self.returncode is None and self.zygote.receive(0) is not None:
+            pass
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if self.zygote.receive(left) is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # not a pid that may have been given to another process since
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str | None, str | None]:
+        """Reads stdout and stderr to their ends (each in a thread: neither pipe fills while the
+        other is read), then waits for the exit."""
+        if self.stdin is not None:
+            self.stdin.close()
+        texts: dict[int, str] = {}
+        readers = [
+            threading.Thread(target=lambda i=i, s=s: texts.__setitem__(i, s.read()), daemon=True)
+            for i, s in enumerate((self.stdout, self.stderr))
+            if s is not None
+        ]
+        for reader in readers:
+            reader.start()
+        self.wait(timeout)
+        for reader in readers:
+            reader.join(timeout)
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        return texts.get(0), texts.get(1)
+
+
+class FreshInterpreters:
+    """`Zygote`'s interface where there is no fork or pidfd (Windows, macOS): each command in a
+    fresh interpreter, as `python -m nphcli ARGS` (or `python -c CODE ARGS`)."""
+
+    def popen(self, *args: object, env=None, headroom=None, **streams) -> subprocess.Popen:
+        assert headroom is None, "a cap on address space needs the zygote (Linux)"
+        words = [str(a) for a in args]
+        command = [sys.executable, *([] if words[0] == "-c" else ["-m", "nphcli"]), *words]
+        env = {**(os.environ if env is None else env), "PYTHONPATH": str(Path(__file__).parents[1])}
+        pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        streams = {"stdin": subprocess.DEVNULL, **pipes, **streams}
+        return subprocess.Popen(command, env=env, text=True, start_new_session=True, **streams)
+
+    def run(self, *args: object, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+        child = self.popen(*args, **kwargs)
+        out, err = child.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(args, child.returncode, out, err)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def zygote():
+    """One preloaded process per test session (each xdist worker) that forks real `nph`
+    processes (`Zygote`); fresh interpreters where it cannot (`FreshInterpreters`)."""
+    process = Zygote() if hasattr(os, "pidfd_open") else FreshInterpreters()
+    yield process
+    process.close()
 
 
 def assert_one_error_line(result, *words: str, code: int = 2, stdout: bool = False) -> str:

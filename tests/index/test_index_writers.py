@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -49,26 +48,19 @@ main()
 """
 
 
-def start(folder: Path, args: list, mode: str | None = None) -> subprocess.Popen:
+def start(zygote, folder: Path, args: list, mode: str | None = None):
+    """`nph ARGS` in `folder`, a child of the zygote; its stderr goes to a file (`stderr`)."""
     env = {**os.environ, "NPH_TEST_FLAG": str(folder / "flag"), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "nphcli"]
     if mode is not None:
         env["NPH_TEST_MODE"] = mode
-        command = [sys.executable, "-c", WRAPPER]
+        args = ["-c", WRAPPER, *args]
     log = open(folder / f"stderr-{len(list(folder.glob('stderr-*')))}.txt", "w+")  # noqa: SIM115
-    process = subprocess.Popen(
-        [*command, *map(str, args)],
-        cwd=folder,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
+    process = zygote.popen(*args, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=log)
     process.log = log
     return process
 
 
-def wait_for(condition, process: subprocess.Popen, timeout: float = 120.0) -> None:
+def wait_for(condition, process, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if process.poll() is not None:
@@ -78,7 +70,7 @@ def wait_for(condition, process: subprocess.Popen, timeout: float = 120.0) -> No
         time.sleep(0.01)
 
 
-def stderr(process: subprocess.Popen) -> str:
+def stderr(process) -> str:
     process.log.seek(0)
     return process.log.read()
 
@@ -90,10 +82,10 @@ def shard_set(tmp_path):
     return write_shards(tmp_path / "memory.safetensors", tmp_path / "set", parts=2)
 
 
-def test_two_runs_on_one_manifest_both_keep_their_record(shard_set, tmp_path, invoke):
-    first = start(tmp_path, ["index", shard_set, "--kind", "ivf", "--lists", "4"], "hold")
+def test_two_runs_on_one_manifest_both_keep_their_record(zygote, shard_set, tmp_path, invoke):
+    first = start(zygote, tmp_path, ["index", shard_set, "--kind", "ivf", "--lists", "4"], "hold")
     wait_for((tmp_path / "flag.ready").exists, first)  # holds the lock, mid-build
-    second = start(tmp_path, ["index", shard_set, "--kind", "hnsw"])
+    second = start(zygote, tmp_path, ["index", shard_set, "--kind", "hnsw"])
     wait_for(lambda: "waiting for another nph process" in stderr(second), second)
     (tmp_path / "flag.go").touch()
     assert first.wait(timeout=120) == 0, stderr(first)
@@ -105,11 +97,11 @@ def test_two_runs_on_one_manifest_both_keep_their_record(shard_set, tmp_path, in
         assert result.exit_code == 0, result.stderr
 
 
-def test_a_killed_rebuild_keeps_the_working_index(shard_set, tmp_path, invoke):
+def test_a_killed_rebuild_keeps_the_working_index(zygote, shard_set, tmp_path, invoke):
     assert invoke("index", shard_set, "--kind", "ivf", "--lists", "4").exit_code == 0
     before = shard_set.read_bytes()
     files = set(os.listdir(shard_set.parent))
-    killed = start(tmp_path, ["index", shard_set, "--kind", "ivf", "--force"], "kill")
+    killed = start(zygote, tmp_path, ["index", shard_set, "--kind", "ivf", "--force"], "kill")
     assert killed.wait(timeout=120) == -signal.SIGKILL
     assert shard_set.read_bytes() == before
     new = {name for name in set(os.listdir(shard_set.parent)) - files if name[0] != "."}

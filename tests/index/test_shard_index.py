@@ -257,24 +257,19 @@ def test_a_dead_rank_fails_the_indexed_query_naming_it(scene):
 
 
 @pytest.mark.slow
-def test_cli_workers_report_recall_against_exhaustive(scene, tmp_path, invoke):
-    import subprocess
-    import sys
-
+def test_cli_workers_report_recall_against_exhaustive(zygote, scene, tmp_path, invoke):
     manifest = scene[0]
-    args = [sys.executable, "-m", "nphcli", "retrieve", "--memory", str(manifest), "--model"]
-    args += ["topk", "--k", "5", "--index", "ivf", "--nprobe", "16", "--queries", "20"]
+    args = ["retrieve", "--memory", str(manifest), "--model", "topk", "--k", "5", "--index"]
+    args += ["ivf", "--nprobe", "16", "--queries", "20"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [*args, "--workers", "2", "--json"], capture_output=True, text=True, env=env
-    )
+    done = zygote.run(*args, "--workers", "2", "--json", env=env)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)["config"]
     assert report["distributed"]["ranks"] == 2
     assert report["index"]["check_exact"]["recall_at_k"] == 1.0  # every list probed
     assert len(report["distributed"]["peak_rss_bytes"]) == 2
     missing = manifest.parent / "nothing.json"  # refused before any worker starts
-    done = invoke("retrieve", "--memory", missing, *args[6:], "--workers", "2")
+    done = invoke("retrieve", "--memory", missing, *args[3:], "--workers", "2")
     assert_one_error_line(done, str(missing), "not found")
 
 

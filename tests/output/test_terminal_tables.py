@@ -6,9 +6,7 @@ import contextlib
 import io
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +16,6 @@ from rich.console import Console
 from nphcli.cli import render
 from nphcli.evaluation.metrics import summarize
 from nphcli.sweeps.summary import mean_std
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_wide_numeric_table_on_an_80_column_terminal_keeps_every_number(monkeypatch):
@@ -121,20 +117,14 @@ def test_a_table_into_a_closed_pipe_raises_broken_pipe_for_the_exit_path():
         stream.close()
 
 
-@pytest.mark.slow  # a fresh interpreter importing torch: seconds
-def test_a_table_cut_short_by_head_exits_141(small_memory, tmp_path):
-    command = [sys.executable, "-m", "nphcli", "retrieve", "--memory", str(small_memory)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(
-        [*command, "--per-query", "--queries", "60"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=tmp_path,
-    )
+@pytest.mark.slow  # a real process (a fork of the zygote) writing into a pipe
+def test_a_table_cut_short_by_head_exits_141(zygote, small_memory, tmp_path):
+    command = ["retrieve", "--memory", str(small_memory), "--per-query", "--queries", "60"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = zygote.popen(*command, env=env, cwd=tmp_path)
     assert process.stdout.readline()
     process.stdout.close()  # as head does after its lines
-    stderr = process.stderr.read().decode()
+    stderr = process.stderr.read()
     assert process.wait(timeout=120) == 141, stderr
     assert "Traceback" not in stderr and "Error" not in stderr
 

@@ -389,13 +389,9 @@ def test_debug_environment_variable(invoke, scene, monkeypatch):
 
 
 @pytest.mark.slow
-def test_debug_traceback_in_a_real_process(scene):
-    import subprocess
-    import sys
-
+def test_debug_traceback_in_a_real_process(zygote, scene):
     env = {k: v for k, v in os.environ.items() if k != "NPH_DEBUG"}
-    command = [sys.executable, "-m", "nphcli", "--debug", "info", "nope.safetensors"]
-    debug = subprocess.run(command, capture_output=True, text=True, env=env)
+    debug = zygote.run("--debug", "info", "nope.safetensors", env=env)
     assert debug.returncode == 2
     assert "Traceback" in debug.stderr and "NphError" in debug.stderr
     assert debug.stderr.strip().splitlines()[-1].endswith("create one with `nph store`")

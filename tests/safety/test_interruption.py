@@ -1,6 +1,7 @@
 """Killing nph mid-write (SIGKILL, SIGINT) leaves the old file or the complete new one.
 
-Real `nph` processes are started and signalled. To kill them at exact moments, a small wrapper
+Real `nph` processes are started and signalled (forks of the `zygote` fixture's preloaded
+process, each in a session of its own). To kill them at exact moments, a small wrapper
 makes nph's memory writer (or a sweep's evaluation) pause at a chosen point and say so by
 creating a file; the parent waits for that file, then sends the signal.
 """
@@ -82,26 +83,17 @@ main()
 """
 
 
-def start(folder: Path, args: list[str], stage: str | None = None) -> subprocess.Popen:
+def start(zygote, folder: Path, args: list[str], stage: str | None = None):
+    """`nph ARGS` in `folder`, a child of the zygote with stdout and stderr piped."""
     env = {**os.environ, "NPH_DATA": str(folder / "data"), "PYTHONUNBUFFERED": "1"}
     env.pop("NPH_DEBUG", None)
-    if stage is None:
-        command = [sys.executable, "-m", "nphcli", *args]
-    else:
+    if stage is not None:
         env["NPH_TEST_STAGE"], env["NPH_TEST_READY"] = stage, str(folder.parent / "ready")
-        command = [sys.executable, "-c", WRAPPER, *args]
-    return subprocess.Popen(
-        command,
-        cwd=folder,
-        env=env,
-        stdin=subprocess.DEVNULL,  # not the test runner's own stdin (xdist's channel)
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+        args = ["-c", WRAPPER, *args]
+    return zygote.popen(*args, cwd=folder, env=env)
 
 
-def wait_for(condition, process: subprocess.Popen, timeout: float = 600.0) -> None:
+def wait_for(condition, process, timeout: float = 600.0) -> None:
     """Wait for `condition` (an event: a file, a line, processes started); `timeout` only
     stops a test that would otherwise hang, far beyond what a busy machine takes."""
     deadline = time.monotonic() + timeout
@@ -138,11 +130,14 @@ def workplaces(tmp_path):
 STORE = ["store", "random", "--n", "300", "--dim", "16", "--out", "mem.safetensors", "--force"]
 
 
-def test_kill_9_at_each_moment_of_a_write_keeps_the_old_file(workplaces, invoke, monkeypatch):
+def test_kill_9_at_each_moment_of_a_write_keeps_the_old_file(
+    zygote, workplaces, invoke, monkeypatch
+):
     stages = ["empty", "half", "full"]
     places = workplaces(len(stages))
     processes = [
-        start(folder, STORE, stage) for (folder, _), stage in zip(places, stages, strict=True)
+        start(zygote, folder, STORE, stage)
+        for (folder, _), stage in zip(places, stages, strict=True)
     ]
     for (folder, old), process in zip(places, processes, strict=True):
         wait_for((folder.parent / "ready").exists, process)
@@ -181,9 +176,9 @@ def test_only_temporaries_of_dead_local_processes_are_removed(tmp_path):
     assert left == {name for key, name in names.items() if key != "dead"}
 
 
-def test_ctrl_c_mid_write_exits_130_and_cleans_up(workplaces):
+def test_ctrl_c_mid_write_exits_130_and_cleans_up(zygote, workplaces):
     ((folder, old),) = workplaces(1)
-    process = start(folder, STORE, "half")
+    process = start(zygote, folder, STORE, "half")
     wait_for((folder.parent / "ready").exists, process)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=30)
@@ -193,12 +188,14 @@ def test_ctrl_c_mid_write_exits_130_and_cleans_up(workplaces):
     assert temporaries(folder, "mem.safetensors") == []
 
 
-def _kill_real_writes(places: list[tuple[Path, bytes]], delays: list[float]) -> dict[int, str]:
+def _kill_real_writes(
+    zygote, places: list[tuple[Path, bytes]], delays: list[float]
+) -> dict[int, str]:
     """Stores 10,000 × 784 values (31 MB) in each place, SIGKILLed `delays[i]` s after its
     temporary file appears. Checks that each place holds its old file or the complete new one;
     returns, for the writes killed after their temporary was seen, which of the two."""
     big = ["store", "random", "--n", "10000", "--dim", "784", "--out", "mem.safetensors"]
-    processes = [start(folder, [*big, "--force"]) for folder, _ in places]
+    processes = [start(zygote, folder, [*big, "--force"]) for folder, _ in places]
     seen: dict[int, float] = {}
     deadline = time.monotonic() + 600  # only against a hang: the writes end long before
     while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
@@ -224,20 +221,20 @@ def _kill_real_writes(places: list[tuple[Path, bytes]], delays: list[float]) -> 
     return outcomes
 
 
-def test_kill_9_during_a_real_write(workplaces):
+def test_kill_9_during_a_real_write(zygote, workplaces):
     """No hook: real writes killed the moment their temporary file appears and a little later.
     On a busy machine a write can start and finish between two looks for its temporary file;
     such a round checks only that the file is old or complete, so rounds repeat until one write
     was killed with its temporary just created, which must leave the old file."""
     for _ in range(5):
-        outcomes = _kill_real_writes(workplaces(2), delays=[0.0, 0.05])
+        outcomes = _kill_real_writes(zygote, workplaces(2), delays=[0.0, 0.05])
         if 0 in outcomes:
             assert outcomes[0] == "old"
             return
     pytest.fail("no write was caught with its temporary file just created in 5 rounds")
 
 
-def test_sweep_resume_after_kill_9_runs_every_row_once(tmp_path, invoke, monkeypatch):
+def test_sweep_resume_after_kill_9_runs_every_row_once(zygote, tmp_path, invoke, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "work" / "data").mkdir(parents=True)
     pool = tmp_path / "work" / "pool.npy"
@@ -245,7 +242,7 @@ def test_sweep_resume_after_kill_9_runs_every_row_once(tmp_path, invoke, monkeyp
     grid = ["--dataset", str(pool), "--model", "dense,topk", "--k", "0.5", "--sizes", "4,6"]
     grid += ["--trials", "10", "--beta", "0.5", "--noise", "0.2"]
     out = tmp_path / "work" / "runs.jsonl"
-    process = start(tmp_path / "work", ["sweep", *grid, "--out", str(out)], "evaluate")
+    process = start(zygote, tmp_path / "work", ["sweep", *grid, "--out", str(out)], "evaluate")
     ready = tmp_path / "ready"
     wait_for(lambda: ready.exists() and ready.read_text().count("run") > 5, process)
     process.send_signal(signal.SIGKILL)
@@ -293,7 +290,7 @@ def _alive_in_session(session: int) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
-def test_workers_stop_with_their_parent_however_it_ends(tmp_path):
+def test_workers_stop_with_their_parent_however_it_ends(zygote, tmp_path):
     """A `--workers 3` run is sent SIGTERM, SIGHUP or SIGKILL while its workers compute: within
     seconds no process of it is left (workers, fork server, resource tracker), no semaphore is
     reported leaked, and nothing is written. TERM and HUP end it with one error line and 128 + N.
@@ -309,20 +306,8 @@ def test_workers_stop_with_their_parent_however_it_ends(tmp_path):
         out = tmp_path / f"{sig.name}.safetensors"
         args = ["retrieve", "--memory", str(manifest), "--workers", "3", "--model", "dense"]
         args += ["--beta", "0.01", "--queries", "3000", "--steps", "1000", "--out", str(out)]
-        command = [sys.executable, "-c", WRAPPER_SIGNALS, *args]
-        runs[sig] = (
-            out,
-            subprocess.Popen(
-                command,
-                cwd=tmp_path,
-                env={**os.environ, "NPH_DATA": str(tmp_path / "data")},
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-        )
+        env = {**os.environ, "NPH_DATA": str(tmp_path / "data")}
+        runs[sig] = (out, zygote.popen("-c", WRAPPER_SIGNALS, *args, cwd=tmp_path, env=env))
     for sig, (_, process) in runs.items():
         # parent, fork server, resource tracker and three workers
         wait_for(lambda process=process: len(_alive_in_session(process.pid)) >= 6, process)
@@ -366,7 +351,7 @@ def _fork_server_importing(session: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
-def test_ctrl_c_while_workers_start_is_one_line(tmp_path):
+def test_ctrl_c_while_workers_start_is_one_line(zygote, tmp_path):
     """A terminal's Ctrl-C reaches the whole process group: sent once the fork server of a
     `--workers 2` run is loading torch (it printed a traceback there), it ends the run with the one
     `interrupted` line and exit status 130, without the fork server's traceback, and leaves no
@@ -376,15 +361,7 @@ def test_ctrl_c_while_workers_start_is_one_line(tmp_path):
     save_memory(tmp_path / "m.safetensors", torch.randn(50, 8, generator=torch.Generator()))
     manifest = write_shards(tmp_path / "m.safetensors", tmp_path, parts=2)
     args = ["retrieve", "--memory", manifest.name, "--workers", "2", "--queries", "4"]
-    process = subprocess.Popen(
-        [sys.executable, "-c", WRAPPER_INTERRUPT, *args, "--out", "r.safetensors"],
-        cwd=tmp_path,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = zygote.popen("-c", WRAPPER_INTERRUPT, *args, "--out", "r.safetensors", cwd=tmp_path)
     wait_for(lambda: _fork_server_importing(process.pid), process)
     os.killpg(process.pid, signal.SIGINT)
     _, stderr = process.communicate(timeout=120)

@@ -1,19 +1,17 @@
 """A memory file larger than the address space a process may use still opens: `--stream`,
 `nph info`, `nph shard` and `nph index` read it in blocks.
 
-Each command runs in a child process whose address space (RLIMIT_AS) is capped at what it uses
-once torch, FAISS and the CLI are imported plus HEADROOM, less than the file's size: mapping the
-whole file (what the safetensors package does) fails there with "Cannot allocate memory". The
-file is sparse (a header, a few nonzero rows, then a hole), so it costs no disk and little time.
+Each command runs in a child process (a fork of the `zygote` fixture's preloaded process) whose
+address space (RLIMIT_AS) is capped at what it uses once torch, FAISS and the CLI are imported
+plus HEADROOM, less than the file's size: mapping the whole file (what the safetensors package
+does) fails there with "Cannot allocate memory". The file is sparse (a header, a few nonzero
+rows, then a hole), so it costs no disk and little time.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import select
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,57 +19,12 @@ import torch
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 DIM = 64
 ROWS = 1_000_000  # 1e6 × 64 float32: 256 MB (a larger file only costs time)
 # Address space the command may use beyond its imports: 60% of the file, twice what `nph info`
 # needs (70 MiB failed, 80 passed).
 HEADROOM = 150 << 20
 INDEX_ROWS = 2_000_000  # `nph index` needs room in proportion to M (see `test_index`)
-
-# Imports everything the commands import once, then, for each command read from stdin (a JSON
-# list: headroom, stdout file, stderr file, arguments), forks a child that caps its address space
-# and runs the CLI, and prints the child's exit status. A fresh interpreter per command spent most
-# of each test importing torch and FAISS again; a fork starts with them loaded (no thread has run
-# yet, so it is a clean copy), and the cap is still measured in the child, after the imports.
-ZYGOTE = """
-import json, os, resource, runpy, sys, traceback
-import importlib.util
-import torch, safetensors.torch, nphcli.cli.app, nphcli.memory.open
-if importlib.util.find_spec("faiss"):  # the ann extra: imported before the cap when present
-    import faiss
-
-
-def child(headroom, args):
-    pages = int(open("/proc/self/statm").read().split()[0])
-    limit = pages * resource.getpagesize() + headroom
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    sys.argv = ["nph", *args]
-    if args[0] == "-c":
-        exec(args[1])
-    else:
-        runpy.run_module("nphcli", run_name="__main__")
-
-
-for line in sys.stdin:
-    headroom, out, err, args = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        for fd, name in ((0, os.devnull), (1, out), (2, err)):
-            os.dup2(os.open(name, os.O_RDWR | os.O_CREAT | os.O_TRUNC), fd)
-        try:
-            child(headroom, args)
-            code = 0
-        except SystemExit as stop:  # the CLI's own exit status (an int, or None for 0)
-            code = stop.code or 0
-        except BaseException:
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
-"""
 
 
 def _sparse_memory(path: Path, rows: int = ROWS) -> torch.Tensor:
@@ -92,40 +45,13 @@ def _sparse_memory(path: Path, rows: int = ROWS) -> torch.Tensor:
     return head
 
 
-@pytest.fixture(scope="module")
-def zygote():
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "OMP_NUM_THREADS": "1",
-        "MALLOC_ARENA_MAX": "2",  # each thread's malloc arena reserves 64 MiB of address space
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-c", ZYGOTE],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    yield process
-    process.stdin.close()
-    process.wait(timeout=60)
-
-
 @pytest.fixture
 def run(zygote, tmp_path):
     """`run(*args, headroom=HEADROOM)`: the CLI (or `-c CODE`) in a child of the zygote whose
     address space is capped at its imports plus `headroom`."""
 
     def run(*args: object, headroom: int = HEADROOM) -> subprocess.CompletedProcess:
-        out, err = tmp_path / "stdout", tmp_path / "stderr"
-        zygote.stdin.write(json.dumps([headroom, str(out), str(err), [str(a) for a in args]]))
-        zygote.stdin.write("\n")
-        zygote.stdin.flush()
-        ready, _, _ = select.select([zygote.stdout], [], [], 300)
-        assert ready, f"nph {args[0]} did not finish in 300 s"
-        code = int(zygote.stdout.readline())
-        return subprocess.CompletedProcess(args, code, out.read_text(), err.read_text())
+        return zygote.run(*args, cwd=tmp_path, headroom=headroom, timeout=300)
 
     return run
 
@@ -140,7 +66,7 @@ def big(tmp_path_factory) -> Path:
 
 def test_the_limit_is_real(run, big):
     # Mapping the file whole, as the safetensors package does, fails under the same cap.
-    code = "from safetensors import safe_open; safe_open(sys.argv[-1], framework='pt')"
+    code = "import sys; from safetensors import safe_open; safe_open(sys.argv[-1], framework='pt')"
     result = run("-c", code, big)
     assert result.returncode != 0
 

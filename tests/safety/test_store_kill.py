@@ -3,9 +3,10 @@ the write and at random moments: the old memory and its sidecar (the old shard s
 or the new one is complete; the next run removes whatever the killed one left (nph's temporaries,
 safetensors' own, an unnamed sidecar, shards no manifest names) and says so.
 
-One driver process imports nph once and forks a child per run (milliseconds each, so hundreds
-of rounds fit in seconds). A child is killed with SIGKILL right before its k-th file-system
-call (k = 1, 2, ... until a run completes), or after a random delay.
+One driver process (a child of the `zygote` fixture's preloaded process, so nph is imported
+already) forks a child per run (milliseconds each, so hundreds of rounds fit in seconds). A child
+is killed with SIGKILL right before its k-th file-system call (k = 1, 2, ... until a run
+completes), or after a random delay.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -83,15 +83,11 @@ NEW = ["an owl hooted", "the river rose", "bread was baked", "the bell rang", "s
 
 
 class Driver:
-    def __init__(self, folder: Path):
+    def __init__(self, zygote, folder: Path):
         self.folder = folder
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", DRIVER],
-            cwd=folder,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.process = zygote.popen(
+            "-c", DRIVER, cwd=folder, env=env, stdin=subprocess.PIPE, stderr=None
         )
 
     def store(self, texts: Path, step: int | None = None, after: float | None = None) -> str:
@@ -121,13 +117,13 @@ def stored_texts(folder: Path) -> list[str]:
     return [item["text"] for item in items.get(range(len(items)))]
 
 
-def test_kill_at_every_point_and_at_random_moments_of_a_text_store(tmp_path):
+def test_kill_at_every_point_and_at_random_moments_of_a_text_store(zygote, tmp_path):
     folder = tmp_path / "work"
     folder.mkdir()
     old, new = tmp_path / "old.txt", tmp_path / "new.txt"
     old.write_text("\n".join(OLD) + "\n")
     new.write_text("\n".join(NEW) + "\n")
-    driver = Driver(folder)
+    driver = Driver(zygote, folder)
     try:
         assert driver.store(old) == "done"
         clean = set(os.listdir(folder))
@@ -153,13 +149,13 @@ def test_kill_at_every_point_and_at_random_moments_of_a_text_store(tmp_path):
         driver.close()
 
 
-def test_next_store_names_what_it_removed(tmp_path):
+def test_next_store_names_what_it_removed(zygote, tmp_path):
     folder = tmp_path / "work"
     folder.mkdir()
     old, new = tmp_path / "old.txt", tmp_path / "new.txt"
     old.write_text("\n".join(OLD) + "\n")
     new.write_text("\n".join(NEW) + "\n")
-    driver = Driver(folder)
+    driver = Driver(zygote, folder)
     try:
         assert driver.store(old) == "done"
         clean = set(os.listdir(folder))
@@ -187,14 +183,14 @@ def shard_state(out: Path) -> tuple[list[str], torch.Tensor]:
     return [item["text"] for item in items.get(range(len(items)))], memory.patterns
 
 
-def test_kill_at_every_point_and_at_random_moments_of_a_shard(tmp_path):
+def test_kill_at_every_point_and_at_random_moments_of_a_shard(zygote, tmp_path):
     folder, out = tmp_path / "work", tmp_path / "work" / "out"
     (folder / "old").mkdir(parents=True)
     (folder / "new").mkdir()
     old, new = tmp_path / "old.txt", tmp_path / "new.txt"
     old.write_text("\n".join(OLD) + "\n")
     new.write_text("\n".join(NEW) + "\n")
-    driver = Driver(folder)
+    driver = Driver(zygote, folder)
     try:
         sources = {}
         for name, texts, rows in (("old", old, OLD), ("new", new, NEW)):

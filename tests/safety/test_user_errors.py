@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,10 +15,6 @@ import pytest
 import torch
 from conftest import assert_one_error_line, write_memory
 from PIL import Image
-
-import nphcli
-
-REPO = Path(nphcli.__file__).resolve().parent.parent
 
 
 def _files(folder: Path) -> list[str]:
@@ -264,24 +259,18 @@ def test_sweep_plot_without_matplotlib_fails_before_the_work(invoke, tmp_path, m
 # -- a closed pipe ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # a fresh interpreter importing torch: seconds
-def test_output_cut_short_by_head_exits_quietly(tmp_path):
+@pytest.mark.slow  # a real process (a fork of the zygote) writing into a pipe
+def test_output_cut_short_by_head_exits_quietly(zygote, tmp_path):
     """`nph retrieve ... | head -1`: no message, status 141 (128 + SIGPIPE, what a shell reports
     for other Unix tools stopped by a closed pipe), not 1."""
     path = tmp_path / "m.safetensors"
     write_memory(path, torch.randn(4000, 4, generator=torch.Generator().manual_seed(0)))
-    command = [sys.executable, "-m", "nphcli", "retrieve", "--memory", str(path)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(
-        [*command, "--per-query", "--csv"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert process.stdout.readline().startswith(b"query,")
+    command = ["retrieve", "--memory", str(path), "--per-query", "--csv"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = zygote.popen(*command, env=env, cwd=tmp_path)
+    assert process.stdout.readline().startswith("query,")
     process.stdout.close()  # as head does after its lines
-    stderr = process.stderr.read().decode()
+    stderr = process.stderr.read()
     assert process.wait(timeout=120) == 141
     assert "Traceback" not in stderr and "Error" not in stderr and "Broken" not in stderr
 
