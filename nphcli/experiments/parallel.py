@@ -35,21 +35,25 @@ def run_tasks(
         yield from _in_processes(tasks, jobs)
 
 
-def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]:
+def _context(tasks: Sequence[Task]) -> Any:
+    """A fork server that imported the tasks' modules once, not a fresh interpreter per job;
+    never a fork of this process (a forked child of one that has run torch's thread pools can
+    hang). Windows has no fork server: fresh interpreters there."""
     import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(sorted({fn.__module__ for fn, _ in tasks}))
+    return context
+
+
+def _in_processes(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[int, Any]]:
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     threads = max(1, torch.get_num_threads() // jobs)  # this process's threads, shared out
-    # A fork server that imported the tasks' modules once, not `jobs` fresh interpreters; never a
-    # fork of this process (a forked child of one that has run torch's thread pools can hang).
-    # Windows has no fork server: fresh interpreters there.
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("spawn")
-    else:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(sorted({fn.__module__ for fn, _ in tasks}))
     with ProcessPoolExecutor(
-        jobs, mp_context=context, initializer=torch.set_num_threads, initargs=(threads,)
+        jobs, mp_context=_context(tasks), initializer=torch.set_num_threads, initargs=(threads,)
     ) as pool:
         pending = {pool.submit(fn, *args): index for index, (fn, args) in enumerate(tasks)}
         try:
