@@ -344,9 +344,17 @@ def independent(columns: list[str], rows: list[dict[str, Any]], given: list) -> 
     return kept
 
 
+def partition(rows: list[dict[str, Any]], columns: list) -> dict[tuple, list[dict[str, Any]]]:
+    """The rows by their (shown) values of `columns`, in order of first appearance."""
+    parts: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        parts.setdefault(tuple(short(row.get(c)) for c in columns), []).append(row)
+    return parts
+
+
 def groups(rows: list[dict[str, Any]], columns: list) -> int:
     """How many value combinations of `columns` (a None column skipped) the rows hold."""
-    return len({tuple(short(row.get(c)) for c in columns if c is not None) for row in rows})
+    return len(partition(rows, [c for c in columns if c is not None]))
 
 
 def natural(name: str) -> tuple:

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from nphcli.core.errors import NphError
-from nphcli.presentation.plot_data import choose_x, groups, independent, is_setting, natural, short
+from nphcli.presentation.plot_data import (
+    choose_x,
+    groups,
+    independent,
+    is_setting,
+    natural,
+    partition,
+    short,
+)
 from nphcli.presentation.report_sections import metric_value
 
 LINES = 10  # lines in one figure's legend that a reader tells apart
@@ -76,9 +84,7 @@ def _phase(rows, x, y, varying, facet, drawn, notes) -> None:
 
 def _figures(rows, splits, what, notes):
     """(`where` words, rows) of each figure: one per combination of the `splits` values."""
-    per_key: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        per_key.setdefault(tuple(short(row.get(c)) for c in splits), []).append(row)
+    per_key = partition(rows, splits)
     if len(per_key) > FIGURES:
         notes.append(_narrow(rows, splits, what, len(per_key)))
         return []
@@ -139,10 +145,7 @@ def _best_split(rows, columns, splits, most) -> str | None:
 
 def _worst(rows, inner, outer) -> int:
     """The most groups of `inner` columns within one group of `outer` columns."""
-    parts: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        parts.setdefault(tuple(short(row.get(c)) for c in outer), []).append(row)
-    return max(groups(part, inner) for part in parts.values())
+    return max(groups(part, inner) for part in partition(rows, outer).values())
 
 
 def _numeric(rows, column) -> bool:

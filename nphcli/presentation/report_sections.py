@@ -9,7 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nphcli.core.errors import NphError
-from nphcli.presentation.plot_data import filter_rows, is_setting, matching, natural, short
+from nphcli.presentation.plot_data import (
+    filter_rows,
+    is_setting,
+    matching,
+    natural,
+    partition,
+    short,
+)
 from nphcli.schema.metrics import shown_in
 
 # table columns: metric → True when larger is better (`nphcli.schema.metrics`)
@@ -105,9 +112,7 @@ def compact_table(rows: list[dict[str, Any]], first: str | None = None) -> Table
             columns.append(column)
         else:
             follows[column] = lead
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(short(row.get(c)) for c in columns), []).append(row)
+    groups = partition(rows, columns)
     metrics = [m for m in METRICS if any(metric_value(row, m) is not None for row in rows)]
     body = []
     for key in sorted(groups, key=lambda k: tuple(natural(v) for v in k)):
