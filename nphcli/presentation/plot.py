@@ -331,7 +331,7 @@ def overlapping_texts(figure: Any) -> list[tuple[str, str]]:
     for text in texts:
         if text is not None and text.get_visible() and text.get_text().strip():
             boxes.append((text.get_text(), text.get_window_extent(renderer)))
-    for legend in figure.legends + [a.get_legend() for a in figure.axes if a.get_legend()]:
+    for legend in _legends(figure):
         boxes.append(("legend", legend.get_window_extent(renderer)))
     return [
         (name, other)
@@ -339,6 +339,11 @@ def overlapping_texts(figure: Any) -> list[tuple[str, str]]:
         for other, second in boxes[n + 1 :]
         if box.overlaps(second)
     ]
+
+
+def _legends(figure: Any) -> list[Any]:
+    """The figure's legends and its panels'."""
+    return figure.legends + [a.get_legend() for a in figure.axes if a.get_legend()]
 
 
 def heading(figure: Any, title: str | Any) -> None:
@@ -353,7 +358,7 @@ def heading(figure: Any, title: str | Any) -> None:
     plain(figure)
     figure.get_layout_engine().execute(figure)
     renderer = figure.canvas.get_renderer()
-    legends = [legend.get_window_extent(renderer) for legend in figure.legends]
+    legends = [legend.get_window_extent(renderer) for legend in _legends(figure)]
     for _ in range(0 if isinstance(title, str) else 11):  # 12 wrappings at most
         box = heading.get_window_extent(renderer)
         inside = box.x1 <= 0.99 * figure.bbox.x1  # as far as x=0.01
