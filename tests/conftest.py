@@ -13,6 +13,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Any
 
 # Triton reads this when it is first imported: on a CPU run its kernels
 # (tests/devices/test_triton_kernels.py) run in its interpreter; a CUDA run compiles them.
@@ -113,7 +114,21 @@ def invoke(runner):
     return run
 
 
-class Zygote:
+class _Starter:
+    """`run` from a `popen` answering like `subprocess.Popen`."""
+
+    def popen(self, *args: object, **kwargs) -> Any:
+        raise NotImplementedError
+
+    def run(self, *args: object, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+        """`popen`, then its output and exit status, as `subprocess.run(capture_output=True,
+        text=True)` does."""
+        child = self.popen(*args, **kwargs)
+        out, err = child.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(args, child.returncode, out, err)
+
+
+class Zygote(_Starter):
     """Starts real `nph` processes as forks of one process that imported torch and the CLI once
     (tests/zygote.py): about 3 s of imports less per process. `popen` answers like
     `subprocess.Popen`: a real child with its own pid, exit status, pipes and session (it leads a
@@ -196,13 +211,6 @@ class Zygote:
         assert message["id"] == self.requests
         return ZygoteChild(self, self.requests, message["pid"], args, *ours)
 
-    def run(self, *args: object, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-        """`popen`, then its output and exit status, as `subprocess.run(capture_output=True,
-        text=True)` does."""
-        child = self.popen(*args, **kwargs)
-        out, err = child.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(args, child.returncode, out, err)
-
     def close(self) -> None:
         self.channel.close()
         self.process.wait(timeout=60)
@@ -261,7 +269,7 @@ class ZygoteChild:
         return texts.get(0), texts.get(1)
 
 
-class FreshInterpreters:
+class FreshInterpreters(_Starter):
     """`Zygote`'s interface where there is no fork or pidfd (Windows, macOS): each command in a
     fresh interpreter, as `python -m nphcli ARGS` (or `python -c CODE ARGS`)."""
 
@@ -273,11 +281,6 @@ class FreshInterpreters:
         pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         streams = {"stdin": subprocess.DEVNULL, **pipes, **streams}
         return subprocess.Popen(command, env=env, text=True, start_new_session=True, **streams)
-
-    def run(self, *args: object, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-        child = self.popen(*args, **kwargs)
-        out, err = child.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(args, child.returncode, out, err)
 
     def close(self) -> None:
         pass
